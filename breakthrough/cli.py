@@ -1,0 +1,54 @@
+"""The `bt` command line: a thin typer app. Each area registers its commands from
+`breakthrough/commands/<area>.py` (a `register(app)` function); no logic lives here."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from breakthrough.errors import BtError
+
+app = typer.Typer(
+    name="bt",
+    help="breakthrough: prefix-value vs budget-fit experiments on reasoning traces.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# One line per area; each module exposes register(app). Keep module imports light
+# (heavy libraries are imported inside the command functions).
+COMMAND_MODULES = [
+    "breakthrough.commands.cohorts",
+    "breakthrough.commands.export",
+]
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    """Entry point: run the app; a BtError becomes one line on stderr and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except BtError as exc:
+        print(f"bt: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        print("bt: aborted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
+        raise
+
+
+if __name__ == "__main__":
+    main()

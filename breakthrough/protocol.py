@@ -1,0 +1,57 @@
+"""Protocol constants in one place (reference protocol sections 1.4, 1.5, 3.1, 3.4, 4, 5).
+
+The digest of a Protocol is part of every run's identity: a run made under other constants is
+refused rather than mixed (design decision 5)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Protocol 1.4: identical for all models and stages; temperature 0 means greedy."""
+
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 20
+    min_p: float = 0.0
+
+
+@dataclass(frozen=True)
+class Protocol:
+    tau: float = 0.75  # solve-rate threshold for a crossing (5.1)
+    delta: float = 0.5  # primary prefix-value margin (5.2)
+    deltas: tuple[float, ...] = (0.25, 0.5, 0.75)
+    budget: int = 1024  # B: continuation reasoning tokens (3.3)
+    answer_budget: int = 512  # answer reserve after the forced close (3.3)
+    total_cap: int = 16384  # total generated tokens per branch / base trajectory (1.5)
+    base_max_tokens: int = 16384
+    base_seed: int = 11
+    anchors: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    refinement_rounds: int = 2
+    refinement_min_width: int = 16
+    samples: int = 4  # m continuations per anchor (3.4)
+    topup_samples: int = 8  # adaptive 4 -> 8 (3.5)
+    restart_budgets: tuple[int, ...] = (1024, 2048, 4096, 8192)
+    restart_samples: int = 4
+    max_prompt_tokens: int = 2048
+    prompt_version: str = "v1"
+    sampling: Sampling = field(default_factory=Sampling)
+
+    def with_overrides(self, **changes: object) -> "Protocol":
+        """A copy with CLI overrides applied (None values are ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def digest(self) -> str:
+        """sha256 of the canonical JSON of every constant; 16 hex chars."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+DEFAULT = Protocol()
