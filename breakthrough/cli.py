@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 import typer
@@ -18,6 +19,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """breakthrough: prefix-value vs budget-fit experiments on reasoning traces.
+
+    Pipeline: bt base (one long solution per problem x model) -> bt continue (budgeted
+    continuations from prefixes, and restarts) -> bt classify (T_F, adv(t), T_V, regimes).
+    """
+
+
 # One line per area; each module exposes register(app). Keep module imports light
 # (heavy libraries are imported inside the command functions).
 COMMAND_MODULES = [
@@ -26,6 +38,8 @@ COMMAND_MODULES = [
 ]
 
 for _name in COMMAND_MODULES:
+    if importlib.util.find_spec(_name) is None:  # TEMP during parallel development
+        continue
     importlib.import_module(_name).register(app)
 
 

@@ -1,0 +1,382 @@
+"""The run store: one SQLite database (WAL) per run directory.
+
+Why SQLite: a finished batch is one transaction, so a SIGKILL at any moment leaves either the
+whole batch or none of it (protocol 8.1's "complete marker" for free). A unique key per sample
+(cell, kind, anchor, budget, branch) makes reruns idempotent (design decision 5); a run whose
+identity differs from the request is refused, never mixed (protocol 8.2).
+
+Tables: manifest (key → JSON value), cells, samples (token ids, segment codes, per-token
+log-probs and entropies as packed arrays), grades (beside samples, with grader version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from breakthrough.errors import BtError
+from breakthrough.grading.base import Grade
+
+STORE_FILE = "store.sqlite"
+SCHEMA_VERSION = "1"
+# Manifest keys that define a run's identity; any difference means "another experiment".
+IDENTITY_FIELDS = (
+    "schema_version",
+    "model_id",
+    "model_revision",
+    "family",
+    "task_family",
+    "protocol_digest",
+    "cohort_digest",
+    "prompt_version",
+)
+SEGMENT_CODES = {"thinking": 0, "special": 1, "solution": 2, "final_answer": 3}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS manifest (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cells (
+    cell_id          TEXT PRIMARY KEY,
+    problem_id       TEXT NOT NULL,
+    model            TEXT NOT NULL,
+    stage            TEXT,
+    level            INTEGER,
+    subject          TEXT,
+    answer           TEXT,
+    item             TEXT NOT NULL,
+    prompt_ids       BLOB NOT NULL,
+    reasoning_tokens INTEGER
+);
+CREATE TABLE IF NOT EXISTS samples (
+    sample_id     INTEGER PRIMARY KEY,
+    cell_id       TEXT NOT NULL REFERENCES cells(cell_id),
+    kind          TEXT NOT NULL CHECK (kind IN ('base', 'probe', 'restart')),
+    anchor        INTEGER NOT NULL,
+    budget        INTEGER NOT NULL,
+    branch        INTEGER NOT NULL,
+    seed          INTEGER NOT NULL,
+    prefix_len    INTEGER NOT NULL,
+    n_tokens      INTEGER NOT NULL,
+    token_ids     BLOB NOT NULL,
+    segments      BLOB,
+    logprobs      BLOB,
+    entropies     BLOB,
+    text          TEXT NOT NULL,
+    finish_reason TEXT NOT NULL,
+    extra         TEXT NOT NULL DEFAULT '{}',
+    elapsed_s     REAL,
+    peak_mem_mb   REAL,
+    created_at    REAL NOT NULL,
+    checksum      TEXT NOT NULL,
+    UNIQUE (cell_id, kind, anchor, budget, branch)
+);
+CREATE TABLE IF NOT EXISTS grades (
+    sample_id  INTEGER PRIMARY KEY REFERENCES samples(sample_id),
+    grader     TEXT NOT NULL,
+    version    TEXT NOT NULL,
+    correct    INTEGER NOT NULL,
+    status     TEXT NOT NULL,
+    method     TEXT NOT NULL,
+    extracted  TEXT,
+    detail     TEXT NOT NULL DEFAULT '{}',
+    graded_at  REAL NOT NULL
+);
+"""
+
+
+@dataclass
+class SampleRecord:
+    """One finished generation, as the scheduler hands it to the store."""
+
+    cell_id: str
+    kind: str  # base | probe | restart
+    anchor: int  # t for probes, -1 otherwise
+    budget: int  # B for probes, C for restarts, 0 for base
+    branch: int
+    seed: int
+    prefix_len: int  # generated tokens taken from the base trace (0 for base and restarts)
+    token_ids: np.ndarray  # every generated token (prefix included for probes)
+    text: str
+    finish_reason: str
+    segments: np.ndarray | None = None  # uint8 codes (SEGMENT_CODES)
+    logprobs: np.ndarray | None = None  # float32 per newly generated token
+    entropies: np.ndarray | None = None  # float32 per newly generated token
+    elapsed_s: float | None = None
+    peak_mem_mb: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, int, int, int]:
+        return (self.cell_id, self.kind, self.anchor, self.budget, self.branch)
+
+
+def _pack(arr: np.ndarray | None, dtype: str) -> bytes | None:
+    return None if arr is None else np.ascontiguousarray(arr, dtype=dtype).tobytes()
+
+
+def _unpack(blob: bytes | None, dtype: str) -> np.ndarray:
+    return np.frombuffer(blob or b"", dtype=dtype)
+
+
+def _checksum(rec: SampleRecord, token_blob: bytes) -> str:
+    h = hashlib.sha256(token_blob)
+    h.update(rec.text.encode())
+    h.update(f"|{rec.finish_reason}|{rec.seed}|{rec.prefix_len}".encode())
+    return h.hexdigest()[:32]
+
+
+class RunStore:
+    """The store of one run directory. Open with `RunStore(run_dir)`; created on first use."""
+
+    def __init__(self, run_dir: str | Path, *, create: bool = False) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / STORE_FILE
+        if not self.path.exists() and not create:
+            raise BtError(f"{self.run_dir}: not a run directory (no {STORE_FILE}); run `bt base` first")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        self.conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic unit: everything inside is committed together or not at all."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # ---- manifest -----------------------------------------------------------------------
+    def manifest(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM manifest")}
+
+    def ensure_manifest(self, wanted: dict[str, Any]) -> None:
+        """Write the manifest of a new run, or refuse a request whose identity differs."""
+        wanted = {"schema_version": SCHEMA_VERSION, **wanted}
+        have = self.manifest()
+        if have:
+            for key in IDENTITY_FIELDS:
+                if key in wanted and have.get(key) != wanted[key]:
+                    raise BtError(
+                        f"{self.run_dir}: run was made with {key}={have.get(key)!r}, "
+                        f"this request has {key}={wanted[key]!r}; use another --run name"
+                    )
+        with self.transaction() as c:
+            for key, value in wanted.items():
+                if key in IDENTITY_FIELDS and key in have:
+                    continue
+                c.execute(
+                    "INSERT OR REPLACE INTO manifest(key, value) VALUES (?, ?)",
+                    (key, json.dumps(value, sort_keys=True)),
+                )
+
+    # ---- cells --------------------------------------------------------------------------
+    def add_cells(self, cells: Iterable[dict[str, Any]]) -> None:
+        """Insert cells that are new; existing cells are left untouched (idempotent)."""
+        with self.transaction() as c:
+            for cell in cells:
+                item = cell["item"]
+                c.execute(
+                    "INSERT OR IGNORE INTO cells(cell_id, problem_id, model, stage, level, subject,"
+                    " answer, item, prompt_ids) VALUES (?,?,?,?,?,?,?,?,?)",
+                    (
+                        cell["cell_id"],
+                        item["id"],
+                        cell["model"],
+                        item.get("stage"),
+                        item.get("level"),
+                        item.get("subject") or item.get("kind"),
+                        None if item.get("answer") is None else str(item.get("answer")),
+                        json.dumps(item, sort_keys=True, ensure_ascii=False),
+                        _pack(np.asarray(cell["prompt_ids"]), "<i4"),
+                    ),
+                )
+
+    def cell_prompt(self, cell_id: str) -> tuple[dict[str, Any], np.ndarray]:
+        row = self.conn.execute(
+            "SELECT item, prompt_ids FROM cells WHERE cell_id=?", (cell_id,)
+        ).fetchone()
+        if row is None:
+            raise BtError(f"{self.path}: no cell {cell_id!r}")
+        return json.loads(row[0]), _unpack(row[1], "<i4")
+
+    # ---- samples and grades ---------------------------------------------------------------
+    def existing_keys(self, kind: str | None = None) -> set[tuple[str, str, int, int, int]]:
+        sql = "SELECT cell_id, kind, anchor, budget, branch FROM samples"
+        rows = self.conn.execute(sql + (" WHERE kind=?" if kind else ""), (kind,) if kind else ())
+        return {tuple(r) for r in rows}  # type: ignore[misc]
+
+    def add_samples(
+        self,
+        records: Sequence[SampleRecord],
+        grades: Sequence[Grade | None] | None = None,
+        reasoning_tokens: dict[str, int] | None = None,
+    ) -> int:
+        """Commit one finished batch (samples, their grades, base reasoning lengths) atomically.
+
+        Samples whose key already exists are skipped, so a rerun after a crash never duplicates.
+        Returns the number of samples inserted."""
+        grades = list(grades) if grades is not None else [None] * len(records)
+        inserted = 0
+        with self.transaction() as c:
+            for rec, grade in zip(records, grades, strict=True):
+                tok = _pack(rec.token_ids, "<i4")
+                cur = c.execute(
+                    "INSERT OR IGNORE INTO samples(cell_id, kind, anchor, budget, branch, seed,"
+                    " prefix_len, n_tokens, token_ids, segments, logprobs, entropies, text,"
+                    " finish_reason, extra, elapsed_s, peak_mem_mb, created_at, checksum)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        rec.cell_id,
+                        rec.kind,
+                        rec.anchor,
+                        rec.budget,
+                        rec.branch,
+                        rec.seed,
+                        rec.prefix_len,
+                        len(rec.token_ids),
+                        tok,
+                        _pack(rec.segments, "u1"),
+                        _pack(rec.logprobs, "<f4"),
+                        _pack(rec.entropies, "<f4"),
+                        rec.text,
+                        rec.finish_reason,
+                        json.dumps(rec.extra, sort_keys=True),
+                        rec.elapsed_s,
+                        rec.peak_mem_mb,
+                        time.time(),
+                        _checksum(rec, tok or b""),
+                    ),
+                )
+                if cur.rowcount == 0:
+                    continue
+                inserted += 1
+                if grade is not None:
+                    self._write_grade(c, cur.lastrowid, grade)
+            for cell_id, n in (reasoning_tokens or {}).items():
+                c.execute("UPDATE cells SET reasoning_tokens=? WHERE cell_id=?", (n, cell_id))
+        return inserted
+
+    @staticmethod
+    def _write_grade(c: sqlite3.Connection, sample_id: int, g: Grade) -> None:
+        c.execute(
+            "INSERT OR REPLACE INTO grades(sample_id, grader, version, correct, status, method,"
+            " extracted, detail, graded_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                sample_id,
+                g.grader,
+                g.version,
+                int(g.correct),
+                g.status,
+                g.method,
+                g.extracted,
+                json.dumps(g.detail, sort_keys=True, default=str),
+                time.time(),
+            ),
+        )
+
+    def set_grades(self, pairs: Sequence[tuple[int, Grade]]) -> None:
+        """Store (or replace) grades for existing samples in one transaction (`bt grade`)."""
+        with self.transaction() as c:
+            for sample_id, grade in pairs:
+                self._write_grade(c, sample_id, grade)
+
+    def ungraded(self) -> list[tuple[int, str, str, str]]:
+        """(sample_id, cell_id, text, finish_reason) of samples without a grade."""
+        return list(
+            self.conn.execute(
+                "SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s"
+                " LEFT JOIN grades g USING(sample_id) WHERE g.sample_id IS NULL"
+            )
+        )
+
+    def verify_integrity(self) -> list[int]:
+        """Sample ids whose stored checksum does not match their payload (should be empty)."""
+        bad = []
+        for sid, tok, text, fin, seed, plen, chk in self.conn.execute(
+            "SELECT sample_id, token_ids, text, finish_reason, seed, prefix_len, checksum FROM samples"
+        ):
+            rec = SampleRecord("", "", 0, 0, 0, seed, plen, np.zeros(0), text, fin)
+            if _checksum(rec, tok) != chk:
+                bad.append(sid)
+        return bad
+
+    # ---- frames -------------------------------------------------------------------------
+    def cells_frame(self):  # -> pd.DataFrame
+        import pandas as pd
+
+        return pd.read_sql_query(
+            "SELECT cell_id, problem_id, model, stage, level, subject, answer, reasoning_tokens"
+            " FROM cells ORDER BY cell_id",
+            self.conn,
+        )
+
+    def samples_frame(self, *, arrays: bool = True, kind: str | None = None):  # -> pd.DataFrame
+        """One row per sample joined with its cell and grade (columns in docs/interfaces.md)."""
+        import pandas as pd
+
+        cols = (
+            "s.sample_id, s.cell_id, c.problem_id, c.model, c.stage, c.level, c.subject,"
+            " s.kind, s.anchor, s.budget, s.branch, s.seed, s.prefix_len, s.n_tokens,"
+            " s.finish_reason, s.text, s.extra, s.elapsed_s, s.peak_mem_mb,"
+            " g.correct, g.status AS grade_status, g.method AS grade_method,"
+            " g.extracted AS grade_extracted, g.detail AS grade_detail, g.version AS grader_version"
+        )
+        if arrays:
+            cols += ", s.token_ids, s.segments, s.logprobs, s.entropies"
+        sql = f"SELECT {cols} FROM samples s JOIN cells c USING(cell_id) LEFT JOIN grades g USING(sample_id)"
+        params: tuple = ()
+        if kind:
+            sql += " WHERE s.kind=?"
+            params = (kind,)
+        df = pd.read_sql_query(sql + " ORDER BY s.sample_id", self.conn, params=params)
+        df["correct"] = df["correct"].map(lambda v: bool(v) if v == v and v is not None else np.nan)
+        if arrays:
+            for col, dtype in (
+                ("token_ids", "<i4"),
+                ("segments", "u1"),
+                ("logprobs", "<f4"),
+                ("entropies", "<f4"),
+            ):
+                df[col] = [_unpack(b, dtype) for b in df[col]]
+        return df
+
+
+def run_dirs(paths: Sequence[str | Path]) -> list[Path]:
+    """Expand arguments into run directories: a run dir itself, or a folder of run dirs."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if (p / STORE_FILE).exists():
+            found.append(p)
+        elif p.is_dir():
+            found.extend(sorted(d for d in p.iterdir() if (d / STORE_FILE).exists()))
+        else:
+            raise BtError(f"{p}: no such run directory")
+    if not found:
+        raise BtError(f"no run directories (with {STORE_FILE}) under {', '.join(map(str, paths))}")
+    return found
