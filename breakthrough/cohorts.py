@@ -1,0 +1,238 @@
+"""Cohort files: loading, validation, digests and listing (docs/interfaces.md, "Cohort rows").
+
+A cohort is a JSONL file, one row (JSON object) per problem. Shipped cohorts live in the repo's
+`cohorts/` directory (override with the `BT_COHORTS_DIR` environment variable); a cohort is named
+by its file stem (`math89` -> `cohorts/math89.jsonl`). `load_cohort` also takes a path to a
+`.jsonl` file. Every row is validated against the common fields and the fields of its family;
+any fault is a `BtError` whose message starts with `FILE:LINE:` and names the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from breakthrough.errors import BtError
+
+ENV_DIR = "BT_COHORTS_DIR"
+FAMILIES = ("math", "optimum")
+
+_NUMBER = (int, float)
+# field -> (accepted types, human type name)
+COMMON_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "id": ((str,), "a string"),
+    "family": ((str,), "a string"),
+    "stage": ((str,), "a string"),
+    "selection": ((str,), "a string"),
+    "standin": ((bool,), "a boolean"),
+}
+FAMILY_FIELDS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
+    "math": {
+        "problem": ((str,), "a string"),
+        "answer": ((str,), "a string"),
+        "level": ((int,), "an integer"),
+        "subject": ((str,), "a string"),
+        "source_row": ((int,), "an integer"),
+    },
+    "optimum": {
+        "kind": ((str,), "a string"),
+        "bin": ((str,), "a string"),
+        "instance": ((dict,), "an object"),
+        "optimum": (_NUMBER, "a number"),
+        "n_optima": ((int,), "an integer"),
+    },
+}
+# Optional fields: checked only when present.
+OPTIONAL_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "problem": ((str,), "a string"),
+    "split": ((str,), "a string"),
+}
+SPLITS = ("train", "validation", "test")
+
+
+def cohorts_dir() -> Path:
+    """The shipped cohorts directory: `$BT_COHORTS_DIR` if set, else `<repo>/cohorts`."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[1] / "cohorts"
+
+
+def cohort_path(name_or_path: str | Path) -> Path:
+    """Resolve a cohort name (file stem in `cohorts_dir()`) or a path to a `.jsonl` file."""
+    p = Path(name_or_path)
+    if p.suffix == ".jsonl" or p.is_file() or os.sep in str(name_or_path):
+        if not p.is_file():
+            raise BtError(f"{p}: cohort file not found")
+        return p
+    candidate = cohorts_dir() / f"{name_or_path}.jsonl"
+    if not candidate.is_file():
+        names = ", ".join(sorted(x.stem for x in _cohort_files(cohorts_dir()))) or "none"
+        raise BtError(f"unknown cohort '{name_or_path}' (in {cohorts_dir()}: {names})")
+    return candidate
+
+
+def _type_ok(value: object, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False  # JSON true/false is not a number
+    return isinstance(value, types)
+
+
+def validate_row(row: object, where: str) -> dict:
+    """Check one row; `where` is `FILE:LINE`. Returns the row."""
+    if not isinstance(row, dict):
+        raise BtError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    for field, (types, tname) in COMMON_FIELDS.items():
+        if field not in row:
+            raise BtError(f"{where}: field '{field}' is missing")
+        if not _type_ok(row[field], types):
+            raise BtError(f"{where}: field '{field}' must be {tname}, got {row[field]!r}")
+    if not row["id"].strip():
+        raise BtError(f"{where}: field 'id' is empty")
+    family = row["family"]
+    if family not in FAMILY_FIELDS:
+        raise BtError(f"{where}: field 'family' must be one of {', '.join(FAMILIES)}, got {family!r}")
+    for field, (types, tname) in FAMILY_FIELDS[family].items():
+        if field not in row:
+            raise BtError(f"{where}: field '{field}' is missing (required for family '{family}')")
+        if not _type_ok(row[field], types):
+            raise BtError(f"{where}: field '{field}' must be {tname}, got {row[field]!r}")
+    for field, (types, tname) in OPTIONAL_FIELDS.items():
+        if field in row and not _type_ok(row[field], types):
+            raise BtError(f"{where}: field '{field}' must be {tname}, got {row[field]!r}")
+    if family == "math":
+        if not 1 <= row["level"] <= 5:
+            raise BtError(f"{where}: field 'level' must be 1-5, got {row['level']}")
+        if row["source_row"] < 0:
+            raise BtError(f"{where}: field 'source_row' must be >= 0, got {row['source_row']}")
+        if not row["problem"].strip():
+            raise BtError(f"{where}: field 'problem' is empty")
+    else:
+        if row["n_optima"] < 1:
+            raise BtError(f"{where}: field 'n_optima' must be >= 1, got {row['n_optima']}")
+    if "split" in row and row["split"] not in SPLITS:
+        raise BtError(f"{where}: field 'split' must be one of {', '.join(SPLITS)}, got {row['split']!r}")
+    return row
+
+
+def parse_cohort_text(text: str, source: str) -> list[dict]:
+    """Parse and validate JSONL text; `source` names the file in error messages."""
+    rows: list[dict] = []
+    seen: dict[str, int] = {}
+    for n, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{source}:{n}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BtError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        validate_row(row, where)
+        if row["id"] in seen:
+            raise BtError(f"{where}: field 'id' duplicates line {seen[row['id']]}: {row['id']!r}")
+        seen[row["id"]] = n
+        rows.append(row)
+    if not rows:
+        raise BtError(f"{source}: cohort has no rows")
+    return rows
+
+
+def load_cohort(name_or_path: str | Path) -> list[dict]:
+    """The validated rows of a cohort (by name in `cohorts_dir()` or by `.jsonl` path)."""
+    path = cohort_path(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BtError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    return parse_cohort_text(text, str(path))
+
+
+def canonical_json(rows: list[dict]) -> str:
+    return json.dumps(rows, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def cohort_digest(rows: list[dict]) -> str:
+    """sha256 (hex) of the canonical JSON (sorted keys, compact, UTF-8) of the row list."""
+    return hashlib.sha256(canonical_json(rows).encode("utf-8")).hexdigest()
+
+
+def render_cohort(rows: list[dict]) -> str:
+    """The byte-exact file text of a cohort: sorted keys, UTF-8 kept, `\\n` after every row."""
+    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows)
+
+
+def write_cohort(path: Path, rows: list[dict]) -> Path:
+    """Validate and write rows atomically in the canonical format."""
+    text = render_cohort(rows)
+    parse_cohort_text(text, str(path))  # never write a file the loader would refuse
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+    tmp.replace(path)
+    return path
+
+
+@dataclass(frozen=True)
+class CohortInfo:
+    name: str
+    path: Path
+    rows: int
+    families: tuple[str, ...]
+    standins: int
+    stages: tuple[str, ...]  # in order of first appearance
+    digest: str
+
+
+def _ordered_unique(values) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(values))
+
+
+def cohort_info(name_or_path: str | Path) -> CohortInfo:
+    path = cohort_path(name_or_path)
+    rows = load_cohort(path)
+    return CohortInfo(
+        name=path.stem,
+        path=path,
+        rows=len(rows),
+        families=_ordered_unique(r["family"] for r in rows),
+        standins=sum(bool(r["standin"]) for r in rows),
+        stages=_ordered_unique(r["stage"] for r in rows),
+        digest=cohort_digest(rows),
+    )
+
+
+def _cohort_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob("*.jsonl") if p.is_file())
+
+
+def list_cohorts(directory: Path | None = None) -> list[CohortInfo]:
+    """Every `*.jsonl` cohort directly in the cohorts directory (validated), sorted by name."""
+    return [cohort_info(p) for p in _cohort_files(directory or cohorts_dir())]
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Counts used by `bt cohorts show`: by stage, family, level, subject, kind, split, selection."""
+    def count(key: str) -> dict:
+        c = Counter(r[key] for r in rows if key in r)
+        return dict(sorted(c.items(), key=lambda kv: (str(kv[0]))))
+
+    return {
+        "rows": len(rows),
+        "standins": sum(bool(r["standin"]) for r in rows),
+        "by_stage": dict(Counter(r["stage"] for r in rows)),
+        "by_family": dict(Counter(r["family"] for r in rows)),
+        "by_level": count("level"),
+        "by_subject": count("subject"),
+        "by_kind": count("kind"),
+        "by_bin": count("bin"),
+        "by_split": count("split"),
+        "selections": dict(sorted(Counter(r["selection"] for r in rows).items())),
+        "stage_standins": dict(Counter(r["stage"] for r in rows if r["standin"])),
+    }

