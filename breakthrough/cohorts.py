@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -112,6 +113,8 @@ def validate_row(row: object, where: str) -> dict:
         if not row["problem"].strip():
             raise BtError(f"{where}: field 'problem' is empty")
     else:
+        if not math.isfinite(row["optimum"]):
+            raise BtError(f"{where}: field 'optimum' must be finite, got {row['optimum']!r}")
         if row["n_optima"] < 1:
             raise BtError(f"{where}: field 'n_optima' must be >= 1, got {row['n_optima']}")
     if "split" in row and row["split"] not in SPLITS:
@@ -186,6 +189,7 @@ class CohortInfo:
     standins: int
     stages: tuple[str, ...]  # in order of first appearance
     digest: str
+    error: str | None = None  # set (and the counts empty) when list_cohorts(strict=False) hit a bad file
 
 
 def _ordered_unique(values) -> tuple[str, ...]:
@@ -212,9 +216,18 @@ def _cohort_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.jsonl") if p.is_file())
 
 
-def list_cohorts(directory: Path | None = None) -> list[CohortInfo]:
-    """Every `*.jsonl` cohort directly in the cohorts directory (validated), sorted by name."""
-    return [cohort_info(p) for p in _cohort_files(directory or cohorts_dir())]
+def list_cohorts(directory: Path | None = None, strict: bool = True) -> list[CohortInfo]:
+    """Every `*.jsonl` cohort directly in the cohorts directory (validated), sorted by name.
+    strict=False reports an invalid file as a CohortInfo with `error` set instead of raising."""
+    out = []
+    for p in _cohort_files(directory or cohorts_dir()):
+        try:
+            out.append(cohort_info(p))
+        except BtError as exc:
+            if strict:
+                raise
+            out.append(CohortInfo(p.stem, p, 0, (), 0, (), "", error=str(exc)))
+    return out
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -229,3 +229,13 @@ def test_cli_build_check_and_write(cli_app, tmp_path):
     assert (tmp_path / "demo.jsonl").read_bytes() == (REPO_COHORTS / "demo.jsonl").read_bytes()
     res = runner.invoke(cli_app, ["cohorts", "build", "math89", "--check", "--out", str(tmp_path)])
     assert res.exit_code == 1
+
+
+def test_list_reports_invalid_file_when_not_strict(tmp_path):
+    _write(tmp_path, [_row()], name="good.jsonl")
+    _write(tmp_path, [_row(), "{"], name="bad.jsonl")
+    with pytest.raises(BtError, match=r"bad\.jsonl:2"):
+        list_cohorts(tmp_path)
+    infos = {i.name: i for i in list_cohorts(tmp_path, strict=False)}
+    assert infos["good"].error is None and infos["good"].rows == 1
+    assert "bad.jsonl:2: malformed JSON" in infos["bad"].error

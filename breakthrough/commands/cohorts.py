@@ -93,11 +93,14 @@ def list_cmd(
     from breakthrough.cohorts import cohorts_dir, list_cohorts
 
     d = directory or cohorts_dir()
-    infos = list_cohorts(d)
+    infos = list_cohorts(d, strict=False)
     table = Table(title=f"cohorts in {d}")
     for col in ("name", "rows", "families", "stand-ins", "stages", "digest"):
         table.add_column(col, justify="right" if col in ("rows", "stand-ins") else "left")
     for i in infos:
+        if i.error:
+            table.add_row(i.name, "-", "-", "-", f"[red]INVALID[/red] {i.error}", "-")
+            continue
         table.add_row(
             i.name, str(i.rows), ",".join(i.families), str(i.standins), ",".join(i.stages),
             i.digest[:12],
