@@ -67,9 +67,12 @@ def cohort_path(name_or_path: str | Path) -> Path:
     """Resolve a cohort name (file stem in `cohorts_dir()`) or a path to a `.jsonl` file."""
     p = Path(name_or_path)
     if p.suffix == ".jsonl" or p.is_file() or os.sep in str(name_or_path):
-        if not p.is_file():
-            raise BtError(f"{p}: cohort file not found")
-        return p
+        if p.is_file():
+            return p
+        shipped = cohorts_dir() / p.name
+        if p.name == str(name_or_path) and shipped.is_file():  # bare "NAME.jsonl"
+            return shipped
+        raise BtError(f"{p}: cohort file not found")
     candidate = cohorts_dir() / f"{name_or_path}.jsonl"
     if not candidate.is_file():
         names = ", ".join(sorted(x.stem for x in _cohort_files(cohorts_dir()))) or "none"
