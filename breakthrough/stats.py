@@ -1,0 +1,604 @@
+"""AUROC decomposition, trace-blind baselines, clustered bootstrap and binomial intervals.
+
+Pure functions over numpy arrays: no I/O, no module state. Conventions (protocol 9.8, 16.15):
+
+* ``label`` is 1 for a success (correct) and 0 for a failure; a score is read as "higher
+  predicts success", so AUROC = P(score(success) > score(failure)) with ties counted 0.5.
+* Over all success/failure ("discordant") pairs, a pair is *within* when both rows share a
+  group (problem, or problem x model cell) and *between* otherwise. With
+  lam = within pairs / all pairs, pooled = lam * within + (1 - lam) * between holds exactly.
+  Within AUROC over pairs equals the per-group AUROCs averaged with s_g * f_g weights; the
+  pre-registered failure-weighted mean (weights f_g) is reported beside it.
+* A score that depends on the group alone ties every within pair, so its within AUROC is 0.5.
+  The leave-one-out (LOO) pass rate gives successes (S-1)/(k-1) and failures S/(k-1) inside a
+  group, so every within pair is reversed and its within AUROC is 0.
+
+Everything is rank-based (one sort per score, per-group Mann-Whitney sums), O(n log n); the
+bootstrap reuses that sort and costs O(n) per draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DECOMPOSITION_STATS",
+    "BootstrapResult",
+    "Decomposition",
+    "GroupAUROC",
+    "auroc",
+    "bootstrap_decomposition",
+    "clopper_pearson_interval",
+    "cluster_bootstrap",
+    "decompose",
+    "encode_groups",
+    "group_score",
+    "loo_score",
+    "per_group_auroc",
+    "percentile_interval",
+    "summarize",
+    "summarize_difference",
+    "wilson_interval",
+]
+
+# Statistics produced by decompose() / bootstrap_decomposition(), in report order.
+DECOMPOSITION_STATS = (
+    "pooled",
+    "within_pair_weighted",
+    "within_failure_weighted",
+    "between",
+    "lam",
+)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _as_label(label: Any, n: int | None = None) -> np.ndarray:
+    y = np.asarray(label)
+    if y.ndim != 1:
+        raise ValueError("label must be one-dimensional")
+    if n is not None and y.shape[0] != n:
+        raise ValueError(f"label has {y.shape[0]} rows, expected {n}")
+    if y.dtype == bool:
+        return y.astype(np.int8)
+    if not np.issubdtype(y.dtype, np.number):
+        raise ValueError(f"label must be boolean or 0/1 numeric, got dtype {y.dtype}")
+    if y.size and not np.all((y == 0) | (y == 1)):
+        bad = np.unique(y[~((y == 0) | (y == 1))])[:5]
+        raise ValueError(f"label must be binary (0/1); found values {bad.tolist()}")
+    return y.astype(np.int8)
+
+
+def _as_score(score: Any, n: int | None = None, name: str = "score") -> np.ndarray:
+    s = np.asarray(score, dtype=np.float64)
+    if s.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional")
+    if n is not None and s.shape[0] != n:
+        raise ValueError(f"{name} has {s.shape[0]} rows, expected {n}")
+    if np.isnan(s).any():
+        raise ValueError(f"{name} contains NaN; drop or impute those rows first")
+    return s
+
+
+def encode_groups(group: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Map group ids (any hashable values, one per row) to codes 0..G-1.
+
+    Returns (codes, uniques) with uniques[codes] == group, codes in first-appearance order.
+    A missing group id (None/NaN) is a ValueError.
+    """
+    import pandas as pd
+
+    g = np.asarray(group)
+    if g.ndim != 1:
+        raise ValueError("group must be one-dimensional")
+    codes, uniques = pd.factorize(g, use_na_sentinel=True)
+    if codes.size and codes.min() < 0:
+        raise ValueError(f"group has {int((codes < 0).sum())} missing ids")
+    return codes.astype(np.int64), np.asarray(uniques)
+
+
+# --------------------------------------------------------------------------- rank machinery
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    """One sort of the rows by score, kept for the point estimate and every bootstrap draw.
+
+    For each success (in score order), ``lo``/``hi`` count the failures with a strictly lower /
+    a lower-or-equal score, so its concordance with failures is (lo + hi) / 2 (ties 0.5).
+    """
+
+    g_neg: np.ndarray  # group codes of the failures, in score order
+    g_pos: np.ndarray  # group codes of the successes, in score order
+    lo: np.ndarray
+    hi: np.ndarray
+    u_total: float  # Mann-Whitney U over all success/failure pairs
+    u_group: np.ndarray  # U over the pairs inside each group
+    succ: np.ndarray  # successes per group (float)
+    fail: np.ndarray  # failures per group (float)
+
+
+def _rank(codes: np.ndarray, n_groups: int, y: np.ndarray, s: np.ndarray) -> _Ranked:
+    o = np.argsort(s, kind="stable")
+    ss, gs, neg = s[o], codes[o], y[o] == 0
+    s_neg, s_pos = ss[neg], ss[~neg]
+    lo = np.searchsorted(s_neg, s_pos, side="left")
+    hi = np.searchsorted(s_neg, s_pos, side="right")
+    u_total = 0.5 * (float(lo.sum()) + float(hi.sum()))
+    # Within groups: regroup the score-sorted rows (stable, so each group stays score-sorted)
+    # and count, per success, the failures of its own group below / tied with it.
+    o2 = np.argsort(gs, kind="stable")
+    g2, s2, neg2 = gs[o2], ss[o2], neg[o2]
+    n = g2.size
+    cneg = np.r_[0, np.cumsum(neg2)]  # failures before position p: cneg[p]
+    if n:
+        new_group = np.r_[True, g2[1:] != g2[:-1]]
+        new_block = new_group | np.r_[True, s2[1:] != s2[:-1]]
+    else:
+        new_group = new_block = np.zeros(0, dtype=bool)
+    pos = np.arange(n)
+    g_start = np.maximum.accumulate(np.where(new_group, pos, 0)) if n else pos
+    b_start = np.maximum.accumulate(np.where(new_block, pos, 0)) if n else pos
+    b_last = np.flatnonzero(np.r_[new_block[1:], True]) if n else pos  # last row of each block
+    b_end = b_last[np.cumsum(new_block) - 1] + 1 if n else pos
+    p = ~neg2
+    base = cneg[g_start[p]]
+    conc = (cneg[b_start[p]] - base) + (cneg[b_end[p]] - base)  # 2 x concordance
+    u_group = 0.5 * np.bincount(g2[p], weights=conc, minlength=n_groups)
+    size = np.bincount(codes, minlength=n_groups).astype(np.float64)
+    succ = np.bincount(codes, weights=(y == 1), minlength=n_groups).astype(np.float64)
+    return _Ranked(
+        g_neg=gs[neg],
+        g_pos=gs[~neg],
+        lo=lo,
+        hi=hi,
+        u_total=u_total,
+        u_group=u_group,
+        succ=succ,
+        fail=size - succ,
+    )
+
+
+def _u_draws(r: _Ranked, counts: np.ndarray) -> np.ndarray:
+    """U over all pairs for m resamples at once; ``counts`` (m, G): copies of each group.
+
+    A group drawn c times enters with each row weighted c, so a pair's weight is c_g * c_h;
+    cumulative failure weights in score order give each success its weighted concordance.
+    """
+    m = counts.shape[0]
+    n_rows = r.g_neg.size + r.g_pos.size
+    cmax = int(counts.max()) if counts.size else 0
+    dt = np.int32 if 2 * n_rows * max(cmax, 1) ** 2 < 2**31 else np.int64
+    c = counts.astype(dt, copy=False)
+    cn = np.zeros((m, r.g_neg.size + 1), dtype=dt)
+    np.cumsum(c[:, r.g_neg], axis=1, out=cn[:, 1:])
+    v = cn[:, r.lo]
+    v += cn[:, r.hi]
+    v *= c[:, r.g_pos]
+    return 0.5 * v.sum(axis=1, dtype=np.float64)
+
+
+# --------------------------------------------------------------------------- point estimates
+
+
+def auroc(score: Any, label: Any) -> float:
+    """Pooled AUROC of ``score`` for ``label`` (1 = success), ties 0.5; NaN if one class."""
+    y = _as_label(label)
+    s = _as_score(score, y.size)
+    n_pos = int(y.sum())
+    n_neg = y.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    r = _rank(np.zeros(y.size, dtype=np.int64), 1, y, s)
+    return r.u_total / (n_pos * n_neg)
+
+
+@dataclass(frozen=True)
+class GroupAUROC:
+    """Per-group counts and AUROC (NaN where a group has only one class), aligned with ``groups``."""
+
+    groups: np.ndarray
+    n: np.ndarray
+    successes: np.ndarray
+    failures: np.ndarray
+    u: np.ndarray  # concordant success/failure pairs inside the group, ties 0.5
+    auroc: np.ndarray
+
+    def weighted_mean(self, weights: str = "failures") -> float:
+        """Mean of the per-group AUROCs over groups with both classes.
+
+        ``weights``: "failures" (f_g, pre-registered) or "pairs" (s_g * f_g, equal to the
+        pair-level within AUROC) or "equal".
+        """
+        mixed = (self.successes > 0) & (self.failures > 0)
+        if not mixed.any():
+            return float("nan")
+        if weights == "failures":
+            w = self.failures[mixed].astype(np.float64)
+        elif weights == "pairs":
+            w = (self.successes[mixed] * self.failures[mixed]).astype(np.float64)
+        elif weights == "equal":
+            w = np.ones(int(mixed.sum()))
+        else:
+            raise ValueError(f"unknown weights {weights!r}; use failures, pairs or equal")
+        return float(np.dot(w, self.auroc[mixed]) / w.sum())
+
+
+def per_group_auroc(group: Any, score: Any, label: Any) -> GroupAUROC:
+    """AUROC inside each group (rank-based, all groups at once)."""
+    y = _as_label(label)
+    s = _as_score(score, y.size)
+    codes, uniques = encode_groups(group)
+    if codes.size != y.size:
+        raise ValueError(f"group has {codes.size} rows, expected {y.size}")
+    r = _rank(codes, uniques.size, y, s)
+    succ = r.succ.astype(np.int64)
+    fail = r.fail.astype(np.int64)
+    u = r.u_group
+    pairs = succ * fail
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = np.where(pairs > 0, u / np.where(pairs > 0, pairs, 1), np.nan)
+    return GroupAUROC(groups=uniques, n=succ + fail, successes=succ, failures=fail, u=u, auroc=a)
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """Pooled / within / between AUROC over discordant pairs; pooled = lam*within + (1-lam)*between.
+
+    ``within_pair_weighted`` is the pair-level within AUROC (= s*f-weighted per-group mean);
+    ``within_failure_weighted`` weights per-group AUROCs by failures. Undefined values are NaN
+    (no success or no failure; no within pairs; no between pairs).
+    """
+
+    pooled: float
+    within_pair_weighted: float
+    within_failure_weighted: float
+    between: float
+    lam: float
+    n_rows: int
+    n_groups: int
+    n_groups_mixed: int  # groups holding both a success and a failure
+    n_success: int
+    n_failure: int
+    n_pairs: int
+    n_within_pairs: int
+    n_between_pairs: int
+
+    @property
+    def within(self) -> float:
+        """The pair-level within AUROC (the term of the identity)."""
+        return self.within_pair_weighted
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def _ratio(num: float, den: float) -> float:
+    return float(num / den) if den > 0 else float("nan")
+
+
+def decompose(group: Any, score: Any, label: Any) -> Decomposition:
+    """Pooled, within (both weightings), between AUROC and lam for one score."""
+    y = _as_label(label)
+    s = _as_score(score, y.size)
+    codes, uniques = encode_groups(group)
+    if codes.size != y.size:
+        raise ValueError(f"group has {codes.size} rows, expected {y.size}")
+    G = uniques.size
+    n_pos = int(y.sum())
+    n_neg = int(y.size - n_pos)
+    r = _rank(codes, G, y, s)
+    u_total, u_g, fail = r.u_total, r.u_group, r.fail
+    pairs_g = r.succ * fail
+    mixed = pairs_g > 0
+    n_pairs = n_pos * n_neg
+    n_within = int(pairs_g.sum())
+    u_within = float(u_g.sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a_g = u_g[mixed] / pairs_g[mixed]
+    return Decomposition(
+        pooled=_ratio(u_total, n_pairs),
+        within_pair_weighted=_ratio(u_within, n_within),
+        within_failure_weighted=_ratio(float(np.dot(fail[mixed], a_g)), float(fail[mixed].sum())),
+        between=_ratio(u_total - u_within, n_pairs - n_within),
+        lam=_ratio(n_within, n_pairs),
+        n_rows=int(y.size),
+        n_groups=int(G),
+        n_groups_mixed=int(mixed.sum()),
+        n_success=n_pos,
+        n_failure=n_neg,
+        n_pairs=int(n_pairs),
+        n_within_pairs=n_within,
+        n_between_pairs=int(n_pairs - n_within),
+    )
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def loo_score(group: Any, label: Any) -> np.ndarray:
+    """Leave-one-out pass rate: mean correctness of the other rows of the same group.
+
+    (S_g - y_i) / (k_g - 1); NaN for a group with a single row (no other attempt).
+    """
+    y = _as_label(label).astype(np.float64)
+    codes, uniques = encode_groups(group)
+    if codes.size != y.size:
+        raise ValueError(f"group has {codes.size} rows, expected {y.size}")
+    k = np.bincount(codes, minlength=uniques.size).astype(np.float64)
+    s = np.bincount(codes, weights=y, minlength=uniques.size)
+    others = k[codes] - 1.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(others > 0, (s[codes] - y) / np.where(others > 0, others, 1.0), np.nan)
+
+
+def group_score(group: Any, fn: Callable[[Any], float] | Mapping[Any, float]) -> np.ndarray:
+    """A question-only score: a value that depends on the row's group alone.
+
+    ``fn`` is a mapping group id -> value or a function of the group id. Any such score has
+    within AUROC exactly 0.5 (all within pairs tie).
+    """
+    codes, uniques = encode_groups(group)
+    get = fn.__getitem__ if isinstance(fn, Mapping) else fn
+    values = np.array([float(get(u)) for u in uniques.tolist()], dtype=np.float64)
+    return values[codes]
+
+
+# --------------------------------------------------------------------------- intervals
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a success rate (NaNs when n == 0)."""
+    from scipy.stats import norm
+
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must lie in [0, {n}], got {successes}")
+    z = float(norm.ppf(0.5 + confidence / 2.0))
+    p = successes / n
+    den = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def clopper_pearson_interval(
+    successes: int, n: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval for a success rate (NaNs when n == 0)."""
+    from scipy.stats import beta
+
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must lie in [0, {n}], got {successes}")
+    alpha = 1.0 - confidence
+    lo = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, n - successes + 1))
+    hi = 1.0 if successes == n else float(beta.ppf(1 - alpha / 2, successes + 1, n - successes))
+    return (lo, hi)
+
+
+def percentile_interval(draws: Any, confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile interval over the finite draws (NaN draws — undefined statistics — skipped)."""
+    d = np.asarray(draws, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return (float("nan"), float("nan"))
+    a = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(d, [a, 1.0 - a])
+    return (float(lo), float(hi))
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def _count_draws(
+    rng: np.random.Generator, n_groups: int, n_boot: int, chunk: int
+) -> Iterator[np.ndarray]:
+    """Yield (m, G) arrays: how often each group is drawn, G draws with replacement per row.
+
+    Both bootstrap paths consume the generator through this function, so the same seed gives
+    the same resamples in each.
+    """
+    done = 0
+    while done < n_boot:
+        m = min(chunk, n_boot - done)
+        idx = rng.integers(0, n_groups, size=(m, n_groups))
+        flat = (idx + (np.arange(m) * n_groups)[:, None]).ravel()
+        yield np.bincount(flat, minlength=m * n_groups).reshape(m, n_groups)
+        done += m
+
+
+def cluster_bootstrap(
+    group: Any,
+    statistic: Callable[..., Any],
+    *arrays: Any,
+    n_boot: int = 2000,
+    seed: int | np.random.Generator = 0,
+) -> np.ndarray:
+    """Problem-clustered bootstrap of any statistic.
+
+    Each draw resamples the groups with replacement (as many as there are) and takes all rows
+    of each drawn group; a group drawn twice enters as two distinct groups. ``statistic`` is
+    called as ``statistic(group_codes, *resampled_arrays)`` and returns a float or a 1-D
+    array (e.g. a difference between two scores on the same rows). Returns the draws, shape
+    (n_boot,) or (n_boot, k); use percentile_interval on them.
+    """
+    codes, uniques = encode_groups(group)
+    G = uniques.size
+    cols = [np.asarray(a) for a in arrays]
+    for a in cols:
+        if a.shape[0] != codes.size:
+            raise ValueError(f"array has {a.shape[0]} rows, expected {codes.size}")
+    if G == 0:
+        raise ValueError("no groups to resample")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    order = np.argsort(codes, kind="stable")
+    size = np.bincount(codes, minlength=G)
+    start = np.r_[0, np.cumsum(size)[:-1]]
+    out = []
+    for counts in _count_draws(rng, G, n_boot, chunk=64):
+        for c in counts:
+            drawn = np.repeat(np.arange(G), c)  # group ids, one entry per copy
+            lens = size[drawn]
+            copy_id = np.repeat(np.arange(drawn.size), lens)
+            offs = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
+            rows = order[start[drawn][copy_id] + offs]
+            out.append(np.asarray(statistic(copy_id, *(a[rows] for a in cols)), dtype=np.float64))
+    return np.stack(out) if out else np.zeros((0,))
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """Draws of the decomposition statistics for each score, on shared group resamples.
+
+    ``draws[name][stat]`` is an (n_boot,) array (NaN where the statistic is undefined in that
+    draw, e.g. a single-class draw). ``difference(a, b, stat)`` gives draws of a - b.
+    """
+
+    scores: tuple[str, ...]
+    n_boot: int
+    seed: int | None
+    draws: dict[str, dict[str, np.ndarray]]
+
+    def interval(self, name: str, stat: str, confidence: float = 0.95) -> tuple[float, float]:
+        return percentile_interval(self.draws[name][stat], confidence)
+
+    def n_valid(self, name: str, stat: str) -> int:
+        return int(np.isfinite(self.draws[name][stat]).sum())
+
+    def difference(self, a: str, b: str, stat: str) -> np.ndarray:
+        return self.draws[a][stat] - self.draws[b][stat]
+
+
+def _chunk_stats(r: _Ranked, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Decomposition statistics for m resamples given as group counts (m, G)."""
+    G = r.succ.size
+    pairs_g = r.succ * r.fail
+    mixed = pairs_g > 0
+    auc_g = np.divide(r.u_group, pairs_g, out=np.zeros(G), where=mixed)
+    f_mixed = np.where(mixed, r.fail, 0.0)
+    c = counts.astype(np.float64)
+    u_total = _u_draws(r, counts)
+    n_pairs = (c @ r.succ) * (c @ r.fail)
+    n_within = c @ pairs_g
+    n_between = n_pairs - n_within
+    u_within = c @ r.u_group
+    fw = c @ f_mixed
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {
+            "pooled": np.where(n_pairs > 0, u_total / n_pairs, np.nan),
+            "within_pair_weighted": np.where(n_within > 0, u_within / n_within, np.nan),
+            "within_failure_weighted": np.where(fw > 0, (c @ (f_mixed * auc_g)) / fw, np.nan),
+            "between": np.where(n_between > 0, (u_total - u_within) / n_between, np.nan),
+            "lam": np.where(n_pairs > 0, n_within / n_pairs, np.nan),
+        }
+
+
+def bootstrap_decomposition(
+    group: Any,
+    label: Any,
+    scores: Mapping[str, Any],
+    n_boot: int = 2000,
+    seed: int | np.random.Generator = 0,
+    chunk: int | None = None,
+) -> BootstrapResult:
+    """Clustered percentile bootstrap of every decomposition statistic, for several scores.
+
+    All scores see the same group resamples (draws are paired), so differences between
+    scores on the same rows come from ``BootstrapResult.difference``. Equivalent to
+    ``cluster_bootstrap(group, lambda g, s, y: decompose(g, s, y)...)`` with the same seed, but
+    O(n) per draw with no re-sorting: a drawn group's rows enter with multiplicity = its count.
+    """
+    y = _as_label(label)
+    codes, uniques = encode_groups(group)
+    if codes.size != y.size:
+        raise ValueError(f"group has {codes.size} rows, expected {y.size}")
+    if uniques.size == 0:
+        raise ValueError("no groups to resample")
+    ss = {name: _as_score(v, y.size, name=str(name)) for name, v in scores.items()}
+    G = int(uniques.size)
+    if chunk is None:  # keep the (chunk, n) weight matrices around 32 MB
+        chunk = int(max(1, min(256, 4_000_000 // max(1, y.size))))
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    ranked = {name: _rank(codes, G, y, s) for name, s in ss.items()}
+    parts: dict[str, dict[str, list[np.ndarray]]] = {
+        name: {k: [] for k in DECOMPOSITION_STATS} for name in ss
+    }
+    for counts in _count_draws(rng, G, n_boot, chunk):
+        for name, r in ranked.items():
+            for k, v in _chunk_stats(r, counts).items():
+                parts[name][k].append(v)
+    draws = {
+        name: {k: np.concatenate(v) if v else np.zeros(0) for k, v in d.items()}
+        for name, d in parts.items()
+    }
+    return BootstrapResult(
+        scores=tuple(ss),
+        n_boot=int(n_boot),
+        seed=None if isinstance(seed, np.random.Generator) else int(seed),
+        draws=draws,
+    )
+
+
+def summarize(
+    point: Decomposition,
+    boot: BootstrapResult | None,
+    name: str,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """A JSON-ready dict: each statistic with its interval and count of valid draws."""
+    out: dict[str, Any] = {}
+    for stat in DECOMPOSITION_STATS:
+        entry: dict[str, Any] = {"estimate": _finite_or_none(getattr(point, stat))}
+        if boot is not None:
+            lo, hi = boot.interval(name, stat, confidence)
+            entry["ci"] = [_finite_or_none(lo), _finite_or_none(hi)]
+            entry["n_valid_draws"] = boot.n_valid(name, stat)
+        out[stat] = entry
+    for k in (
+        "n_rows",
+        "n_groups",
+        "n_groups_mixed",
+        "n_success",
+        "n_failure",
+        "n_pairs",
+        "n_within_pairs",
+        "n_between_pairs",
+    ):
+        out[k] = getattr(point, k)
+    return out
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def summarize_difference(
+    a: Decomposition,
+    b: Decomposition,
+    boot: BootstrapResult | None,
+    name_a: str,
+    name_b: str,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """a - b for each statistic (same rows), with paired bootstrap intervals."""
+    out: dict[str, Any] = {}
+    for stat in DECOMPOSITION_STATS:
+        entry: dict[str, Any] = {
+            "estimate": _finite_or_none(getattr(a, stat) - getattr(b, stat))
+        }
+        if boot is not None:
+            d = boot.difference(name_a, name_b, stat)
+            lo, hi = percentile_interval(d, confidence)
+            entry["ci"] = [_finite_or_none(lo), _finite_or_none(hi)]
+            entry["n_valid_draws"] = int(np.isfinite(d).sum())
+        out[stat] = entry
+    return out
+

@@ -1,0 +1,175 @@
+"""breakthrough.stats: worked example, decomposition identity, baselines, bootstrap, intervals."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import binomtest
+from sklearn.metrics import roc_auc_score
+
+from breakthrough import stats as S
+
+# The study's worked example: problem A 3 correct / 1 wrong, problem C 1 correct / 3 wrong;
+# every attempt of A scores 0.75, every attempt of C 0.25 (a question-only score).
+EX_GROUP = ["A"] * 4 + ["C"] * 4
+EX_LABEL = [1, 1, 1, 0, 1, 0, 0, 0]
+EX_SCORE = [0.75] * 4 + [0.25] * 4
+
+
+def _brute(group, score, label):
+    """Pair loop: (within U, within pairs, between U, between pairs)."""
+    wu = wn = bu = bn = 0.0
+    for gi, si, yi in zip(group, score, label):
+        if yi != 1:
+            continue
+        for gj, sj, yj in zip(group, score, label):
+            if yj != 0:
+                continue
+            c = 1.0 if si > sj else 0.5 if si == sj else 0.0
+            if gi == gj:
+                wu, wn = wu + c, wn + 1
+            else:
+                bu, bn = bu + c, bn + 1
+    return wu, wn, bu, bn
+
+
+def test_worked_example():
+    d = S.decompose(EX_GROUP, EX_SCORE, EX_LABEL)
+    assert Fraction(d.pooled).limit_denominator(100) == Fraction(12, 16)
+    assert d.within == 0.5 and d.within_failure_weighted == 0.5
+    assert (d.n_pairs, d.n_within_pairs, d.n_between_pairs) == (16, 6, 10)
+    assert d.lam == pytest.approx(6 / 16)
+    assert d.between == pytest.approx(9 / 10)  # 9 of A-success x C-failure concordant, 1 not
+    assert d.pooled == pytest.approx(d.lam * d.within + (1 - d.lam) * d.between, abs=1e-15)
+    assert S.auroc(EX_SCORE, EX_LABEL) == pytest.approx(roc_auc_score(EX_LABEL, EX_SCORE))
+
+
+def test_loo_score_and_its_within_auroc_is_zero():
+    loo = S.loo_score(EX_GROUP, EX_LABEL)
+    # A: successes (3-1)/3, failure 3/3; C: success 0/3, failures 1/3.
+    np.testing.assert_allclose(loo, [2 / 3, 2 / 3, 2 / 3, 1, 0, 1 / 3, 1 / 3, 1 / 3])
+    d = S.decompose(EX_GROUP, loo, EX_LABEL)
+    assert d.within == 0.0 and d.within_failure_weighted == 0.0
+    rng = np.random.default_rng(5)
+    g = rng.integers(0, 40, 600)
+    y = rng.random(600) < rng.random(40)[g]
+    d = S.decompose(g, S.loo_score(g, y), y)
+    assert d.n_groups_mixed > 0 and d.within == 0.0 and d.within_failure_weighted == 0.0
+    assert np.isnan(S.loo_score(["x", "y", "y"], [1, 0, 1])[0])  # single-row group
+
+
+def test_question_only_score_within_is_half():
+    rng = np.random.default_rng(1)
+    g = rng.integers(0, 30, 400)
+    y = rng.random(400) < 0.5
+    q = S.group_score(g, lambda gid: (gid * 37) % 11)
+    d = S.decompose(g, q, y)
+    assert d.within == 0.5 and d.within_failure_weighted == 0.5
+    q2 = S.group_score(EX_GROUP, {"A": 0.75, "C": 0.25})
+    np.testing.assert_array_equal(q2, EX_SCORE)
+
+
+rows = st.integers(2, 40).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.integers(0, 5), min_size=n, max_size=n),
+        st.lists(st.integers(0, 6).map(lambda v: v / 2), min_size=n, max_size=n),  # many ties
+        st.lists(st.booleans(), min_size=n, max_size=n),
+    )
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows)
+def test_identity_and_sklearn_agreement(data):
+    group, score, label = data
+    y = np.array(label, dtype=int)
+    d = S.decompose(group, score, y)
+    if 0 < y.sum() < y.size:
+        assert d.pooled == pytest.approx(roc_auc_score(y, score), abs=1e-12)
+        assert S.auroc(score, y) == pytest.approx(d.pooled, abs=1e-12)
+        within = d.within if d.n_within_pairs else 0.0
+        between = d.between if d.n_between_pairs else 0.0
+        assert d.pooled == pytest.approx(d.lam * within + (1 - d.lam) * between, abs=1e-12)
+        wu, wn, bu, bn = _brute(group, score, y)
+        assert (d.n_within_pairs, d.n_between_pairs) == (wn, bn)
+        if wn:
+            assert d.within == pytest.approx(wu / wn, abs=1e-12)
+        if bn:
+            assert d.between == pytest.approx(bu / bn, abs=1e-12)
+    else:
+        assert np.isnan(d.pooled) and np.isnan(d.lam)
+
+
+def test_per_group_auroc_and_weightings():
+    rng = np.random.default_rng(2)
+    g = rng.integers(0, 12, 300)
+    y = (rng.random(300) < 0.6).astype(int)
+    s = rng.normal(size=300) + y * 0.3
+    pg = S.per_group_auroc(g, s, y)
+    for gid, a, n_s, n_f in zip(pg.groups, pg.auroc, pg.successes, pg.failures):
+        m = g == gid
+        assert (n_s, n_f) == (y[m].sum(), (1 - y[m]).sum())
+        if n_s and n_f:
+            assert a == pytest.approx(roc_auc_score(y[m], s[m]))
+    d = S.decompose(g, s, y)
+    assert pg.weighted_mean("pairs") == pytest.approx(d.within)
+    assert pg.weighted_mean("failures") == pytest.approx(d.within_failure_weighted)
+
+
+def test_bootstrap_fast_path_matches_generic_resampling():
+    rng = np.random.default_rng(3)
+    g = rng.integers(0, 9, 70).astype(str)
+    y = (rng.random(70) < 0.5).astype(int)
+    s1 = np.round(rng.normal(size=70), 1)
+    s2 = S.loo_score(g, y)
+
+    def stat(codes, a, b, yy):
+        da, db = S.decompose(codes, a, yy), S.decompose(codes, b, yy)
+        return [getattr(da, k) for k in S.DECOMPOSITION_STATS] + [da.pooled - db.pooled]
+
+    generic = S.cluster_bootstrap(g, stat, s1, s2, y, n_boot=150, seed=11)
+    fast = S.bootstrap_decomposition(g, y, {"s1": s1, "loo": s2}, n_boot=150, seed=11, chunk=7)
+    expect = np.column_stack(
+        [fast.draws["s1"][k] for k in S.DECOMPOSITION_STATS]
+        + [fast.difference("s1", "loo", "pooled")]
+    )
+    np.testing.assert_allclose(generic, expect, atol=1e-12, equal_nan=True)
+    again = S.bootstrap_decomposition(g, y, {"s1": s1}, n_boot=150, seed=11)
+    np.testing.assert_array_equal(again.draws["s1"]["pooled"], fast.draws["s1"]["pooled"])
+    lo, hi = fast.interval("s1", "pooled")
+    assert lo <= S.decompose(g, s1, y).pooled <= hi
+
+
+def test_bootstrap_skips_single_class_draws():
+    g = ["a", "a", "b", "b"]
+    boot = S.bootstrap_decomposition(g, [1, 1, 0, 0], {"s": [1.0, 2, 0, 0]}, n_boot=200, seed=0)
+    pooled = boot.draws["s"]["pooled"]
+    assert np.isnan(pooled).any() and (pooled[np.isfinite(pooled)] == 1.0).all()
+    assert boot.n_valid("s", "pooled") == int(np.isfinite(pooled).sum())
+    assert all(np.isnan(S.percentile_interval([np.nan, np.nan])))
+    assert S.percentile_interval([0.5, np.nan]) == (0.5, 0.5)
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (29, 33), (1, 1)])
+def test_binomial_intervals(k, n):
+    ref = binomtest(k, n)
+    w = ref.proportion_ci(0.95, method="wilson")
+    cp = ref.proportion_ci(0.95, method="exact")
+    assert S.wilson_interval(k, n) == pytest.approx((w.low, w.high), abs=1e-12)
+    assert S.clopper_pearson_interval(k, n) == pytest.approx((cp.low, cp.high), abs=1e-9)
+    assert all(np.isnan(S.wilson_interval(0, 0)))
+
+
+def test_input_validation():
+    with pytest.raises(ValueError, match="binary"):
+        S.decompose([1, 1, 2], [0.1, 0.2, 0.3], [0, 1, 2])
+    with pytest.raises(ValueError, match="NaN"):
+        S.decompose([1, 1], [0.1, np.nan], [0, 1])
+    with pytest.raises(ValueError, match="rows"):
+        S.decompose([1, 1, 1], [0.1, 0.2], [0, 1])
+    with pytest.raises(ValueError, match="missing"):
+        S.encode_groups(["a", None])
