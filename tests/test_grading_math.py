@@ -154,8 +154,14 @@ def test_table_is_big_enough() -> None:
     assert len(CASES) >= 60
 
 
-@pytest.mark.parametrize(("text", "reference", "correct", "method"), CASES)
-def test_grade_table(grader: MathGrader, text: str, reference: str, correct: bool, method: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "reference", "correct", "method"),
+    CASES,
+    ids=[f"{i:02d}-{ref[:24]}" for i, (_, ref, _, _) in enumerate(CASES)],
+)
+def test_grade_table(
+    grader: MathGrader, text: str, reference: str, correct: bool, method: str
+) -> None:
     grade = grader.grade(text, {"id": "t", "answer": reference}, "stop")
     assert (grade.correct, grade.method) == (correct, method), grade
     expected_status = "missing" if method == MISSING else ("correct" if correct else "wrong")

@@ -59,3 +59,14 @@ def test_close_kills_workers() -> None:
     procs = [w.process for w in pool._workers]
     pool.close()
     assert all(p.poll() is not None for p in procs)
+
+
+def test_forgotten_pool_does_not_leak_workers() -> None:
+    import gc
+
+    pool = VerifyPool(size=1, timeout_s=20)
+    pool.pids()
+    procs = [w.process for w in pool._workers]
+    del pool
+    gc.collect()
+    assert all(p.poll() is not None for p in procs)

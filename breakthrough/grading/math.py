@@ -21,7 +21,7 @@ from breakthrough.grading.pool import DEFAULT_TIMEOUT_S, VerifyPool, VerifyResul
 NAME = "math"
 VERSION = "math-1"
 
-Job = tuple[str, dict[str, Any], "str | None"]
+Job = tuple[str, dict[str, Any], str | None]  # (completion text, cohort row, finish_reason)
 
 
 def quick_verdict(prediction: str, reference: str) -> tuple[bool, str] | None:
@@ -107,15 +107,14 @@ class MathGrader:
 
     def grade_many(self, jobs: list[Job]) -> list[Grade]:
         """Extract every answer, then compare the (prediction, reference) pairs in one batch."""
+        references = [reference_of(item) for _, item, _ in jobs]  # bad rows fail before work
         extractions = [extract_final_answer(text) for text, _, _ in jobs]
         pairs = [
-            (ex.answer, reference_of(item))
-            for ex, (_, item, _) in zip(extractions, jobs)
-            if ex.answer is not None
+            (ex.answer, ref) for ex, ref in zip(extractions, references) if ex.answer is not None
         ]
         verdicts = iter(self.compare_many(pairs))
         grades = []
-        for ex, (_, item, finish_reason) in zip(extractions, jobs):
+        for ex, (_, _, finish_reason) in zip(extractions, jobs):
             detail: dict[str, Any] = {"extraction": ex.method, "finish_reason": finish_reason}
             if ex.answer is None:
                 grades.append(
@@ -123,12 +122,17 @@ class MathGrader:
                 )
                 continue
             verdict = next(verdicts)
-            grades.append(replace(verdict, extracted=ex.answer, detail={**verdict.detail, **detail}))
+            detail = {**verdict.detail, **detail}
+            grades.append(replace(verdict, extracted=ex.answer, detail=detail))
         return grades
 
     def compare_many(self, pairs: list[tuple[str, str]]) -> list[Grade]:
         """Protocol 7 comparison of (prediction, reference) pairs, through the cache; each
-        distinct pair reaches math-verify at most once."""
+        distinct pair reaches math-verify at most once.
+
+        The cache key is the extracted answer (outer whitespace stripped), not its protocol
+        normalisation: math-verify sees the raw string, and normalising can change its meaning
+        (removing spaces turns `\\pi r` into `\\pir`)."""
         keys = [(VERSION, pred.strip(), ref) for pred, ref in pairs]
         known: dict[tuple[str, str, str], Grade] = {}
         fresh: list[tuple[tuple[str, str, str], Grade]] = []

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -87,9 +88,21 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
         job_id, reference, prediction = msg
         _apply_hook(hook, prediction)
         try:
-            outbox.send(("done", job_id, verify_pair(reference, prediction), None))
+            reply = ("done", job_id, verify_pair(reference, prediction), None)
         except Exception as exc:  # protocol: any Exception falls through to "incorrect"
-            outbox.send(("done", job_id, False, f"{type(exc).__name__}: {exc}"[:500]))
+            reply = ("done", job_id, False, f"{type(exc).__name__}: {exc}"[:500])
+        try:
+            outbox.send(reply)
+        except OSError:  # the pool is gone
+            return
+
+
+def _kill_all(workers: list[_Worker]) -> None:
+    """Finaliser: no worker outlives its pool (a hung one would never see EOF on its pipe)."""
+    for worker in workers:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()
 
 
 @dataclass
@@ -105,7 +118,8 @@ class _Worker:
 
 class VerifyPool:
     """`size` worker processes; `map(pairs)` verifies (reference, prediction) pairs, each under a
-    hard `timeout_s` measured from when the job reaches an already warm worker."""
+    hard `timeout_s` measured from when the job reaches an already warm worker. Not thread-safe:
+    one `map` at a time."""
 
     def __init__(
         self,
@@ -117,6 +131,7 @@ class VerifyPool:
         self.timeout_s = timeout_s
         self.hook = hook if hook is not None else os.environ.get(HOOK_ENV) or None
         self._workers: list[_Worker] = []
+        weakref.finalize(self, _kill_all, self._workers)  # also runs at interpreter exit
         self._failed_starts = 0
         self.replaced = 0  # workers killed or lost and replaced (for logs and tests)
 
@@ -132,11 +147,12 @@ class VerifyPool:
         if self.hook:
             env[HOOK_ENV] = self.hook
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
-        code = f"from breakthrough.grading.pool import _worker_main; _worker_main({job_r}, {reply_w})"
+        code = f"from {__name__} import _worker_main; _worker_main({job_r}, {reply_w})"
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-c", code], pass_fds=(job_r, reply_w), env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C reaches the parent only; it kills workers
             )
         finally:
             os.close(job_r)  # the child's ends: closing ours lets us see EOF when it dies
