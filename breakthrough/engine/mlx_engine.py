@@ -1,0 +1,243 @@
+"""The MLX backend: mlx-lm's `BatchGenerator` (continuous batching) with one sampler per row.
+
+Sampling (protocol 1.4). Each row gets its own sampler object; the k-th generated token of a
+row is drawn with the key `[seed, k]` (a threefry key made from the row's 32-bit seed and the
+token index), never from MLX's global RNG. The draw is a Gumbel-max over the row's own
+candidate logits, so a row's tokens do not depend on what else shares its batch. The candidate
+set follows mlx-lm's `make_sampler` order: top-p on the full distribution (keep a token while
+the probability mass ranked above it is < top_p), then min-p, then the top-k of those; the
+survivors are sampled at the given temperature. Temperature 0 is greedy (argmax), exactly as
+mlx-lm's `greedy_sampler`.
+
+Per-token statistics, both from the model's FULL next-token distribution at temperature 1
+(log-softmax of the logits, before temperature, top-k and top-p; the same distribution the
+reference recorder stored, whose normalised entropy divides by ln|V|):
+  * logprob: log p(chosen token), <= 0;
+  * entropy: -sum_v p(v) log p(v) in nats, >= 0.
+They are thus comparable between greedy and sampled rows."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from breakthrough.engine.base import GenRequest, GenResult
+from breakthrough.errors import BtError
+from breakthrough.protocol import Sampling
+
+
+def _row_key(seed: int, step: int):
+    import mlx.core as mx
+
+    return mx.random.key(((int(seed) & 0xFFFFFFFF) << 32) | (step & 0xFFFFFFFF))
+
+
+def sample_candidates(logprobs, key, sampling: Sampling):
+    """Draw one token per row of `logprobs` ([n, V], log-softmax) with an explicit key."""
+    import mlx.core as mx
+
+    vocab = logprobs.shape[-1]
+    k = sampling.top_k if 0 < sampling.top_k < vocab else vocab
+    if k < vocab:
+        idx = mx.argpartition(-logprobs, kth=k - 1, axis=-1)[..., :k]
+        cand = mx.take_along_axis(logprobs, idx, axis=-1)
+    else:
+        idx = mx.broadcast_to(mx.arange(vocab), logprobs.shape)
+        cand = logprobs
+    order = mx.argsort(-cand, axis=-1)
+    cand = mx.take_along_axis(cand, order, axis=-1).astype(mx.float32)
+    idx = mx.take_along_axis(idx, order, axis=-1)
+    neg_inf = mx.array(-float("inf"), dtype=mx.float32)
+    if 0.0 < sampling.top_p < 1.0:
+        probs = mx.exp(cand)
+        mass_before = mx.cumsum(probs, axis=-1) - probs
+        cand = mx.where(mass_before < sampling.top_p, cand, neg_inf)
+    if sampling.min_p > 0.0:
+        floor = cand[..., :1] + float(np.log(sampling.min_p))
+        cand = mx.where(cand >= floor, cand, neg_inf)
+    choice = mx.random.categorical(cand * (1.0 / sampling.temperature), axis=-1, key=key)
+    return mx.take_along_axis(idx, choice[..., None].astype(idx.dtype), axis=-1)[..., 0]
+
+
+class RowSampler:
+    """A per-row sampler for `BatchGenerator.insert(samplers=...)`: called exactly once per
+    generated token of its row, in order (call k draws token k)."""
+
+    def __init__(self, seed: int, sampling: Sampling):
+        self.seed = int(seed)
+        self.sampling = sampling
+        self.step = 0
+
+    def __call__(self, logprobs):
+        import mlx.core as mx
+
+        step = self.step
+        self.step += 1
+        if self.sampling.temperature <= 0:
+            return mx.argmax(logprobs, axis=-1)
+        return sample_candidates(logprobs, _row_key(self.seed, step), self.sampling)
+
+
+def _token_stats(rows, tokens: Sequence[int]):
+    """(chosen logprob, entropy) for each row of stacked full log-softmax vectors."""
+    import mlx.core as mx
+
+    lp = mx.stack(rows).astype(mx.float32)
+    p = mx.exp(lp)
+    ent = -mx.sum(mx.where(p > 0, p * lp, 0.0), axis=-1)
+    chosen = mx.take_along_axis(lp, mx.array(tokens)[:, None], axis=-1)[:, 0]
+    mx.eval(ent, chosen)
+    return chosen.tolist(), ent.tolist()
+
+
+class _Row:
+    __slots__ = ("req", "tokens", "logprobs", "entropies", "t0")
+
+    def __init__(self, req: GenRequest):
+        self.req = req
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.entropies: list[float] = []
+        self.t0 = time.perf_counter()
+
+
+class MlxEngine:
+    """Continuous batching on mlx-lm's `BatchGenerator`.
+
+    `generate(requests)` pulls requests lazily, keeps at most `batch_size` rows in flight,
+    refills free slots as rows finish and yields each `GenResult` when its row finishes.
+    """
+
+    def __init__(
+        self,
+        model,
+        eos_ids: Iterable[int],
+        *,
+        batch_size: int = 8,
+        prefill_batch_size: int | None = None,
+        prefill_step_size: int = 2048,
+    ):
+        self.model = model
+        self.eos_ids = frozenset(int(e) for e in eos_ids)
+        if not self.eos_ids:
+            raise BtError("the model has no EOS token id; cannot generate")
+        self.batch_size = max(1, int(batch_size))
+        self.prefill_batch_size = prefill_batch_size or min(self.batch_size, 8)
+        self.prefill_step_size = prefill_step_size
+        self.generated_tokens = 0
+        self.last_elapsed_s = 0.0
+
+    @classmethod
+    def from_loaded(cls, loaded, **kwargs) -> "MlxEngine":
+        """From a `breakthrough.models.LoadedModel`."""
+        return cls(loaded.model, loaded.eos_ids, **kwargs)
+
+    def _stop(self, req: GenRequest):
+        from mlx_lm.generate import StopSequences
+
+        seqs = [(e,) for e in sorted(self.eos_ids)]
+        seqs += [tuple(int(t) for t in s) for s in req.stop_sequences if len(s) > 0]
+        return StopSequences(seqs)
+
+    def generate(self, requests: Iterable[GenRequest]) -> Iterator[GenResult]:
+        import mlx.core as mx
+        from mlx_lm.generate import BatchGenerator
+
+        pending = iter(requests)
+        gen = BatchGenerator(
+            self.model,
+            completion_batch_size=self.batch_size,
+            prefill_batch_size=self.prefill_batch_size,
+            prefill_step_size=self.prefill_step_size,
+        )
+        rows: dict[int, _Row] = {}
+        keys: set[str] = set()
+        exhausted = False
+        t_start = time.perf_counter()
+        try:
+            mx.reset_peak_memory()
+        except Exception:  # pragma: no cover
+            pass
+        ready: deque[GenResult] = deque()
+        try:
+            while True:
+                # Refill free slots.
+                new: list[GenRequest] = []
+                while not exhausted and len(rows) + len(new) < self.batch_size:
+                    try:
+                        req = next(pending)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    self._check(req, keys)
+                    new.append(req)
+                if new:
+                    uids = gen.insert(
+                        [list(map(int, r.prompt)) for r in new],
+                        max_tokens=[int(r.max_tokens) for r in new],
+                        caches=[r.cache for r in new],
+                        samplers=[RowSampler(r.seed, r.sampling) for r in new],
+                        stop_sequences=[self._stop(r) for r in new],
+                    )
+                    for uid, r in zip(uids, new):
+                        rows[uid] = _Row(r)
+                if not rows:
+                    break
+                responses = gen.next_generated()
+                if not responses:
+                    continue
+                chosen, ents = _token_stats(
+                    [r.logprobs for r in responses], [r.token for r in responses]
+                )
+                for resp, lp, ent in zip(responses, chosen, ents):
+                    row = rows[resp.uid]
+                    row.tokens.append(int(resp.token))
+                    row.logprobs.append(lp)
+                    row.entropies.append(ent)
+                    if resp.finish_reason is None:
+                        continue
+                    del rows[resp.uid]
+                    ready.append(self._result(row, resp))
+                self.generated_tokens += len(responses)
+                while ready:
+                    yield ready.popleft()
+        finally:
+            self.last_elapsed_s = time.perf_counter() - t_start
+            gen.close()
+
+    def _check(self, req: GenRequest, keys: set[str]) -> None:
+        if req.key in keys:
+            raise BtError(f"duplicate request key {req.key!r} in one generate call")
+        keys.add(req.key)
+        if len(req.prompt) == 0:
+            raise BtError(f"request {req.key!r} has an empty prompt")
+        if req.max_tokens <= 0:
+            raise BtError(f"request {req.key!r}: max_tokens must be > 0")
+
+    def _result(self, row: _Row, resp) -> GenResult:
+        import mlx.core as mx
+
+        if resp.finish_reason == "length":
+            reason = "length"
+        elif row.tokens[-1] in self.eos_ids:
+            reason = "eos"
+        else:
+            reason = "stop_sequence"
+        try:
+            peak = int(mx.get_peak_memory())
+        except Exception:  # pragma: no cover
+            peak = 0
+        return GenResult(
+            key=row.req.key,
+            tokens=row.tokens,
+            logprobs=np.asarray(row.logprobs, dtype=np.float32),
+            entropies=np.asarray(row.entropies, dtype=np.float32),
+            finish_reason=reason,
+            elapsed_s=time.perf_counter() - row.t0,
+            prompt_tokens=len(row.req.prompt),
+            peak_memory_bytes=peak,
+            cache=resp.prompt_cache if row.req.return_cache else None,
+        )

