@@ -238,3 +238,17 @@ def test_timeout_grade(monkeypatch: pytest.MonkeyPatch) -> None:
         assert 1.5 <= elapsed < 1.5 + 5
         # the pool recovers: the next answer is graded normally
         assert g.grade(r"\boxed{\sqrt{8}}", {"answer": r"2\sqrt2"}).correct
+
+
+def test_pathological_power_tower_times_out() -> None:
+    """Real slow work, no hook: sympy evaluates 9^(9^9) (370 million digits). math-verify's own
+    signal timeout ends this one after about 5 s (measured: 5.9 s); the pool's shorter hard
+    deadline kills the worker first, so the grade is a timeout."""
+    import time
+
+    with MathGrader(timeout_s=2, workers=1) as g:
+        g.grade(r"\boxed{\sqrt{2}}", {"answer": "2"})  # warm the worker
+        start = time.monotonic()
+        grade = g.grade(r"\boxed{9^{9^{9}}}", {"answer": "1"})
+        assert (grade.status, grade.correct) == ("timeout", False)
+        assert time.monotonic() - start < 2 + 5
