@@ -31,7 +31,7 @@ HOOK_ENV = "BT_GRADING_WORKER_HOOK"
 DEFAULT_TIMEOUT_S = 10.0
 STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy 2-core machine
 MAX_FAILED_STARTS = 3
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # so workers import this checkout
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding `breakthrough/`
 
 
 @dataclass(frozen=True)
@@ -146,13 +146,13 @@ class VerifyPool:
         env.pop(HOOK_ENV, None)
         if self.hook:
             env[HOOK_ENV] = self.hook
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         code = f"from {__name__} import _worker_main; _worker_main({job_r}, {reply_w})"
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-c", code], pass_fds=(job_r, reply_w), env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C reaches the parent only; it kills workers
+                cwd=_PACKAGE_ROOT,  # `-c` puts the cwd first on sys.path: import THIS checkout
             )
         finally:
             os.close(job_r)  # the child's ends: closing ours lets us see EOF when it dies
