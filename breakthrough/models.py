@@ -213,9 +213,10 @@ def encode_text(tokenizer, text: str) -> list[int]:
 
 def token_strings(tokenizer, ids) -> list[str]:
     """Per-token decoded strings with special tokens kept (the input of segmentation)."""
-    tok = getattr(tokenizer, "_tokenizer", tokenizer)
-    return tok.batch_decode(
-        [[int(i)] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+    return list(
+        tokenizer.batch_decode(
+            [[int(i)] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
     )
 
 
