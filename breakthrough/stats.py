@@ -109,18 +109,36 @@ def encode_groups(group: Any) -> tuple[np.ndarray, np.ndarray]:
 class _Ranked:
     """One sort of the rows by score, kept for the point estimate and every bootstrap draw.
 
-    For each success (in score order), ``lo``/``hi`` count the failures with a strictly lower /
-    a lower-or-equal score, so its concordance with failures is (lo + hi) / 2 (ties 0.5).
+    For the bootstrap, failures are merged into units of equal (score, group) and successes
+    into units of equal (group, failure units below, failure units tied-or-below), each with a
+    multiplicity; a success unit's concordance with the failures is then (cn[lo] + cn[hi]) / 2
+    where cn are cumulative failure weights. Tie-heavy scores (LOO, question-only) shrink to a
+    few units per group.
     """
 
-    g_neg: np.ndarray  # group codes of the failures, in score order
-    g_pos: np.ndarray  # group codes of the successes, in score order
-    lo: np.ndarray
-    hi: np.ndarray
+    neg_g: np.ndarray  # group of each failure unit, in score order
+    neg_mult: np.ndarray | None  # failures per unit (None: all 1)
+    pos_g: np.ndarray  # group of each success unit
+    pos_mult: np.ndarray | None  # successes per unit (None: all 1)
+    lo: np.ndarray  # failure units with a strictly lower score
+    hi: np.ndarray  # failure units with a lower or equal score
+    ties: bool  # some success ties a failure (lo != hi somewhere)
+    n_rows: int
     u_total: float  # Mann-Whitney U over all success/failure pairs
     u_group: np.ndarray  # U over the pairs inside each group
     succ: np.ndarray  # successes per group (float)
     fail: np.ndarray  # failures per group (float)
+
+
+def _runs(*keys: np.ndarray) -> np.ndarray:
+    """Boolean: row starts a new run of equal keys (rows already sorted by the keys)."""
+    n = keys[0].size
+    new = np.zeros(n, dtype=bool)
+    if n:
+        new[0] = True
+        for k in keys:
+            new[1:] |= k[1:] != k[:-1]
+    return new
 
 
 def _rank(codes: np.ndarray, n_groups: int, y: np.ndarray, s: np.ndarray) -> _Ranked:
@@ -130,18 +148,16 @@ def _rank(codes: np.ndarray, n_groups: int, y: np.ndarray, s: np.ndarray) -> _Ra
     lo = np.searchsorted(s_neg, s_pos, side="left")
     hi = np.searchsorted(s_neg, s_pos, side="right")
     u_total = 0.5 * (float(lo.sum()) + float(hi.sum()))
+
     # Within groups: regroup the score-sorted rows (stable, so each group stays score-sorted)
     # and count, per success, the failures of its own group below / tied with it.
     o2 = np.argsort(gs, kind="stable")
     g2, s2, neg2 = gs[o2], ss[o2], neg[o2]
     n = g2.size
-    cneg = np.r_[0, np.cumsum(neg2)]  # failures before position p: cneg[p]
-    if n:
-        new_group = np.r_[True, g2[1:] != g2[:-1]]
-        new_block = new_group | np.r_[True, s2[1:] != s2[:-1]]
-    else:
-        new_group = new_block = np.zeros(0, dtype=bool)
     pos = np.arange(n)
+    cneg = np.r_[0, np.cumsum(neg2)]  # failures before position p: cneg[p]
+    new_group = _runs(g2)
+    new_block = _runs(g2, s2)
     g_start = np.maximum.accumulate(np.where(new_group, pos, 0)) if n else pos
     b_start = np.maximum.accumulate(np.where(new_block, pos, 0)) if n else pos
     b_last = np.flatnonzero(np.r_[new_block[1:], True]) if n else pos  # last row of each block
@@ -152,11 +168,31 @@ def _rank(codes: np.ndarray, n_groups: int, y: np.ndarray, s: np.ndarray) -> _Ra
     u_group = 0.5 * np.bincount(g2[p], weights=conc, minlength=n_groups)
     size = np.bincount(codes, minlength=n_groups).astype(np.float64)
     succ = np.bincount(codes, weights=(y == 1), minlength=n_groups).astype(np.float64)
+
+    # Bootstrap units. Failures: runs of equal (score, group).
+    g_neg = gs[neg]
+    on = np.lexsort((g_neg, s_neg))
+    start = np.flatnonzero(_runs(s_neg[on], g_neg[on]))
+    neg_g = g_neg[on][start]
+    neg_mult = np.diff(np.r_[start, g_neg.size])
+    unit_s = s_neg[on][start]
+    lo_u = np.searchsorted(unit_s, s_pos, side="left")
+    hi_u = np.searchsorted(unit_s, s_pos, side="right")
+    # Successes: equal (lo, hi, group); kept in score order so the gathers stream.
+    g_pos = gs[~neg]
+    op = np.lexsort((g_pos, hi_u, lo_u))
+    start = np.flatnonzero(_runs(lo_u[op], hi_u[op], g_pos[op]))
+    pos_mult = np.diff(np.r_[start, g_pos.size])
+    sel = op[start]
     return _Ranked(
-        g_neg=gs[neg],
-        g_pos=gs[~neg],
-        lo=lo,
-        hi=hi,
+        neg_g=neg_g,
+        neg_mult=None if neg_mult.size == 0 or neg_mult.max() == 1 else neg_mult,
+        pos_g=g_pos[sel],
+        pos_mult=None if pos_mult.size == 0 or pos_mult.max() == 1 else pos_mult,
+        lo=lo_u[sel],
+        hi=hi_u[sel],
+        ties=bool(np.any(lo_u != hi_u)),
+        n_rows=int(y.size),
         u_total=u_total,
         u_group=u_group,
         succ=succ,
@@ -169,18 +205,26 @@ def _u_draws(r: _Ranked, counts: np.ndarray) -> np.ndarray:
 
     A group drawn c times enters with each row weighted c, so a pair's weight is c_g * c_h;
     cumulative failure weights in score order give each success its weighted concordance.
+    Exact integer arithmetic (int32 when it cannot overflow).
     """
     m = counts.shape[0]
-    n_rows = r.g_neg.size + r.g_pos.size
-    cmax = int(counts.max()) if counts.size else 0
-    dt = np.int32 if 2 * n_rows * max(cmax, 1) ** 2 < 2**31 else np.int64
+    cmax = max(int(counts.max()) if counts.size else 0, 1)
+    pmax = int(r.pos_mult.max()) if r.pos_mult is not None else 1
+    dt = np.int32 if 2 * max(r.n_rows, 1) * cmax * cmax * pmax < 2**31 else np.int64
     c = counts.astype(dt, copy=False)
-    cn = np.zeros((m, r.g_neg.size + 1), dtype=dt)
-    np.cumsum(c[:, r.g_neg], axis=1, out=cn[:, 1:])
+    cn = np.zeros((m, r.neg_g.size + 1), dtype=dt)
+    wn = c[:, r.neg_g]
+    if r.neg_mult is not None:
+        wn *= r.neg_mult.astype(dt)
+    np.cumsum(wn, axis=1, dtype=dt, out=cn[:, 1:])
     v = cn[:, r.lo]
-    v += cn[:, r.hi]
-    v *= c[:, r.g_pos]
-    return 0.5 * v.sum(axis=1, dtype=np.float64)
+    if r.ties:
+        v += cn[:, r.hi]
+    v *= c[:, r.pos_g]
+    if r.pos_mult is not None:
+        v *= r.pos_mult.astype(dt)
+    total = v.sum(axis=1, dtype=np.int64).astype(np.float64)
+    return 0.5 * total if r.ties else total
 
 
 # --------------------------------------------------------------------------- point estimates
