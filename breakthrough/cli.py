@@ -35,6 +35,7 @@ def _root() -> None:
 COMMAND_MODULES = [
     "breakthrough.commands.cohorts",
     "breakthrough.commands.export",
+    "breakthrough.commands.report",
 ]
 
 for _name in COMMAND_MODULES:

@@ -94,7 +94,9 @@ def graded_frame(
 # exact tests and intervals
 
 
-def proportion_ci(k: int, n: int, confidence: float = 0.95, method: str = "wilson") -> tuple[float, float]:
+def proportion_ci(
+    k: int, n: int, confidence: float = 0.95, method: str = "wilson"
+) -> tuple[float, float]:
     """Binomial CI for k of n: method "wilson" or "exact" (Clopper-Pearson); (nan, nan) if n=0."""
     if n == 0:
         return (math.nan, math.nan)

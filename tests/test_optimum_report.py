@@ -166,3 +166,67 @@ def test_graded_frame_regrades_text() -> None:
     assert gf["score"].tolist() == [1, 0] and gf["label"].tolist() == ["pass", "truncated"]
     assert gf["variant"].tolist() == ["plain", "plain"] and bool(gf["fixed29"].all())
     assert math.isnan(gf["claimed_count"].iloc[1])
+
+
+def _fake_run(run_dir, items, answers, variant=None):
+    """A run store holding one base sample per item (answer text from `answers(item)`)."""
+    from breakthrough.store import RunStore, SampleRecord
+
+    store = RunStore(run_dir, create=True)
+    try:
+        if variant:
+            store.ensure_manifest({"prompt_variant": variant, "model_id": "fake"})
+        store.add_cells(
+            [{"cell_id": f"fake:{it['id']}", "model": "fake", "item": it, "prompt_ids": [1]}
+             for it in items]  # fmt: skip
+        )
+        store.add_samples(
+            [
+                SampleRecord(
+                    cell_id=f"fake:{it['id']}", kind="base", anchor=-1, budget=0, branch=0,
+                    seed=11, prefix_len=0, token_ids=np.array([1, 2], np.int32),
+                    text=answers(it), finish_reason="stop",
+                )  # fmt: skip
+                for it in items
+            ]
+        )
+    finally:
+        store.close()
+
+
+def test_bt_report_uoo_cli(tmp_path) -> None:
+    import json as _json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from breakthrough.cli import app
+
+    rows = [
+        _json.loads(line)
+        for line in (Path(__file__).resolve().parents[1] / "cohorts" / "uoo29.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+
+    def right(it):
+        return "ok\n" + _json.dumps({"solution": it["example_optimum"], "objective": it["optimum"],
+                                     "unique": it["n_optima"] == 1, "num_optima": it["n_optima"]})
+
+    def one(it):
+        return _json.dumps({"solution": it["example_optimum"], "objective": it["optimum"],
+                            "unique": True, "num_optima": 1})
+
+    _fake_run(tmp_path / "runA", rows, right)
+    _fake_run(tmp_path / "runB", rows, one, variant="explicit")
+    _fake_run(tmp_path / "runC", rows[:5], one, variant="explicit")
+    res = CliRunner().invoke(
+        app, ["report", "uoo", str(tmp_path / "runA"), str(tmp_path / "runB"),
+              str(tmp_path / "runC")],  # fmt: skip
+    )
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "UoO leaderboard" in out and "29/29" in out and "5/29" in out and "1/5" in out
+    assert "Exact-count accuracy by bin" in out and "Exact-count accuracy by kind" in out
+    assert "Run vs run" in out and "Run-to-run agreement" in out
+    assert "explicit" in out and "plain" in out
