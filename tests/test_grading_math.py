@@ -224,31 +224,22 @@ def test_persistent_cache(tmp_path: Path) -> None:
         assert second._pool is None  # never needed a worker
 
 
-def test_timeout_grade(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A math-verify call that never returns is killed at the deadline: status timeout."""
+def test_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A math-verify call past the hard deadline is killed: status timeout, and the grader
+    carries on. Two causes: a worker made to hang (test hook), and real slow work with no hook:
+    sympy evaluating 9^(9^9) (370 million digits). math-verify's own signal timeout would end
+    the latter after about 5 s (measured 5.9 s); the shorter pool deadline kills it first."""
     import time
 
+    deadline = 2.0
     monkeypatch.setenv("BT_GRADING_WORKER_HOOK", "hang:HANGME")
-    with MathGrader(timeout_s=1.5, workers=1) as g:
+    with MathGrader(timeout_s=deadline, workers=1) as g:
         g.grade(r"\boxed{\sqrt{2}}", {"answer": r"\frac{2}{\sqrt2}"})  # warm the worker
-        start = time.monotonic()
-        grade = g.grade(r"\boxed{HANGME}", {"answer": r"\frac{1}{2}"})
-        elapsed = time.monotonic() - start
-        assert (grade.correct, grade.status, grade.method) == (False, "timeout", "math_verify")
-        assert 1.5 <= elapsed < 1.5 + 5
-        # the pool recovers: the next answer is graded normally
-        assert g.grade(r"\boxed{\sqrt{8}}", {"answer": r"2\sqrt2"}).correct
-
-
-def test_pathological_power_tower_times_out() -> None:
-    """Real slow work, no hook: sympy evaluates 9^(9^9) (370 million digits). math-verify's own
-    signal timeout ends this one after about 5 s (measured: 5.9 s); the pool's shorter hard
-    deadline kills the worker first, so the grade is a timeout."""
-    import time
-
-    with MathGrader(timeout_s=2, workers=1) as g:
-        g.grade(r"\boxed{\sqrt{2}}", {"answer": "2"})  # warm the worker
-        start = time.monotonic()
-        grade = g.grade(r"\boxed{9^{9^{9}}}", {"answer": "1"})
-        assert (grade.status, grade.correct) == ("timeout", False)
-        assert time.monotonic() - start < 2 + 5
+        for text in (r"\boxed{HANGME}", r"\boxed{9^{9^{9}}}"):
+            start = time.monotonic()
+            grade = g.grade(text, {"answer": r"\frac{1}{2}"})
+            elapsed = time.monotonic() - start
+            assert (grade.correct, grade.status, grade.method) == (False, "timeout", "math_verify")
+            assert deadline <= elapsed < deadline + 5
+            # the pool recovers: the next answer is graded normally (by a fresh worker)
+            assert g.grade(r"\boxed{\sqrt{8}}", {"answer": r"2\sqrt2"}).correct
