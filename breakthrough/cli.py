@@ -35,6 +35,7 @@ def _root() -> None:
 COMMAND_MODULES = [
     "breakthrough.commands.cohorts",
     "breakthrough.commands.export",
+    "breakthrough.commands.models",
     "breakthrough.commands.classify",
     "breakthrough.commands.report",
 ]

