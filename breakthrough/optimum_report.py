@@ -33,6 +33,13 @@ RESOLUTION_NOTE = (
 # building the frame
 
 
+def _to_float(v: Any) -> float:
+    try:
+        return float(v)
+    except OverflowError:  # an absurd claimed count such as 10**400
+        return math.inf
+
+
 def graded_row(grade_detail: dict[str, Any], item: dict[str, Any], **ctx: Any) -> dict[str, Any]:
     """One graded-frame row from a grade's `detail` (grading.optimum record) and its item."""
     checks = grade_detail["checks"]
@@ -52,7 +59,7 @@ def graded_row(grade_detail: dict[str, Any], item: dict[str, Any], **ctx: Any) -
         "label": grade_detail["label"],
         "parse_error": grade_detail.get("parse_error"),
         "parsed": parsed,
-        "claimed_count": float("nan") if claimed is None else float(claimed),
+        "claimed_count": float("nan") if claimed is None else _to_float(claimed),
         "true_count": int(item["n_optima"]),
         "within_x2": bool(diag.get("within_x2", False)) if parsed else False,
         "count_direction": diag.get("count_direction") if parsed else None,
@@ -245,7 +252,9 @@ def mcnemar_compare(
 
 
 def _claim_key(v: float) -> str:
-    return NO_CLAIM if v != v else str(int(v))
+    if v != v:
+        return NO_CLAIM
+    return str(int(v)) if math.isfinite(v) else str(v)
 
 
 def count_agreement(df: pd.DataFrame, *, by: str = "run") -> dict[str, Any]:

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from breakthrough.grading.base import get_grader
 from breakthrough.grading.optimum import OptimumGrader, json_blocks, strip_thinking
@@ -225,3 +227,24 @@ def test_extraction_helpers() -> None:
     assert strip_thinking("plain") == ("plain", None)
     t = 'x {"a": "}"} y {"b": {"c": 1}} {unclosed'
     assert [t[s:e] for s, e in json_blocks(t)] == ['{"a": "}"}', '{"b": {"c": 1}}']
+
+
+def test_hostile_answers_never_raise() -> None:
+    g = OptimumGrader()
+    huge = good(K, num_optima=10**400)
+    d = g.grade(huge, K).detail
+    assert d["label"] == "count_over" and d["diag"]["count_log2_ratio"] > 1000
+    assert g.grade(good(K, num_optima=1e300), K).detail["label"] == "count_over"
+    deep = '{"optima": ' + "[" * 5000 + "]" * 5000 + "}"
+    assert g.grade(deep, K).detail["parse_error"] == "json_decode_error"
+    assert g.grade("", K).detail["parse_error"] == "no_json"
+    assert g.grade(None, K).detail["parse_error"] == "no_json"  # type: ignore[arg-type]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet='{}[]":,0123456789 -.truefalsnuoptimasolution\\<>/thk\n', max_size=300))
+def test_random_text_grades_without_error(text: str) -> None:
+    for item in (K, A):
+        d = OptimumGrader().grade(text, item, "stop").detail
+        assert d["label"] in {"malformed", "infeasible", "suboptimal", "count_under", "count_over",
+                              "unique_flag_wrong", "pass"}

@@ -196,7 +196,7 @@ def parse_answer(text: str, kind: str, n: int) -> tuple[Parsed, str | None]:
     strict_line = tail.strip() == "" and answer[line_start:s].strip() == ""
     try:
         obj = strict_loads(block)
-    except ValueError:
+    except (ValueError, RecursionError):
         return Parsed("json_decode_error", block=block, json_at_end=at_end), removed
     p = validate(obj, kind, n)
     p.block, p.json_at_end, p.strict_last_line_ok = block, at_end, strict_line
@@ -217,7 +217,7 @@ def lenient_parse_ok(block: str | None, kind: str, n: int) -> bool:
     fixed = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", fixed)
     try:
         obj = strict_loads(fixed)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     if isinstance(obj, dict) and kind != "assignment":
         sol = obj.get("solution")
@@ -309,7 +309,7 @@ def grade_record(text: str, item: dict[str, Any], finish_reason: str | None = No
             "objective_claim_consistent": p.objective == obj_val,
             "claimed_count": claimed,
             "count_direction": "under" if claimed < true_n else "over" if claimed > true_n else "exact",
-            "count_log2_ratio": math.log2(claimed / true_n) if claimed >= 1 else None,
+            "count_log2_ratio": math.log2(claimed) - math.log2(true_n) if claimed >= 1 else None,
             "within_x2": claimed >= 1 and true_n / 2 <= claimed <= 2 * true_n,
             "same_bin": bin_of(claimed) == bin_of(true_n),
             "self_consistent": p.unique == (claimed == 1),
