@@ -35,8 +35,10 @@ def _row_key(seed: int, step: int):
     return mx.random.key(((int(seed) & 0xFFFFFFFF) << 32) | (step & 0xFFFFFFFF))
 
 
-def sample_candidates(logprobs, key, sampling: Sampling):
-    """Draw one token per row of `logprobs` ([n, V], log-softmax) with an explicit key."""
+def candidates(logprobs, sampling: Sampling):
+    """(ids, logprobs) of each row's sampling candidates, sorted by probability (descending);
+    filtered-out entries have logprob -inf. Same set as mlx-lm's make_sampler (top-p on the
+    full distribution, then min-p, then top-k), computed on the top-k only."""
     import mlx.core as mx
 
     vocab = logprobs.shape[-1]
@@ -58,6 +60,15 @@ def sample_candidates(logprobs, key, sampling: Sampling):
     if sampling.min_p > 0.0:
         floor = cand[..., :1] + float(np.log(sampling.min_p))
         cand = mx.where(cand >= floor, cand, neg_inf)
+    return idx, cand
+
+
+def sample_candidates(logprobs, key, sampling: Sampling):
+    """Draw one token per row of `logprobs` ([n, V], log-softmax) with an explicit key:
+    Gumbel-max over the candidates' logprobs divided by the temperature."""
+    import mlx.core as mx
+
+    idx, cand = candidates(logprobs, sampling)
     choice = mx.random.categorical(cand * (1.0 / sampling.temperature), axis=-1, key=key)
     return mx.take_along_axis(idx, choice[..., None].astype(idx.dtype), axis=-1)[..., 0]
 
