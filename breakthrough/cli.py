@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 import typer
 
 from breakthrough.errors import BtError
+
+# transformers (imported by mlx-lm) announces at import that PyTorch is absent; bt never needs it.
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 app = typer.Typer(
     name="bt",
@@ -36,8 +40,10 @@ COMMAND_MODULES = [
     "breakthrough.commands.cohorts",
     "breakthrough.commands.export",
     "breakthrough.commands.models",
+    "breakthrough.commands.base",
     "breakthrough.commands.classify",
     "breakthrough.commands.report",
+    "breakthrough.commands.auroc",
 ]
 
 for _name in COMMAND_MODULES:

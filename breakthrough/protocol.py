@@ -48,6 +48,24 @@ class Protocol:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def identity(self) -> dict:
+        """The constants that change what gets generated (not how it is labelled): a run's
+        samples are only comparable under the same identity (design decision 5)."""
+        return {
+            "sampling": asdict(self.sampling),
+            "base_seed": self.base_seed,
+            "base_max_tokens": self.base_max_tokens,
+            "total_cap": self.total_cap,
+            "answer_budget": self.answer_budget,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "prompt_version": self.prompt_version,
+        }
+
+    def identity_digest(self) -> str:
+        """sha256 (16 hex) of `identity()`: part of every run manifest."""
+        blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
     def digest(self) -> str:
         """sha256 of the canonical JSON of every constant; 16 hex chars."""
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))

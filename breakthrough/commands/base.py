@@ -1,0 +1,160 @@
+"""`bt base`: one long base solution per problem x model cell (protocol section 2)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from breakthrough.errors import BtError
+from breakthrough.protocol import DEFAULT
+
+STUDY_MODELS = "gemma4-e4b,ministral3-3b"
+
+
+def select_rows(rows: list[dict], problems: str | None, limit: int | None, cohort: str) -> list[dict]:
+    """Apply --problems (ids, in cohort order) and --limit (first N)."""
+    if problems:
+        wanted = [p.strip() for p in problems.split(",") if p.strip()]
+        known = {r["id"] for r in rows}
+        missing = [p for p in wanted if p not in known]
+        if missing:
+            raise BtError(f"--problems: {missing[0]!r} is not in cohort {cohort}")
+        rows = [r for r in rows if r["id"] in set(wanted)]
+    if limit is not None:
+        if limit < 1:
+            raise BtError("--limit must be >= 1")
+        rows = rows[:limit]
+    return rows
+
+
+def base(
+    cohort: str = typer.Option("math89", help="Cohort name (see `bt cohorts list`) or a .jsonl path."),
+    model: str = typer.Option(
+        None,
+        help="Comma-separated model aliases, local mlx-lm folders or hub ids (see `bt models list`). "
+        f"Default: the offline smollm2-135m; the study's models are --model {STUDY_MODELS}.",
+    ),
+    max_tokens: int = typer.Option(DEFAULT.base_max_tokens, help="Generated-token cap per base solution."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Folder that holds run directories."),
+    run: str = typer.Option(
+        None, help="Run name (default COHORT-MODEL); with several models, NAME-MODEL per model."
+    ),
+    limit: int = typer.Option(None, help="Only the first N problems of the cohort."),
+    problems: str = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    batch_size: int = typer.Option(8, help="Sequences generated together (continuous batching)."),
+    prompt_variant: str = typer.Option(
+        "plain", help="Optimum-benchmark prompt variant: plain or explicit (ignored for math)."
+    ),
+    seed: int = typer.Option(DEFAULT.base_seed, help="Base seed (the protocol uses 11 for every cell)."),
+) -> None:
+    """Generate, grade and store one base solution per problem x model cell.
+
+    Resumable: rerunning the same command generates only the cells that are missing. A run
+    directory made with another model, protocol, cohort or prompt is refused."""
+    from rich.console import Console
+
+    from breakthrough.cohorts import cohort_digest, load_cohort
+    from breakthrough.models import OFFLINE_DEFAULT, load_model
+    from breakthrough.scheduler import run_base
+
+    console = Console(stderr=True)
+    if max_tokens < 1:
+        raise BtError("--max-tokens must be >= 1")
+    if batch_size < 1:
+        raise BtError("--batch-size must be >= 1")
+    if prompt_variant not in ("plain", "explicit"):
+        raise BtError(f"--prompt-variant: expected plain or explicit, got {prompt_variant!r}")
+    all_rows = load_cohort(cohort)
+    digest = cohort_digest(all_rows)
+    rows = select_rows(all_rows, problems, limit, cohort)
+    cohort_name = Path(cohort).stem
+    if not model:
+        console.print(
+            f"using the offline default model {OFFLINE_DEFAULT} (a plumbing model, not a solver); "
+            f"the study's models: --model {STUDY_MODELS}"
+        )
+        model = OFFLINE_DEFAULT
+    names = [m.strip() for m in model.split(",") if m.strip()]
+    protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens, base_seed=seed)
+    reports = []
+    for name in names:
+        loaded = load_model(name)
+        run_name = (f"{run}-{loaded.alias}" if len(names) > 1 else run) if run else f"{cohort_name}-{loaded.alias}"
+        run_dir = runs_dir / run_name
+        ctx = loaded.config.get("max_position_embeddings")
+        if ctx and max_tokens > int(ctx):
+            console.print(
+                f"note: {loaded.alias} has a {int(ctx):,}-token context; generation beyond it degrades"
+            )
+        console.print(f"[bold]{loaded.alias}[/]: {len(rows)} problems of {cohort_name} -> {run_dir}")
+        reports.append(_run_with_progress(console, loaded, rows, (cohort_name, digest), run_dir,
+                                          protocol, batch_size, prompt_variant, run_base))
+    for rep in reports:
+        _print_summary(rep.run_dir)
+
+
+def _run_with_progress(console, loaded, rows, cohort, run_dir, protocol, batch_size, variant, run_base):
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.text import Text
+
+    state: dict = {"engine": None, "t0": time.perf_counter(), "solved": 0}
+
+    class TokensPerSecond(ProgressColumn):
+        """Live generated tokens/s, read from the engine's running counter."""
+
+        def render(self, task) -> Text:
+            eng = state["engine"]
+            if eng is None:
+                return Text("")
+            dt = max(time.perf_counter() - state["t0"], 1e-9)
+            return Text(f"{eng.generated_tokens / dt:6.1f} tok/s")
+
+    with Progress(
+        TextColumn("[bold]base[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
+        TokensPerSecond(), TextColumn("solved {task.fields[solved]}"), TimeElapsedColumn(),
+        TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
+    ) as progress:
+        task = progress.add_task("base", total=None, solved=0)
+
+        def on_start(n: int, engine) -> None:
+            state["engine"] = engine
+            state["t0"] = time.perf_counter()
+            progress.update(task, total=n)
+
+        def on_sample(rec, grade) -> None:
+            state["solved"] += int(bool(grade and grade.correct))
+            progress.update(task, advance=1, solved=state["solved"])
+
+        rep = run_base(loaded=loaded, rows=rows, cohort=cohort[0], cohort_digest=cohort[1], run_dir=run_dir,
+                       protocol=protocol, batch_size=batch_size, variant=variant,
+                       on_start=on_start, on_sample=on_sample)
+    if rep.skipped:
+        console.print(f"{rep.skipped} cells were already done (resumed)")
+    return rep
+
+
+def _print_summary(run_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from breakthrough.store import RunStore
+
+    with RunStore(run_dir) as store:
+        df = store.samples_frame(arrays=False, kind="base")
+        alias = store.manifest().get("model_alias", "?")
+    table = Table(title=f"base solutions: {run_dir}")
+    for col in ("model", "cells", "solved", "finish reasons", "tokens (mean / max)", "grade statuses"):
+        table.add_column(col)
+    if len(df):
+        fin = ", ".join(f"{k} {v}" for k, v in df["finish_reason"].value_counts().items())
+        stat = ", ".join(f"{k} {v}" for k, v in df["grade_status"].value_counts().items())
+        table.add_row(alias, str(len(df)), str(int(df["correct"].fillna(False).astype(bool).sum())),
+                      fin, f"{df['n_tokens'].mean():.0f} / {df['n_tokens'].max()}", stat)
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("base")(base)
