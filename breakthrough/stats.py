@@ -552,11 +552,17 @@ def bootstrap_decomposition(
     n_boot: int = 2000,
     seed: int | np.random.Generator = 0,
     chunk: int | None = None,
+    cluster: Any = None,
 ) -> BootstrapResult:
     """Clustered percentile bootstrap of every decomposition statistic, for several scores.
 
-    All scores see the same group resamples (draws are paired), so differences between
-    scores on the same rows come from ``BootstrapResult.difference``. Equivalent to
+    Resamples clusters with replacement: by default the groups themselves; ``cluster`` (one id
+    per row, constant within each group) resamples coarser units, e.g. problems while the
+    groups are problem x model cells, so a problem's cells travel together. A cluster drawn
+    twice enters as two copies whose groups are distinct groups.
+
+    All scores see the same resamples (draws are paired), so differences between scores on
+    the same rows come from ``BootstrapResult.difference``. Equivalent to
     ``cluster_bootstrap(group, lambda g, s, y: decompose(g, s, y)...)`` with the same seed, but
     O(n) per draw with no re-sorting: a drawn group's rows enter with multiplicity = its count.
     """
@@ -566,6 +572,17 @@ def bootstrap_decomposition(
         raise ValueError(f"group has {codes.size} rows, expected {y.size}")
     if uniques.size == 0:
         raise ValueError("no groups to resample")
+    cluster_of_group = None
+    n_units = int(uniques.size)
+    if cluster is not None:
+        ccodes, cuniq = encode_groups(cluster)
+        if ccodes.size != y.size:
+            raise ValueError(f"cluster has {ccodes.size} rows, expected {y.size}")
+        cluster_of_group = np.full(uniques.size, -1, dtype=np.int64)
+        cluster_of_group[codes] = ccodes
+        if np.any(cluster_of_group[codes] != ccodes):
+            raise ValueError("cluster must be constant within each group")
+        n_units = int(cuniq.size)
     ss = {name: _as_score(v, y.size, name=str(name)) for name, v in scores.items()}
     G = int(uniques.size)
     if chunk is None:  # keep the (chunk, n) weight matrices around 32 MB
@@ -575,7 +592,9 @@ def bootstrap_decomposition(
     parts: dict[str, dict[str, list[np.ndarray]]] = {
         name: {k: [] for k in DECOMPOSITION_STATS} for name in ss
     }
-    for counts in _count_draws(rng, G, n_boot, chunk):
+    for counts in _count_draws(rng, n_units, n_boot, chunk):
+        if cluster_of_group is not None:
+            counts = counts[:, cluster_of_group]
         for name, r in ranked.items():
             for k, v in _chunk_stats(r, counts).items():
                 parts[name][k].append(v)

@@ -173,3 +173,24 @@ def test_input_validation():
         S.decompose([1, 1, 1], [0.1, 0.2], [0, 1])
     with pytest.raises(ValueError, match="missing"):
         S.encode_groups(["a", None])
+
+
+def test_bootstrap_with_coarser_clusters_matches_generic():
+    rng = np.random.default_rng(4)
+    n = 80
+    problem = rng.integers(0, 8, n)
+    model = rng.integers(0, 2, n)
+    cell = problem * 10 + model
+    y = (rng.random(n) < 0.5).astype(int)
+    s = rng.normal(size=n)
+
+    def stat(copy_id, c, ss, yy):
+        d = S.decompose(copy_id * 1000 + c, ss, yy)
+        return [getattr(d, k) for k in S.DECOMPOSITION_STATS]
+
+    generic = S.cluster_bootstrap(problem, stat, cell, s, y, n_boot=60, seed=9)
+    fast = S.bootstrap_decomposition(cell, y, {"s": s}, n_boot=60, seed=9, cluster=problem)
+    expect = np.column_stack([fast.draws["s"][k] for k in S.DECOMPOSITION_STATS])
+    np.testing.assert_allclose(generic, expect, atol=1e-12, equal_nan=True)
+    with pytest.raises(ValueError, match="constant"):
+        S.bootstrap_decomposition(problem, y, {"s": s}, n_boot=5, cluster=model)
