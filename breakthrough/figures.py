@@ -303,3 +303,75 @@ def all_figures(labels: pd.DataFrame, probe_cells: pd.DataFrame, out_dir: str | 
                                              tau=tau, target=target),
         "swimmer": swimmer(labels, out_dir / "swimmer.png", tau=tau),
     }
+
+
+def cell_svg(curve: pd.DataFrame, row: dict, *, tau: float = 0.75, delta: float = 0.5,
+             width: int = 640, height: int = 300) -> str:
+    """The per-cell plot of `cell_plot` as an inline SVG string (no matplotlib: cheap enough
+    for one page per cell): p(t), R̂(t + B), conservative R̂, adv(t) on a log2 anchor axis,
+    τ and δ lines, the T_F interval shaded and T_V(δ) marked."""
+    import html as _html
+
+    ml, mr, mt, mb = 44, 150, 24, 40
+    c = curve.sort_values("anchor")
+    title = _html.escape(f"{row.get('cell_id')}: {row.get('regime')}")
+    head = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+            f"font-family='sans-serif' font-size='10'><rect width='100%' height='100%' "
+            f"fill='white'/><text x='{ml}' y='14' font-size='12'>{title}</text>")
+    if c.empty:
+        return head + f"<text x='{ml}' y='{height / 2}'>no probed anchors</text></svg>"
+    t = c["anchor"].to_numpy(float)
+    lo_x, hi_x = math.log2(max(1.0, t.min() / 1.5)), math.log2(t.max() * 1.5)
+    pw, ph = width - ml - mr, height - mt - mb
+
+    def X(a):
+        return ml + (math.log2(max(a, 1e-9)) - lo_x) / (hi_x - lo_x) * pw
+
+    def Y(v):
+        return mt + (1 - (v + 1.05) / 2.1) * ph
+
+    parts = [head, f"<rect x='{ml}' y='{mt}' width='{pw}' height='{ph}' fill='none' "
+                   f"stroke='#999'/>"]
+    lo, up = row.get("interval_lower"), row.get("interval_upper")
+    if row.get("event_observed") and up is not None and not pd.isna(up):
+        x0 = X(max(float(lo or 0), 2 ** lo_x))
+        parts.append(f"<rect x='{x0:.1f}' y='{mt}' width='{max(1.0, X(float(up)) - x0):.1f}' "
+                     f"height='{ph}' fill='#4c72b0' opacity='0.12'/>")
+    for v, color, dash, name in ((tau, "#1f77b4", "4,3", "τ"), (delta, "#c44e52", "2,3", "δ"),
+                                 (0.0, "#000", "", "")):
+        parts.append(f"<line x1='{ml}' x2='{ml + pw}' y1='{Y(v):.1f}' y2='{Y(v):.1f}' "
+                     f"stroke='{color}' stroke-width='0.8' stroke-dasharray='{dash}'/>")
+    for v in (-1, -0.5, 0, 0.5, 1):
+        parts.append(f"<text x='{ml - 4}' y='{Y(v) + 3:.1f}' text-anchor='end'>{v:g}</text>")
+    for a in t:
+        parts.append(f"<text x='{X(a):.1f}' y='{mt + ph + 14}' text-anchor='middle' "
+                     f"font-size='8'>{int(a)}</text>")
+    parts.append(f"<text x='{ml + pw / 2}' y='{height - 6}' text-anchor='middle'>anchor t "
+                 f"(log2)</text>")
+    tv = row.get("t_v")
+    if tv is not None and not pd.isna(tv):
+        parts.append(f"<line x1='{X(float(tv)):.1f}' x2='{X(float(tv)):.1f}' y1='{mt}' "
+                     f"y2='{mt + ph}' stroke='#c44e52' stroke-width='1.5' opacity='0.6'/>")
+    series = [("p", "#1f77b4", "", "p(t; B)"), ("r_hat", "#888", "5,3", "R̂(t + B)"),
+              ("r_hat_cons", "#bbb", "2,2", "R̂ conservative"), ("adv", "#c44e52", "", "adv(t)")]
+    for i, (col, color, dash, name) in enumerate(series):
+        vals = c[col].to_numpy(float)
+        pts = [(X(a), Y(v)) for a, v in zip(t, vals) if not math.isnan(v)]
+        if not pts:
+            continue
+        parts.append("<polyline fill='none' stroke='{}' stroke-width='1.5' "
+                     "stroke-dasharray='{}' points='{}'/>".format(
+                         color, dash, " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)))
+        parts.extend(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='2.5' fill='{color}'/>"
+                     for x, y in pts)
+        ly = mt + 12 + 14 * i
+        parts.append(f"<line x1='{ml + pw + 10}' x2='{ml + pw + 28}' y1='{ly - 3}' y2='{ly - 3}' "
+                     f"stroke='{color}' stroke-width='2' stroke-dasharray='{dash}'/>"
+                     f"<text x='{ml + pw + 32}' y='{ly}'>{_html.escape(name)}</text>")
+    prox = c[c["proxy"].astype(bool)]
+    for a, v in zip(prox["anchor"], prox["r_hat"]):
+        parts.append(f"<circle cx='{X(float(a)):.1f}' cy='{Y(float(v)):.1f}' r='6' fill='none' "
+                     f"stroke='black'/>")
+    if len(prox):
+        parts.append(f"<text x='{ml + pw + 10}' y='{mt + 12 + 14 * 4}'>○ proxy R(8,192)</text>")
+    return "".join(parts) + "</svg>"

@@ -138,15 +138,20 @@ def write_run_page(path: str | Path, *, title: str, labels: pd.DataFrame,
     return _write(path, _page(title, "".join(body)))
 
 
-def write_cell_page(path: str | Path, *, row: Mapping, curve: pd.DataFrame, image: Path,
+def write_cell_page(path: str | Path, *, row: Mapping, curve: pd.DataFrame,
+                    image: Path | None = None, svg: str | None = None,
                     restarts: pd.DataFrame | None = None, back: Path | None = None) -> Path:
-    """One cell: its labels, the p(t)/R̂/adv plot and the per-anchor and restart tables."""
+    """One cell: its labels, the p(t)/R̂/adv plot (a PNG `image` or an inline `svg`) and the
+    per-anchor and restart tables."""
     path = Path(path)
     body = []
     if back is not None:
         body.append(f"<p><a href='{html.escape(_rel(back, path.parent))}'>← run</a></p>")
     facts = pd.DataFrame([{"field": k, "value": v} for k, v in row.items()])
-    body.append(f"<img src='{html.escape(_rel(image, path.parent))}' alt='trace'>")
+    if svg is not None:
+        body.append(f"<div>{svg}</div>")
+    if image is not None:
+        body.append(f"<img src='{html.escape(_rel(image, path.parent))}' alt='trace'>")
     body.append("<h2>Anchors of the base trace</h2>" + table(curve.drop(columns=["cell_id"],
                                                                          errors="ignore")))
     if restarts is not None and len(restarts):

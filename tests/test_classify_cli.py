@@ -124,7 +124,9 @@ def test_write_outputs(tmp_path):
         assert (out / "figures" / f"{fig}.png").stat().st_size > 1000
         assert (out / "run1" / "figures" / f"{fig}.png").is_file()
     assert len(list((out / "run1" / "cells").glob("*.html"))) == 5
-    assert len(list((out / "run1" / "cells").glob("*.png"))) == 5
+    page = (out / "run1" / "cells" / "g_p1-{:08d}.html".format(
+        __import__("zlib").crc32(b"g:p1") % 10**8)).read_text()
+    assert "<svg" in page and "prefix_limited" in page
     table = pd.read_parquet(out / "labels.parquet")
     need = {"model", "stage", "problem_id", "level", "t_f", "event_observed", "interval_lower",
             "interval_upper", "instant", "regime", "R_1024", "R_2048", "R_4096", "R_8192",
@@ -195,3 +197,19 @@ def test_bt_classify_end_to_end(tmp_path):
     assert (out / "g" / "index.html").is_file() and (out / "m" / "index.html").is_file()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["cross_model_agreement"]["compared"] == 2
+
+
+def test_cell_plot_png_and_svg(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from breakthrough import figures as F
+
+    samples, cells = frames()
+    res = classify_frames(samples, cells, draws=2)
+    for cid in ("g:p1", "m:p2"):
+        row = res.labels.set_index("cell_id").loc[cid].to_dict() | {"cell_id": cid}
+        curve = res.curves[res.curves["cell_id"] == cid]
+        ET.fromstring(F.cell_svg(curve, row))  # well-formed
+    png = F.cell_plot(curve, row, tmp_path / "c.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ET.fromstring(F.cell_svg(curve.iloc[0:0], row))

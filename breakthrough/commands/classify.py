@@ -203,10 +203,9 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
                     else res.curves.iloc[0:0]
                 rc = rcells.get_group(cid) if rcells is not None and cid in rcells.groups \
                     else None
-                img = F.cell_plot(curve, row, rdir / "cells" / f"{slug}.png", tau=tau,
-                                  delta=delta)
+                svg = F.cell_svg(curve, row, tau=tau, delta=delta)
                 pages[cid] = H.write_cell_page(rdir / "cells" / f"{slug}.html", row=row,
-                                               curve=curve, image=img, restarts=rc, back=page)
+                                               curve=curve, svg=svg, restarts=rc, back=page)
         run_pages[run] = H.write_run_page(
             rdir / "index.html", title=f"bt classify: {run}", labels=res.labels,
             figures=rfigs, summary=res.summary, cell_pages=pages,
