@@ -213,14 +213,14 @@ def _u_draws(r: _Ranked, counts: np.ndarray) -> np.ndarray:
     dt = np.int32 if 2 * max(r.n_rows, 1) * cmax * cmax * pmax < 2**31 else np.int64
     c = counts.astype(dt, copy=False)
     cn = np.zeros((m, r.neg_g.size + 1), dtype=dt)
-    wn = c[:, r.neg_g]
+    wn = np.take(c, r.neg_g, axis=1)  # np.take: faster than fancy indexing here
     if r.neg_mult is not None:
         wn *= r.neg_mult.astype(dt)
     np.cumsum(wn, axis=1, dtype=dt, out=cn[:, 1:])
-    v = cn[:, r.lo]
+    v = np.take(cn, r.lo, axis=1)
     if r.ties:
-        v += cn[:, r.hi]
-    v *= c[:, r.pos_g]
+        v += np.take(cn, r.hi, axis=1)
+    v *= np.take(c, r.pos_g, axis=1)
     if r.pos_mult is not None:
         v *= r.pos_mult.astype(dt)
     total = v.sum(axis=1, dtype=np.int64).astype(np.float64)
