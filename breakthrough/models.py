@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -308,7 +308,6 @@ def _locate(name: str, spec: ModelSpec | None) -> tuple[Path, str, str]:
     from breakthrough import offline_model
 
     if spec is not None and spec.offline:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         folder = offline_model.prepare(spec.alias)
         rev = offline_model.conversion_identity(folder) or _folder_digest(folder)
         return folder, str(folder), rev
@@ -317,7 +316,6 @@ def _locate(name: str, spec: ModelSpec | None) -> tuple[Path, str, str]:
     if p.exists():
         if not (p / "config.json").is_file():
             raise BtError(f"{p} is not an mlx-lm model folder (no config.json)")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         rev = offline_model.conversion_identity(p) or f"local:{_folder_digest(p)}"
         return p, str(p.resolve()), rev
     if not _looks_like_hub_id(target):
@@ -344,6 +342,31 @@ def _locate(name: str, spec: ModelSpec | None) -> tuple[Path, str, str]:
                 f"{OFFLINE_DEFAULT} or download it where there is network"
             ) from None
     return local, target, f"{target}@{local.name}"
+
+
+@contextlib.contextmanager
+def hub_offline():
+    """HF_HUB_OFFLINE=1 while loading a folder that is already local (nothing may touch the
+    network), restored afterwards so a later hub model in the same process can still download."""
+    old = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    consts = None
+    try:
+        import huggingface_hub.constants as consts  # read at import time; patch it too
+
+        old_const = consts.HF_HUB_OFFLINE
+        consts.HF_HUB_OFFLINE = True
+    except Exception:
+        consts = None
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = old
+        if consts is not None:
+            consts.HF_HUB_OFFLINE = old_const
 
 
 def _folder_digest(folder: Path) -> str:
@@ -418,7 +441,8 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
     try:
         import mlx_lm
 
-        model, tokenizer, config = mlx_lm.load(str(folder), return_config=True)
+        with hub_offline():
+            model, tokenizer, config = mlx_lm.load(str(folder), return_config=True)
     except BtError:
         raise
     except Exception as exc:
