@@ -77,3 +77,16 @@ def test_prepare_is_idempotent(offline_model):
     assert marker.stat().st_mtime_ns == before
     assert offline_model.revision == om.conversion_identity(folder)
     assert folder.parent == om.cache_root()
+
+
+def test_models_cli(offline_model):
+    from typer.testing import CliRunner
+
+    from breakthrough.cli import app
+
+    res = CliRunner().invoke(app, ["models", "prepare"])
+    assert res.exit_code == 0, res.output
+    assert "already prepared" in res.output
+    res = CliRunner().invoke(app, ["models", "list"])
+    assert res.exit_code == 0, res.output
+    assert "gemma4-e4b" in res.output and "smollm2-135m" in res.output

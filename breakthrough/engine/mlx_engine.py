@@ -7,7 +7,11 @@ candidate logits, so a row's tokens do not depend on what else shares its batch.
 set follows mlx-lm's `make_sampler` order: top-p on the full distribution (keep a token while
 the probability mass ranked above it is < top_p), then min-p, then the top-k of those; the
 survivors are sampled at the given temperature. Temperature 0 is greedy (argmax), exactly as
-mlx-lm's `greedy_sampler`.
+mlx-lm's `greedy_sampler`. (The randomness is batch-independent by construction; the logits are
+batch-independent as far as the kernels are: bit-identical on the tiny fp32 test model, while
+quantized kernels may differ in the last bits between batch shapes, which can very rarely flip
+a draw.) A second phase of the same sample (e.g. an answer phase) should use another seed, since
+the token index restarts at 0 for every request.
 
 Per-token statistics, both from the model's FULL next-token distribution at temperature 1
 (log-softmax of the logits, before temperature, top-k and top-p; the same distribution the
