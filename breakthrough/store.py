@@ -226,10 +226,23 @@ class RunStore:
         return json.loads(row[0]), _unpack(row[1], "<i4")
 
     # ---- samples and grades ---------------------------------------------------------------
-    def existing_keys(self, kind: str | None = None) -> set[tuple[str, str, int, int, int]]:
-        sql = "SELECT cell_id, kind, anchor, budget, branch FROM samples"
-        rows = self.conn.execute(sql + (" WHERE kind=?" if kind else ""), (kind,) if kind else ())
+    def existing_keys(
+        self, kind: str | None = None, cell_id: str | None = None
+    ) -> set[tuple[str, str, int, int, int]]:
+        """Keys (cell_id, kind, anchor, budget, branch) of the stored samples."""
+        where, params = self._where(kind=kind, cell_id=cell_id)
+        rows = self.conn.execute(
+            "SELECT cell_id, kind, anchor, budget, branch FROM samples s" + where, params
+        )
         return {tuple(r) for r in rows}  # type: ignore[misc]
+
+    @staticmethod
+    def _where(**filters: str | None) -> tuple[str, tuple]:
+        """A WHERE clause on samples (alias s) for the given non-None column filters."""
+        used = {k: v for k, v in filters.items() if v is not None}
+        if not used:
+            return "", ()
+        return " WHERE " + " AND ".join(f"s.{k}=?" for k in used), tuple(used.values())
 
     def add_samples(
         self,
@@ -336,7 +349,9 @@ class RunStore:
             self.conn,
         )
 
-    def samples_frame(self, *, arrays: bool = True, kind: str | None = None):  # -> pd.DataFrame
+    def samples_frame(
+        self, *, arrays: bool = True, kind: str | None = None, cell_id: str | None = None
+    ):  # -> pd.DataFrame
         """One row per sample joined with its cell and grade (columns in docs/interfaces.md)."""
         import pandas as pd
 
@@ -350,11 +365,8 @@ class RunStore:
         if arrays:
             cols += ", s.token_ids, s.segments, s.logprobs, s.entropies"
         sql = f"SELECT {cols} FROM samples s JOIN cells c USING(cell_id) LEFT JOIN grades g USING(sample_id)"
-        params: tuple = ()
-        if kind:
-            sql += " WHERE s.kind=?"
-            params = (kind,)
-        df = pd.read_sql_query(sql + " ORDER BY s.sample_id", self.conn, params=params)
+        where, params = self._where(kind=kind, cell_id=cell_id)
+        df = pd.read_sql_query(sql + where + " ORDER BY s.sample_id", self.conn, params=params)
         df["correct"] = df["correct"].map(lambda v: bool(v) if v == v and v is not None else np.nan)
         if arrays:
             for col, dtype in (

@@ -1,0 +1,201 @@
+"""Budgeted continuations and restarts (protocol 3.3 and 4), started from cut KV caches.
+
+One branch, exactly as the reference's two-stage procedure:
+  1. reasoning phase: from the state "prompt + prefix", sample up to B tokens, stopping at EOS
+     or when the new tokens end with the family's close-marker sequence;
+  2. if the model did not close: drop a trailing EOS and append the forced-close token ids;
+  3. answer phase: continue from the live cache (no second prefill) for up to the answer
+     budget, stopping only at EOS; the answer window must be the full reserve;
+  4. grade decode(prefix + reasoning + inserted + answer), the whole text.
+The reference re-prefilled prompt + prefix (+ reasoning) for each phase; here the cache does
+that work once. With greedy sampling both give the same tokens (tests/test_continuation.py).
+A restart is a branch with an empty prefix and reasoning budget C."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from breakthrough.errors import BtError
+from breakthrough.prefix_cache import PrefixCache, cache_length, trim_to
+from breakthrough.protocol import Protocol
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One continuation (kind "probe", prefix cut after generated token `cut`-1) or restart
+    (kind "restart", cut 0) to run; `key` is unique within a batch."""
+
+    key: str
+    kind: str
+    anchor: int  # t (probes) or -1
+    budget: int  # reasoning budget: B (probes) or C (restarts)
+    branch: int
+    seed: int
+    cut: int  # number of base-trace tokens kept as the prefix
+
+
+@dataclass
+class BranchResult:
+    branch: Branch
+    tokens: list[int]  # prefix + reasoning + inserted + answer
+    logprobs: np.ndarray  # per non-prefix token; NaN for inserted forced-close tokens
+    entropies: np.ndarray
+    finish_reason: str  # "eos" | "answer_reserve" (protocol 3.3 step 5)
+    extra: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    peak_memory_bytes: int = 0
+
+
+def prefix_sha(ids: Sequence[int]) -> str:
+    """SHA-256 of the JSON list of prefix token ids (protocol 3.2 step 4)."""
+    return hashlib.sha256(json.dumps([int(i) for i in ids]).encode()).hexdigest()
+
+
+def answer_seed(seed: int) -> int:
+    """The answer phase's seed: fresh draws, still a function of the branch identity only."""
+    return (int(seed) * 2654435761 + 1) & 0x7FFFFFFF
+
+
+def close_reasoning(tokens: Sequence[int], finish_reason: str, eos: frozenset[int],
+                    forced_ids: Sequence[int]) -> tuple[list[int], list[int], int]:
+    """Protocol 3.3 step 4: (reasoning tokens kept, tokens to insert, tokens dropped). A natural
+    close (the close-marker stop sequence) inserts nothing; otherwise a trailing EOS is dropped
+    and the family's forced-close ids are appended."""
+    reasoning = [int(t) for t in tokens]
+    if finish_reason == "stop_sequence":
+        return reasoning, [], 0
+    dropped = 0
+    if reasoning and reasoning[-1] in eos:
+        reasoning, dropped = reasoning[:-1], 1
+    return reasoning, list(forced_ids), dropped
+
+
+def check_budget(prefix_len: int, budget: int, protocol: Protocol) -> bool:
+    """Protocol 3.3 step 1: room for B reasoning tokens and the full answer reserve."""
+    available = protocol.total_cap - prefix_len
+    return available > protocol.answer_budget and budget <= available - protocol.answer_budget
+
+
+class BranchRunner:
+    """Runs batches of branches of one cell on an engine, from one `PrefixCache`.
+
+    `prompt` is the chat prompt, `trace` the base trace's generated tokens; the PrefixCache holds
+    prompt + trace[:max_cut]. Rows of one batch share the engine's continuous batching; the
+    answer phases of a batch start when its reasoning phases are done."""
+
+    def __init__(
+        self,
+        engine: Any,
+        loaded: Any,
+        prompt: Sequence[int],
+        trace: Sequence[int],
+        prefix_cache: PrefixCache,
+        protocol: Protocol,
+    ) -> None:
+        self.engine = engine
+        self.loaded = loaded
+        self.prompt = [int(t) for t in prompt]
+        self.trace = [int(t) for t in trace]
+        self.cache = prefix_cache
+        self.protocol = protocol
+        fam = loaded.family
+        self.close_ids: tuple[int, ...] = tuple(loaded.encode(fam.close_marker)) if fam.close_marker else ()
+        self.forced_ids: list[int] = list(loaded.encode(fam.forced_close)) if fam.forced_close else []
+        self.eos = frozenset(int(e) for e in loaded.eos_ids)
+
+    def _start(self, cut: int) -> tuple[list[Any], list[int]]:
+        """(cache holding prompt + trace[:cut] minus its last token, [that last token])."""
+        n = len(self.prompt) + cut
+        state = self.cache.state(n - 1)
+        last = (self.prompt + self.trace[:cut])[-1]
+        return state, [last]
+
+    def run(self, branches: Sequence[Branch]) -> list[BranchResult]:
+        from breakthrough.engine.base import GenRequest
+
+        p = self.protocol
+        for b in branches:
+            if not check_budget(b.cut, b.budget, p):
+                raise BtError(f"{b.key}: prefix of {b.cut} tokens leaves no room for B={b.budget} + answer")
+        stop = (self.close_ids,) if self.close_ids else ()
+        reqs = []
+        for b in branches:
+            state, first = self._start(b.cut)
+            reqs.append(GenRequest(key=b.key, prompt=first, cache=state, max_tokens=b.budget,
+                                   seed=b.seed, sampling=p.sampling, stop_sequences=stop,
+                                   return_cache=True))
+        by_key = {b.key: b for b in branches}
+        phase1 = {r.key: r for r in self.engine.generate(reqs)}
+        # Answer phase: from the live cache of each row.
+        reqs2, pending = [], {}
+        for key, r in phase1.items():
+            b = by_key[key]
+            reasoning, inserted, _ = close_reasoning(r.tokens, r.finish_reason, self.eos, self.forced_ids)
+            lps, ents = list(r.logprobs)[: len(reasoning)], list(r.entropies)[: len(reasoning)]
+            so_far = self.prompt + self.trace[: b.cut] + reasoning
+            live = r.cache
+            keep = min(cache_length(live), len(so_far) - 1)
+            live = trim_to(live, keep)
+            feed = so_far[keep:] + inserted
+            used = b.cut + len(reasoning) + len(inserted)
+            answer_budget = min(p.answer_budget, p.total_cap - used)
+            if answer_budget != p.answer_budget:
+                raise BtError(f"{key}: answer window {answer_budget} < {p.answer_budget} (protocol 3.3 step 5)")
+            reqs2.append(GenRequest(key=key, prompt=feed, cache=live, max_tokens=answer_budget,
+                                    seed=answer_seed(b.seed), sampling=p.sampling))
+            pending[key] = (reasoning, lps, ents, inserted, r)
+        out = []
+        for a in self.engine.generate(reqs2):
+            b = by_key[a.key]
+            reasoning, lps, ents, inserted, r = pending[a.key]
+            nan = [float("nan")] * len(inserted)
+            tokens = self.trace[: b.cut] + reasoning + inserted + list(a.tokens)
+            out.append(BranchResult(
+                branch=b,
+                tokens=tokens,
+                logprobs=np.asarray(lps + nan + list(a.logprobs), dtype=np.float32),
+                entropies=np.asarray(ents + nan + list(a.entropies), dtype=np.float32),
+                finish_reason="answer_reserve" if a.finish_reason == "length" else "eos",
+                extra={
+                    "reasoning_tokens": len(reasoning),
+                    "reasoning_finish": r.finish_reason,
+                    "forced_close": bool(inserted),
+                    "inserted_tokens": len(inserted),
+                    "answer_tokens": len(a.tokens),
+                    "prefix_sha": prefix_sha(self.trace[: b.cut]),
+                },
+                elapsed_s=r.elapsed_s + a.elapsed_s,
+                peak_memory_bytes=max(r.peak_memory_bytes, a.peak_memory_bytes),
+            ))
+        order = {b.key: i for i, b in enumerate(branches)}
+        return sorted(out, key=lambda x: order[x.branch.key])
+
+
+def reference_branch(engine: Any, loaded: Any, prompt: Sequence[int], prefix: Sequence[int],
+                     budget: int, seed: int, protocol: Protocol) -> list[int]:
+    """The reference implementation's two-stage procedure, one sequence at a time: a FRESH
+    prefill of prompt + prefix for the reasoning phase, and another fresh prefill of prompt +
+    prefix + reasoning + inserted for the answer phase (protocol 3.3 steps 3-5). Used as the
+    baseline of bench/continue_throughput.py and as the oracle of the cache-reuse equality
+    test; returns prefix + reasoning + inserted + answer."""
+    from breakthrough.engine.base import GenRequest
+
+    fam = loaded.family
+    close = tuple(loaded.encode(fam.close_marker)) if fam.close_marker else ()
+    forced = list(loaded.encode(fam.forced_close)) if fam.forced_close else []
+    eos = frozenset(int(e) for e in loaded.eos_ids)
+    ctx = [int(t) for t in prompt] + [int(t) for t in prefix]
+    (r,) = engine.generate([GenRequest(key="r", prompt=ctx, max_tokens=budget, seed=seed,
+                                       sampling=protocol.sampling,
+                                       stop_sequences=(close,) if close else ())])
+    reasoning, inserted, _ = close_reasoning(r.tokens, r.finish_reason, eos, forced)
+    (a,) = engine.generate([GenRequest(key="a", prompt=ctx + reasoning + inserted,
+                                       max_tokens=protocol.answer_budget, seed=answer_seed(seed),
+                                       sampling=protocol.sampling)])
+    return list(prefix) + reasoning + inserted + list(a.tokens)

@@ -1,0 +1,256 @@
+"""`bt continue` for one run: probes, refinement, restarts and top-ups, cell by cell.
+
+Per cell, in protocol order (sections 3.1, 4, 3.5), all from ONE prefill of prompt + base trace:
+  1. probes at the grid anchors (64 ... 8,192 reasoning tokens; anchors beyond the trace's
+     reasoning length, or whose prefix leaves no room for B + the answer reserve, are skipped);
+  2. up to two rounds of bisection of the first stable crossing (classify.bisection_midpoint);
+  3. restarts: empty prefix, reasoning budget C, 4 attempts each (instant cells: C = 1,024 only);
+  4. top-ups from classify.plan_next: terminal replication (A1), ambiguity enlargement of probe
+     cells (A5.1) and of restart cells (which the study required but never ran).
+Every sample's seed is a function of its identity and every finished batch is committed, so a
+rerun after a kill completes the missing samples only and ends with the same sample set."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from breakthrough.continuation import Branch, BranchRunner, check_budget
+from breakthrough.errors import BtError
+from breakthrough.protocol import Protocol
+from breakthrough.seeds import probe_seed, restart_seed
+from breakthrough.store import RunStore, SampleRecord
+
+PHASES = ("probes", "refinement", "restarts", "topups")
+TOPUP_RULES = {"terminal": "terminal_a1", "ambiguous": "ambiguity", "posterior": "posterior"}
+MEMORY_BUDGET_BYTES = 4 * 2**30
+
+
+@dataclass
+class CellPlan:
+    """The fixed facts of one cell's base trace that every phase needs."""
+
+    cell_id: str
+    item: dict
+    prompt: list[int]
+    trace: list[int]
+    segments: np.ndarray
+    reasoning_tokens: int
+    grid: list[int]
+
+    def cut(self, anchor: int) -> int:
+        """Prefix length (generated tokens) for anchor t: through the t-th reasoning token."""
+        from breakthrough.segments import anchor_cutoff
+
+        return anchor_cutoff(self.segments, anchor) + 1
+
+
+def plan_cell(cell_id: str, item: dict, prompt: Sequence[int], base: Any, protocol: Protocol) -> CellPlan:
+    from breakthrough.segments import anchor_cutoff, reasoning_length
+
+    segs = np.asarray(base["segments"])
+    trace = [int(t) for t in base["token_ids"]]
+    r = reasoning_length(segs)
+    grid = []
+    for a in protocol.anchors:
+        if a > r or not check_budget(anchor_cutoff(segs, a) + 1, protocol.budget, protocol):
+            break
+        grid.append(a)
+    return CellPlan(cell_id, item, [int(t) for t in prompt], trace, segs, r, grid)
+
+
+@dataclass
+class ContinueOptions:
+    protocol: Protocol
+    topup: tuple[str, ...] = ("terminal", "ambiguous")  # () = none; ("posterior",)
+    batch_size: int = 32
+    memory_budget_bytes: int = MEMORY_BUDGET_BYTES
+    posterior_band: tuple[float, float] = (0.1, 0.9)
+
+
+@dataclass
+class ContinueReport:
+    run_dir: Path
+    cells: int = 0
+    samples: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PHASES})
+    prefill_tokens: int = 0
+    trace_tokens: int = 0
+    generated_tokens: int = 0
+    elapsed_s: float = 0.0
+
+
+class CellContinuer:
+    """Runs every phase of one cell; `on_sample(phase, n)` reports progress."""
+
+    def __init__(self, store: RunStore, loaded: Any, engine: Any, grader: Any, cell: CellPlan,
+                 opts: ContinueOptions, on_sample: Callable[[str, int], None] | None = None) -> None:
+        from breakthrough.prefix_cache import PrefixCache, kv_bytes_per_token
+
+        self.store, self.loaded, self.engine, self.grader = store, loaded, engine, grader
+        self.cell, self.opts, self.p = cell, opts, opts.protocol
+        self.on_sample = on_sample or (lambda phase, n: None)
+        max_cut = cell.cut(cell.grid[-1]) if cell.grid else 0
+        np_ = len(cell.prompt)
+        snaps = [np_ - 1] + [np_ + cell.cut(a) - 1 for a in cell.grid]
+        self.prefix_cache = PrefixCache(loaded.model, cell.prompt + cell.trace[:max_cut], snapshot_at=snaps)
+        self.runner = BranchRunner(engine, loaded, cell.prompt, cell.trace, self.prefix_cache, self.p)
+        per_tok = kv_bytes_per_token(self.prefix_cache.full) if self.prefix_cache.plain else 0.0
+        longest = np_ + max_cut + max(self.p.budget, *self.p.restart_budgets) + self.p.answer_budget
+        cap = int(opts.memory_budget_bytes // max(per_tok * longest, 1.0)) if per_tok else opts.batch_size
+        self.rows = max(1, min(opts.batch_size, cap))
+        self.done = {k[2:] for k in store.existing_keys(cell_id=cell.cell_id)}
+
+    # -- running -------------------------------------------------------------------------
+    def _branches(self, kind: str, point: int, branches: range) -> list[Branch]:
+        out = []
+        for b in branches:
+            if kind == "probe":
+                if (point, self.p.budget, b) in self.done:
+                    continue
+                out.append(Branch(f"probe:{point}:{b}", "probe", point, self.p.budget, b,
+                                  probe_seed(self.cell.cell_id, point, b), self.cell.cut(point)))
+            else:
+                if (-1, point, b) in self.done:
+                    continue
+                out.append(Branch(f"restart:{point}:{b}", "restart", -1, point, b,
+                                  restart_seed(self.cell.cell_id, point, b), 0))
+        return out
+
+    def run(self, phase: str, branches: list[Branch]) -> int:
+        """Run, grade and commit `branches` in batches of at most `self.rows` rows
+        (rows of similar prefix length together: sorted by cut)."""
+        from breakthrough.scheduler import decode
+
+        branches = sorted(branches, key=lambda b: (b.cut, b.key))
+        total = 0
+        for i in range(0, len(branches), self.rows):
+            chunk = branches[i : i + self.rows]
+            results = self.runner.run(chunk)
+            texts = [decode(self.loaded.tokenizer, r.tokens) for r in results]
+            grades = self.grader.grade_many([(t, self.cell.item, r.finish_reason) for t, r in zip(texts, results)])
+            recs = []
+            for r, text in zip(results, texts):
+                b = r.branch
+                recs.append(SampleRecord(
+                    cell_id=self.cell.cell_id, kind=b.kind, anchor=b.anchor, budget=b.budget,
+                    branch=b.branch, seed=b.seed, prefix_len=b.cut,
+                    token_ids=np.asarray(r.tokens, dtype=np.int32), text=text,
+                    finish_reason=r.finish_reason, logprobs=r.logprobs, entropies=r.entropies,
+                    elapsed_s=r.elapsed_s, peak_mem_mb=r.peak_memory_bytes / 2**20,
+                    extra={**r.extra, "phase": phase},
+                ))
+                self.done.add((b.anchor, b.budget, b.branch))
+            self.store.add_samples(recs, grades)
+            total += len(recs)
+            self.on_sample(phase, len(recs))
+        return total
+
+    def panels(self):
+        from breakthrough.panels import probe_panel, restart_panel
+
+        df = self.store.samples_frame(arrays=False, cell_id=self.cell.cell_id)
+        return probe_panel(df, self.p), restart_panel(df, self.p)
+
+    # -- the protocol, step by step ----------------------------------------------------------
+    def probes(self) -> None:
+        m = range(self.p.samples)
+        self.run("probes", [b for a in self.cell.grid for b in self._branches("probe", a, m)])
+
+    def refinement(self, tau: float) -> None:
+        from breakthrough.classify import bisection_midpoint
+
+        for _ in range(self.p.refinement_rounds):
+            probe, _r = self.panels()
+            rows = list(probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None))
+            mid = bisection_midpoint(rows, tau, self.p)
+            if mid is None:
+                return
+            self.run("refinement", self._branches("probe", mid, range(self.p.samples)))
+
+    def restarts(self, tau: float) -> None:
+        from breakthrough.classify import budget_fit_time, restart_budgets_for, INSTANT_MAX_UPPER
+
+        probe, _ = self.panels()
+        rates = {int(a): k / n for a, n, k in zip(probe["anchor"], probe["n"], probe["k"]) if n}
+        tf = budget_fit_time(list(rates), list(rates.values()), tau)
+        instant = bool(tf.event_observed and tf.interval_upper is not None and tf.interval_upper <= INSTANT_MAX_UPPER)
+        budgets = [c for c in restart_budgets_for(instant, self.p) if check_budget(0, c, self.p)]
+        r = range(self.p.restart_samples)
+        self.run("restarts", [b for c in budgets for b in self._branches("restart", c, r)])
+
+    def topups(self, tau: float, max_rounds: int = 8) -> None:
+        from breakthrough.classify import plan_next
+
+        mode = "posterior" if "posterior" in self.opts.topup else "fixed"
+        wanted = {TOPUP_RULES[t] for t in self.opts.topup} | {"bisection"}
+        for _ in range(max_rounds):
+            probe, restart = self.panels()
+            plan = plan_next(probe, restart, protocol=self.p, tau=tau, topup=mode,
+                             band=self.opts.posterior_band)
+            todo: list[Branch] = []
+            for it in plan:
+                if not set(it.reason.split("+")) & wanted:
+                    continue
+                point = it.anchor if it.kind == "probe" else it.budget
+                todo += self._branches(it.kind, point, it.branches)
+            if not todo:
+                return
+            self.run("topups", todo)
+
+
+def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
+                 on_start: Callable[[dict, Any], None] | None = None,
+                 on_sample: Callable[[str, int], None] | None = None,
+                 tau: float | None = None) -> ContinueReport:
+    """All phases for every cell of one run that has a base trace."""
+    from breakthrough.engine.mlx_engine import MlxEngine
+    from breakthrough.scheduler import _grader_for
+
+    tau = opts.protocol.tau if tau is None else tau
+    report = ContinueReport(run_dir=run_dir)
+
+    def counted(phase: str, n: int) -> None:
+        report.samples[phase] += n
+        if on_sample:
+            on_sample(phase, n)
+
+    t0 = time.perf_counter()
+    with RunStore(run_dir) as store:
+        man = store.manifest()
+        if man.get("model_revision") != loaded.revision:
+            raise BtError(f"{run_dir}: run was made with model_revision={man.get('model_revision')!r}, "
+                          f"loaded {loaded.revision!r}")
+        base = store.samples_frame(kind="base")
+        cells = []
+        for rec in base.to_dict(orient="records"):
+            item, prompt = store.cell_prompt(rec["cell_id"])
+            cells.append(plan_cell(rec["cell_id"], item, prompt, rec, opts.protocol))
+        items = [c.item for c in cells]
+        engine = MlxEngine.from_loaded(loaded, batch_size=opts.batch_size)
+        if on_start:
+            on_start({"cells": len(cells),
+                      "probes": sum(len(c.grid) for c in cells) * opts.protocol.samples}, engine)
+        if not cells:
+            return report
+        grader = _grader_for(items, run_dir)
+        try:
+            for cell in cells:
+                cc = CellContinuer(store, loaded, engine, grader, cell, opts, counted)
+                cc.probes()
+                cc.refinement(tau)
+                cc.restarts(tau)
+                if opts.topup:
+                    cc.topups(tau)
+                report.cells += 1
+                report.prefill_tokens += cc.prefix_cache.prefill_tokens
+                report.trace_tokens += len(cell.prompt) + len(cell.trace)
+        finally:
+            getattr(grader, "close", lambda: None)()
+        report.generated_tokens = engine.generated_tokens
+    report.elapsed_s = time.perf_counter() - t0
+    return report

@@ -1,0 +1,51 @@
+"""Continuations from a cut KV cache equal the reference's fresh-prefill two-stage procedure."""
+
+from __future__ import annotations
+
+import pytest
+
+from breakthrough.continuation import Branch, BranchRunner, close_reasoning, reference_branch
+from breakthrough.engine.base import GenRequest
+from breakthrough.engine.mlx_engine import MlxEngine
+from breakthrough.models import load_model
+from breakthrough.prefix_cache import PrefixCache
+from breakthrough.protocol import DEFAULT, Sampling
+
+
+@pytest.fixture(scope="module", params=["plain", "qwen"])
+def setup(request, tiny_model_dir):
+    loaded = load_model(str(tiny_model_dir), family=request.param)
+    engine = MlxEngine.from_loaded(loaded, batch_size=8)
+    from breakthrough.models import build_prompt_ids
+
+    prompt = build_prompt_ids(loaded.tokenizer, loaded.family, "What is 2+2?")
+    (base,) = engine.generate([GenRequest(key="b", prompt=prompt, max_tokens=160, seed=11)])
+    return loaded, engine, prompt, base.tokens
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.6])
+def test_cut_cache_continuation_equals_fresh_prefill(setup, temperature) -> None:
+    loaded, engine, prompt, trace = setup
+    protocol = DEFAULT.with_overrides(budget=12, answer_budget=6,
+                                      sampling=Sampling(temperature=temperature))
+    cache = PrefixCache(loaded.model, prompt + trace)
+    runner = BranchRunner(engine, loaded, prompt, trace, cache, protocol)
+    branches = [Branch(f"k{c}:{i}", "probe", c, 12, i, 1000 + 7 * c + i, c)
+                for c in (1, 40, 97, 160) for i in range(2)]
+    got = runner.run(branches)
+    assert cache.prefill_tokens == len(prompt) + len(trace)  # one prefill for all 8 branches
+    for res in got:
+        b = res.branch
+        want = reference_branch(engine, loaded, prompt, trace[: b.cut], 12, b.seed, protocol)
+        assert res.tokens == want, b.key
+        assert len(res.logprobs) == len(res.tokens) - b.cut
+        assert res.finish_reason == "answer_reserve" or res.tokens[-1] in loaded.eos_ids
+        if loaded.family.name == "qwen" and res.extra["reasoning_finish"] != "stop_sequence":
+            assert res.extra["forced_close"] and res.extra["inserted_tokens"] > 0
+
+
+def test_close_reasoning_rules() -> None:
+    eos = frozenset({2})
+    assert close_reasoning([5, 6, 7], "stop_sequence", eos, [9]) == ([5, 6, 7], [], 0)
+    assert close_reasoning([5, 6, 2], "eos", eos, [9, 10]) == ([5, 6], [9, 10], 1)
+    assert close_reasoning([5, 6], "length", eos, [9]) == ([5, 6], [9], 0)
