@@ -157,3 +157,60 @@ def test_missing_values_dropped_and_other_errors(app, tmp_path):
     (tmp_path / "t.xlsx").write_text("x")
     res = _run(app, tmp_path / "t.xlsx", "-g", "a", "-s", "b", "-l", "c")
     assert isinstance(res.exception, BtError) and "unknown table format" in str(res.exception)
+
+
+def _load_analysis():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "analysis" / "auroc_worked_example.py"
+    spec = importlib.util.spec_from_file_location("auroc_worked_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_analysis_worked_example(capsys):
+    mod = _load_analysis()
+    mod.main([])
+    out = capsys.readouterr().out
+    assert "pooled  = 12/16" in out and "within  = 1/2" in out and "6 inside a problem" in out
+    ex = mod.worked_example()
+    assert ex["decomposition"].pooled == 0.75 and ex["loo_decomposition"].within == 0.0
+
+
+def test_analysis_on_a_run(tmp_path, capsys):
+    pytest.importorskip("breakthrough.store")
+    from breakthrough.grading.base import Grade
+    from breakthrough.store import RunStore, SampleRecord
+
+    mod = _load_analysis()
+    rng = np.random.default_rng(7)
+    runs = []
+    for model in ("m1", "m2"):
+        run = tmp_path / model
+        store = RunStore(run, create=True)
+        cells = [{"cell_id": f"{model}:p{i}", "model": model, "item": {"id": f"p{i}"},
+                  "prompt_ids": [1]} for i in range(12)]
+        store.add_cells(cells)
+        recs, grades = [], []
+        for i, cell in enumerate(cells):
+            n = 300 if i else 100  # p0 is short: excluded at --tokens 256
+            ok = bool(rng.random() < 0.5)
+            recs.append(SampleRecord(
+                cell_id=cell["cell_id"], kind="base", anchor=-1, budget=0, branch=0, seed=11,
+                prefix_len=0, token_ids=np.arange(n, dtype=np.int32), text="x",
+                finish_reason="eos",
+                entropies=(rng.random(n) + (0.0 if ok else 0.3)).astype(np.float32)))
+            grades.append(Grade(correct=ok, status="correct" if ok else "wrong",
+                                method="numeric", grader="math", version="1"))
+        store.add_samples(recs, grades)
+        store.close()
+        runs.append(str(run))
+    res = mod.analyse_runs(runs, tokens=256, n_boot=30, seed=1)
+    out = capsys.readouterr().out
+    assert "fewer than 256 generated tokens 2 (excluded)" in out
+    d = res["all"]["decomposition"]
+    assert d.n_rows == 22 and d.n_groups == 11
+    assert d.pooled == pytest.approx(d.lam * d.within + (1 - d.lam) * d.between)
+    assert "LOO pass rate" in out
