@@ -25,8 +25,22 @@ from breakthrough.protocol import DEFAULT, Protocol
 
 EPS = 1e-9
 INSTANT_MAX_UPPER = 16  # 5.3: "instant" = T_F event with interval upper bound ≤ 16 tokens
-SCRATCH_BUDGET = 1024  # 5.3: instant sub-label looks at R(1,024)
-BUDGET_LIMITED_AT = 4096  # 5.3: budget-limited iff the panel has C = 4,096 and R(4,096) ≥ τ
+SCRATCH_BUDGET = 1024  # 5.3: instant sub-label looks at R(1,024) (= R(B))
+BUDGET_LIMITED_AT = 4096  # 5.3: budget-limited iff the panel has C = 4,096 (= 4B) and R ≥ τ
+
+
+def scratch_budget(protocol: Protocol = DEFAULT) -> int:
+    """The restart budget of the instant sub-label and of instant cells' only restart: 1,024 in
+    the study, which is B; a protocol with another B (e.g. a small demo) uses B when it is a
+    restart budget, else the smallest restart budget."""
+    if protocol.budget in protocol.restart_budgets:
+        return int(protocol.budget)
+    return int(min(protocol.restart_budgets))
+
+
+def budget_limited_at(protocol: Protocol = DEFAULT) -> int:
+    """The restart budget of the budget-limited rule: 4,096 = 4B in the study."""
+    return int(4 * protocol.budget)
 
 REGIMES = (
     "instant_scratch_solvable",
@@ -190,18 +204,20 @@ def prefix_value_time(probe: Mapping[int, float], adv: Mapping[int, float], tau:
 
 def regime_label(*, event_observed: bool, interval_upper: int | None,
                  restart: Mapping[int, float], t_v_primary: int | None, terminal: bool,
-                 tau: float) -> str:
-    """Regime with the exact precedence of protocol 5.3 (reference script order)."""
+                 tau: float, scratch: int = SCRATCH_BUDGET,
+                 limited_at: int = BUDGET_LIMITED_AT) -> str:
+    """Regime with the exact precedence of protocol 5.3 (reference script order); `scratch`
+    and `limited_at` are the restart budgets 1,024 and 4,096 of the rules."""
     instant = bool(event_observed) and interval_upper is not None \
         and interval_upper <= INSTANT_MAX_UPPER
-    has_4096 = BUDGET_LIMITED_AT in restart
+    has_4096 = limited_at in restart
     if instant:
-        if _ge(restart.get(SCRATCH_BUDGET, 0.0), tau):
+        if _ge(restart.get(scratch, 0.0), tau):
             return "instant_scratch_solvable"
         if t_v_primary is not None:
             return "instant_prefix_advantaged"
         return "instant_ambiguous"
-    if has_4096 and _ge(r_hat(restart, BUDGET_LIMITED_AT), tau):
+    if has_4096 and _ge(r_hat(restart, limited_at), tau):
         return "budget_limited"
     if t_v_primary is not None:
         return "prefix_limited"
@@ -209,20 +225,22 @@ def regime_label(*, event_observed: bool, interval_upper: int | None,
         return "no_crossing_at_primary_delta"
     if terminal:
         return "terminal_A1"
-    if has_4096 and _ge(r_hat(restart, BUDGET_LIMITED_AT), tau):  # unreachable, as in 5.3
+    if has_4096 and _ge(r_hat(restart, limited_at), tau):  # unreachable, as in 5.3
         return "unsolved_scratch_solvable"
     return "unsolved_hard"
 
 
 def regime_of(probe: Mapping[int, float], restart: Mapping[int, float], *,
-              terminal_rate: float | None, tau: float, delta: float, budget: int) -> str:
+              terminal_rate: float | None, tau: float, delta: float, budget: int,
+              scratch: int = SCRATCH_BUDGET, limited_at: int = BUDGET_LIMITED_AT) -> str:
     """Only the regime of a cell from its rates (the fast path used by resampling)."""
     tf = budget_fit_time(list(probe), [probe[t] for t in probe], tau)
     t_v = prefix_value_time(probe, advantages(probe, restart, budget), tau, delta)
     terminal = (not tf.event_observed) and bool(probe) and terminal_rate is not None \
         and _ge(terminal_rate, tau)
     return regime_label(event_observed=tf.event_observed, interval_upper=tf.interval_upper,
-                        restart=restart, t_v_primary=t_v, terminal=terminal, tau=tau)
+                        restart=restart, t_v_primary=t_v, terminal=terminal, tau=tau,
+                        scratch=scratch, limited_at=limited_at)
 
 
 def _none_if_nan(v: float) -> float | None:
@@ -232,7 +250,8 @@ def _none_if_nan(v: float) -> float | None:
 def label_from_rates(probe: Mapping[int, float], restart: Mapping[int, float], *,
                      terminal_rate: float | None = None, tau: float, delta: float,
                      deltas: Iterable[float], budget: int,
-                     restart_budgets: Iterable[int] = DEFAULT.restart_budgets) -> dict:
+                     restart_budgets: Iterable[int] = DEFAULT.restart_budgets,
+                     scratch: int = SCRATCH_BUDGET, limited_at: int = BUDGET_LIMITED_AT) -> dict:
     """Every label of one cell from its rates.
 
     probe: anchor → p(t; B); restart: C → R(C); terminal_rate: the pooled (replicated) rate at
@@ -250,7 +269,7 @@ def label_from_rates(probe: Mapping[int, float], restart: Mapping[int, float], *
         and _ge(terminal_rate, tau)
     regime = regime_label(event_observed=tf.event_observed, interval_upper=tf.interval_upper,
                           restart=restart, t_v_primary=t_v[float(delta)], terminal=terminal,
-                          tau=tau)
+                          tau=tau, scratch=scratch, limited_at=limited_at)
     finite_adv = [a for a in adv.values() if not math.isnan(a)]
     row = {
         "n_anchors": len(anchors),
@@ -357,7 +376,8 @@ def label_panels(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame,
             {a: k / n for a, n, k, _, _ in prow}, {c: k / n for c, n, k, _, _ in rrow},
             terminal_rate=_terminal_rate(prow, tau, protocol), tau=tau, delta=delta,
             deltas=protocol.deltas, budget=protocol.budget,
-            restart_budgets=protocol.restart_budgets))
+            restart_budgets=protocol.restart_budgets, scratch=scratch_budget(protocol),
+            limited_at=budget_limited_at(protocol)))
         row["terminal_candidate"] = (not row["event_observed"]) and terminal_candidate(prow, tau)
         row["final_n"] = max(prow)[1] if prow else 0
         rows.append(row)
@@ -449,8 +469,9 @@ def bisection_midpoint(probe_rows: Sequence[tuple], tau: float,
 
 
 def restart_budgets_for(instant: bool, protocol: Protocol = DEFAULT) -> tuple[int, ...]:
-    """Restart budgets a cell gets (4): instant cells only C = 1,024, others the full grid."""
-    return (SCRATCH_BUDGET,) if instant else tuple(protocol.restart_budgets)
+    """Restart budgets a cell gets (4): instant cells only C = 1,024 (`scratch_budget`),
+    others the full grid."""
+    return (scratch_budget(protocol),) if instant else tuple(protocol.restart_budgets)
 
 
 def _ambiguous(n: int, nc: int, kc: int, target: int) -> bool:

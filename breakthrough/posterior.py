@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from breakthrough.classify import (PlanItem, _by_cell, plan_next, regime_of)
+from breakthrough.classify import (PlanItem, _by_cell, budget_limited_at, plan_next, regime_of,
+                                   scratch_budget)
 from breakthrough.protocol import DEFAULT, Protocol
 
 PRIORS: dict[str, tuple[float, float]] = {"jeffreys": (0.5, 0.5), "uniform": (1.0, 1.0)}
@@ -93,7 +94,8 @@ def regime_survival(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame,
             restart = dict(zip(rb, rdraw[:, d].tolist()))
             term = probe[max(pa)] if final_replicated else None
             same += regime_of(probe, restart, terminal_rate=term, tau=tau, delta=delta,
-                              budget=protocol.budget) == observed
+                              budget=protocol.budget, scratch=scratch_budget(protocol),
+                              limited_at=budget_limited_at(protocol)) == observed
         out[cell] = same / draws if draws else float("nan")
     return pd.Series(out, name="regime_survival", dtype=float)
 

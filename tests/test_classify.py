@@ -130,6 +130,21 @@ def test_proxy_flag_only_beyond_largest_measured_budget():
     assert cur.loc[8192, "r_hat"] == 0.25
 
 
+def test_interpolation_below_inside_above_in_the_label_table():
+    # restarts measured at 2,048 and 4,096 only: t = 64 → x = 1,088 is below (R(2,048)),
+    # t = 2,048 → x = 3,072 inside, t = 4,096 → x = 5,120 above (R(4,096), a proxy)
+    pp, rp = panels({"m:p": {64: (4, 4), 2048: (4, 4), 4096: (4, 4)}},
+                    {"m:p": {2048: (1, 4), 4096: (3, 4)}})
+    cur = C.cell_curves(pp, rp).set_index("anchor")
+    assert list(cur["position"]) == ["below", "inside", "above"]
+    assert cur.loc[64, "r_hat"] == 0.25 and cur.loc[4096, "r_hat"] == 0.75
+    assert cur.loc[2048, "r_hat"] == pytest.approx(0.25 + 0.5 * math.log2(1.5))
+    assert cur.loc[2048, "r_hat_cons"] == 0.75
+    row = C.label_panels(pp, rp).iloc[0]
+    assert row["proxy_anchors"] == 1 and row["max_advantage"] == 0.75
+    assert row["regime"] == "budget_limited"
+
+
 def test_instant_cell_with_only_r1024_uses_it_everywhere():
     adv = C.advantages({16: 1.0, 2048: 1.0}, {1024: 0.5}, 1024)
     assert adv == {16: 0.5, 2048: 0.5}

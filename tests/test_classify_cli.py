@@ -213,3 +213,27 @@ def test_cell_plot_png_and_svg(tmp_path):
     png = F.cell_plot(curve, row, tmp_path / "c.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ET.fromstring(F.cell_svg(curve.iloc[0:0], row))
+
+
+def test_resolve_protocol_from_manifest_and_samples():
+    from breakthrough.commands.classify import resolve_protocol
+
+    proto, notes = resolve_protocol({"protocol": {"budget": 64, "anchors": [8, 16, 32],
+                                                  "restart_budgets": [64, 128, 256, 512],
+                                                  "sampling": {"temperature": 0.6}}})
+    assert proto.budget == 64 and proto.anchors == (8, 16, 32)
+    assert proto.restart_budgets == (64, 128, 256, 512) and notes
+    samples, _ = frames()
+    proto, notes = resolve_protocol({}, samples)
+    assert proto.budget == 1024 and notes == []
+    small = samples.assign(budget=samples["budget"].map(
+        lambda b: {1024: 64, 2048: 128, 4096: 256, 8192: 512}[b]))
+    small.loc[small["kind"] == "probe", "budget"] = 64
+    proto, notes = resolve_protocol(None, small)
+    assert proto.budget == 64 and proto.restart_budgets == (64, 128, 256, 512)
+    assert len(notes) == 2
+    # the small-budget run classifies like the full one: 4B = 256 is the budget-limited budget
+    res = classify_frames(small, None, protocol=proto, draws=2)
+    reg = dict(zip(res.labels["cell_id"], res.labels["regime"]))
+    assert reg["m:p1"] == "budget_limited" and reg["g:p2"] == "instant_scratch_solvable"
+    assert res.summary["protocol"]["budget_limited_at"] == 256

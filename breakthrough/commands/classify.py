@@ -37,6 +37,41 @@ class ClassifyResult:
         return self.plans[self.topup]
 
 
+PROTOCOL_KEYS = ("anchors", "budget", "refinement_rounds", "refinement_min_width", "samples",
+                 "topup_samples", "restart_budgets", "restart_samples", "tau", "delta", "deltas")
+
+
+def resolve_protocol(manifest: dict | None, samples=None,
+                     base: Protocol = DEFAULT) -> tuple[Protocol, list[str]]:
+    """The labelling constants of a run: `base` overridden by the run manifest's "protocol"
+    entry (any of PROTOCOL_KEYS it holds), then, if the samples show a probe budget B or
+    restart budgets the protocol does not know (a small-budget demo run whose manifest does
+    not say), the observed ones. Returns the protocol and notes on what was taken from where."""
+    notes: list[str] = []
+    changes: dict[str, Any] = {}
+    stored = (manifest or {}).get("protocol") or {}
+    if isinstance(stored, dict):
+        for key in PROTOCOL_KEYS:
+            if key in stored and stored[key] is not None:
+                v = stored[key]
+                changes[key] = tuple(v) if isinstance(v, list) else v
+        if changes:
+            notes.append("from the run manifest: " + ", ".join(sorted(changes)))
+    proto = base.with_overrides(**changes) if changes else base
+    if samples is not None and len(samples):
+        graded = samples[samples["correct"].notna()] if "correct" in samples else samples
+        pb = graded.loc[graded["kind"] == "probe", "budget"].astype(int)
+        if len(pb) and proto.budget not in set(pb):
+            b = int(pb.value_counts().idxmax())
+            proto = proto.with_overrides(budget=b)
+            notes.append(f"probe budget B = {b} inferred from the samples")
+        rb = sorted(set(graded.loc[graded["kind"] == "restart", "budget"].astype(int)))
+        if rb and not set(rb) <= set(proto.restart_budgets):
+            proto = proto.with_overrides(restart_budgets=tuple(rb))
+            notes.append(f"restart budgets {rb} inferred from the samples")
+    return proto, notes
+
+
 def classify_frames(samples, cells=None, *, protocol: Protocol = DEFAULT,
                     tau: float | None = None, delta: float | None = None, topup: str = "fixed",
                     prior: str = "jeffreys", band: tuple[float, float] = (0.1, 0.9),
@@ -76,12 +111,19 @@ def classify_frames(samples, cells=None, *, protocol: Protocol = DEFAULT,
     summary = C.summarize(labels, protocol=protocol, tau=tau, delta=delta, plans=plans,
                           prior=describe_prior(prior))
     summary.update(topup=topup, posterior_band=list(band), survival_draws=draws,
-                   survival_seed=seed)
+                   survival_seed=seed,
+                   protocol={"budget": protocol.budget, "anchors": list(protocol.anchors),
+                             "restart_budgets": list(protocol.restart_budgets),
+                             "samples": protocol.samples,
+                             "topup_samples": protocol.topup_samples,
+                             "scratch_budget": C.scratch_budget(protocol),
+                             "budget_limited_at": C.budget_limited_at(protocol)})
     curves = C.cell_curves(pp, rp, protocol=protocol)
     return ClassifyResult(labels=labels if len(labels) else pd.DataFrame(), curves=curves,
                           probe_cells=post(pp), restart_cells=post(rp), plans=plans,
                           topup=topup, summary=summary,
-                          params={"tau": tau, "delta": delta, "prior": prior, "band": band})
+                          params={"tau": tau, "delta": delta, "prior": prior, "band": band,
+                                  "protocol": protocol})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,7 +177,7 @@ def _plan_frame(items, run: str | None = None):
 
 
 def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
-                  protocol: Protocol = DEFAULT, cell_pages: bool = True) -> dict[str, Any]:
+                  cell_pages: bool = True) -> dict[str, Any]:
     """Write tables, summary, plans, figures and HTML for the runs (name → result) under
     out_dir. Returns {"index": path, "labels": [...], "summary": path, ...}."""
     import pandas as pd
@@ -148,6 +190,7 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     out.mkdir(parents=True, exist_ok=True)
     any_res = next(iter(results.values()))
     tau, delta = any_res.params["tau"], any_res.params["delta"]
+    protocol = any_res.params["protocol"]
     frames = {k: [] for k in ("labels", "curves", "probe_cells", "restart_cells")}
     for run, res in results.items():
         for k in frames:
@@ -162,10 +205,12 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     summary = C.summarize(labels, protocol=protocol, tau=tau, delta=delta, plans=plans,
                           prior=any_res.summary.get("prior")) if len(labels) else \
         dict(any_res.summary)
-    for key in ("topup", "posterior_band", "survival_draws", "survival_seed"):
+    for key in ("topup", "posterior_band", "survival_draws", "survival_seed", "protocol"):
         summary[key] = any_res.summary.get(key)
     summary["runs"] = {run: {"cells": int(len(r.labels)), "plan_items": len(r.plan),
-                             "regime_counts": r.summary.get("regime_counts", {})}
+                             "regime_counts": r.summary.get("regime_counts", {}),
+                             "protocol": r.summary.get("protocol"),
+                             "protocol_notes": r.params.get("protocol_notes", [])}
                        for run, r in results.items()}
     paths: dict[str, Any] = {}
     files = []
@@ -189,8 +234,9 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     run_pages = {}
     for run, res in results.items():
         rdir = out / run
+        rp = res.params["protocol"]
         rfigs = F.all_figures(res.labels, res.probe_cells, rdir / "figures", tau=tau,
-                              target=target, budgets=protocol.restart_budgets)
+                              target=rp.topup_samples, budgets=rp.restart_budgets)
         pages = {}
         if cell_pages and len(res.labels):
             page = rdir / "index.html"
@@ -230,8 +276,9 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str) -> No
     console = Console()
     counts = summary.get("regime_counts", {})
     for model, c in counts.items():
-        t = Table(title=f"{model}: {summary['n_cells'][model]} cells "
-                        f"(τ = {summary['tau']}, δ = {summary['primary_delta']})")
+        console.print(f"[bold]{model}[/bold]: {summary['n_cells'][model]} cells "
+                      f"(τ = {summary['tau']}, δ = {summary['primary_delta']})")
+        t = Table()
         t.add_column("regime")
         t.add_column("cells", justify="right")
         for r in REGIMES:
@@ -295,9 +342,14 @@ def register(app: typer.Typer) -> None:
             with RunStore(d) as store:
                 samples = store.samples_frame(arrays=False)
                 cells = store.cells_frame()
-            results[name] = classify_frames(samples, cells, tau=tau, delta=delta, topup=topup,
-                                            prior=prior, band=(band_lo, band_hi), draws=draws,
-                                            seed=seed)
+                manifest = store.manifest()
+            proto, notes = resolve_protocol(manifest, samples)
+            res = classify_frames(samples, cells, protocol=proto, tau=tau, delta=delta,
+                                  topup=topup, prior=prior, band=(band_lo, band_hi),
+                                  draws=draws, seed=seed)
+            res.params["protocol_notes"] = notes
+            res.summary["protocol_notes"] = notes
+            results[name] = res
         paths = write_outputs(results, _out_dir(runs, out), cell_pages=cell_pages)
         n_items = sum(len(r.plan) for r in results.values())
         _print_tables(paths["summary_obj"], paths["index"], n_items, topup)
