@@ -279,10 +279,13 @@ def auroc(
 ) -> None:
     """Pooled / within / between AUROC decomposition with the LOO reference and bootstrap CIs.
 
-    Over all success/failure pairs, pooled = lambda * within + (1 - lambda) * between, lambda
-    being the share of those pairs inside a group. Rows missing the label, a score or a group
-    value are dropped with a warning. The LOO reference scores each row by the mean correctness
-    of the other rows of its group (its within AUROC is 0 by construction).
+    Over all success/failure pairs: pooled = lambda * within + (1 - lambda) * between.
+
+    lambda is the share of those pairs that lie inside a group.
+
+    Rows missing the label, a score or a group value are dropped with a warning.
+
+    LOO reference: each row scored by the mean correctness of the other rows of its group.
     """
     import numpy as np
     import pandas as pd
