@@ -175,7 +175,7 @@ def _fake_run(run_dir, items, answers, variant=None):
     store = RunStore(run_dir, create=True)
     try:
         if variant:
-            store.ensure_manifest({"prompt_variant": variant, "model_id": "fake"})
+            store.ensure_manifest({"prompt_version": f"v1/{variant}", "model_id": "fake"})
         store.add_cells(
             [{"cell_id": f"fake:{it['id']}", "model": "fake", "item": it, "prompt_ids": [1]}
              for it in items]  # fmt: skip

@@ -40,6 +40,18 @@ def _sample_variant(extra: Any) -> str | None:
     return None
 
 
+def manifest_variant(manifest: dict[str, Any]) -> str | None:
+    """The prompt variant a run was made with: an explicit manifest key, or the suffix of
+    `prompt_version` ("v1/explicit", as the scheduler writes it for optimum cohorts)."""
+    for key in VARIANT_KEYS:
+        if isinstance(manifest.get(key), str):
+            return manifest[key]
+    pv = manifest.get("prompt_version")
+    if isinstance(pv, str) and "/" in pv:
+        return pv.rsplit("/", 1)[1]
+    return None
+
+
 def load_graded(runs: list[Path], cohort: str, variant: str | None):
     """One graded frame over all runs (regraded from the stored text)."""
     import pandas as pd
@@ -65,9 +77,7 @@ def load_graded(runs: list[Path], cohort: str, variant: str | None):
             samples = store.samples_frame(arrays=False, kind="base")
         finally:
             store.close()
-        run_variant = variant or next(
-            (manifest[k] for k in VARIANT_KEYS if isinstance(manifest.get(k), str)), None
-        )
+        run_variant = variant or manifest_variant(manifest)
         if "extra" in samples:
             per_sample = samples["extra"].map(_sample_variant)
             samples = samples.assign(variant=per_sample.where(per_sample.notna(), run_variant))
