@@ -41,6 +41,7 @@ COMMAND_MODULES = [
     "breakthrough.commands.export",
     "breakthrough.commands.models",
     "breakthrough.commands.base",
+    "breakthrough.commands.continue_",
     "breakthrough.commands.classify",
     "breakthrough.commands.report",
     "breakthrough.commands.auroc",

@@ -38,6 +38,7 @@ IDENTITY_FIELDS = (
     "protocol_digest",
     "cohort_digest",
     "prompt_version",
+    "continue_answer_budget",
 )
 SEGMENT_CODES = {"thinking": 0, "special": 1, "solution": 2, "final_answer": 3}
 
@@ -181,10 +182,10 @@ class RunStore:
         have = self.manifest()
         if have:
             for key in IDENTITY_FIELDS:
-                if key in wanted and have.get(key) != wanted[key]:
+                if key in wanted and key in have and have[key] != wanted[key]:
                     raise BtError(
                         f"{self.run_dir}: run was made with {key}={have.get(key)!r}, "
-                        f"this request has {key}={wanted[key]!r}; use another --run name"
+                        f"this request has {key}={wanted[key]!r}; use a new run directory"
                     )
         with self.transaction() as c:
             for key, value in wanted.items():
