@@ -187,10 +187,13 @@ class RunStore:
                         f"{self.run_dir}: run was made with {key}={have.get(key)!r}, "
                         f"this request has {key}={wanted[key]!r}; use a new run directory"
                     )
+        self.update_manifest({k: v for k, v in wanted.items() if k not in have})
+
+    def update_manifest(self, values: dict[str, Any]) -> None:
+        """Set manifest entries (the first writer of a key is `ensure_manifest`; later phases,
+        e.g. `bt continue` recording its B and anchors, update documentation entries here)."""
         with self.transaction() as c:
-            for key, value in wanted.items():
-                if key in IDENTITY_FIELDS and key in have:
-                    continue
+            for key, value in values.items():
                 c.execute(
                     "INSERT OR REPLACE INTO manifest(key, value) VALUES (?, ?)",
                     (key, json.dumps(value, sort_keys=True)),

@@ -72,6 +72,11 @@ def continue_(
             # Continuation samples at another answer budget would not be comparable.
             store.ensure_manifest({"continue_answer_budget": answer_budget})
             man = store.manifest()
+            # Record the labelling constants, so `bt classify` reads B, anchors and budgets.
+            store.update_manifest({"protocol": {**man.get("protocol", {}), **{
+                k: (list(v) if isinstance(v, tuple) else v) for k, v in protocol.to_dict().items()
+                if k in ("budget", "answer_budget", "anchors", "restart_budgets", "samples",
+                         "restart_samples", "topup_samples", "refinement_rounds")}}})
             n_base = len(store.existing_keys("base"))
         console.print(
             f"[bold]{run_dir.name}[/]: {n_base} base traces of {man.get('model_alias')}; probes at "
