@@ -20,6 +20,7 @@ from pathlib import Path
 
 from breakthrough.cohorts import load_cohort
 from breakthrough.continuation import Branch, BranchRunner, reference_branch
+from breakthrough.continue_run import similar_length_chunks
 from breakthrough.engine.mlx_engine import MlxEngine
 from breakthrough.models import build_prompt_ids, load_model
 from breakthrough.prefix_cache import PrefixCache
@@ -71,7 +72,7 @@ def main() -> None:
     g0 = engine.generated_tokens
     cache = PrefixCache(loaded.model, prompt + trace[: max(anchors)])
     runner = BranchRunner(engine, loaded, prompt, trace, cache, protocol)
-    ours = runner.run(branches)
+    ours = [r for chunk in similar_length_chunks(branches, args.batch_size) for r in runner.run(chunk)]
     bt_s = time.perf_counter() - t0
     bt_gen = engine.generated_tokens - g0
     bt_prefill = cache.prefill_tokens + sum(
@@ -87,6 +88,7 @@ def main() -> None:
     ref_prefill = sum(2 * (len(prompt) + b.cut) + r.extra["reasoning_tokens"] + r.extra["inserted_tokens"]
                       for b, r in zip(branches, ours))
 
+    ours = sorted(ours, key=lambda r: branches.index(r.branch))
     same = sum(o.tokens == r for o, r in zip(ours, ref))
     print(f"identical branches: {same}/{len(branches)}")
     print(f"{'':12}{'seconds':>10}{'generated':>11}{'tok/s':>9}{'prefill tokens':>16}")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import sys
 
@@ -38,18 +37,16 @@ def _root() -> None:
 # (heavy libraries are imported inside the command functions).
 COMMAND_MODULES = [
     "breakthrough.commands.cohorts",
-    "breakthrough.commands.export",
     "breakthrough.commands.models",
     "breakthrough.commands.base",
     "breakthrough.commands.continue_",
     "breakthrough.commands.classify",
-    "breakthrough.commands.report",
+    "breakthrough.commands.export",
     "breakthrough.commands.auroc",
+    "breakthrough.commands.report",
 ]
 
 for _name in COMMAND_MODULES:
-    if importlib.util.find_spec(_name) is None:  # TEMP during parallel development
-        continue
     importlib.import_module(_name).register(app)
 
 

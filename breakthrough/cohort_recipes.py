@@ -5,7 +5,8 @@
 * supplement (20): the real rule used base-run outcomes (P minus dev, 3-model solved count in
   {1, 2}), so 19 rows are outcome-blind STAND-INS drawn from P minus dev with the paper's level
   mix 1/6/3/5/5; the one member named in the protocol (`math_02814_7fdbd1234d96`, level 2) is
-  included as a known real member (`standin: false`).
+  included as a known real member, still marked `standin: true` (issue 2: only the 20 dev rows
+  are exact; the supplement as a stage cannot be reproduced, so all 69 other rows are stand-ins).
 * wave3 (49): the real rule used screen outcomes (1-5 of 6 successes), so all 49 are STAND-INS
   drawn from the exact 150-problem wave-3 screen bundle (15.3 step 6) with level mix
   10/10/10/10/9 (the paper does not state the real mix).
@@ -56,7 +57,8 @@ SEL_DEV = (
 )
 SEL_SUPP_REAL = (
     "supplement: known real member (protocol 15.1 names math_02814_7fdbd1234d96, level 2, in the "
-    "outcome-screened supplement); included by id, not re-selected"
+    "outcome-screened supplement); included by id, not re-selected; marked as a stand-in because "
+    "the rest of its stage cannot be reproduced (only dev is exact)"
 )
 SEL_SUPP_STANDIN = (
     "supplement STAND-IN: the real rule (P minus dev with 3-model 16K seed-11 solved count in "
@@ -273,7 +275,7 @@ def build_math89(source: list[dict], pools: Pools | None = None) -> list[dict]:
     for s in sorted(supp, key=lambda r: r["id"]):
         real = s.get("known", False)
         sel = SEL_SUPP_REAL if real else SEL_SUPP_STANDIN.format(L=src[s["id"]]["level"])
-        rows.append(_math_row(src[s["id"]], stage="supplement", selection=sel, standin=not real,
+        rows.append(_math_row(src[s["id"]], stage="supplement", selection=sel, standin=True,
                               split=pools.pool_splits[s["id"]]))
     wave3 = draw_standins(pools.screen, WAVE3_MIX, "wave3")
     for s in sorted(wave3, key=lambda r: r["id"]):

@@ -64,6 +64,19 @@ def plan_cell(cell_id: str, item: dict, prompt: Sequence[int], base: Any, protoc
     return CellPlan(cell_id, item, [int(t) for t in prompt], trace, segs, r, grid)
 
 
+def similar_length_chunks(branches: Sequence[Branch], rows: int, spread: float = 1.5) -> list[list[Branch]]:
+    """Batches of at most `rows` branches whose prefix lengths are close (the longest at most
+    `spread` x the shortest, plus 64): a batch is padded to its longest row, so mixing a
+    64-token prefix with a 4,096-token one would waste most of the batch's attention work."""
+    chunks: list[list[Branch]] = []
+    for b in sorted(branches, key=lambda b: (b.cut, b.key)):
+        if chunks and len(chunks[-1]) < rows and b.cut <= spread * chunks[-1][0].cut + 64:
+            chunks[-1].append(b)
+        else:
+            chunks.append([b])
+    return chunks
+
+
 @dataclass
 class ContinueOptions:
     protocol: Protocol
@@ -126,10 +139,8 @@ class CellContinuer:
         (rows of similar prefix length together: sorted by cut)."""
         from breakthrough.scheduler import decode
 
-        branches = sorted(branches, key=lambda b: (b.cut, b.key))
         total = 0
-        for i in range(0, len(branches), self.rows):
-            chunk = branches[i : i + self.rows]
+        for chunk in similar_length_chunks(branches, self.rows):
             results = self.runner.run(chunk)
             texts = [decode(self.loaded.tokenizer, r.tokens) for r in results]
             grades = self.grader.grade_many([(t, self.cell.item, r.finish_reason) for t, r in zip(texts, results)])

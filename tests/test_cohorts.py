@@ -101,10 +101,12 @@ def test_math89_counts(math89):
     assert mix["supplement"] == {1: 1, 2: 6, 3: 3, 4: 5, 5: 5}
     assert mix["wave3"] == {1: 10, 2: 10, 3: 10, 4: 10, 5: 9}
     exact = [r for r in math89 if not r["standin"]]
-    assert len(exact) == 21  # 20 dev (exact recipe) + the known real supplement member
-    assert {r["id"] for r in exact if r["stage"] == "supplement"} == {"math_02814_7fdbd1234d96"}
+    assert len(exact) == 20 and {r["stage"] for r in exact} == {"dev"}  # issue 2: 20 exact
+    known = [r for r in math89 if r["id"] == "math_02814_7fdbd1234d96"]
+    assert known[0]["standin"] and "known real member" in known[0]["selection"]
     standins = [r for r in math89 if r["standin"]]
-    assert len(standins) == 68 and all("STAND-IN" in r["selection"] for r in standins)
+    assert len(standins) == 69
+    assert all("STAND-IN" in r["selection"] for r in standins if r is not known[0])
     assert all(ID_RE.match(r["id"]) and r["family"] == "math" for r in math89)
     assert all(r["split"] in ("train", "validation", "test") for r in math89)
 
@@ -213,7 +215,7 @@ def test_cli_list_and_show(cli_app, monkeypatch):
     res = runner.invoke(cli_app, ["cohorts", "list"])
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if " math89 " in x)
-    assert "89" in line and "68" in line and "dev,supplement,wave3" in line
+    assert "89" in line and "69" in line and "dev,supplement,wave3" in line
     assert "math500" in res.output and "demo" in res.output
     res = runner.invoke(cli_app, ["cohorts", "show", "math89"])
     assert res.exit_code == 0, res.output
@@ -239,3 +241,16 @@ def test_list_reports_invalid_file_when_not_strict(tmp_path):
     infos = {i.name: i for i in list_cohorts(tmp_path, strict=False)}
     assert infos["good"].error is None and infos["good"].rows == 1
     assert "bad.jsonl:2: malformed JSON" in infos["bad"].error
+
+
+def test_cli_builds_uoo_cohorts_byte_for_byte(tmp_path):
+    """`bt cohorts build uoo` regenerates the committed uoo87/uoo29 files exactly."""
+    from typer.testing import CliRunner
+
+    from breakthrough.cli import app
+    from breakthrough.cohorts import cohorts_dir
+
+    res = CliRunner().invoke(app, ["cohorts", "build", "uoo", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    for name in ("uoo87", "uoo29"):
+        assert (tmp_path / f"{name}.jsonl").read_bytes() == (cohorts_dir() / f"{name}.jsonl").read_bytes()

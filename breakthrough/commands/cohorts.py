@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-BUILD_TARGETS = ("source", "math89", "math500", "demo", "all")
+BUILD_TARGETS = ("source", "math89", "math500", "demo", "uoo", "all")
 
 
 def _console():
@@ -18,7 +18,9 @@ def _console():
 
 
 def build(
-    target: str = typer.Argument(..., help="source | math89 | math500 | demo | all"),
+    target: str = typer.Argument(
+        ..., help="source | math89 | math500 | demo | uoo (uoo87 + uoo29) | all"
+    ),
     out: Optional[Path] = typer.Option(
         None, "--out", help="Output directory (default: the cohorts directory)."
     ),
@@ -71,7 +73,9 @@ def build(
             )
         if source_path is None and out is not None and not check:
             source_path = path
-    names = NAMES if target == "all" else ((target,) if target != "source" else ())
+    if target in ("uoo", "all"):
+        ok &= _build_uoo(out_dir, check, console)
+    names = NAMES if target == "all" else ((target,) if target not in ("source", "uoo") else ())
     if names:
         results = build_cohort_files(names, out_dir, source_path=source_path, check=check)
         for name, (path, good) in results.items():
@@ -82,6 +86,25 @@ def build(
                 console.print(f"wrote {path}")
     if not ok:
         raise typer.Exit(1)
+
+
+def _build_uoo(out_dir: Path, check: bool, console) -> bool:
+    """The uniqueness-of-optimum cohorts (uoo87, uoo29) from their seeded generator."""
+    from breakthrough.optimum.cohort import cohort_rows, render_jsonl
+
+    ok = True
+    for name, rows in cohort_rows().items():
+        path = out_dir / f"{name}.jsonl"
+        data = render_jsonl(rows)
+        if check:
+            same = path.is_file() and path.read_bytes() == data
+            ok &= same
+            console.print(f"{'same' if same else 'DIFFERS'}  {path}")
+        else:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            console.print(f"wrote {path}")
+    return ok
 
 
 def list_cmd(

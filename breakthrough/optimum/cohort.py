@@ -107,11 +107,10 @@ def cohort_rows(master_seed: int = MASTER_SEED) -> dict[str, list[dict[str, Any]
 
 
 def render_jsonl(rows: list[dict[str, Any]]) -> bytes:
-    """File bytes in the repository's cohort format (breakthrough.cohorts.render_cohort):
-    one json.dumps(row, sort_keys=True) object per line, UTF-8, '\\n' after every row."""
-    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows).encode(
-        "utf-8"
-    )
+    """File bytes in the repository's cohort format (breakthrough.cohorts.render_cohort)."""
+    from breakthrough.cohorts import render_cohort
+
+    return render_cohort(rows).encode("utf-8")
 
 
 def build_uoo_cohorts(cohorts_dir: Path, master_seed: int = MASTER_SEED) -> list[Path]:
