@@ -41,6 +41,7 @@ COMMAND_MODULES = [
     "breakthrough.commands.base",
     "breakthrough.commands.continue_",
     "breakthrough.commands.classify",
+    "breakthrough.commands.grade",
     "breakthrough.commands.export",
     "breakthrough.commands.auroc",
     "breakthrough.commands.report",

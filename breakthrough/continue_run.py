@@ -220,7 +220,7 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
                  tau: float | None = None) -> ContinueReport:
     """All phases for every cell of one run that has a base trace."""
     from breakthrough.engine.mlx_engine import MlxEngine
-    from breakthrough.scheduler import _grader_for
+    from breakthrough.scheduler import grader_for
 
     tau = opts.protocol.tau if tau is None else tau
     report = ContinueReport(run_dir=run_dir)
@@ -248,7 +248,7 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
                       "probes": sum(len(c.grid) for c in cells) * opts.protocol.samples}, engine)
         if not cells:
             return report
-        grader = _grader_for(items, run_dir)
+        grader = grader_for(items, run_dir)
         try:
             for cell in cells:
                 cc = CellContinuer(store, loaded, engine, grader, cell, opts, counted)

@@ -75,7 +75,7 @@ class BaseReport:
     finish: dict[str, int] = field(default_factory=dict)
 
 
-def _grader_for(rows: Sequence[dict], run_dir: Path):
+def grader_for(rows: Sequence[dict], run_dir: Path):
     families = {str(r.get("family", "math")) for r in rows}
     if len(families) != 1:
         raise BtError(f"a run holds one task family; the cohort mixes {sorted(families)}")
@@ -145,7 +145,7 @@ def run_base(
         report = BaseReport(run_dir=run_dir, todo=len(todo), generated=0, tokens=0, elapsed_s=0.0,
                             skipped=len(cells) - len(todo))
         t0 = time.perf_counter()
-        grader = _grader_for(rows, run_dir)
+        grader = grader_for(rows, run_dir)
         try:
             for res in engine.generate(requests):
                 cell = by_id[res.key]

@@ -115,3 +115,20 @@ def test_export_parquet_and_csv(tmp_path: Path) -> None:
         assert bool(df.loc[0, "correct"]) is True
     res = runner.invoke(app, ["export", str(tmp_path / "run"), "--format", "xml"])
     assert res.exit_code != 0
+
+
+def test_bt_grade_fills_missing_and_regrades(tmp_path: Path) -> None:
+    """`bt grade` grades ungraded samples with the math grader; --again regrades all."""
+    s = _store(tmp_path)
+    s.add_samples([_rec(0), _rec(1)], [Grade(False, "wrong", "x", "math", "old"), None])
+    s.close()
+    runner = CliRunner()
+    res = runner.invoke(app, ["grade", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    with RunStore(tmp_path / "run") as st:
+        df = st.samples_frame(arrays=False)
+    assert list(df["grader_version"]) == ["old", "math-1"] and bool(df.loc[1, "correct"])
+    assert runner.invoke(app, ["grade", str(tmp_path / "run"), "--again"]).exit_code == 0
+    with RunStore(tmp_path / "run") as st:
+        df = st.samples_frame(arrays=False)
+    assert list(df["grader_version"]) == ["math-1", "math-1"] and df["correct"].all()
