@@ -1,7 +1,7 @@
 """bt's continuation scheduler against a reference-style loop, same model, same work, one run.
 
-Work: one trace of about 1,500 tokens, 8 anchors x 4 continuations, small budgets (B=32 reasoning
-tokens, 16 answer tokens by default). bt: one prefill of prompt + trace, every branch from a cut
+Work: one trace of about 1,500 tokens, 8 anchors x 4 continuations, small budgets (B=16 reasoning
+tokens, 8 answer tokens by default). bt: one prefill of prompt + trace, every branch from a cut
 copy of that cache, answer phase on the live cache, rows batched. Reference (protocol 3.3 as the
 study ran it): a fresh prefill of prompt + prefix for every branch and again for every answer
 phase, one sequence at a time. Both use the same engine, seeds and sampling, and produce the same
@@ -14,6 +14,7 @@ tokens (checked). Prints generated tokens/s of each, the speed-up ratio and pref
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -45,9 +46,10 @@ def main() -> None:
     ap.add_argument("--trace-tokens", type=int, default=1500)
     ap.add_argument("--anchors", default="64,128,256,384,512,768,1024,1280")
     ap.add_argument("--branches", type=int, default=4)
-    ap.add_argument("--budget", type=int, default=32)
-    ap.add_argument("--answer-budget", type=int, default=16)
+    ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--answer-budget", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3, help="alternating bt/reference rounds")
     args = ap.parse_args()
 
     loaded = load_model(build_model(args.model))
@@ -67,36 +69,42 @@ def main() -> None:
     print(f"model {loaded.alias} ({loaded.model_id}); prompt {len(prompt)} + trace {len(trace)} tokens; "
           f"{len(anchors)} anchors x {args.branches} branches; B={args.budget}, answer {args.answer_budget}")
 
-    # bt: one prefill, cut caches, batched rows.
-    t0 = time.perf_counter()
-    g0 = engine.generated_tokens
-    cache = PrefixCache(loaded.model, prompt + trace[: max(anchors)])
-    runner = BranchRunner(engine, loaded, prompt, trace, cache, protocol)
-    ours = [r for chunk in similar_length_chunks(branches, args.batch_size) for r in runner.run(chunk)]
-    bt_s = time.perf_counter() - t0
-    bt_gen = engine.generated_tokens - g0
-    bt_prefill = cache.prefill_tokens + sum(
-        1 + r.extra["inserted_tokens"] for r in ours)  # + the re-fed token (and forced close) per answer phase
+    def run_bt():
+        """bt: one prefill, cut caches, batched rows of similar prefix length."""
+        t0, g0 = time.perf_counter(), engine.generated_tokens
+        cache = PrefixCache(loaded.model, prompt + trace[: max(anchors)])
+        runner = BranchRunner(engine, loaded, prompt, trace, cache, protocol)
+        out = [r for chunk in similar_length_chunks(branches, args.batch_size) for r in runner.run(chunk)]
+        out.sort(key=lambda r: branches.index(r.branch))
+        # + the re-fed last token (and forced close) of every answer phase
+        prefill = cache.prefill_tokens + sum(1 + r.extra["inserted_tokens"] for r in out)
+        return out, time.perf_counter() - t0, engine.generated_tokens - g0, prefill
 
-    # Reference: fresh prefill per branch and per answer phase, one sequence at a time.
     ref_engine = MlxEngine.from_loaded(loaded, batch_size=1)
-    t0 = time.perf_counter()
-    ref = [reference_branch(ref_engine, loaded, prompt, trace[: b.cut], b.budget, b.seed, protocol)
-           for b in branches]
-    ref_s = time.perf_counter() - t0
-    ref_gen = ref_engine.generated_tokens
-    ref_prefill = sum(2 * (len(prompt) + b.cut) + r.extra["reasoning_tokens"] + r.extra["inserted_tokens"]
-                      for b, r in zip(branches, ours))
 
-    ours = sorted(ours, key=lambda r: branches.index(r.branch))
-    same = sum(o.tokens == r for o, r in zip(ours, ref))
-    print(f"identical branches: {same}/{len(branches)}")
-    print(f"{'':12}{'seconds':>10}{'generated':>11}{'tok/s':>9}{'prefill tokens':>16}")
-    print(f"{'reference':12}{ref_s:10.2f}{ref_gen:11d}{ref_gen / ref_s:9.1f}{ref_prefill:16,d}")
-    print(f"{'bt':12}{bt_s:10.2f}{bt_gen:11d}{bt_gen / bt_s:9.1f}{bt_prefill:16,d}")
-    print(f"speed-up (bt tok/s / reference tok/s): {(bt_gen / bt_s) / (ref_gen / ref_s):.2f}x")
-    print(f"bt prefill tokens per cell / trace length: {bt_prefill / (len(prompt) + len(trace)):.3f}")
+    def run_ref():
+        """Reference: fresh prefill per branch and per answer phase, one sequence at a time."""
+        t0, g0 = time.perf_counter(), ref_engine.generated_tokens
+        out = [reference_branch(ref_engine, loaded, prompt, trace[: b.cut], b.budget, b.seed, protocol)
+               for b in branches]
+        return out, time.perf_counter() - t0, ref_engine.generated_tokens - g0
 
+    ratios = []
+    print(f"{'':14}{'seconds':>10}{'generated':>11}{'tok/s':>9}{'prefill tokens':>16}")
+    for rep in range(args.repeats):  # alternate, so load changes hit both sides alike
+        ours, bt_s, bt_gen, bt_prefill = run_bt()
+        ref, ref_s, ref_gen = run_ref()
+        ref_prefill = sum(2 * (len(prompt) + b.cut) + r.extra["reasoning_tokens"] + r.extra["inserted_tokens"]
+                          for b, r in zip(branches, ours))
+        same = sum(o.tokens == r for o, r in zip(ours, ref))
+        ratios.append((bt_gen / bt_s) / (ref_gen / ref_s))
+        print(f"{f'reference #{rep + 1}':14}{ref_s:10.2f}{ref_gen:11d}{ref_gen / ref_s:9.1f}{ref_prefill:16,d}")
+        print(f"{f'bt #{rep + 1}':14}{bt_s:10.2f}{bt_gen:11d}{bt_gen / bt_s:9.1f}{bt_prefill:16,d}"
+              f"   ratio {ratios[-1]:.2f}x, identical branches {same}/{len(branches)}")
+    print(f"speed-up (bt tok/s / reference tok/s): median {statistics.median(ratios):.2f}x "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f}, {len(ratios)} repeats)")
+    print(f"bt prefill tokens per cell / trace length: {bt_prefill / (len(prompt) + len(trace)):.3f} "
+          f"(reference: {ref_prefill / (len(prompt) + len(trace)):.1f})")
 
 if __name__ == "__main__":
     main()
