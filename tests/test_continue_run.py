@@ -111,3 +111,21 @@ def test_continue_killed_and_rerun_equals_uninterrupted(fixture_run: Path, tmp_p
     assert da[key].equals(db[key])
     assert all(np.array_equal(x, y) for x, y in zip(da["token_ids"], db["token_ids"]))
     assert list(da["correct"]) == list(db["correct"])
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--topup", "sometimes"], "--topup"),
+    (["--restarts", "8,x"], "--restarts"),
+    (["--anchors", "0"], "--anchors"),
+    (["--samples", "0"], "must be positive"),
+])
+def test_continue_clear_errors(fixture_run: Path, args, msg) -> None:
+    proc = subprocess.run([sys.executable, "-m", "breakthrough.cli", "continue", str(fixture_run), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and msg in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_continue_without_runs_is_a_clear_error(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "breakthrough.cli", "continue", "--runs-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no run directories" in proc.stderr
