@@ -141,18 +141,14 @@ def detect_family(tokenizer) -> Family:
             "give an mlx-lm folder whose tokenizer has a chat template"
         )
     vocab = _special_vocab(tokenizer)
-    if "<|channel>" in template or "<channel|>" in template:
-        return FAMILIES["gemma4"]
-    if "[THINK]" in template or "[/THINK]" in template:
-        return FAMILIES["ministral3"]
-    if "<think>" in template or "</think>" in template:
-        return FAMILIES["qwen"]
-    if "<|channel>" in vocab and "<channel|>" in vocab:
-        return FAMILIES["gemma4"]
-    if "[THINK]" in vocab and "[/THINK]" in vocab:
-        return FAMILIES["ministral3"]
-    if "<think>" in vocab and "</think>" in vocab:
-        return FAMILIES["qwen"]
+    markers = (("<|channel>", "<channel|>", "gemma4"), ("[THINK]", "[/THINK]", "ministral3"),
+               ("<think>", "</think>", "qwen"))
+    for open_m, close_m, name in markers:  # the template names either marker
+        if open_m in template or close_m in template:
+            return FAMILIES[name]
+    for open_m, close_m, name in markers:  # else the vocabulary holds both as special tokens
+        if open_m in vocab and close_m in vocab:
+            return FAMILIES[name]
     lowered = template.lower()
     if "think" in lowered or "reasoning" in lowered:
         raise BtError(

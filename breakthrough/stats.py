@@ -273,13 +273,19 @@ class GroupAUROC:
         return float(np.dot(w, self.auroc[mixed]) / w.sum())
 
 
+def _groups_for(group: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """`encode_groups(group)`, checked to have one group id per row."""
+    codes, uniques = encode_groups(group)
+    if codes.size != n:
+        raise ValueError(f"group has {codes.size} rows, expected {n}")
+    return codes, uniques
+
+
 def per_group_auroc(group: Any, score: Any, label: Any) -> GroupAUROC:
     """AUROC inside each group (rank-based, all groups at once)."""
     y = _as_label(label)
     s = _as_score(score, y.size)
-    codes, uniques = encode_groups(group)
-    if codes.size != y.size:
-        raise ValueError(f"group has {codes.size} rows, expected {y.size}")
+    codes, uniques = _groups_for(group, y.size)
     r = _rank(codes, uniques.size, y, s)
     succ = r.succ.astype(np.int64)
     fail = r.fail.astype(np.int64)
@@ -330,9 +336,7 @@ def decompose(group: Any, score: Any, label: Any) -> Decomposition:
     """Pooled, within (both weightings), between AUROC and lam for one score."""
     y = _as_label(label)
     s = _as_score(score, y.size)
-    codes, uniques = encode_groups(group)
-    if codes.size != y.size:
-        raise ValueError(f"group has {codes.size} rows, expected {y.size}")
+    codes, uniques = _groups_for(group, y.size)
     G = uniques.size
     n_pos = int(y.sum())
     n_neg = int(y.size - n_pos)
@@ -371,9 +375,7 @@ def loo_score(group: Any, label: Any) -> np.ndarray:
     (S_g - y_i) / (k_g - 1); NaN for a group with a single row (no other attempt).
     """
     y = _as_label(label).astype(np.float64)
-    codes, uniques = encode_groups(group)
-    if codes.size != y.size:
-        raise ValueError(f"group has {codes.size} rows, expected {y.size}")
+    codes, uniques = _groups_for(group, y.size)
     k = np.bincount(codes, minlength=uniques.size).astype(np.float64)
     s = np.bincount(codes, weights=y, minlength=uniques.size)
     others = k[codes] - 1.0
@@ -567,9 +569,7 @@ def bootstrap_decomposition(
     O(n) per draw with no re-sorting: a drawn group's rows enter with multiplicity = its count.
     """
     y = _as_label(label)
-    codes, uniques = encode_groups(group)
-    if codes.size != y.size:
-        raise ValueError(f"group has {codes.size} rows, expected {y.size}")
+    codes, uniques = _groups_for(group, y.size)
     if uniques.size == 0:
         raise ValueError("no groups to resample")
     cluster_of_group = None

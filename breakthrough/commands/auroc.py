@@ -119,29 +119,18 @@ def _numeric_score(series: Any, col: str, table: Path) -> Any:
     return v.astype("float64").to_numpy()
 
 
-def _fmt(entry: dict[str, Any]) -> str:
+def _fmt(entry: dict[str, Any], signed: bool = False) -> str:
+    """`estimate [lo, hi]` with 4 decimals (a leading sign for differences)."""
+    spec = "+.4f" if signed else ".4f"
     est = entry.get("estimate")
     if est is None:
         return "n/a"
-    text = f"{est:.4f}"
+    text = format(est, spec)
     ci = entry.get("ci")
     if ci is not None:
         lo, hi = ci
-        text += " [" + ("n/a" if lo is None else f"{lo:.4f}") + ", "
-        text += ("n/a" if hi is None else f"{hi:.4f}") + "]"
-    return text
-
-
-def _fmt_signed(entry: dict[str, Any]) -> str:
-    est = entry.get("estimate")
-    if est is None:
-        return "n/a"
-    text = f"{est:+.4f}"
-    ci = entry.get("ci")
-    if ci is not None:
-        lo, hi = ci
-        text += " [" + ("n/a" if lo is None else f"{lo:+.4f}") + ", "
-        text += ("n/a" if hi is None else f"{hi:+.4f}") + "]"
+        text += " [" + ("n/a" if lo is None else format(lo, spec)) + ", "
+        text += ("n/a" if hi is None else format(hi, spec)) + "]"
     return text
 
 
@@ -228,11 +217,11 @@ def _print_section(title: str, sec: dict[str, Any], echo: Any) -> None:
     )
     if "note" in sec:
         echo(f"  note: {sec['note']}")
-    rows = [(name, s, _fmt) for name, s in sec["scores"].items()]
-    rows.append((LOO_NAME, sec["loo_reference"], _fmt))
-    rows += [(f"diff {name}", d, _fmt_signed) for name, d in sec["differences"].items()]
+    rows = [(name, s, False) for name, s in sec["scores"].items()]
+    rows.append((LOO_NAME, sec["loo_reference"], False))
+    rows += [(f"diff {name}", d, True) for name, d in sec["differences"].items()]
     width = max(len(r[0]) for r in rows) + 2
-    cells = [[fmt(s[key]) for key, _ in _COLUMNS] for _, s, fmt in rows]
+    cells = [[_fmt(s[key], signed) for key, _ in _COLUMNS] for _, s, signed in rows]
     widths = [
         max(len(head), *(len(c[i]) for c in cells)) + 2 for i, (_, head) in enumerate(_COLUMNS)
     ]
