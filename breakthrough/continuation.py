@@ -46,6 +46,7 @@ class BranchResult:
     tokens: list[int]  # prefix + reasoning + inserted + answer
     logprobs: np.ndarray  # per non-prefix token; NaN for inserted forced-close tokens
     entropies: np.ndarray
+    sampling_entropies: np.ndarray
     finish_reason: str  # "eos" | "answer_reserve" (protocol 3.3 step 5)
     extra: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
@@ -137,7 +138,8 @@ class BranchRunner:
         for key, r in phase1.items():
             b = by_key[key]
             reasoning, inserted, _ = close_reasoning(r.tokens, r.finish_reason, self.eos, self.forced_ids)
-            lps, ents = list(r.logprobs)[: len(reasoning)], list(r.entropies)[: len(reasoning)]
+            n = len(reasoning)
+            lps, ents, sents = (list(a)[:n] for a in (r.logprobs, r.entropies, r.sampling_entropies))
             so_far = self.prompt + self.trace[: b.cut] + reasoning
             live = r.cache
             keep = min(cache_length(live), len(so_far) - 1)
@@ -149,11 +151,11 @@ class BranchRunner:
                 raise BtError(f"{key}: answer window {answer_budget} < {p.answer_budget} (protocol 3.3 step 5)")
             reqs2.append(GenRequest(key=key, prompt=feed, cache=live, max_tokens=answer_budget,
                                     seed=answer_seed(b.seed), sampling=p.sampling))
-            pending[key] = (reasoning, lps, ents, inserted, r)
+            pending[key] = (reasoning, lps, ents, sents, inserted, r)
         out = []
         for a in self.engine.generate(reqs2):
             b = by_key[a.key]
-            reasoning, lps, ents, inserted, r = pending[a.key]
+            reasoning, lps, ents, sents, inserted, r = pending[a.key]
             nan = [float("nan")] * len(inserted)
             tokens = self.trace[: b.cut] + reasoning + inserted + list(a.tokens)
             out.append(BranchResult(
@@ -161,6 +163,7 @@ class BranchRunner:
                 tokens=tokens,
                 logprobs=np.asarray(lps + nan + list(a.logprobs), dtype=np.float32),
                 entropies=np.asarray(ents + nan + list(a.entropies), dtype=np.float32),
+                sampling_entropies=np.asarray(sents + nan + list(a.sampling_entropies), dtype=np.float32),
                 finish_reason="answer_reserve" if a.finish_reason == "length" else "eos",
                 extra={
                     "reasoning_tokens": len(reasoning),

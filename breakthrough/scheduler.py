@@ -156,7 +156,8 @@ def run_base(
                     cell_id=res.key, kind="base", anchor=-1, budget=0, branch=0,
                     seed=protocol.base_seed, prefix_len=0, token_ids=tokens, text=text,
                     finish_reason=res.finish_reason, segments=segments, logprobs=res.logprobs,
-                    entropies=res.entropies, elapsed_s=res.elapsed_s,
+                    entropies=res.entropies, sampling_entropies=res.sampling_entropies,
+                    elapsed_s=res.elapsed_s,
                     peak_mem_mb=res.peak_memory_bytes / 2**20,
                     extra={"prompt_tokens": res.prompt_tokens},
                 )

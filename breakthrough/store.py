@@ -27,7 +27,7 @@ from breakthrough.errors import BtError
 from breakthrough.grading.base import Grade
 
 STORE_FILE = "store.sqlite"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 # Manifest keys that define a run's identity; any difference means "another experiment".
 IDENTITY_FIELDS = (
     "schema_version",
@@ -73,6 +73,7 @@ CREATE TABLE IF NOT EXISTS samples (
     segments      BLOB,
     logprobs      BLOB,
     entropies     BLOB,
+    sampling_entropies BLOB,
     text          TEXT NOT NULL,
     finish_reason TEXT NOT NULL,
     extra         TEXT NOT NULL DEFAULT '{}',
@@ -112,7 +113,8 @@ class SampleRecord:
     finish_reason: str
     segments: np.ndarray | None = None  # uint8 codes (SEGMENT_CODES)
     logprobs: np.ndarray | None = None  # float32 per newly generated token
-    entropies: np.ndarray | None = None  # float32 per newly generated token
+    entropies: np.ndarray | None = None  # float32 per newly generated token (full distribution)
+    sampling_entropies: np.ndarray | None = None  # float32: entropy of what it was drawn from
     elapsed_s: float | None = None
     peak_mem_mb: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -265,9 +267,9 @@ class RunStore:
                 tok = _pack(rec.token_ids, "<i4")
                 cur = c.execute(
                     "INSERT OR IGNORE INTO samples(cell_id, kind, anchor, budget, branch, seed,"
-                    " prefix_len, n_tokens, token_ids, segments, logprobs, entropies, text,"
-                    " finish_reason, extra, elapsed_s, peak_mem_mb, created_at, checksum)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " prefix_len, n_tokens, token_ids, segments, logprobs, entropies,"
+                    " sampling_entropies, text, finish_reason, extra, elapsed_s, peak_mem_mb,"
+                    " created_at, checksum) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         rec.cell_id,
                         rec.kind,
@@ -281,6 +283,7 @@ class RunStore:
                         _pack(rec.segments, "u1"),
                         _pack(rec.logprobs, "<f4"),
                         _pack(rec.entropies, "<f4"),
+                        _pack(rec.sampling_entropies, "<f4"),
                         rec.text,
                         rec.finish_reason,
                         json.dumps(rec.extra, sort_keys=True),
@@ -367,7 +370,7 @@ class RunStore:
             " g.extracted AS grade_extracted, g.detail AS grade_detail, g.version AS grader_version"
         )
         if arrays:
-            cols += ", s.token_ids, s.segments, s.logprobs, s.entropies"
+            cols += ", s.token_ids, s.segments, s.logprobs, s.entropies, s.sampling_entropies"
         sql = f"SELECT {cols} FROM samples s JOIN cells c USING(cell_id) LEFT JOIN grades g USING(sample_id)"
         where, params = self._where(kind=kind, cell_id=cell_id)
         df = pd.read_sql_query(sql + where + " ORDER BY s.sample_id", self.conn, params=params)
@@ -378,6 +381,7 @@ class RunStore:
                 ("segments", "u1"),
                 ("logprobs", "<f4"),
                 ("entropies", "<f4"),
+                ("sampling_entropies", "<f4"),
             ):
                 df[col] = [_unpack(b, dtype) for b in df[col]]
         return df

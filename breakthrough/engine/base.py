@@ -55,6 +55,8 @@ class GenResult:
     tokens: generated ids (the EOS or the stop sequence that ended the row is included).
     logprobs / entropies: float32 arrays, one value per generated token, taken from the model's
         full next-token distribution (see the backend's docstring for the exact definition).
+    sampling_entropies: float32, one per generated token: the entropy of the distribution the
+        token was actually drawn from (after temperature, top-p, top-k; 0 when greedy).
     finish_reason: "eos" | "length" | "stop_sequence".
     elapsed_s: wall time from the row's insertion into the batch to its last token.
     prompt_tokens: ids processed for this row (len(prompt)).
@@ -69,6 +71,7 @@ class GenResult:
     entropies: np.ndarray
     finish_reason: str
     elapsed_s: float
+    sampling_entropies: np.ndarray | None = None
     prompt_tokens: int = 0
     peak_memory_bytes: int = 0
     cache: Any = field(default=None, repr=False)

@@ -67,14 +67,22 @@ def candidates(logprobs, sampling: Sampling):
     return idx, cand
 
 
-def sample_candidates(logprobs, key, sampling: Sampling):
+def sample_candidates(logprobs, key, sampling: Sampling, with_entropy: bool = False):
     """Draw one token per row of `logprobs` ([n, V], log-softmax) with an explicit key:
-    Gumbel-max over the candidates' logprobs divided by the temperature."""
+    Gumbel-max over the candidates' logprobs divided by the temperature. With `with_entropy`,
+    also return the entropy (nats) of that sampling distribution (candidates, temperature)."""
     import mlx.core as mx
 
     idx, cand = candidates(logprobs, sampling)
-    choice = mx.random.categorical(cand * (1.0 / sampling.temperature), axis=-1, key=key)
-    return mx.take_along_axis(idx, choice[..., None].astype(idx.dtype), axis=-1)[..., 0]
+    scaled = cand * (1.0 / sampling.temperature)
+    choice = mx.random.categorical(scaled, axis=-1, key=key)
+    token = mx.take_along_axis(idx, choice[..., None].astype(idx.dtype), axis=-1)[..., 0]
+    if not with_entropy:
+        return token
+    logp = scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
+    kept = mx.isfinite(logp)
+    ent = -mx.sum(mx.where(kept, mx.exp(logp) * logp, 0.0), axis=-1)
+    return token, ent
 
 
 class RowSampler:
@@ -85,6 +93,9 @@ class RowSampler:
         self.seed = int(seed)
         self.sampling = sampling
         self.step = 0
+        # Entropy of the distribution each token was drawn from (after temperature, top-p,
+        # top-k); 0 for greedy rows. Evaluated as it is made so no vocabulary-sized graph is kept.
+        self.entropies: list = []
 
     def __call__(self, logprobs):
         import mlx.core as mx
@@ -92,8 +103,17 @@ class RowSampler:
         step = self.step
         self.step += 1
         if self.sampling.temperature <= 0:
+            self.entropies.append(0.0)
             return mx.argmax(logprobs, axis=-1)
-        return sample_candidates(logprobs, _row_key(self.seed, step), self.sampling)
+        token, ent = sample_candidates(logprobs, _row_key(self.seed, step), self.sampling, True)
+        mx.async_eval(ent)
+        self.entropies.append(ent)
+        return token
+
+    def sampling_entropies(self, n: int) -> np.ndarray:
+        """The first n values (the generator samples one token ahead of what it emits)."""
+        vals = [float(e.item()) if hasattr(e, "item") else float(e) for e in self.entropies[:n]]
+        return np.asarray(vals + [float("nan")] * (n - len(vals)), dtype=np.float32)
 
 
 def _token_stats(rows, tokens: Sequence[int]):
@@ -109,10 +129,11 @@ def _token_stats(rows, tokens: Sequence[int]):
 
 
 class _Row:
-    __slots__ = ("req", "tokens", "logprobs", "entropies", "t0")
+    __slots__ = ("req", "sampler", "tokens", "logprobs", "entropies", "t0")
 
-    def __init__(self, req: GenRequest):
+    def __init__(self, req: GenRequest, sampler: RowSampler):
         self.req = req
+        self.sampler = sampler
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.entropies: list[float] = []
@@ -190,15 +211,16 @@ class MlxEngine:
                     self._check(req, keys)
                     new.append(req)
                 if new:
+                    samplers = [RowSampler(r.seed, r.sampling) for r in new]
                     uids = gen.insert(
                         [list(map(int, r.prompt)) for r in new],
                         max_tokens=[int(r.max_tokens) for r in new],
                         caches=[r.cache for r in new],
-                        samplers=[RowSampler(r.seed, r.sampling) for r in new],
+                        samplers=samplers,
                         stop_sequences=[self._stop(r) for r in new],
                     )
-                    for uid, r in zip(uids, new):
-                        rows[uid] = _Row(r)
+                    for uid, r, smp in zip(uids, new, samplers):
+                        rows[uid] = _Row(r, smp)
                 if not rows:
                     break
                 responses = gen.next_generated()
@@ -250,6 +272,7 @@ class MlxEngine:
             tokens=row.tokens,
             logprobs=np.asarray(row.logprobs, dtype=np.float32),
             entropies=np.asarray(row.entropies, dtype=np.float32),
+            sampling_entropies=row.sampler.sampling_entropies(len(row.tokens)),
             finish_reason=reason,
             elapsed_s=time.perf_counter() - row.t0,
             prompt_tokens=len(row.req.prompt),
