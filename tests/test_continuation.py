@@ -49,3 +49,22 @@ def test_close_reasoning_rules() -> None:
     assert close_reasoning([5, 6, 7], "stop_sequence", eos, [9]) == ([5, 6, 7], [], 0)
     assert close_reasoning([5, 6, 2], "eos", eos, [9, 10]) == ([5, 6], [9, 10], 1)
     assert close_reasoning([5, 6], "length", eos, [9]) == ([5, 6], [9], 0)
+
+
+def test_snapshot_path_for_untrimmable_caches(setup, monkeypatch) -> None:
+    """Caches that cannot be cut by slicing (e.g. sliding-window layers) are served from
+    snapshots taken during the one prefill, extended forward: same tokens as a fresh prefill."""
+    import breakthrough.prefix_cache as pc
+
+    loaded, engine, prompt, trace = setup
+    monkeypatch.setattr(pc, "_is_plain", lambda layer: False)
+    protocol = DEFAULT.with_overrides(budget=6, answer_budget=4, sampling=Sampling(temperature=0.0))
+    cuts = (40, 97)
+    cache = PrefixCache(loaded.model, prompt + trace, snapshot_at=[len(prompt) + c - 1 for c in cuts])
+    assert not cache.plain and cache.prefill_tokens == len(prompt) + 96
+    runner = BranchRunner(engine, loaded, prompt, trace, cache, protocol)
+    got = runner.run([Branch(f"s{c}", "probe", c, 6, 0, 5, c) for c in (*cuts, 60)])
+    assert cache.prefill_tokens == len(prompt) + 96 + (60 - 40)  # 60 extends the snapshot at 40
+    for res in got:
+        b = res.branch
+        assert res.tokens == reference_branch(engine, loaded, prompt, trace[: b.cut], 6, b.seed, protocol)
