@@ -12,7 +12,6 @@ pull llama-cpp-python, which compiles from source)."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
