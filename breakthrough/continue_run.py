@@ -101,8 +101,9 @@ class CellContinuer:
     """Runs every phase of one cell; `on_sample(phase, n)` reports progress."""
 
     def __init__(self, store: RunStore, loaded: Any, engine: Any, grader: Any, cell: CellPlan,
-                 opts: ContinueOptions, on_sample: Callable[[str, int], None] | None = None) -> None:
-        from breakthrough.prefix_cache import PrefixCache, kv_bytes_per_token
+                 opts: ContinueOptions, on_sample: Callable[[str, int], None] | None = None,
+                 kv_bytes: float = 0.0) -> None:
+        from breakthrough.prefix_cache import PrefixCache
 
         self.store, self.loaded, self.engine, self.grader = store, loaded, engine, grader
         self.cell, self.opts, self.p = cell, opts, opts.protocol
@@ -112,9 +113,8 @@ class CellContinuer:
         snaps = [np_ - 1] + [np_ + cell.cut(a) - 1 for a in cell.grid]
         self.prefix_cache = PrefixCache(loaded.model, cell.prompt + cell.trace[:max_cut], snapshot_at=snaps)
         self.runner = BranchRunner(engine, loaded, cell.prompt, cell.trace, self.prefix_cache, self.p)
-        per_tok = kv_bytes_per_token(self.prefix_cache.full) if self.prefix_cache.plain else 0.0
         longest = np_ + max_cut + max(self.p.budget, *self.p.restart_budgets) + self.p.answer_budget
-        cap = int(opts.memory_budget_bytes // max(per_tok * longest, 1.0)) if per_tok else opts.batch_size
+        cap = int(opts.memory_budget_bytes // max(kv_bytes * longest, 1.0)) if kv_bytes else opts.batch_size
         self.rows = max(1, min(opts.batch_size, cap))
         self.done = {k[2:] for k in store.existing_keys(cell_id=cell.cell_id)}
 
@@ -249,10 +249,13 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
                       "probes": sum(len(c.grid) for c in cells) * opts.protocol.samples}, engine)
         if not cells:
             return report
+        from breakthrough.prefix_cache import kv_bytes_per_token
+
+        kv_bytes = kv_bytes_per_token(loaded.model)  # bounds the rows per batch
         grader = grader_for(items, run_dir)
         try:
             for cell in cells:
-                cc = CellContinuer(store, loaded, engine, grader, cell, opts, counted)
+                cc = CellContinuer(store, loaded, engine, grader, cell, opts, counted, kv_bytes)
                 cc.probes()
                 cc.refinement(tau)
                 cc.restarts(tau)

@@ -66,37 +66,44 @@ def prefill(model: Any, cache: list[Any], ids: Sequence[int], chunk: int = PREFI
 class PrefixCache:
     """Cache states of `sequence` (prompt + base trace) at any length, after one prefill.
 
-    `state(n)` returns a fresh cache object holding sequence[:n]; callers may hand it to the
-    engine (which copies it again) or mutate it. `prefill_tokens` counts every token pushed
-    through the model by this object (the benchmark's "prefill tokens per cell")."""
+    The prefill runs on the first `state()` call, so a cell whose samples are all stored costs
+    nothing on a rerun. `state(n)` returns a fresh cache object holding sequence[:n]; callers
+    may hand it to the engine (which copies it again) or mutate it. `prefill_tokens` counts every
+    token pushed through the model by this object (the benchmark's "prefill tokens per cell")."""
 
     def __init__(self, model: Any, sequence: Sequence[int], snapshot_at: Sequence[int] = ()) -> None:
-        from mlx_lm.models.cache import make_prompt_cache
-
         self.model = model
         self.sequence = [int(t) for t in sequence]
+        self.snapshot_at = sorted({int(s) for s in snapshot_at if 0 < s <= len(self.sequence)})
         self.prefill_tokens = 0
-        cache = make_prompt_cache(model)
-        self.plain = all(_is_plain(c) for c in cache)
+        self.full: list[Any] | None = None
         self.snapshots: dict[int, list[Any]] = {}
+        self.plain: bool | None = None
+
+    def _prefill(self) -> None:
+        from mlx_lm.models.cache import make_prompt_cache
+
+        cache = make_prompt_cache(self.model)
+        self.plain = all(_is_plain(c) for c in cache)
         if self.plain:
-            prefill(model, cache, self.sequence)
+            prefill(self.model, cache, self.sequence)
             self.prefill_tokens += len(self.sequence)
             self.full = cache
-        else:
-            # Non-trimmable caches: stop at every requested cut and keep a copy.
-            self.full = None
-            pos = 0
-            for cut in sorted({int(s) for s in snapshot_at if 0 < s <= len(self.sequence)}):
-                prefill(model, cache, self.sequence[pos:cut])
-                self.prefill_tokens += cut - pos
-                pos = cut
-                self.snapshots[cut] = copy.deepcopy(cache)
-            self.snapshots.setdefault(0, make_prompt_cache(model))
+            return
+        # Non-trimmable caches: stop at every requested cut and keep a copy.
+        pos = 0
+        for cut in self.snapshot_at:
+            prefill(self.model, cache, self.sequence[pos:cut])
+            self.prefill_tokens += cut - pos
+            pos = cut
+            self.snapshots[cut] = copy.deepcopy(cache)
+        self.snapshots.setdefault(0, make_prompt_cache(self.model))
 
     def state(self, n: int) -> list[Any]:
         if not 0 <= n <= len(self.sequence):
             raise ValueError(f"cut {n} outside 0..{len(self.sequence)}")
+        if self.plain is None:
+            self._prefill()
         if self.plain:
             return slice_cache(self.full, n)
         base = max(k for k in self.snapshots if k <= n)
@@ -107,9 +114,17 @@ class PrefixCache:
         return cache
 
 
-def kv_bytes_per_token(cache: list[Any]) -> float:
-    """Bytes of KV state one position costs (all layers), measured on a filled cache."""
-    n = cache_length(cache)
-    if n <= 0:
-        return 0.0
-    return sum(getattr(c, "nbytes", 0) for c in cache) / n
+def kv_bytes_per_token(model: Any) -> float:
+    """Bytes of KV state one position costs (all layers), from a one-token forward pass."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    model(mx.array([[0]]), cache=cache)
+    total = 0.0
+    for layer in cache:
+        for name in ("keys", "values"):
+            arr = getattr(layer, name, None)
+            if arr is not None and hasattr(arr, "shape") and len(arr.shape) == 4:
+                total += arr[..., :1, :].nbytes
+    return total

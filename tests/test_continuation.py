@@ -61,10 +61,21 @@ def test_snapshot_path_for_untrimmable_caches(setup, monkeypatch) -> None:
     protocol = DEFAULT.with_overrides(budget=6, answer_budget=4, sampling=Sampling(temperature=0.0))
     cuts = (40, 97)
     cache = PrefixCache(loaded.model, prompt + trace, snapshot_at=[len(prompt) + c - 1 for c in cuts])
-    assert not cache.plain and cache.prefill_tokens == len(prompt) + 96
+    assert cache.prefill_tokens == 0  # nothing runs before the first state is asked for
     runner = BranchRunner(engine, loaded, prompt, trace, cache, protocol)
     got = runner.run([Branch(f"s{c}", "probe", c, 6, 0, 5, c) for c in (*cuts, 60)])
+    assert cache.plain is False
     assert cache.prefill_tokens == len(prompt) + 96 + (60 - 40)  # 60 extends the snapshot at 40
     for res in got:
         b = res.branch
         assert res.tokens == reference_branch(engine, loaded, prompt, trace[: b.cut], 6, b.seed, protocol)
+
+
+def test_kv_bytes_per_token_matches_the_config(setup) -> None:
+    from breakthrough.prefix_cache import kv_bytes_per_token
+
+    loaded = setup[0]
+    c = loaded.config
+    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    want = c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * head_dim * 4  # float32 tiny model
+    assert kv_bytes_per_token(loaded.model) == want
