@@ -10,7 +10,7 @@ tokens (checked). Prints generated tokens/s of each, the speed-up ratio and pref
 What the ratio measures: per generated token both paths pay the same decode step (on this CPU
 dominated by the 49,152-word output layer through MLX's reference BLAS, which batching barely
 speeds up); bt saves the prefills. So the ratio grows with trace length and model depth and falls
-as B grows (measured here: B=16/8 about 4.5x, B=32/16 about 2.8x).
+as B grows (measured here: B=16/8 about 4.8x, B=32/16 2.8-3.6x with machine load).
 
     .venv/bin/python bench/continue_throughput.py                 # tiny random model (CPU)
     .venv/bin/python bench/continue_throughput.py --model smollm2-135m   # on Apple silicon
