@@ -202,14 +202,18 @@ def prefix_value_time(probe: Mapping[int, float], adv: Mapping[int, float], tau:
 # 5.3 regime
 
 
+def is_instant(event_observed: bool, interval_upper: int | None) -> bool:
+    """5.3: a T_F event whose interval upper bound is at most 16 tokens."""
+    return bool(event_observed) and interval_upper is not None and interval_upper <= INSTANT_MAX_UPPER
+
+
 def regime_label(*, event_observed: bool, interval_upper: int | None,
                  restart: Mapping[int, float], t_v_primary: int | None, terminal: bool,
                  tau: float, scratch: int = SCRATCH_BUDGET,
                  limited_at: int = BUDGET_LIMITED_AT) -> str:
     """Regime with the exact precedence of protocol 5.3 (reference script order); `scratch`
     and `limited_at` are the restart budgets 1,024 and 4,096 of the rules."""
-    instant = bool(event_observed) and interval_upper is not None \
-        and interval_upper <= INSTANT_MAX_UPPER
+    instant = is_instant(event_observed, interval_upper)
     has_4096 = limited_at in restart
     if instant:
         if _ge(restart.get(scratch, 0.0), tau):

@@ -185,12 +185,12 @@ class CellContinuer:
             self.run("refinement", self._branches("probe", mid, range(self.p.samples)))
 
     def restarts(self, tau: float) -> None:
-        from breakthrough.classify import budget_fit_time, restart_budgets_for, INSTANT_MAX_UPPER
+        from breakthrough.classify import budget_fit_time, is_instant, restart_budgets_for
 
         probe, _ = self.panels()
         rates = {int(a): k / n for a, n, k in zip(probe["anchor"], probe["n"], probe["k"]) if n}
         tf = budget_fit_time(list(rates), list(rates.values()), tau)
-        instant = bool(tf.event_observed and tf.interval_upper is not None and tf.interval_upper <= INSTANT_MAX_UPPER)
+        instant = is_instant(tf.event_observed, tf.interval_upper)
         budgets = [c for c in restart_budgets_for(instant, self.p) if check_budget(0, c, self.p)]
         r = range(self.p.restart_samples)
         self.run("restarts", [b for c in budgets for b in self._branches("restart", c, r)])
