@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
@@ -96,32 +95,23 @@ def base(
 
 
 def _run_with_progress(console, loaded, rows, cohort, run_dir, protocol, batch_size, variant, run_base):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
-    from rich.text import Text
 
-    state: dict = {"engine": None, "t0": time.perf_counter(), "solved": 0}
+    from breakthrough.commands.progress import TokensPerSecond
 
-    class TokensPerSecond(ProgressColumn):
-        """Live generated tokens/s, read from the engine's running counter."""
-
-        def render(self, task) -> Text:
-            eng = state["engine"]
-            if eng is None:
-                return Text("")
-            dt = max(time.perf_counter() - state["t0"], 1e-9)
-            return Text(f"{eng.generated_tokens / dt:6.1f} tok/s")
+    state: dict = {"solved": 0}
+    rate = TokensPerSecond()
 
     with Progress(
         TextColumn("[bold]base[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
-        TokensPerSecond(), TextColumn("solved {task.fields[solved]}"), TimeElapsedColumn(),
+        rate, TextColumn("solved {task.fields[solved]}"), TimeElapsedColumn(),
         TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
     ) as progress:
         task = progress.add_task("base", total=None, solved=0)
 
         def on_start(n: int, engine) -> None:
-            state["engine"] = engine
-            state["t0"] = time.perf_counter()
+            rate.attach(engine)
             progress.update(task, total=n)
 
         def on_sample(rec, grade) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
@@ -99,26 +98,20 @@ def continue_(
 
 
 def _with_progress(console, run_dir, loaded, opts, continue_run):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
-    from rich.text import Text
 
-    state: dict = {"engine": None, "t0": time.perf_counter()}
+    from breakthrough.commands.progress import TokensPerSecond
 
-    class TokensPerSecond(ProgressColumn):
-        def render(self, task) -> Text:
-            eng = state["engine"]
-            if eng is None:
-                return Text("")
-            return Text(f"{eng.generated_tokens / max(time.perf_counter() - state['t0'], 1e-9):6.1f} tok/s")
+    rate = TokensPerSecond()
 
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("samples"), TokensPerSecond(), TimeElapsedColumn(), TextColumn("ETA"),
+                  TextColumn("samples"), rate, TimeElapsedColumn(), TextColumn("ETA"),
                   TimeRemainingColumn(), console=console) as progress:
         tasks = {}
 
         def on_start(totals: dict, engine) -> None:
-            state["engine"], state["t0"] = engine, time.perf_counter()
+            rate.attach(engine)
             tasks["probes"] = progress.add_task("probes", total=totals["probes"])
             for phase in ("refinement", "restarts", "topups"):
                 tasks[phase] = progress.add_task(phase, total=None)
