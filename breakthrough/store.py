@@ -224,6 +224,7 @@ class RunStore:
                 )
 
     def cell_prompt(self, cell_id: str) -> tuple[dict[str, Any], np.ndarray]:
+        """(cohort row, prompt token ids) of one cell."""
         row = self.conn.execute(
             "SELECT item, prompt_ids FROM cells WHERE cell_id=?", (cell_id,)
         ).fetchone()
@@ -326,14 +327,18 @@ class RunStore:
             for sample_id, grade in pairs:
                 self._write_grade(c, sample_id, grade)
 
-    def ungraded(self) -> list[tuple[int, str, str, str]]:
-        """(sample_id, cell_id, text, finish_reason) of samples without a grade."""
-        return list(
-            self.conn.execute(
-                "SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s"
-                " LEFT JOIN grades g USING(sample_id) WHERE g.sample_id IS NULL"
-            )
-        )
+    def ungraded(self, *, include_graded: bool = False) -> list[tuple[int, str, str, str]]:
+        """(sample_id, cell_id, text, finish_reason) of samples without a grade (of every
+        sample with `include_graded`, for a regrade)."""
+        sql = ("SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s"
+               " LEFT JOIN grades g USING(sample_id)")
+        if not include_graded:
+            sql += " WHERE g.sample_id IS NULL"
+        return list(self.conn.execute(sql + " ORDER BY s.sample_id"))
+
+    def items(self) -> dict[str, dict[str, Any]]:
+        """cell_id -> the cohort row the cell was made from (what graders judge against)."""
+        return {cid: json.loads(item) for cid, item in self.conn.execute("SELECT cell_id, item FROM cells")}
 
     def verify_integrity(self) -> list[int]:
         """Sample ids whose stored checksum does not match their payload (should be empty)."""

@@ -14,8 +14,6 @@ def grade(
     ),
 ) -> None:
     """Grade the samples of RUN that have no grade (or all of them with --again)."""
-    import json
-
     from rich.console import Console
 
     from breakthrough.scheduler import grader_for
@@ -24,11 +22,8 @@ def grade(
     console = Console()
     for run_dir in run_dirs(runs):
         with RunStore(run_dir) as store:
-            if again:
-                todo = list(store.conn.execute("SELECT sample_id, cell_id, text, finish_reason FROM samples"))
-            else:
-                todo = store.ungraded()
-            items = {cid: json.loads(item) for cid, item in store.conn.execute("SELECT cell_id, item FROM cells")}
+            todo = store.ungraded(include_graded=again)
+            items = store.items()
             if not todo:
                 console.print(f"{run_dir}: nothing to grade")
                 continue
