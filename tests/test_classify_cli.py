@@ -146,14 +146,14 @@ def test_write_outputs(tmp_path):
 def _store_available():
     try:
         from breakthrough.store import RunStore, SampleRecord  # noqa: F401
-        from breakthrough.grading.base import Grade  # noqa: F401
+        from breakthrough.tasks.grade import Grade  # noqa: F401
     except Exception:
         return False
     return True
 
 
 def _write_store(run_dir, spec):
-    from breakthrough.grading.base import Grade
+    from breakthrough.tasks.grade import Grade
     from breakthrough.store import RunStore, SampleRecord
 
     with RunStore(run_dir, create=True) as store:
@@ -202,7 +202,7 @@ def test_bt_classify_end_to_end(tmp_path):
 def test_cell_plot_png_and_svg(tmp_path):
     import xml.etree.ElementTree as ET
 
-    from breakthrough import figures as F
+    from breakthrough.report import figures as F
 
     samples, cells = frames()
     res = classify_frames(samples, cells, draws=2)

@@ -7,7 +7,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from breakthrough import classify as C
+from breakthrough.classify import regimes as C
 
 ANCHORS = (16, 32, 64, 96, 128, 256, 512, 768, 896, 1024, 2048, 4096, 7168, 8192)
 BUDGETS = (1024, 2048, 4096, 8192)

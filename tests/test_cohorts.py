@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from breakthrough import cohort_recipes as cr
-from breakthrough.cohorts import (
+from breakthrough.tasks import recipes as cr
+from breakthrough.tasks.cohorts import (
     cohort_digest,
     cohorts_dir,
     list_cohorts,
@@ -20,7 +20,7 @@ from breakthrough.cohorts import (
     render_cohort,
 )
 from breakthrough.errors import BtError
-from breakthrough.math_source import boxed_contents, last_boxed, problem_id, read_source
+from breakthrough.tasks.math.source import boxed_contents, last_boxed, problem_id, read_source
 
 REPO_COHORTS = Path(__file__).resolve().parents[1] / "cohorts"
 ID_RE = re.compile(r"^math_\d{5}_[0-9a-f]{12}$")
@@ -250,7 +250,7 @@ def test_cli_builds_uoo_cohorts_byte_for_byte(tmp_path):
     from typer.testing import CliRunner
 
     from breakthrough.cli import app
-    from breakthrough.cohorts import cohorts_dir
+    from breakthrough.tasks.cohorts import cohorts_dir
 
     res = CliRunner().invoke(app, ["cohorts", "build", "uoo", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output

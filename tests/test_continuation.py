@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from breakthrough.continuation import Branch, BranchRunner, close_reasoning, reference_branch
-from breakthrough.engine.base import GenRequest
-from breakthrough.engine.mlx_engine import MlxEngine
-from breakthrough.models import load_model
-from breakthrough.prefix_cache import PrefixCache
+from breakthrough.pipeline.branches import Branch, BranchRunner, close_reasoning, reference_branch
+from breakthrough.engine.contract import GenRequest
+from breakthrough.engine.mlx_backend import MlxEngine
+from breakthrough.models.registry import load_model
+from breakthrough.engine.contract import SharedPrefix
 from breakthrough.protocol import DEFAULT, Sampling
 
 
@@ -16,7 +16,7 @@ from breakthrough.protocol import DEFAULT, Sampling
 def setup(request, tiny_model_dir):
     loaded = load_model(str(tiny_model_dir), family=request.param)
     engine = MlxEngine.from_loaded(loaded, batch_size=8)
-    from breakthrough.models import build_prompt_ids
+    from breakthrough.models.registry import build_prompt_ids
 
     prompt = build_prompt_ids(loaded.tokenizer, loaded.family, "What is 2+2?")
     (base,) = engine.generate([GenRequest(key="b", prompt=prompt, max_tokens=160, seed=11)])
@@ -28,15 +28,20 @@ def test_cut_cache_continuation_equals_fresh_prefill(setup, temperature) -> None
     loaded, engine, prompt, trace = setup
     protocol = DEFAULT.with_overrides(budget=12, answer_budget=6,
                                       sampling=Sampling(temperature=temperature))
-    cache = PrefixCache(loaded.model, prompt + trace)
-    runner = BranchRunner(engine, loaded, prompt, trace, cache, protocol)
+    engine = MlxEngine.from_loaded(loaded, batch_size=8)
+    fresh = MlxEngine.from_loaded(loaded, batch_size=1, reuse_prefixes=False)
+    shared = SharedPrefix("cell", tuple(prompt + trace))
+    runner = BranchRunner(engine, loaded, prompt, trace, protocol, shared)
     branches = [Branch(f"k{c}:{i}", "probe", c, 12, i, 1000 + 7 * c + i, c)
                 for c in (1, 40, 97, 160) for i in range(2)]
     got = runner.run(branches)
-    assert cache.prefill_tokens == len(prompt) + len(trace)  # one prefill for all 8 branches
+    # One prefill of prompt + trace for all 8 branches, then at most the re-fed last prefix token
+    # of each reasoning phase and the last reasoning token + forced close of each answer phase.
+    refed = sum(1 + 1 + r.extra["inserted_tokens"] for r in got)
+    assert len(prompt) + len(trace) < engine.prefill_tokens <= len(prompt) + len(trace) + refed
     for res in got:
         b = res.branch
-        want = reference_branch(engine, loaded, prompt, trace[: b.cut], 12, b.seed, protocol)
+        want = reference_branch(fresh, loaded, prompt, trace[: b.cut], 12, b.seed, protocol)
         assert res.tokens == want, b.key
         assert len(res.logprobs) == len(res.tokens) - b.cut
         assert res.finish_reason == "answer_reserve" or res.tokens[-1] in loaded.eos_ids
@@ -54,25 +59,27 @@ def test_close_reasoning_rules() -> None:
 def test_snapshot_path_for_untrimmable_caches(setup, monkeypatch) -> None:
     """Caches that cannot be cut by slicing (e.g. sliding-window layers) are served from
     snapshots taken during the one prefill, extended forward: same tokens as a fresh prefill."""
-    import breakthrough.prefix_cache as pc
+    import breakthrough.engine.prefix_cache as pc
 
     loaded, engine, prompt, trace = setup
     monkeypatch.setattr(pc, "_is_plain", lambda layer: False)
     protocol = DEFAULT.with_overrides(budget=6, answer_budget=4, sampling=Sampling(temperature=0.0))
     cuts = (40, 97)
-    cache = PrefixCache(loaded.model, prompt + trace, snapshot_at=[len(prompt) + c - 1 for c in cuts])
-    assert cache.prefill_tokens == 0  # nothing runs before the first state is asked for
-    runner = BranchRunner(engine, loaded, prompt, trace, cache, protocol)
+    engine = MlxEngine.from_loaded(loaded, batch_size=8)
+    fresh = MlxEngine.from_loaded(loaded, batch_size=1, reuse_prefixes=False)
+    shared = SharedPrefix("cell", tuple(prompt + trace), starts=tuple(len(prompt) + c for c in cuts))
+    runner = BranchRunner(engine, loaded, prompt, trace, protocol, shared)
     got = runner.run([Branch(f"s{c}", "probe", c, 6, 0, 5, c) for c in (*cuts, 60)])
+    (_, cache), = engine._prefixes.values()
     assert cache.plain is False
     assert cache.prefill_tokens == len(prompt) + 96 + (60 - 40)  # 60 extends the snapshot at 40
     for res in got:
         b = res.branch
-        assert res.tokens == reference_branch(engine, loaded, prompt, trace[: b.cut], 6, b.seed, protocol)
+        assert res.tokens == reference_branch(fresh, loaded, prompt, trace[: b.cut], 6, b.seed, protocol)
 
 
 def test_kv_bytes_per_token_matches_the_config(setup) -> None:
-    from breakthrough.prefix_cache import kv_bytes_per_token
+    from breakthrough.engine.prefix_cache import kv_bytes_per_token
 
     loaded = setup[0]
     c = loaded.config

@@ -15,11 +15,11 @@ import pytest
 from typer.testing import CliRunner
 
 from breakthrough.cli import app
-from breakthrough.classify import label_panels
-from breakthrough.panels import probe_panel, restart_panel
+from breakthrough.classify.regimes import label_panels
+from breakthrough.classify.panels import probe_panel, restart_panel
 from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore
-from breakthrough.grading.base import Grade
+from breakthrough.tasks.grade import Grade
 
 from continue_fixture import make_run
 
@@ -66,14 +66,14 @@ def test_continue_runs_every_phase(fixture_run: Path) -> None:
     res = CliRunner().invoke(app, ["continue", str(fixture_run), *ARGS])
     assert res.exit_code == 0 and re.search(r"prefill 0\s+tokens", res.output)
     assert len(_frames(fixture_run)[0]) == n
-    status = CliRunner().invoke(app, ["status", str(fixture_run), "--budget", "8"])
+    status = CliRunner().invoke(app, ["status", str(fixture_run)])
     assert status.exit_code == 0 and "64:0/4" in status.output
 
 
 def test_ambiguous_restart_cells_get_attempts_4_to_7(fixture_run: Path, tiny_model_dir) -> None:
     """A restart cell at 2/4 is enlarged to 8 attempts (the study never ran this rule)."""
-    from breakthrough.continue_run import ContinueOptions, continue_run
-    from breakthrough.models import load_model
+    from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
+    from breakthrough.models.registry import load_model
 
     proto = DEFAULT.with_overrides(budget=8, answer_budget=4, restart_budgets=(8,), anchors=(64,))
     loaded = load_model(str(tiny_model_dir), family="qwen")

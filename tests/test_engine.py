@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from breakthrough.engine.base import GenRequest
-from breakthrough.engine.mlx_engine import MlxEngine
+from breakthrough.engine.contract import GenRequest
+from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.errors import BtError
 from breakthrough.protocol import Sampling
 
@@ -112,30 +112,33 @@ def test_finish_reasons(tiny_model):
     assert eo.finish_reason == "eos" and eo.tokens == ref.tokens[: first + 1]
 
 
-def test_prompt_cache_continuation_matches_fresh(tiny_model):
-    """A request can start from a prefilled (trimmed) cache; tokens equal a fresh prefill."""
-    import mlx.core as mx
-    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+def test_reuse_hints_never_change_tokens(tiny_model):
+    """A shared prefix (one prefill, cut back per request) and `follows` (continue a kept live
+    state) give the tokens of a fresh prefill, greedy and sampled; the engine counts what it
+    reused."""
+    from breakthrough.engine.contract import SharedPrefix
 
-    eng = MlxEngine.from_loaded(tiny_model)
     prompt = _prompts(tiny_model, 2)[1]
     extra = tiny_model.encode(" and some more reasoning text here")
     full = list(prompt) + extra
-    cache = make_prompt_cache(tiny_model.model)
-    tiny_model.model(mx.array([full]), cache=cache)  # prefill everything once
-    mx.eval([c.state for c in cache])
-    cut = len(prompt) + 3
-    trim_prompt_cache(cache, len(full) - (cut - 1))  # keep full[: cut - 1]
+    shared = SharedPrefix("cell", tuple(full), starts=(len(prompt) + 3, len(full)))
     for sampling in (GREEDY, Sampling()):
-        fresh = _one(eng, GenRequest("f", full[:cut], 12, seed=9, sampling=sampling))
-        cached = _one(
-            eng, GenRequest("c", full[cut - 1 : cut], 12, seed=9, sampling=sampling, cache=cache)
-        )
-        assert cached.tokens == fresh.tokens
-    assert cache[0].offset == cut - 1  # the caller's cache is untouched
-    # return_cache gives the live cache: prompt + every generated token.
-    res = _one(eng, GenRequest("r", full[:cut], 5, seed=1, return_cache=True))
-    assert res.cache is not None and res.cache[0].offset == cut + 5
+        fresh_eng = MlxEngine.from_loaded(tiny_model, reuse_prefixes=False)
+        eng = MlxEngine.from_loaded(tiny_model)
+        for cut in (len(prompt) + 3, len(full)):
+            fresh = _one(fresh_eng, GenRequest("f", full[:cut], 12, seed=9, sampling=sampling))
+            reused = _one(eng, GenRequest("c", full[:cut], 12, seed=9, sampling=sampling,
+                                          shared_prefix=shared, keep_state=True))
+            assert reused.tokens == fresh.tokens
+            assert reused.cached_tokens == cut - 1 and fresh.cached_tokens == 0
+            # Continue the kept live state with two forced ids, then 6 tokens.
+            more = full[:cut] + reused.tokens + [5, 6]
+            fresh2 = _one(fresh_eng, GenRequest("f2", more, 6, seed=3, sampling=sampling))
+            cont = _one(eng, GenRequest("c2", more, 6, seed=3, sampling=sampling, follows="c"))
+            assert cont.tokens == fresh2.tokens
+            assert cont.cached_tokens >= cut + len(reused.tokens) - 1
+        assert eng.prefill_tokens < fresh_eng.prefill_tokens
+    assert fresh_eng.identity()["backend"] == "mlx-fresh" and eng.identity()["backend"] == "mlx"
 
 
 def test_bad_requests(tiny_model):
@@ -152,7 +155,7 @@ def test_candidate_set_matches_mlx_lm_sampler(top_p, top_k):
     import mlx.core as mx
     from mlx_lm.sample_utils import apply_top_k, apply_top_p
 
-    from breakthrough.engine.mlx_engine import candidates
+    from breakthrough.engine.mlx_backend import candidates
 
     mx.random.seed(0)
     for scale in (0.5, 2.0, 6.0):

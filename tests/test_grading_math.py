@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from breakthrough.grading.base import get_grader
-from breakthrough.grading.extract import (
+from breakthrough.tasks.family import make_grader as get_grader
+from breakthrough.tasks.math.extract import (
     extract_final_answer,
     normalize_answer,
     numeric_verdict,
     parse_number,
 )
-from breakthrough.grading.math import VERSION, MathGrader
+from breakthrough.tasks.math.grader import VERSION, MathGrader
 
 NUM, STR, MV, MISSING = "numeric", "normalized_string", "math_verify", "missing_answer"
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from breakthrough.grading.pool import HOOK_ENV, VerifyPool
+from breakthrough.tasks.math.verify_pool import HOOK_ENV, VerifyPool
 
 GOOD = [(r"\frac{1}{2}", "0.5"), (r"\sqrt{12}", r"2\sqrt3"), ("3", "4"), ("x+1", "1+x")]
 GOOD_VERDICTS = [True, True, False, True]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from breakthrough import models
+from breakthrough.models import registry as models
 from breakthrough.errors import BtError
-from breakthrough.models import FAMILIES, build_prompt_ids, detect_family, user_message
-from breakthrough.segments import (
+from breakthrough.models.registry import FAMILIES, build_prompt_ids, detect_family, user_message
+from breakthrough.models.segments import (
     FINAL_ANSWER,
     SOLUTION,
     SPECIAL,

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from breakthrough import offline_model as om
-from breakthrough.engine.base import GenRequest
-from breakthrough.engine.mlx_engine import MlxEngine
+from breakthrough.models import offline as om
+from breakthrough.engine.contract import GenRequest
+from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.protocol import Sampling
 
 PARAGRAPH = (

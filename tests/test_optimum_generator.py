@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from breakthrough.optimum import cohort as uoo_cohort
-from breakthrough.optimum.enumerate import enumerate_instance
-from breakthrough.optimum.generator import (
+from breakthrough.tasks.optimum import cohort as uoo_cohort
+from breakthrough.tasks.optimum.enumerate import enumerate_instance
+from breakthrough.tasks.optimum.generator import (
     BIN_IDS,
     KINDS,
     LADDERS,
@@ -23,7 +23,7 @@ from breakthrough.optimum.generator import (
     derive_seed,
     evaluate,
 )
-from breakthrough.optimum.prompts import EXPLICIT_PARAGRAPH, VARIANTS, render_prompt
+from breakthrough.tasks.optimum.prompts import EXPLICIT_PARAGRAPH, VARIANTS, render_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 COHORTS = REPO / "cohorts"

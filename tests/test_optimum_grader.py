@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from breakthrough.grading.base import get_grader
-from breakthrough.grading.optimum import OptimumGrader, json_blocks, strip_thinking
+from breakthrough.tasks.family import make_grader as get_grader
+from breakthrough.tasks.optimum.grader import OptimumGrader, json_blocks, strip_thinking
 
 ROWS = {
     r["id"]: r

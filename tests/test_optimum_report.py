@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from breakthrough.optimum_report import (
+from breakthrough.report.uoo import (
     GRADED_COLUMNS,
     check_accuracy,
     count_agreement,

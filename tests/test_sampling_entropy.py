@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from breakthrough.engine.base import GenRequest
-from breakthrough.engine.mlx_engine import MlxEngine
+from breakthrough.engine.contract import GenRequest
+from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.protocol import Sampling
 
 

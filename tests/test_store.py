@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from breakthrough.cli import app
 from breakthrough.errors import BtError
-from breakthrough.grading.base import Grade
+from breakthrough.tasks.grade import Grade
 from breakthrough.store import RunStore, SampleRecord, run_dirs
 
 ITEM = {"id": "math_00001_abc", "stage": "demo", "level": 1, "subject": "Algebra", "answer": "4"}

@@ -47,6 +47,8 @@ def base(
         "plain", help="Optimum-benchmark prompt variant: plain or explicit (ignored for math)."
     ),
     seed: int = typer.Option(DEFAULT.base_seed, help="Base seed (the protocol uses 11 for every cell)."),
+    backend: str = typer.Option("mlx", help="Generation backend: mlx (default) or mlx-fresh (the same "
+                                "tokens without any prefix reuse; for checks). A run never mixes backends."),
 ) -> None:
     """Generate, grade and store one base solution per problem x model cell.
 
@@ -54,15 +56,20 @@ def base(
     directory made with another model, protocol, cohort or prompt is refused."""
     from rich.console import Console
 
-    from breakthrough.cohorts import cohort_digest, load_cohort
-    from breakthrough.models import OFFLINE_DEFAULT, load_model
-    from breakthrough.scheduler import run_base
+    from breakthrough.tasks.cohorts import cohort_digest, load_cohort
+    from breakthrough.models.registry import OFFLINE_DEFAULT, load_model
+    from breakthrough.pipeline.base import run_base
 
     console = Console(stderr=True)
     if max_tokens < 1:
         raise BtError("--max-tokens must be >= 1")
     if batch_size < 1:
         raise BtError("--batch-size must be >= 1")
+    from breakthrough.engine import BACKENDS, EngineSpec
+
+    if backend not in BACKENDS:
+        raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    engine = EngineSpec(backend=backend, batch_size=batch_size)
     if prompt_variant not in ("plain", "explicit"):
         raise BtError(f"--prompt-variant: expected plain or explicit, got {prompt_variant!r}")
     all_rows = load_cohort(cohort)
@@ -89,12 +96,12 @@ def base(
             )
         console.print(f"[bold]{loaded.alias}[/]: {len(rows)} problems of {cohort_name} -> {run_dir}")
         reports.append(_run_with_progress(console, loaded, rows, (cohort_name, digest), run_dir,
-                                          protocol, batch_size, prompt_variant, run_base))
+                                          protocol, engine, prompt_variant, run_base))
     for rep in reports:
         _print_summary(rep.run_dir)
 
 
-def _run_with_progress(console, loaded, rows, cohort, run_dir, protocol, batch_size, variant, run_base):
+def _run_with_progress(console, loaded, rows, cohort, run_dir, protocol, engine, variant, run_base):
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
@@ -119,7 +126,7 @@ def _run_with_progress(console, loaded, rows, cohort, run_dir, protocol, batch_s
             progress.update(task, advance=1, solved=state["solved"])
 
         rep = run_base(loaded=loaded, rows=rows, cohort=cohort[0], cohort_digest=cohort[1], run_dir=run_dir,
-                       protocol=protocol, batch_size=batch_size, variant=variant,
+                       protocol=protocol, engine=engine, variant=variant,
                        on_start=on_start, on_sample=on_sample)
     if rep.skipped:
         console.print(f"{rep.skipped} cells were already done (resumed)")

@@ -80,9 +80,9 @@ def classify_frames(samples, cells=None, *, protocol: Protocol = DEFAULT,
     (`RunStore.samples_frame()`, `RunStore.cells_frame()`; cells may be None)."""
     import pandas as pd
 
-    from breakthrough import classify as C
-    from breakthrough.panels import probe_panel, restart_panel
-    from breakthrough.posterior import describe_prior, regime_survival, with_posterior
+    from breakthrough.classify import regimes as C
+    from breakthrough.classify.panels import probe_panel, restart_panel
+    from breakthrough.classify.posterior import describe_prior, regime_survival, with_posterior
 
     if topup not in ("fixed", "posterior"):
         raise BtError(f"--topup must be 'fixed' or 'posterior', got {topup!r}")
@@ -182,9 +182,9 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     out_dir. Returns {"index": path, "labels": [...], "summary": path, ...}."""
     import pandas as pd
 
-    from breakthrough import classify as C
-    from breakthrough import figures as F
-    from breakthrough import report_html as H
+    from breakthrough.classify import regimes as C
+    from breakthrough.report import figures as F
+    from breakthrough.report import html as H
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -271,7 +271,7 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str) -> No
     from rich.console import Console
     from rich.table import Table
 
-    from breakthrough.classify import REGIMES
+    from breakthrough.classify.regimes import REGIMES
 
     console = Console()
     counts = summary.get("regime_counts", {})

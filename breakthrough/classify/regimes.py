@@ -4,7 +4,7 @@ Reference protocol sections 3.1 (bisection), 3.5 (4 → 8 top-up: A1 terminal re
 A5.1 ambiguity enlargement), 4.1 (R̂ interpolation), 5.1 (budget-fit time T_F), 5.2 (advantage
 and prefix-value time T_V(δ)) and 5.3 (regime precedence).
 
-Inputs are the panels of `breakthrough.panels` (one row per probe cell (cell_id, anchor) and per
+Inputs are the panels of `breakthrough.classify.panels` (one row per probe cell (cell_id, anchor) and per
 restart cell (cell_id, budget), with pooled counts n, k and canonical-branch counts n_canon,
 k_canon). Labels use the pooled rates k/n (A5.1: pooled counts replace the 4-attempt counts);
 the A1 candidate rule looks at the canonical counts of the final anchor.
@@ -501,7 +501,7 @@ def plan_next(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
     restarts = _by_cell(restart_panel, "budget")
     m, target, mr = protocol.samples, protocol.topup_samples, protocol.restart_samples
     if topup == "posterior":
-        from breakthrough.posterior import prob_rate_at_least
+        from breakthrough.classify.posterior import prob_rate_at_least
 
         def wanted(n, k, nc, kc):
             q = float(prob_rate_at_least(n, k, tau, prior))

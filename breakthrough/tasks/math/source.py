@@ -55,7 +55,7 @@ def boxed_contents(text: str) -> list[str]:
     """Contents of every `\\boxed{...}` / `\\fbox{...}`, stripped, by the grader's balanced-brace
     scanner (one scanner for references and predictions; on all 5,000 MATH test solutions the
     last box is the same as the committed source's `answer`)."""
-    from breakthrough.grading.extract import boxed_contents as scan
+    from breakthrough.tasks.math.extract import boxed_contents as scan
 
     return [c.strip() for c in scan(text)]
 
@@ -75,7 +75,7 @@ def parse_level(value: object) -> int | None:
 
 
 def default_source_path() -> Path:
-    from breakthrough.cohorts import cohorts_dir
+    from breakthrough.tasks.cohorts import cohorts_dir
 
     return cohorts_dir() / "source" / SOURCE_FILENAME
 

@@ -34,18 +34,3 @@ class Grader(Protocol):
     def grade_many(
         self, jobs: list[tuple[str, dict[str, Any], str | None]]
     ) -> list[Grade]: ...
-
-
-def get_grader(name: str) -> Grader:
-    """The grader for a task family ("math" or "optimum")."""
-    from breakthrough.errors import BtError
-
-    if name == "math":
-        from breakthrough.grading.math import MathGrader
-
-        return MathGrader()
-    if name == "optimum":
-        from breakthrough.grading.optimum import OptimumGrader
-
-        return OptimumGrader()
-    raise BtError(f"unknown grader/task family {name!r} (known: math, optimum)")

@@ -18,8 +18,14 @@ Per-token statistics, both from the model's FULL next-token distribution at temp
 reference recorder stored, whose normalised entropy divides by ln|V|):
   * logprob: log p(chosen token), <= 0;
   * entropy: -sum_v p(v) log p(v) in nats, >= 0.
-They are thus comparable between greedy and sampled rows."""
+They are thus comparable between greedy and sampled rows.
 
+Reuse (the hints of the engine contract). A request with a `shared_prefix` starts from a cache of
+that sequence cut back to the request's prompt (one prefill per shared prefix, see
+`prefix_cache.PrefixCache`); a request that `follows` an earlier one whose state was kept
+continues from that live cache (no second prefill). With `reuse_prefixes=False` (backend
+"mlx-fresh") every hint is ignored and each prompt is prefilled afresh: the same tokens, the
+reference procedure's cost."""
 from __future__ import annotations
 
 import time
@@ -28,7 +34,8 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from breakthrough.engine.base import GenRequest, GenResult
+from breakthrough.engine.contract import GenRequest, GenResult, SharedPrefix
+from breakthrough.engine.prefix_cache import PrefixCache, cache_length, kv_bytes_per_token, trim_to
 from breakthrough.errors import BtError
 from breakthrough.protocol import Sampling
 
@@ -128,12 +135,28 @@ def _token_stats(rows, tokens: Sequence[int]):
     return chosen.tolist(), ent.tolist()
 
 
-class _Row:
-    __slots__ = ("req", "sampler", "tokens", "logprobs", "entropies", "t0")
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """Number of leading ids `a` and `b` share."""
+    n = min(len(a), len(b))
+    if list(a[:n]) == list(b[:n]):
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if list(a[:mid]) == list(b[:mid]):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
-    def __init__(self, req: GenRequest, sampler: RowSampler):
+
+class _Row:
+    __slots__ = ("req", "sampler", "tokens", "logprobs", "entropies", "t0", "cached")
+
+    def __init__(self, req: GenRequest, sampler: RowSampler, cached: int):
         self.req = req
         self.sampler = sampler
+        self.cached = cached
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.entropies: list[float] = []
@@ -155,6 +178,10 @@ class MlxEngine:
         batch_size: int = 8,
         prefill_batch_size: int | None = None,
         prefill_step_size: int = 2048,
+        reuse_prefixes: bool = True,
+        memory_budget_bytes: int = 0,
+        kept_states: int | None = None,
+        shared_prefixes: int = 2,
     ):
         self.model = model
         self.eos_ids = frozenset(int(e) for e in eos_ids)
@@ -163,13 +190,86 @@ class MlxEngine:
         self.batch_size = max(1, int(batch_size))
         self.prefill_batch_size = prefill_batch_size or min(self.batch_size, 8)
         self.prefill_step_size = prefill_step_size
+        self.reuse_prefixes = bool(reuse_prefixes)
+        self.memory_budget_bytes = int(memory_budget_bytes)
         self.generated_tokens = 0
+        self.prefill_tokens = 0
         self.last_elapsed_s = 0.0
+        # Reuse state: the last few shared prefixes' caches, and the final caches of rows that
+        # asked to be continued (bounded FIFO: an evicted state only costs a fresh prefill).
+        self._prefixes: dict[str, tuple[SharedPrefix, PrefixCache]] = {}
+        self._max_prefixes = max(1, shared_prefixes)
+        self._kept: dict[str, tuple[list[int], list]] = {}
+        self._max_kept = kept_states or 2 * self.batch_size
+        self._kv_bytes: float | None = None
 
     @classmethod
     def from_loaded(cls, loaded, **kwargs) -> "MlxEngine":
-        """From a `breakthrough.models.LoadedModel`."""
+        """From a `breakthrough.models.registry.LoadedModel`."""
         return cls(loaded.model, loaded.eos_ids, **kwargs)
+
+    def identity(self) -> dict:
+        """Recorded in the run manifest: a run never mixes backends (batch sizes and memory
+        budgets do not change tokens and are left out, so a resumed run may change them)."""
+        from importlib import metadata
+
+        def version(name: str) -> str:
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                return "absent"
+
+        return {"backend": "mlx" if self.reuse_prefixes else "mlx-fresh",
+                "mlx": version("mlx"), "mlx_lm": version("mlx-lm")}
+
+    def capacity(self, row_tokens: int) -> int:
+        """`batch_size`, lowered so that the rows' KV caches fit `memory_budget_bytes`."""
+        if not self.memory_budget_bytes:
+            return self.batch_size
+        if self._kv_bytes is None:
+            self._kv_bytes = kv_bytes_per_token(self.model)
+        fit = int(self.memory_budget_bytes // max(self._kv_bytes * max(row_tokens, 1), 1.0))
+        return max(1, min(self.batch_size, fit))
+
+    # -- reuse -------------------------------------------------------------------------------
+    def _prefix_cache(self, shared: SharedPrefix) -> PrefixCache:
+        have = self._prefixes.get(shared.key)
+        if have is not None and (have[0] is shared or have[0].ids == shared.ids):
+            return have[1]
+        cache = PrefixCache(self.model, shared.ids, snapshot_at=[s - 1 for s in shared.starts])
+        self._prefixes.pop(shared.key, None)
+        self._prefixes[shared.key] = (shared, cache)
+        while len(self._prefixes) > self._max_prefixes:
+            self._prefixes.pop(next(iter(self._prefixes)))
+        return cache
+
+    def _start(self, req: GenRequest) -> tuple[object, list[int]]:
+        """(cache or None, ids to feed): the longest reusable state for `req.prompt`; at least
+        the prompt's last id is always fed (the row's first logits come from it)."""
+        prompt = [int(t) for t in req.prompt]
+        if not self.reuse_prefixes:
+            return None, prompt
+        if req.follows is not None and req.follows in self._kept:
+            seq, cache = self._kept.pop(req.follows)
+            keep = min(cache_length(cache), common_prefix_length(seq, prompt), len(prompt) - 1)
+            if keep > 0:
+                return trim_to(cache, keep), prompt[keep:]
+        shared = req.shared_prefix
+        if shared is not None:
+            n = min(common_prefix_length(shared.ids, prompt), len(prompt) - 1)
+            if n > 0:
+                pc = self._prefix_cache(shared)
+                before = pc.prefill_tokens
+                state = pc.state(n)
+                self.prefill_tokens += pc.prefill_tokens - before
+                return state, prompt[n:]
+        return None, prompt
+
+    def _keep(self, key: str, seq: list[int], cache) -> None:
+        self._kept.pop(key, None)
+        self._kept[key] = (seq, cache)
+        while len(self._kept) > self._max_kept:
+            self._kept.pop(next(iter(self._kept)))
 
     def _stop(self, req: GenRequest):
         from mlx_lm.generate import StopSequences
@@ -212,15 +312,17 @@ class MlxEngine:
                     new.append(req)
                 if new:
                     samplers = [RowSampler(r.seed, r.sampling) for r in new]
+                    starts = [self._start(r) for r in new]
                     uids = gen.insert(
-                        [list(map(int, r.prompt)) for r in new],
+                        [feed for _, feed in starts],
                         max_tokens=[int(r.max_tokens) for r in new],
-                        caches=[r.cache for r in new],
+                        caches=[cache for cache, _ in starts],
                         samplers=samplers,
                         stop_sequences=[self._stop(r) for r in new],
                     )
-                    for uid, r, smp in zip(uids, new, samplers):
-                        rows[uid] = _Row(r, smp)
+                    for uid, r, smp, (_, feed) in zip(uids, new, samplers, starts):
+                        rows[uid] = _Row(r, smp, len(r.prompt) - len(feed))
+                        self.prefill_tokens += len(feed)
                 if not rows:
                     break
                 responses = gen.next_generated()
@@ -237,6 +339,9 @@ class MlxEngine:
                     if resp.finish_reason is None:
                         continue
                     del rows[resp.uid]
+                    if row.req.keep_state and self.reuse_prefixes and resp.prompt_cache is not None:
+                        self._keep(row.req.key, [int(t) for t in row.req.prompt] + row.tokens,
+                                   resp.prompt_cache)
                     ready.append(self._result(row, resp))
                 self.generated_tokens += len(responses)
                 while ready:
@@ -277,5 +382,5 @@ class MlxEngine:
             elapsed_s=time.perf_counter() - row.t0,
             prompt_tokens=len(row.req.prompt),
             peak_memory_bytes=peak,
-            cache=resp.prompt_cache if row.req.return_cache else None,
+            cached_tokens=row.cached,
         )

@@ -1,6 +1,7 @@
 """`bt continue` for one run: probes, refinement, restarts and top-ups, cell by cell.
 
-Per cell, in protocol order (sections 3.1, 4, 3.5), all from ONE prefill of prompt + base trace:
+Per cell, in protocol order (sections 3.1, 4, 3.5), every request declaring the cell's prompt +
+base trace as its shared prefix (one prefill per cell on the MLX backend):
   1. probes at the grid anchors (64 ... 8,192 reasoning tokens; anchors beyond the trace's
      reasoning length, or whose prefix leaves no room for B + the answer reserve, are skipped);
   2. up to two rounds of bisection of the first stable crossing (classify.bisection_midpoint);
@@ -20,15 +21,22 @@ from typing import Any
 
 import numpy as np
 
-from breakthrough.continuation import Branch, BranchRunner, check_budget
-from breakthrough.errors import BtError
-from breakthrough.protocol import Protocol
+from breakthrough.classify.panels import probe_panel, restart_panel
+from breakthrough.classify.regimes import (bisection_midpoint, budget_fit_time, is_instant, plan_next,
+                                           restart_budgets_for)
+from breakthrough.engine import make_engine
+from breakthrough.engine.contract import Engine, EngineSpec, SharedPrefix
+from breakthrough.models.registry import decode
+from breakthrough.models.segments import anchor_cutoff, reasoning_length
+from breakthrough.pipeline.branches import Branch, BranchRunner, check_budget
+from breakthrough.pipeline.manifest import check_engine, check_model
+from breakthrough.tasks.family import family_of, make_grader
+from breakthrough.protocol import DEFAULT, Protocol
 from breakthrough.seeds import probe_seed, restart_seed
 from breakthrough.store import RunStore, SampleRecord
 
 PHASES = ("probes", "refinement", "restarts", "topups")
 TOPUP_RULES = {"terminal": "terminal_a1", "ambiguous": "ambiguity", "posterior": "posterior"}
-MEMORY_BUDGET_BYTES = 4 * 2**30
 
 
 @dataclass
@@ -45,14 +53,10 @@ class CellPlan:
 
     def cut(self, anchor: int) -> int:
         """Prefix length (generated tokens) for anchor t: through the t-th reasoning token."""
-        from breakthrough.segments import anchor_cutoff
-
         return anchor_cutoff(self.segments, anchor) + 1
 
 
 def plan_cell(cell_id: str, item: dict, prompt: Sequence[int], base: Any, protocol: Protocol) -> CellPlan:
-    from breakthrough.segments import anchor_cutoff, reasoning_length
-
     segs = np.asarray(base["segments"])
     trace = [int(t) for t in base["token_ids"]]
     r = reasoning_length(segs)
@@ -79,10 +83,9 @@ def similar_length_chunks(branches: Sequence[Branch], rows: int, spread: float =
 
 @dataclass
 class ContinueOptions:
-    protocol: Protocol
+    protocol: Protocol = DEFAULT
     topup: tuple[str, ...] = ("terminal", "ambiguous")  # () = none; ("posterior",)
-    batch_size: int = 32
-    memory_budget_bytes: int = MEMORY_BUDGET_BYTES
+    engine: EngineSpec = field(default_factory=lambda: EngineSpec(batch_size=32))
     posterior_band: tuple[float, float] = (0.1, 0.9)
 
 
@@ -100,22 +103,18 @@ class ContinueReport:
 class CellContinuer:
     """Runs every phase of one cell; `on_sample(phase, n)` reports progress."""
 
-    def __init__(self, store: RunStore, loaded: Any, engine: Any, grader: Any, cell: CellPlan,
-                 opts: ContinueOptions, on_sample: Callable[[str, int], None] | None = None,
-                 kv_bytes: float = 0.0) -> None:
-        from breakthrough.prefix_cache import PrefixCache
-
+    def __init__(self, store: RunStore, loaded: Any, engine: Engine, grader: Any, cell: CellPlan,
+                 opts: ContinueOptions, on_sample: Callable[[str, int], None] | None = None) -> None:
         self.store, self.loaded, self.engine, self.grader = store, loaded, engine, grader
         self.cell, self.opts, self.p = cell, opts, opts.protocol
         self.on_sample = on_sample or (lambda phase, n: None)
         max_cut = cell.cut(cell.grid[-1]) if cell.grid else 0
         np_ = len(cell.prompt)
-        snaps = [np_ - 1] + [np_ + cell.cut(a) - 1 for a in cell.grid]
-        self.prefix_cache = PrefixCache(loaded.model, cell.prompt + cell.trace[:max_cut], snapshot_at=snaps)
-        self.runner = BranchRunner(engine, loaded, cell.prompt, cell.trace, self.prefix_cache, self.p)
+        shared = SharedPrefix(key=cell.cell_id, ids=tuple(cell.prompt + cell.trace[:max_cut]),
+                              starts=(np_, *(np_ + cell.cut(a) for a in cell.grid)))
+        self.runner = BranchRunner(engine, loaded, cell.prompt, cell.trace, self.p, shared)
         longest = np_ + max_cut + max(self.p.budget, *self.p.restart_budgets) + self.p.answer_budget
-        cap = int(opts.memory_budget_bytes // max(kv_bytes * longest, 1.0)) if kv_bytes else opts.batch_size
-        self.rows = max(1, min(opts.batch_size, cap))
+        self.rows = engine.capacity(longest)
         self.done = {k[2:] for k in store.existing_keys(cell_id=cell.cell_id)}
 
     # -- running -------------------------------------------------------------------------
@@ -137,8 +136,6 @@ class CellContinuer:
     def run(self, phase: str, branches: list[Branch]) -> int:
         """Run, grade and commit `branches` in batches of at most `self.rows` rows
         (rows of similar prefix length together: sorted by cut)."""
-        from breakthrough.scheduler import decode
-
         total = 0
         for chunk in similar_length_chunks(branches, self.rows):
             results = self.runner.run(chunk)
@@ -163,8 +160,6 @@ class CellContinuer:
         return total
 
     def panels(self):
-        from breakthrough.panels import probe_panel, restart_panel
-
         df = self.store.samples_frame(arrays=False, cell_id=self.cell.cell_id)
         return probe_panel(df, self.p), restart_panel(df, self.p)
 
@@ -174,8 +169,6 @@ class CellContinuer:
         self.run("probes", [b for a in self.cell.grid for b in self._branches("probe", a, m)])
 
     def refinement(self, tau: float) -> None:
-        from breakthrough.classify import bisection_midpoint
-
         for _ in range(self.p.refinement_rounds):
             probe, _r = self.panels()
             rows = list(probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None))
@@ -185,8 +178,6 @@ class CellContinuer:
             self.run("refinement", self._branches("probe", mid, range(self.p.samples)))
 
     def restarts(self, tau: float) -> None:
-        from breakthrough.classify import budget_fit_time, is_instant, restart_budgets_for
-
         probe, _ = self.panels()
         rates = {int(a): k / n for a, n, k in zip(probe["anchor"], probe["n"], probe["k"]) if n}
         tf = budget_fit_time(list(rates), list(rates.values()), tau)
@@ -196,8 +187,6 @@ class CellContinuer:
         self.run("restarts", [b for c in budgets for b in self._branches("restart", c, r)])
 
     def topups(self, tau: float, max_rounds: int = 8) -> None:
-        from breakthrough.classify import plan_next
-
         mode = "posterior" if "posterior" in self.opts.topup else "fixed"
         wanted = {TOPUP_RULES[t] for t in self.opts.topup} | {"bisection"}
         for _ in range(max_rounds):
@@ -220,8 +209,6 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
                  on_sample: Callable[[str, int], None] | None = None,
                  tau: float | None = None) -> ContinueReport:
     """All phases for every cell of one run that has a base trace."""
-    from breakthrough.engine.mlx_engine import MlxEngine
-    from breakthrough.scheduler import grader_for
 
     tau = opts.protocol.tau if tau is None else tau
     report = ContinueReport(run_dir=run_dir)
@@ -233,39 +220,68 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
 
     t0 = time.perf_counter()
     with RunStore(run_dir) as store:
-        man = store.manifest()
-        if man.get("model_revision") != loaded.revision:
-            raise BtError(f"{run_dir}: run was made with model_revision={man.get('model_revision')!r}, "
-                          f"loaded {loaded.revision!r}")
+        check_model(store, loaded, run_dir)
         base = store.samples_frame(kind="base")
         cells = []
         for rec in base.to_dict(orient="records"):
             item, prompt = store.cell_prompt(rec["cell_id"])
             cells.append(plan_cell(rec["cell_id"], item, prompt, rec, opts.protocol))
         items = [c.item for c in cells]
-        engine = MlxEngine.from_loaded(loaded, batch_size=opts.batch_size)
+        engine = make_engine(opts.engine, loaded)
+        check_engine(store, engine)
         if on_start:
             on_start({"cells": len(cells),
                       "probes": sum(len(c.grid) for c in cells) * opts.protocol.samples}, engine)
         if not cells:
             return report
-        from breakthrough.prefix_cache import kv_bytes_per_token
-
-        kv_bytes = kv_bytes_per_token(loaded.model)  # bounds the rows per batch
-        grader = grader_for(items, run_dir)
+        grader = make_grader(family_of(items), run_dir)
         try:
             for cell in cells:
-                cc = CellContinuer(store, loaded, engine, grader, cell, opts, counted, kv_bytes)
+                cc = CellContinuer(store, loaded, engine, grader, cell, opts, counted)
                 cc.probes()
                 cc.refinement(tau)
                 cc.restarts(tau)
                 if opts.topup:
                     cc.topups(tau)
                 report.cells += 1
-                report.prefill_tokens += cc.prefix_cache.prefill_tokens
                 report.trace_tokens += len(cell.prompt) + len(cell.trace)
         finally:
             getattr(grader, "close", lambda: None)()
         report.generated_tokens = engine.generated_tokens
+        report.prefill_tokens = engine.prefill_tokens
     report.elapsed_s = time.perf_counter() - t0
     return report
+
+
+def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions, *,
+                  progress: Callable[[Path, dict], None] | None = None,
+                  drive: Callable[[Callable], ContinueReport] | None = None) -> list[ContinueReport]:
+    """`bt continue`: record each run's protocol with `settings` (B, anchors, samples, ...),
+    then, run by run, load its model and run every phase.
+
+    `progress(run_dir, manifest)` announces a run (its manifest plus "base_traces");
+    `drive(run)` wraps `run(on_start, on_sample)` (the CLI's progress display)."""
+    from dataclasses import replace
+
+    from breakthrough.models.registry import load_model
+    from breakthrough.pipeline.manifest import record_continuation
+
+    protocols = {}
+    for run_dir in run_dirs:
+        with RunStore(run_dir) as store:
+            protocols[run_dir] = record_continuation(store, **settings)
+            man = {**store.manifest(), "base_traces": len(store.existing_keys("base"))}
+        if progress:
+            progress(run_dir, man)
+    reports = []
+    for run_dir in run_dirs:
+        with RunStore(run_dir) as store:
+            man = store.manifest()
+        loaded = load_model(man["model_id"], family=man.get("family"))
+        run_opts = replace(opts, protocol=protocols[run_dir])
+
+        def run(on_start=None, on_sample=None, run_dir=run_dir, loaded=loaded, run_opts=run_opts):
+            return continue_run(run_dir, loaded, run_opts, on_start=on_start, on_sample=on_sample)
+
+        reports.append(drive(run) if drive else run())
+    return reports

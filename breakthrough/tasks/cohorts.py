@@ -60,7 +60,7 @@ def cohorts_dir() -> Path:
     env = os.environ.get(ENV_DIR)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[1] / "cohorts"
+    return Path(__file__).resolve().parents[2] / "cohorts"
 
 
 def cohort_path(name_or_path: str | Path) -> Path:

@@ -3,7 +3,7 @@ top-up resolution, swimmer) plus a per-cell p(t) / R̂(t + B) / adv(t) plot.
 
 Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot, no global
 backend switch), so this module is safe to call from tests and worker processes. Each function
-takes data frames from `breakthrough.classify` and writes one PNG, returning its path.
+takes data frames from `breakthrough.classify.regimes` and writes one PNG, returning its path.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from breakthrough.classify import FIGURE_CLASSES, collapse_regime
+from breakthrough.classify.regimes import FIGURE_CLASSES, collapse_regime
 
 CLASS_COLORS = {
     "instant": "#4c72b0",

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from breakthrough.optimum.generator import (
+from breakthrough.tasks.optimum.generator import (
     BIN_IDS,
     BIN_LABELS,
     GENERATOR_VERSION,
@@ -43,7 +43,7 @@ def canonical_json(obj: Any) -> str:
 def generate_all(master_seed: int = MASTER_SEED) -> list[dict[str, Any]]:
     """All 87 accepted instances as uoo87 cohort rows, in spec order (kind, bin, rep)."""
     from breakthrough.errors import BtError
-    from breakthrough.optimum.enumerate import enumerate_instance
+    from breakthrough.tasks.optimum.enumerate import enumerate_instance
 
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -107,8 +107,8 @@ def cohort_rows(master_seed: int = MASTER_SEED) -> dict[str, list[dict[str, Any]
 
 
 def render_jsonl(rows: list[dict[str, Any]]) -> bytes:
-    """File bytes in the repository's cohort format (breakthrough.cohorts.render_cohort)."""
-    from breakthrough.cohorts import render_cohort
+    """File bytes in the repository's cohort format (breakthrough.tasks.cohorts.render_cohort)."""
+    from breakthrough.tasks.cohorts import render_cohort
 
     return render_cohort(rows).encode("utf-8")
 
@@ -131,17 +131,17 @@ def build(out_dir: Path) -> list[Path]:
 
 
 def load_rows(path: Path) -> list[dict[str, Any]]:
-    """Read a UoO cohort file (no validation beyond JSON; see breakthrough.cohorts for that)."""
+    """Read a UoO cohort file (no validation beyond JSON; see breakthrough.tasks.cohorts for that)."""
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 
 def default_cohorts_dir() -> Path:
     """The repository's cohorts/ directory (next to the package)."""
-    return Path(__file__).resolve().parents[2] / "cohorts"
+    return Path(__file__).resolve().parents[3] / "cohorts"
 
 
-if __name__ == "__main__":  # python -m breakthrough.optimum.cohort [DIR]
+if __name__ == "__main__":  # python -m breakthrough.tasks.optimum.cohort [DIR]
     import sys
     import time
 

@@ -77,13 +77,13 @@ def segment_tokens(
 
 
 def segment_for_family(token_texts: Sequence[str], family) -> np.ndarray:
-    """`segment_tokens` with a `breakthrough.models.Family`'s markers."""
+    """`segment_tokens` with a `breakthrough.models.registry.Family`'s markers."""
     return segment_tokens(token_texts, family.open_marker, family.close_marker)
 
 
 def segment_ids(tokenizer, ids: Sequence[int], family) -> np.ndarray:
     """Decode each id (special tokens kept) and segment."""
-    from breakthrough.models import token_strings
+    from breakthrough.models.registry import token_strings
 
     return segment_for_family(token_strings(tokenizer, ids), family)
 

@@ -8,58 +8,23 @@ rerun resumes with exactly the missing cells."""
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from breakthrough.engine import EngineSpec, make_engine
+from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
+from breakthrough.models.registry import build_prompt_ids, decode
+from breakthrough.models.segments import reasoning_length, segment_ids
+from breakthrough.pipeline.manifest import cell_id, check_engine, run_manifest
 from breakthrough.protocol import Protocol
 from breakthrough.store import RunStore, SampleRecord
-
-PACKAGES = ("mlx", "mlx-lm", "math-verify", "transformers", "numpy", "breakthrough")
-
-
-def package_versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
-
-
-def cell_id(alias: str, problem_id: str) -> str:
-    """docs/interfaces.md: a cell is one problem x one model."""
-    return f"{alias}:{problem_id}"
-
-
-def run_manifest(
-    loaded: Any, rows: Sequence[dict], protocol: Protocol, cohort: str, cohort_digest: str, variant: str
-) -> dict:
-    """What defines the run (identity fields, see store.IDENTITY_FIELDS) plus what documents it.
-    `cohort_digest` is of the whole cohort file, so --limit/--problems subsets share one run."""
-    families = sorted({str(r.get("family", "math")) for r in rows})
-    return {
-        "model_id": loaded.model_id,
-        "model_alias": loaded.alias,
-        "model_revision": loaded.revision,
-        "family": loaded.family.name,
-        "task_family": ",".join(families),
-        "protocol_digest": protocol.identity_digest(),
-        "protocol": protocol.identity(),
-        "cohort": cohort,
-        "cohort_digest": cohort_digest,
-        "prompt_version": f"{protocol.prompt_version}/{variant}" if families != ["math"] else protocol.prompt_version,
-        "packages": package_versions(),
-        "platform": f"{platform.system()} {platform.machine()}",
-    }
+from breakthrough.tasks.family import family_of, make_grader, user_message
 
 
 @dataclass
@@ -75,20 +40,6 @@ class BaseReport:
     finish: dict[str, int] = field(default_factory=dict)
 
 
-def grader_for(rows: Sequence[dict], run_dir: Path):
-    families = {str(r.get("family", "math")) for r in rows}
-    if len(families) != 1:
-        raise BtError(f"a run holds one task family; the cohort mixes {sorted(families)}")
-    family = families.pop()
-    if family == "math":
-        from breakthrough.grading.math import MathGrader
-
-        return MathGrader(cache_path=run_dir / "grade_cache.sqlite")
-    from breakthrough.grading.base import get_grader
-
-    return get_grader(family)
-
-
 def run_base(
     *,
     loaded: Any,
@@ -97,23 +48,22 @@ def run_base(
     cohort_digest: str,
     run_dir: Path,
     protocol: Protocol,
-    batch_size: int = 8,
+    engine: EngineSpec = EngineSpec(),
     variant: str = "plain",
     on_start: Callable[[int, Any], None] | None = None,
     on_sample: Callable[[SampleRecord, Any], None] | None = None,
 ) -> BaseReport:
-    """Generate, segment, grade and store the missing base traces of `rows` for one model.
+    """Generate, segment, grade and store the missing base traces of `rows` for one model,
+    on the engine `engine` names.
 
     `on_start(n_todo, engine)` and `on_sample(record, grade)` let the CLI drive a progress bar."""
-    from breakthrough.engine.base import GenRequest
-    from breakthrough.engine.mlx_engine import MlxEngine
-    from breakthrough.models import build_prompt_ids
-    from breakthrough.segments import reasoning_length, segment_ids
-    from breakthrough.tasks import user_message
-
+    gen = make_engine(engine, loaded)
+    family = family_of(rows)
     store = RunStore(run_dir, create=True)
     try:
-        store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, cohort_digest, variant))
+        store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, cohort_digest, variant,
+                                           gen.identity()))
+        check_engine(store, gen)
         cells = []
         for row in rows:
             msg = user_message(row, variant)
@@ -129,9 +79,8 @@ def run_base(
         done = {key[0] for key in store.existing_keys("base")}
         todo = [c for c in cells if c["cell_id"] not in done]
         by_id = {c["cell_id"]: c for c in todo}
-        engine = MlxEngine.from_loaded(loaded, batch_size=batch_size)
         if on_start:
-            on_start(len(todo), engine)
+            on_start(len(todo), gen)
         requests: Iterator[GenRequest] = (
             GenRequest(
                 key=c["cell_id"],
@@ -145,9 +94,9 @@ def run_base(
         report = BaseReport(run_dir=run_dir, todo=len(todo), generated=0, tokens=0, elapsed_s=0.0,
                             skipped=len(cells) - len(todo))
         t0 = time.perf_counter()
-        grader = grader_for(rows, run_dir)
+        grader = make_grader(family, run_dir)
         try:
-            for res in engine.generate(requests):
+            for res in gen.generate(requests):
                 cell = by_id[res.key]
                 tokens = np.asarray(res.tokens, dtype=np.int32)
                 text = decode(loaded.tokenizer, res.tokens)
@@ -175,9 +124,3 @@ def run_base(
     finally:
         store.close()
 
-
-def decode(tokenizer: Any, ids: Sequence[int]) -> str:
-    """The text graders see: special tokens kept, no clean-up (protocol 2.1 step 5)."""
-    return tokenizer.decode(
-        [int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
-    )

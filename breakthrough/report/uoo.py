@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from breakthrough.optimum.generator import BIN_IDS, BIN_LABELS, KINDS
+from breakthrough.tasks.optimum.generator import BIN_IDS, BIN_LABELS, KINDS
 
 GRADED_COLUMNS = (
     "run", "variant", "model", "item_id", "kind", "bin", "fixed29", "seed", "score", "optimal",
@@ -75,7 +75,7 @@ def graded_frame(
 ) -> pd.DataFrame:
     """Regrade store samples (`problem_id`, `text`, `finish_reason`, optional `model`, `seed`,
     `variant`) against their cohort items; samples of other items are dropped."""
-    from breakthrough.grading.optimum import OptimumGrader
+    from breakthrough.tasks.optimum.grader import OptimumGrader
 
     grader = OptimumGrader()
     rows = []

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from breakthrough.grading.base import Grade
-from breakthrough.optimum.generator import SENSE, bin_of, evaluate
+from breakthrough.tasks.grade import Grade
+from breakthrough.tasks.optimum.generator import SENSE, bin_of, evaluate
 
 NAME = "optimum"
 VERSION = "uoo-grader-1"

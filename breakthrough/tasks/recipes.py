@@ -339,8 +339,8 @@ def build_cohort_files(names, out_dir: Path, source_path: Path | None = None,
     """Build the named cohorts into out_dir/NAME.jsonl. With check=True nothing is written and
     the result says whether each existing file already matches byte for byte.
     Returns {name: (path, matches_or_written)}."""
-    from breakthrough.cohorts import render_cohort, write_cohort
-    from breakthrough.math_source import read_source
+    from breakthrough.tasks.cohorts import render_cohort, write_cohort
+    from breakthrough.tasks.math.source import read_source
 
     source = read_source(source_path)
     pools = build_pools(source)

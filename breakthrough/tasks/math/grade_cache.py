@@ -13,7 +13,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from breakthrough.grading.base import Grade
+from breakthrough.tasks.grade import Grade
 
 CacheKey = tuple[str, str, str]  # (version, prediction, reference)
 _TRANSIENT = frozenset({"timeout", "error"})

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from breakthrough.errors import BtError
-from breakthrough.grading.base import Grade
-from breakthrough.grading.cache import GradeCache
-from breakthrough.grading.extract import extract_final_answer, numeric_verdict, string_match
-from breakthrough.grading.pool import DEFAULT_TIMEOUT_S, VerifyPool, VerifyResult
+from breakthrough.tasks.grade import Grade
+from breakthrough.tasks.math.grade_cache import GradeCache
+from breakthrough.tasks.math.extract import extract_final_answer, numeric_verdict, string_match
+from breakthrough.tasks.math.verify_pool import DEFAULT_TIMEOUT_S, VerifyPool, VerifyResult
 
 NAME = "math"
 VERSION = "math-1"

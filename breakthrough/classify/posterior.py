@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from breakthrough.classify import (PlanItem, _by_cell, budget_limited_at, plan_next, regime_of,
+from breakthrough.classify.regimes import (PlanItem, _by_cell, budget_limited_at, plan_next, regime_of,
                                    scratch_budget)
 from breakthrough.protocol import DEFAULT, Protocol
 

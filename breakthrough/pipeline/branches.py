@@ -1,15 +1,20 @@
-"""Budgeted continuations and restarts (protocol 3.3 and 4), started from cut KV caches.
+"""Budgeted continuations and restarts (protocol 3.3 and 4): where a prefix is continued.
 
 One branch, exactly as the reference's two-stage procedure:
   1. reasoning phase: from the state "prompt + prefix", sample up to B tokens, stopping at EOS
      or when the new tokens end with the family's close-marker sequence;
   2. if the model did not close: drop a trailing EOS and append the forced-close token ids;
-  3. answer phase: continue from the live cache (no second prefill) for up to the answer
+  3. answer phase: continue the reasoning phase's context (prompt + prefix + reasoning +
+     inserted; the MLX backend continues its live cache, no second prefill) for up to the answer
      budget, stopping only at EOS; the answer window must be the full reserve;
   4. grade decode(prefix + reasoning + inserted + answer), the whole text.
-The reference re-prefilled prompt + prefix (+ reasoning) for each phase; here the cache does
-that work once. With greedy sampling both give the same tokens (tests/test_continuation.py).
-A restart is a branch with an empty prefix and reasoning budget C."""
+Every request carries its whole context as token ids; the runner adds two hints of the engine
+contract: the cell's prompt + base trace as a `SharedPrefix` (the MLX backend prefills it once
+and cuts a copy back to each prefix), and `follows` for the answer phase (continue the live
+state of the reasoning phase). The reference re-prefilled prompt + prefix (+ reasoning) for each
+phase; a backend that ignores the hints does exactly that and gives the same tokens
+(tests/pipeline/test_branches.py). A restart is a branch with an empty prefix and reasoning
+budget C."""
 
 from __future__ import annotations
 
@@ -21,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from breakthrough.engine.contract import Engine, GenRequest, SharedPrefix
 from breakthrough.errors import BtError
-from breakthrough.prefix_cache import PrefixCache, cache_length, trim_to
 from breakthrough.protocol import Protocol
 
 
@@ -84,73 +89,56 @@ def check_budget(prefix_len: int, budget: int, protocol: Protocol) -> bool:
 
 
 class BranchRunner:
-    """Runs batches of branches of one cell on an engine, from one `PrefixCache`.
+    """Runs batches of branches of one cell on an engine.
 
-    `prompt` is the chat prompt, `trace` the base trace's generated tokens; the PrefixCache holds
-    prompt + trace[:max_cut]. Rows of one batch share the engine's continuous batching; the
-    answer phases of a batch start when its reasoning phases are done."""
+    `prompt` is the chat prompt, `trace` the base trace's generated tokens; `shared` (optional)
+    declares prompt + trace[:longest cut] to the engine as the cell's shared prefix. Rows of one
+    batch share the engine's continuous batching; the answer phases of a batch start when its
+    reasoning phases are done."""
 
     def __init__(
         self,
-        engine: Any,
+        engine: Engine,
         loaded: Any,
         prompt: Sequence[int],
         trace: Sequence[int],
-        prefix_cache: PrefixCache,
         protocol: Protocol,
+        shared: SharedPrefix | None = None,
     ) -> None:
         self.engine = engine
-        self.loaded = loaded
         self.prompt = [int(t) for t in prompt]
         self.trace = [int(t) for t in trace]
-        self.cache = prefix_cache
         self.protocol = protocol
-        fam = loaded.family
-        self.close_ids: tuple[int, ...] = tuple(loaded.encode(fam.close_marker)) if fam.close_marker else ()
-        self.forced_ids: list[int] = list(loaded.encode(fam.forced_close)) if fam.forced_close else []
-        self.eos = frozenset(int(e) for e in loaded.eos_ids)
-
-    def _start(self, cut: int) -> tuple[list[Any], list[int]]:
-        """(cache holding prompt + trace[:cut] minus its last token, [that last token])."""
-        n = len(self.prompt) + cut
-        state = self.cache.state(n - 1)
-        last = (self.prompt + self.trace[:cut])[-1]
-        return state, [last]
+        self.shared = shared
+        self.close_ids, self.forced_ids, self.eos = close_tokens(loaded)
 
     def run(self, branches: Sequence[Branch]) -> list[BranchResult]:
-        from breakthrough.engine.base import GenRequest
-
         p = self.protocol
         for b in branches:
             if not check_budget(b.cut, b.budget, p):
                 raise BtError(f"{b.key}: prefix of {b.cut} tokens leaves no room for B={b.budget} + answer")
         stop = (self.close_ids,) if self.close_ids else ()
-        reqs = []
-        for b in branches:
-            state, first = self._start(b.cut)
-            reqs.append(GenRequest(key=b.key, prompt=first, cache=state, max_tokens=b.budget,
-                                   seed=b.seed, sampling=p.sampling, stop_sequences=stop,
-                                   return_cache=True))
+        reqs = [GenRequest(key=b.key, prompt=self.prompt + self.trace[: b.cut], max_tokens=b.budget,
+                           seed=b.seed, sampling=p.sampling, stop_sequences=stop,
+                           shared_prefix=self.shared, keep_state=True)
+                for b in branches]
         by_key = {b.key: b for b in branches}
         phase1 = {r.key: r for r in self.engine.generate(reqs)}
-        # Answer phase: from the live cache of each row.
+        # Answer phase: each row's full context; `follows` lets the engine continue its live state.
         reqs2, pending = [], {}
         for key, r in phase1.items():
             b = by_key[key]
             reasoning, inserted, _ = close_reasoning(r.tokens, r.finish_reason, self.eos, self.forced_ids)
             n = len(reasoning)
             lps, ents, sents = (list(a)[:n] for a in (r.logprobs, r.entropies, r.sampling_entropies))
-            so_far = self.prompt + self.trace[: b.cut] + reasoning
-            live = r.cache
-            keep = min(cache_length(live), len(so_far) - 1)
-            live = trim_to(live, keep)
-            feed = so_far[keep:] + inserted
+            context = self.prompt + self.trace[: b.cut] + reasoning + inserted
             used = b.cut + len(reasoning) + len(inserted)
             answer_budget = min(p.answer_budget, p.total_cap - used)
             if answer_budget != p.answer_budget:
                 raise BtError(f"{key}: answer window {answer_budget} < {p.answer_budget} (protocol 3.3 step 5)")
-            reqs2.append(GenRequest(key=key, prompt=feed, cache=live, max_tokens=answer_budget,
-                                    seed=answer_seed(b.seed), sampling=p.sampling))
+            reqs2.append(GenRequest(key=key, prompt=context, max_tokens=answer_budget,
+                                    seed=answer_seed(b.seed), sampling=p.sampling, follows=key,
+                                    shared_prefix=self.shared))
             pending[key] = (reasoning, lps, ents, sents, inserted, r)
         out = []
         for a in self.engine.generate(reqs2):
@@ -180,19 +168,21 @@ class BranchRunner:
         return sorted(out, key=lambda x: order[x.branch.key])
 
 
-def reference_branch(engine: Any, loaded: Any, prompt: Sequence[int], prefix: Sequence[int],
-                     budget: int, seed: int, protocol: Protocol) -> list[int]:
-    """The reference implementation's two-stage procedure, one sequence at a time: a FRESH
-    prefill of prompt + prefix for the reasoning phase, and another fresh prefill of prompt +
-    prefix + reasoning + inserted for the answer phase (protocol 3.3 steps 3-5). Used as the
-    baseline of bench/continue_throughput.py and as the oracle of the cache-reuse equality
-    test; returns prefix + reasoning + inserted + answer."""
-    from breakthrough.engine.base import GenRequest
-
+def close_tokens(loaded: Any) -> tuple[tuple[int, ...], list[int], frozenset[int]]:
+    """(close-marker ids that end a reasoning phase, forced-close ids, EOS ids) of a model."""
     fam = loaded.family
     close = tuple(loaded.encode(fam.close_marker)) if fam.close_marker else ()
     forced = list(loaded.encode(fam.forced_close)) if fam.forced_close else []
-    eos = frozenset(int(e) for e in loaded.eos_ids)
+    return close, forced, frozenset(int(e) for e in loaded.eos_ids)
+
+
+def reference_branch(engine: Engine, loaded: Any, prompt: Sequence[int], prefix: Sequence[int],
+                     budget: int, seed: int, protocol: Protocol) -> list[int]:
+    """The reference implementation's two-stage procedure, one sequence at a time and without
+    reuse hints: prompt + prefix for the reasoning phase, then prompt + prefix + reasoning +
+    inserted for the answer phase (protocol 3.3 steps 3-5). The oracle of the cache-reuse
+    equality tests; returns prefix + reasoning + inserted + answer."""
+    close, forced, eos = close_tokens(loaded)
     ctx = [int(t) for t in prompt] + [int(t) for t in prefix]
     (r,) = engine.generate([GenRequest(key="r", prompt=ctx, max_tokens=budget, seed=seed,
                                        sampling=protocol.sampling,

@@ -31,7 +31,7 @@ HOOK_ENV = "BT_GRADING_WORKER_HOOK"
 DEFAULT_TIMEOUT_S = 10.0
 STARTUP_TIMEOUT_S = 120.0  # importing sympy + math-verify on a busy 2-core machine
 MAX_FAILED_STARTS = 3
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding `breakthrough/`
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding `breakthrough/`
 
 
 @dataclass(frozen=True)

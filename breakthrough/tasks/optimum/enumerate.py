@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from breakthrough.optimum.generator import SENSE
+from breakthrough.tasks.optimum.generator import SENSE
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,34 @@
+"""`bt status`: what is done and what remains per cell."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def status(
+    runs: list[Path] = typer.Argument(..., help="Run directories (or a folder of runs)."),
+    tau: float = typer.Option(None, help="Solve-rate threshold used to plan what remains "
+                                         "(default: the run's)."),
+) -> None:
+    """What is done and what remains per cell: base, probes (anchors, k/n) at the run's B,
+    restarts, and the samples still planned. Reads the protocol stored in the run."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from breakthrough.pipeline.status import run_status
+    from breakthrough.store import run_dirs
+
+    for run_dir in run_dirs(runs):
+        title, rows = run_status(run_dir, tau)
+        table = Table(title=title)
+        for col in ("cell", "base", "reasoning", "probes t:k/n", "restarts C:k/n", "next"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(r.cell_id, r.base, r.reasoning, r.probes, r.restarts, r.next)
+        Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)

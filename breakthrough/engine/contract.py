@@ -1,0 +1,143 @@
+"""The one way the pipeline generates (design decision 8): token ids in, token ids out.
+
+A request carries its WHOLE context as token ids (chat prompt + any prefix + anything forced,
+never re-tokenised), its own max tokens, seed and stop sequences. Two optional hints let a
+backend avoid recomputing what it has already seen; they never change what is generated:
+
+* `shared_prefix`: many requests start with parts of one long sequence (a cell's prompt + base
+  trace). The MLX backend prefills it once and starts each request from a cache cut back to
+  that request's prefix; an HTTP backend sends the full prompt and lets the server's prefix
+  cache (vLLM APC, SGLang radix cache) do the reuse.
+* `follows` / `keep_state`: a request that extends an earlier one (the answer phase after the
+  reasoning phase) names it; a backend that kept that row's final state continues from it.
+
+Results carry the generated ids, the finish reason and per-token statistics. Nothing in here is
+backend-specific, so the pipeline holds no backend object beyond an `Engine`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Literal, Protocol, Sequence
+
+import numpy as np
+
+from breakthrough.protocol import Sampling
+
+FinishReason = Literal["eos", "length", "stop_sequence"]
+FINISH_REASONS: tuple[str, ...] = ("eos", "length", "stop_sequence")
+
+
+@dataclass(frozen=True, eq=False)
+class SharedPrefix:
+    """A token sequence that many requests start with, declared once (one object shared by all
+    of them, compared by identity).
+
+    key: names the sequence (a cell id); a backend keeps its reusable state under this key.
+    ids: the sequence (e.g. prompt + base trace up to the last cut).
+    starts: the prompt lengths the requests will have (prompt + cut), so a backend whose caches
+        cannot be cut back (sliding-window layers) can snapshot exactly there during its one pass.
+    """
+
+    key: str
+    ids: tuple[int, ...]
+    starts: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """One sequence to generate.
+
+    key: unique within one `generate` call; results are matched back by it.
+    prompt: every token id the model conditions on (at least one).
+    max_tokens: generated tokens at most (> 0).
+    seed: the row's own randomness (protocol 1.4 seeds, e.g. 11 for base traces); tokens depend
+        only on (model, prompt, seed, sampling), never on what else shares the batch or on the
+        reuse hints below.
+    stop_sequences: token-id sequences that end the row when its generated tokens end with one
+        (the matched tokens are kept in `GenResult.tokens`). EOS ids are always stop tokens.
+    sampling: protocol 1.4 sampling; temperature 0 is greedy.
+    shared_prefix: hint: `prompt` starts with a part of this sequence.
+    follows: hint: the key of a request of an earlier `generate` call on the same engine whose
+        prompt + generated tokens this prompt starts with.
+    keep_state: hint: a later request will name this one in `follows`.
+    """
+
+    key: str
+    prompt: Sequence[int]
+    max_tokens: int
+    seed: int
+    stop_sequences: tuple[tuple[int, ...], ...] = ()
+    sampling: Sampling = field(default_factory=Sampling)
+    shared_prefix: SharedPrefix | None = field(default=None, compare=False, repr=False)
+    follows: str | None = None
+    keep_state: bool = False
+
+
+@dataclass
+class GenResult:
+    """What one request produced.
+
+    tokens: generated ids (the EOS or the stop sequence that ended the row is included).
+    logprobs / entropies: float32 arrays, one value per generated token, taken from the model's
+        full next-token distribution (see the backend's docstring for the exact definition).
+    sampling_entropies: float32, one per generated token: the entropy of the distribution the
+        token was actually drawn from (after temperature, top-p, top-k; 0 when greedy).
+    finish_reason: "eos" | "length" | "stop_sequence".
+    elapsed_s: wall time from the row's start to its last token.
+    prompt_tokens: len(prompt).
+    cached_tokens: prompt tokens the backend did not have to process for this row (reused).
+    peak_memory_bytes: the process's peak accelerator memory seen when the row finished (since
+        the start of the `generate` call); 0 where the backend cannot tell.
+    """
+
+    key: str
+    tokens: list[int]
+    logprobs: np.ndarray
+    entropies: np.ndarray
+    finish_reason: str
+    elapsed_s: float
+    sampling_entropies: np.ndarray | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    peak_memory_bytes: int = 0
+
+
+class Engine(Protocol):
+    """A generation backend. `generate` consumes requests lazily and yields each result as soon
+    as its row finishes (not in request order).
+
+    generated_tokens / prefill_tokens: running totals over the engine's life (tokens sampled;
+    prompt tokens actually pushed through the model, shared-prefix passes included), for
+    progress and the benchmarks."""
+
+    generated_tokens: int
+    prefill_tokens: int
+
+    def identity(self) -> dict[str, Any]:
+        """Backend name, version and the settings that can change tokens; a run records it in
+        its manifest and refuses to mix engines."""
+        ...
+
+    def capacity(self, row_tokens: int) -> int:
+        """How many rows of at most `row_tokens` tokens (prompt + generated) to run together."""
+        ...
+
+    def generate(self, requests: Iterable[GenRequest]) -> Iterator[GenResult]: ...
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What the user asked for; `breakthrough.engine.make_engine` turns it into an Engine.
+
+    backend: "mlx" (in-process mlx-lm, one prefill per trace) or "mlx-fresh" (the same model
+        and sampler with every reuse hint ignored: a fresh prefill per request; for checks).
+    batch_size: rows in flight at most.
+    memory_budget_bytes: KV-cache memory the rows in flight may use (0: no cap).
+    """
+
+    backend: str = "mlx"
+    batch_size: int = 8
+    memory_budget_bytes: int = 4 * 2**30
+
+
+BACKENDS: tuple[str, ...] = ("mlx", "mlx-fresh")

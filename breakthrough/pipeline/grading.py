@@ -1,0 +1,33 @@
+"""`bt grade`: (re)grade stored samples without regenerating them (design decision 6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from breakthrough.store import RunStore
+from breakthrough.tasks.family import family_of, make_grader
+
+
+@dataclass
+class GradeReport:
+    run_dir: Path
+    graded: int
+    correct: int
+    version: str
+
+
+def regrade_run(run_dir: Path, *, again: bool = False) -> GradeReport:
+    """Grade the samples of a run that have no grade (every sample with `again`)."""
+    with RunStore(run_dir) as store:
+        todo = store.ungraded(include_graded=again)
+        if not todo:
+            return GradeReport(run_dir, 0, 0, "")
+        items = store.items()
+        grader = make_grader(family_of(list(items.values())), run_dir)
+        try:
+            grades = grader.grade_many([(text, items[cid], fin) for _, cid, text, fin in todo])
+        finally:
+            getattr(grader, "close", lambda: None)()
+        store.set_grades([(sid, g) for (sid, *_), g in zip(todo, grades)])
+    return GradeReport(run_dir, len(grades), sum(g.correct for g in grades), grades[0].version)
