@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from breakthrough.errors import BtError
+from breakthrough.protocol import Protocol
 from breakthrough.tasks.grade import Grade
 
 STORE_FILE = "store.sqlite"
@@ -191,6 +192,18 @@ class RunStore:
                         f"this request has {key}={wanted[key]!r}; use a new run directory"
                     )
         self.update_manifest({k: v for k, v in wanted.items() if k not in have})
+
+    def protocol(self) -> Protocol:
+        """The protocol the run was made (or last continued) under, stored whole in the manifest
+        and read back whole by every later command; a run that does not hold one is refused
+        with the way to fix it (never re-inferred from samples)."""
+        try:
+            return Protocol.from_dict(self.manifest().get("protocol"))
+        except (TypeError, ValueError) as exc:
+            raise BtError(
+                f"{self.run_dir}: the manifest holds no complete protocol ({exc}); it was made by an "
+                f"older bt: rerun `bt continue {self.run_dir}` with the run's settings to record it"
+            ) from None
 
     def update_manifest(self, values: dict[str, Any]) -> None:
         """Set manifest entries (the first writer of a key is `ensure_manifest`; later phases,

@@ -61,19 +61,6 @@ def run_manifest(loaded: Any, rows: Sequence[dict], protocol: Protocol, cohort: 
     return manifest
 
 
-def stored_protocol(store: RunStore) -> Protocol:
-    """The protocol a run was made (or last continued) under, read back whole; a run that does
-    not hold one is refused with the way to fix it."""
-    stored = store.manifest().get("protocol")
-    try:
-        return Protocol.from_dict(stored)
-    except (TypeError, ValueError) as exc:
-        raise BtError(
-            f"{store.run_dir}: the manifest holds no complete protocol ({exc}); it was made by an "
-            f"older bt: rerun `bt continue {store.run_dir}` with the run's settings to record it"
-        ) from None
-
-
 def check_engine(store: RunStore, engine: Any) -> None:
     """Record the engine of a run's first generation; refuse another engine later."""
     store.ensure_manifest({"engine": engine.identity()})

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from breakthrough.classify.panels import probe_panel, restart_panel
 from breakthrough.classify.regimes import plan_next
-from breakthrough.pipeline.manifest import stored_protocol
 from breakthrough.store import RunStore
 
 
@@ -25,7 +24,7 @@ def run_status(run_dir: Path, tau: float | None = None) -> tuple[str, list[CellS
     """(title, one status per cell): probes at the run's B, the plan at `tau` (default: the
     run's)."""
     with RunStore(run_dir) as store:
-        protocol = stored_protocol(store)
+        protocol = store.protocol()
         df = store.samples_frame(arrays=False)
         cells = store.cells_frame()
         man = store.manifest()
