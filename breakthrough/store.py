@@ -42,7 +42,6 @@ IDENTITY_FIELDS = (
     "continue_answer_budget",
     "engine",
 )
-SEGMENT_CODES = {"thinking": 0, "special": 1, "solution": 2, "final_answer": 3}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifest (
@@ -113,7 +112,7 @@ class SampleRecord:
     token_ids: np.ndarray  # every generated token (prefix included for probes)
     text: str
     finish_reason: str
-    segments: np.ndarray | None = None  # uint8 codes (SEGMENT_CODES)
+    segments: np.ndarray | None = None  # uint8 codes (breakthrough.models.segments)
     logprobs: np.ndarray | None = None  # float32 per newly generated token
     entropies: np.ndarray | None = None  # float32 per newly generated token (full distribution)
     sampling_entropies: np.ndarray | None = None  # float32: entropy of what it was drawn from
@@ -187,9 +186,10 @@ class RunStore:
         if have:
             for key in IDENTITY_FIELDS:
                 if key in wanted and key in have and have[key] != wanted[key]:
+                    name, was, now = _first_difference(key, have[key], wanted[key])
                     raise BtError(
-                        f"{self.run_dir}: run was made with {key}={have.get(key)!r}, "
-                        f"this request has {key}={wanted[key]!r}; use a new run directory"
+                        f"{self.run_dir}: run was made with {name}={was!r}, "
+                        f"this request has {name}={now!r}; use a new run directory"
                     )
         self.update_manifest({k: v for k, v in wanted.items() if k not in have})
 
@@ -404,6 +404,16 @@ class RunStore:
             ):
                 df[col] = [_unpack(b, dtype) for b in df[col]]
         return df
+
+
+def _first_difference(name: str, was: Any, now: Any) -> tuple[str, Any, Any]:
+    """The first differing setting inside two manifest values (dicts are compared key by key),
+    so a refusal names it (e.g. `engine.backend='mlx'`) instead of two whole objects."""
+    if isinstance(was, dict) and isinstance(now, dict):
+        for key in sorted(set(was) | set(now)):
+            if was.get(key) != now.get(key):
+                return _first_difference(f"{name}.{key}", was.get(key), now.get(key))
+    return name, was, now
 
 
 def run_dirs(paths: Sequence[str | Path]) -> list[Path]:

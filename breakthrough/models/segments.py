@@ -16,12 +16,15 @@ markers such as `[/THINK]` or `\\boxed{` tokenize differently in context. Codes 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from breakthrough.models.families import Family
+from breakthrough.models.tokens import token_strings
+
 THINKING, SPECIAL, SOLUTION, FINAL_ANSWER = 0, 1, 2, 3
-NAMES = ("thinking", "special", "solution", "final_answer")
+NAMES = ("thinking", "special", "solution", "final_answer")  # NAMES[code]; samples store codes
 BOX_MARKERS = ("\\boxed{", "\\fbox{")
 
 
@@ -76,15 +79,13 @@ def segment_tokens(
     return codes
 
 
-def segment_for_family(token_texts: Sequence[str], family) -> np.ndarray:
-    """`segment_tokens` with a `breakthrough.models.registry.Family`'s markers."""
+def segment_for_family(token_texts: Sequence[str], family: Family) -> np.ndarray:
+    """`segment_tokens` with a family's thinking markers."""
     return segment_tokens(token_texts, family.open_marker, family.close_marker)
 
 
-def segment_ids(tokenizer, ids: Sequence[int], family) -> np.ndarray:
+def segment_ids(tokenizer: Any, ids: Sequence[int], family: Family) -> np.ndarray:
     """Decode each id (special tokens kept) and segment."""
-    from breakthrough.models.registry import token_strings
-
     return segment_for_family(token_strings(tokenizer, ids), family)
 
 

@@ -16,6 +16,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from breakthrough.errors import BtError
 
@@ -157,8 +158,9 @@ def load_cohort(name_or_path: str | Path) -> list[dict]:
     return parse_cohort_text(text, str(path))
 
 
-def canonical_json(rows: list[dict]) -> str:
-    return json.dumps(rows, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+def canonical_json(obj: Any) -> str:
+    """Sorted keys, compact, UTF-8 kept: equal values give equal text (digests, dedupe keys)."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def cohort_digest(rows: list[dict]) -> str:

@@ -10,26 +10,27 @@ from pathlib import Path
 from typing import Any
 
 from breakthrough.errors import BtError
+from breakthrough.protocol import TASK_INSTRUCTION
 from breakthrough.tasks.grade import Grader
-from breakthrough.models.registry import TASK_INSTRUCTION as MATH_INSTRUCTION  # protocol 1.3, prompt v1
-
-PROMPT_VARIANTS = ("plain", "explicit")  # optimum family only (uniqueness.md)
+from breakthrough.tasks.math.grader import MathGrader
+from breakthrough.tasks.optimum.grader import OptimumGrader
+from breakthrough.tasks.optimum.prompts import VARIANTS, render_prompt
 
 
 def task_family(item: dict[str, Any]) -> str:
+    """The family of one cohort row (rows without the field are math)."""
     return str(item.get("family", "math"))
 
 
 def user_message(item: dict[str, Any], variant: str = "plain") -> str:
-    """The user turn for one cohort row (protocol 1.3: problem, blank line, instruction)."""
+    """The user turn for one cohort row. math: protocol 1.3 (problem, blank line, instruction);
+    optimum: the UoO prompt in `variant` ("plain" or "explicit", uniqueness.md section 7)."""
     family = task_family(item)
     if family == "math":
-        return f"{item['problem']}\n\n{MATH_INSTRUCTION}"
+        return f"{item['problem']}\n\n{TASK_INSTRUCTION}"
     if family == "optimum":
-        from breakthrough.tasks.optimum.prompts import render_prompt
-
-        if variant not in PROMPT_VARIANTS:
-            raise BtError(f"--prompt-variant: expected one of {PROMPT_VARIANTS}, got {variant!r}")
+        if variant not in VARIANTS:
+            raise BtError(f"--prompt-variant: expected one of {VARIANTS}, got {variant!r}")
         return render_prompt(item, variant)
     raise BtError(f"cohort row {item.get('id')!r}: unknown family {family!r}")
 
@@ -46,11 +47,7 @@ def make_grader(family: str, cache_dir: Path | None = None) -> Grader:
     """The grader of a task family ("math" or "optimum"). With `cache_dir`, math verdicts are
     cached in `cache_dir/grade_cache.sqlite` (math-verify is slow and deterministic)."""
     if family == "math":
-        from breakthrough.tasks.math.grader import MathGrader
-
         return MathGrader(cache_path=cache_dir / "grade_cache.sqlite" if cache_dir else None)
     if family == "optimum":
-        from breakthrough.tasks.optimum.grader import OptimumGrader
-
         return OptimumGrader()
     raise BtError(f"unknown task family {family!r} (known: math, optimum)")

@@ -1,7 +1,7 @@
 """Answer extraction and the cheap in-process comparisons of protocol section 7.
 
 Everything here is pure string work (no sympy, no math-verify) so it runs in the caller's process;
-only the symbolic step (math-verify) needs a killable worker (see `pool.py`)."""
+only the symbolic step (math-verify) needs a killable worker (see `verify_pool.py`)."""
 
 from __future__ import annotations
 

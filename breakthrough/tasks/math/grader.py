@@ -1,8 +1,8 @@
 """The `math` grader: protocol section 7 (extraction, numeric, normalised string, math-verify).
 
 Extraction and the two cheap comparisons run in-process; only math-verify runs in killable
-worker processes with a hard deadline (`pool.py`), because a pathological answer can hang sympy
-beyond math-verify's own `signal.alarm` timeouts. A timeout counts as incorrect, with status
+worker processes with a hard deadline (`verify_pool.py`), because a pathological answer can hang
+sympy beyond math-verify's own `signal.alarm` timeouts. A timeout counts as incorrect, with status
 `timeout` (design decision 6)."""
 
 from __future__ import annotations

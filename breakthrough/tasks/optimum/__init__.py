@@ -1,13 +1,6 @@
-"""Uniqueness-of-Optimum (UoO) task family: seeded generator, exact enumerator, prompts, cohorts.
+"""Uniqueness-of-Optimum (UoO) task family: seeded generator, exact enumerator, prompts, cohort
+recipes, grader.
 
-Spec: ../shared/reference/uniqueness.md (sections 3-7). Pure Python except `enumerate`, which
+Spec: ../shared/reference/uniqueness.md (sections 3-9). Pure Python except `enumerator`, which
 uses numpy and is needed only at generation time; the grader (`breakthrough.tasks.optimum.grader`)
 needs no numpy."""
-
-from breakthrough.tasks.optimum.generator import (  # noqa: F401
-    BINS,
-    KINDS,
-    bin_of,
-    evaluate,
-    generate_instance,
-)

@@ -283,7 +283,3 @@ def evaluate(kind: str, instance: dict[str, Any], solution: list[int]) -> tuple[
                 obj -= pen[s[i]][s[j]]
         return len(on) == instance["K"], obj
     raise ValueError(f"unknown UoO kind {kind!r}")
-
-
-def is_binary(kind: str) -> bool:
-    return kind != "assignment"

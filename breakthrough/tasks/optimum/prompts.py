@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from breakthrough.errors import BtError
+
 VARIANTS = ("plain", "explicit")
 SECTOR_LETTERS = "ABCDEFGHIJ"
 
@@ -149,8 +151,6 @@ def problem_block(kind: str, inst: dict[str, Any]) -> str:
 
 def render_prompt(item: dict[str, Any], variant: str = "plain") -> str:
     """The full user message for a UoO cohort row (`kind`, `instance`) in a prompt variant."""
-    from breakthrough.errors import BtError
-
     if variant not in VARIANTS:
         raise BtError(f"unknown UoO prompt variant {variant!r} (known: {', '.join(VARIANTS)})")
     kind, inst = item["kind"], item["instance"]

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from breakthrough.errors import BtError
+from breakthrough.tasks.cohorts import render_cohort, write_cohort
+from breakthrough.tasks.math.source import read_source
 
 LEVELS = (1, 2, 3, 4, 5)
 HISTORICAL_SEED = 20260728
@@ -339,9 +341,6 @@ def build_cohort_files(names, out_dir: Path, source_path: Path | None = None,
     """Build the named cohorts into out_dir/NAME.jsonl. With check=True nothing is written and
     the result says whether each existing file already matches byte for byte.
     Returns {name: (path, matches_or_written)}."""
-    from breakthrough.tasks.cohorts import render_cohort, write_cohort
-    from breakthrough.tasks.math.source import read_source
-
     source = read_source(source_path)
     pools = build_pools(source)
     results: dict[str, tuple[Path, bool]] = {}

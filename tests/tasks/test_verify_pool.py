@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
@@ -62,8 +63,6 @@ def test_close_kills_workers() -> None:
 
 
 def test_forgotten_pool_does_not_leak_workers() -> None:
-    import gc
-
     pool = VerifyPool(size=1, timeout_s=20)
     pool.pids()
     procs = [w.process for w in pool._workers]

@@ -6,11 +6,14 @@ from __future__ import annotations
 import math
 import time
 
+import mlx.core as mx
 import pytest
+from typer.testing import CliRunner
 
-from breakthrough.models import offline as om
+from breakthrough.cli import app
 from breakthrough.engine.contract import GenRequest
 from breakthrough.engine.mlx_backend import MlxEngine
+from breakthrough.models import offline as om
 from breakthrough.protocol import Sampling
 
 PARAGRAPH = (
@@ -35,8 +38,6 @@ def test_tokenizer_from_gguf_roundtrip(smollm2_tokenizer):
 
 
 def test_offline_model_perplexity_below_40(offline_model):
-    import mlx.core as mx
-
     ids = offline_model.encode(PARAGRAPH)
     logits = offline_model.model(mx.array([ids]))[0, :-1].astype(mx.float32)
     lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
@@ -80,10 +81,6 @@ def test_prepare_is_idempotent(offline_model):
 
 
 def test_models_cli(offline_model):
-    from typer.testing import CliRunner
-
-    from breakthrough.cli import app
-
     res = CliRunner().invoke(app, ["models", "prepare"])
     assert res.exit_code == 0, res.output
     assert "already prepared" in res.output

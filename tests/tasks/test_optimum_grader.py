@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from breakthrough.tasks.family import make_grader as get_grader
+from breakthrough.tasks.family import make_grader
 from breakthrough.tasks.optimum.grader import OptimumGrader, json_blocks, strip_thinking
 
 ROWS = {
     r["id"]: r
     for r in (
         json.loads(line)
-        for line in (Path(__file__).resolve().parents[1] / "cohorts" / "uoo87.jsonl")
+        for line in (Path(__file__).resolve().parents[2] / "cohorts" / "uoo87.jsonl")
         .read_text()
         .splitlines()
     )
@@ -207,7 +207,7 @@ def test_status_mapping_and_diagnostics() -> None:
 
 
 def test_every_shipped_item_example_scores_and_count_off_by_one() -> None:
-    g = get_grader("optimum")
+    g = make_grader("optimum")
     jobs = []
     for item in ROWS.values():
         jobs.append((good(item), item, "stop"))

@@ -7,11 +7,13 @@ way), `normalized_string` (step 2 match, or step 4 after math-verify said no), `
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from breakthrough.tasks.family import make_grader as get_grader
+from breakthrough.errors import BtError
+from breakthrough.tasks.family import make_grader
 from breakthrough.tasks.math.extract import (
     extract_final_answer,
     normalize_answer,
@@ -196,14 +198,12 @@ def test_normalisation() -> None:
 
 
 def test_missing_answer_field_is_a_user_error(grader: MathGrader) -> None:
-    from breakthrough.errors import BtError
-
     with pytest.raises(BtError, match="answer"):
         grader.grade(r"\boxed{1}", {"id": "p7"})
 
 
-def test_get_grader() -> None:
-    g = get_grader("math")
+def test_make_grader() -> None:
+    g = make_grader("math")
     assert isinstance(g, MathGrader) and g.name == "math"
 
 
@@ -229,8 +229,6 @@ def test_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
     carries on. Two causes: a worker made to hang (test hook), and real slow work with no hook:
     sympy evaluating 9^(9^9) (370 million digits). math-verify's own signal timeout would end
     the latter after about 5 s (measured 5.9 s); the shorter pool deadline kills it first."""
-    import time
-
     deadline = 2.0
     monkeypatch.setenv("BT_GRADING_WORKER_HOOK", "hang:HANGME")
     with MathGrader(timeout_s=deadline, workers=1) as g:

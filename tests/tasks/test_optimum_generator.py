@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from breakthrough.tasks.optimum import cohort as uoo_cohort
-from breakthrough.tasks.optimum.enumerate import enumerate_instance
+from breakthrough.tasks.optimum import recipes as uoo_recipes
+from breakthrough.tasks.optimum.enumerator import enumerate_instance
 from breakthrough.tasks.optimum.generator import (
     BIN_IDS,
     KINDS,
@@ -25,7 +25,7 @@ from breakthrough.tasks.optimum.generator import (
 )
 from breakthrough.tasks.optimum.prompts import EXPLICIT_PARAGRAPH, VARIANTS, render_prompt
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COHORTS = REPO / "cohorts"
 
 
@@ -37,18 +37,17 @@ FULL = _rows("uoo87")
 
 
 @pytest.fixture(scope="module")
-def rebuilt(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("uoo")
-    uoo_cohort.build_uoo_cohorts(out)
-    return out
+def rebuilt() -> dict[str, bytes]:
+    """File bytes of every UoO cohort, regenerated from the seeded generator."""
+    return {name: uoo_recipes.render_jsonl(rows) for name, rows in uoo_recipes.cohort_rows().items()}
 
 
 # ------------------------------------------------------------------ determinism
 
 
-@pytest.mark.parametrize("name", uoo_cohort.COHORT_NAMES)
-def test_regeneration_is_byte_identical(rebuilt: Path, name: str) -> None:
-    assert (rebuilt / f"{name}.jsonl").read_bytes() == (COHORTS / f"{name}.jsonl").read_bytes()
+@pytest.mark.parametrize("name", uoo_recipes.COHORT_NAMES)
+def test_regeneration_is_byte_identical(rebuilt: dict[str, bytes], name: str) -> None:
+    assert rebuilt[name] == (COHORTS / f"{name}.jsonl").read_bytes()
 
 
 def test_splitmix64_reference_values() -> None:

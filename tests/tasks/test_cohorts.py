@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from breakthrough.tasks import recipes as cr
+from breakthrough.cli import app
+from breakthrough.errors import BtError
 from breakthrough.tasks.cohorts import (
     cohort_digest,
     cohorts_dir,
@@ -19,10 +20,10 @@ from breakthrough.tasks.cohorts import (
     parse_cohort_text,
     render_cohort,
 )
-from breakthrough.errors import BtError
+from breakthrough.tasks.math import recipes as cr
 from breakthrough.tasks.math.source import boxed_contents, last_boxed, problem_id, read_source
 
-REPO_COHORTS = Path(__file__).resolve().parents[1] / "cohorts"
+REPO_COHORTS = Path(__file__).resolve().parents[2] / "cohorts"
 ID_RE = re.compile(r"^math_\d{5}_[0-9a-f]{12}$")
 
 
@@ -204,34 +205,27 @@ def test_names_env_override_and_listing(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- CLI
 
 
-@pytest.fixture(scope="module")
-def cli_app():
-    from breakthrough.cli import app
-
-    return app
-
-
-def test_cli_list_and_show(cli_app, monkeypatch):
+def test_cli_list_and_show(monkeypatch):
     monkeypatch.setenv("BT_COHORTS_DIR", str(REPO_COHORTS))
     runner = CliRunner()
-    res = runner.invoke(cli_app, ["cohorts", "list"])
+    res = runner.invoke(app, ["cohorts", "list"])
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if " math89 " in x)
     assert "89" in line and "69" in line and "dev,supplement,wave3" in line
     assert "math500" in res.output and "demo" in res.output
-    res = runner.invoke(cli_app, ["cohorts", "show", "math89"])
+    res = runner.invoke(app, ["cohorts", "show", "math89"])
     assert res.exit_code == 0, res.output
     assert "supplement" in res.output and "STAND-IN" in res.output and "level x stage" in res.output
 
 
-def test_cli_build_check_and_write(cli_app, tmp_path):
+def test_cli_build_check_and_write(tmp_path):
     runner = CliRunner()
-    res = runner.invoke(cli_app, ["cohorts", "build", "math89", "--check", "--out", str(REPO_COHORTS)])
+    res = runner.invoke(app, ["cohorts", "build", "math89", "--check", "--out", str(REPO_COHORTS)])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(cli_app, ["cohorts", "build", "demo", "--out", str(tmp_path)])
+    res = runner.invoke(app, ["cohorts", "build", "demo", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "demo.jsonl").read_bytes() == (REPO_COHORTS / "demo.jsonl").read_bytes()
-    res = runner.invoke(cli_app, ["cohorts", "build", "math89", "--check", "--out", str(tmp_path)])
+    res = runner.invoke(app, ["cohorts", "build", "math89", "--check", "--out", str(tmp_path)])
     assert res.exit_code == 1
 
 
@@ -247,11 +241,6 @@ def test_list_reports_invalid_file_when_not_strict(tmp_path):
 
 def test_cli_builds_uoo_cohorts_byte_for_byte(tmp_path):
     """`bt cohorts build uoo` regenerates the committed uoo87/uoo29 files exactly."""
-    from typer.testing import CliRunner
-
-    from breakthrough.cli import app
-    from breakthrough.tasks.cohorts import cohorts_dir
-
     res = CliRunner().invoke(app, ["cohorts", "build", "uoo", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     for name in ("uoo87", "uoo29"):

@@ -1,6 +1,6 @@
 """The UoO cohorts (spec 5.4): `uoo87` (reps 0-2 of each of the 29 kind x bin cells) and `uoo29`
-(rep 0 of each cell: the leaderboard set). Written as canonical JSON lines; regenerating them
-reproduces the committed files byte for byte.
+(rep 0 of each cell: the leaderboard set), as cohort rows; `bt cohorts build uoo` writes them
+and regenerating them reproduces the committed files byte for byte.
 
 Row fields (docs/interfaces.md, family "optimum"): id, family, stage, selection, standin, kind,
 bin, instance, optimum, n_optima; plus bin_label, rep, fixed29, level, attempts, seed, sense,
@@ -10,10 +10,11 @@ generator_version, master_seed. `seed` is the attempt seed as 16 hex digits (a
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
+from breakthrough.errors import BtError
+from breakthrough.tasks.cohorts import canonical_json, render_cohort
+from breakthrough.tasks.optimum.enumerator import enumerate_instance
 from breakthrough.tasks.optimum.generator import (
     BIN_IDS,
     BIN_LABELS,
@@ -36,15 +37,8 @@ SELECTION = {
 }
 
 
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
 def generate_all(master_seed: int = MASTER_SEED) -> list[dict[str, Any]]:
     """All 87 accepted instances as uoo87 cohort rows, in spec order (kind, bin, rep)."""
-    from breakthrough.errors import BtError
-    from breakthrough.tasks.optimum.enumerate import enumerate_instance
-
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for kind in KINDS:
@@ -60,7 +54,7 @@ def generate_all(master_seed: int = MASTER_SEED) -> list[dict[str, Any]]:
                     opt, count, example = enumerate_instance(kind, inst)
                     if opt is None or bin_of(count) != bid:
                         continue
-                    key = canonical_json([kind, inst])
+                    key = canonical_json([kind, inst])  # a repeated instance is drawn again
                     if key in seen:
                         continue
                     seen.add(key)
@@ -108,43 +102,4 @@ def cohort_rows(master_seed: int = MASTER_SEED) -> dict[str, list[dict[str, Any]
 
 def render_jsonl(rows: list[dict[str, Any]]) -> bytes:
     """File bytes in the repository's cohort format (breakthrough.tasks.cohorts.render_cohort)."""
-    from breakthrough.tasks.cohorts import render_cohort
-
     return render_cohort(rows).encode("utf-8")
-
-
-def build_uoo_cohorts(cohorts_dir: Path, master_seed: int = MASTER_SEED) -> list[Path]:
-    """Write cohorts_dir/uoo87.jsonl and cohorts_dir/uoo29.jsonl; returns their paths."""
-    cohorts_dir = Path(cohorts_dir)
-    cohorts_dir.mkdir(parents=True, exist_ok=True)
-    out = []
-    for name, rows in cohort_rows(master_seed).items():
-        path = cohorts_dir / f"{name}.jsonl"
-        path.write_bytes(render_jsonl(rows))
-        out.append(path)
-    return out
-
-
-def build(out_dir: Path) -> list[Path]:
-    """Alias of build_uoo_cohorts (what `bt cohorts build uoo` calls)."""
-    return build_uoo_cohorts(out_dir)
-
-
-def load_rows(path: Path) -> list[dict[str, Any]]:
-    """Read a UoO cohort file (no validation beyond JSON; see breakthrough.tasks.cohorts for that)."""
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def default_cohorts_dir() -> Path:
-    """The repository's cohorts/ directory (next to the package)."""
-    return Path(__file__).resolve().parents[3] / "cohorts"
-
-
-if __name__ == "__main__":  # python -m breakthrough.tasks.optimum.cohort [DIR]
-    import sys
-    import time
-
-    t0 = time.perf_counter()
-    paths = build_uoo_cohorts(Path(sys.argv[1]) if len(sys.argv) > 1 else default_cohorts_dir())
-    print(f"wrote {', '.join(map(str, paths))} in {time.perf_counter() - t0:.1f} s")
