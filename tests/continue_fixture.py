@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from breakthrough.models.registry import build_prompt_ids, load_model
+from breakthrough.models.families import build_prompt_ids
+from breakthrough.models.loading import load_model
 from breakthrough.protocol import DEFAULT
-from breakthrough.models.registry import decode
+from breakthrough.models.tokens import decode
 from breakthrough.pipeline.manifest import cell_id, run_manifest
 from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.store import RunStore, SampleRecord

@@ -9,6 +9,8 @@ study's 4 → 8 top-up rules look at (protocol 3.5). Rows with n = 0 are dropped
 Columns
     probe_panel:   cell_id, anchor, n, k, n_canon, k_canon
     restart_panel: cell_id, budget, n, k, n_canon, k_canon
+
+The rules (labels, plan, posterior) read a panel per cell through `rows_by_cell`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from breakthrough.protocol import DEFAULT, Protocol
 
 PROBE_COLUMNS = ["cell_id", "anchor", "n", "k", "n_canon", "k_canon"]
 RESTART_COLUMNS = ["cell_id", "budget", "n", "k", "n_canon", "k_canon"]
+PanelRow = tuple[int, int, int, int, int]  # (anchor or budget, n, k, n_canon, k_canon)
 
 
 def _graded(samples: pd.DataFrame, kind: str) -> pd.DataFrame:
@@ -77,3 +80,19 @@ def restart_panel(samples: pd.DataFrame, protocol: Protocol = DEFAULT) -> pd.Dat
         return pd.DataFrame({c: pd.Series(dtype=object if c == "cell_id" else int)
                              for c in RESTART_COLUMNS})
     return _count(frame, ["cell_id", "budget"], protocol.restart_samples)[RESTART_COLUMNS]
+
+
+def rows_by_cell(panel: pd.DataFrame | None, key: str) -> dict[str, list[PanelRow]]:
+    """Per cell, its panel rows as (point, n, k, n_canon, k_canon) tuples sorted by point
+    (`key` = "anchor" or "budget"); rows with n = 0 are left out. Every rule reads panels this
+    way, so none depends on the panel's row order."""
+    out: dict[str, list[PanelRow]] = {}
+    if panel is None or panel.empty:
+        return out
+    cols = ["cell_id", key, "n", "k", "n_canon", "k_canon"]
+    for cell, point, n, k, nc, kc in panel[cols].itertuples(index=False):
+        if int(n) > 0:
+            out.setdefault(str(cell), []).append((int(point), int(n), int(k), int(nc), int(kc)))
+    for rows in out.values():
+        rows.sort()
+    return out

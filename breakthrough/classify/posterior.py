@@ -1,13 +1,12 @@
 """Beyond the study: Beta posteriors of cell rates and how robust each regime label is.
 
-Prior: Jeffreys, Beta(½, ½), by default (`prior="uniform"` gives Beta(1, 1)). For a cell with
-k successes of n the posterior is Beta(a + k, b + n − k); `prob_rate_at_least` is its upper
-tail P(rate ≥ τ). `regime_survival` redraws every probe and restart cell rate of a trajectory
-from its posterior (seeded per cell, so the result does not depend on row or cell order),
-re-derives the regime on the same anchors and budgets, and reports the share of draws that
-reproduce the observed regime. `posterior_plan` is the `--topup posterior` rule: top up
-(branches m … topup_samples − 1) only the cells whose P(rate ≥ τ) lies strictly between two
-thresholds.
+Prior: `Protocol.prior`, Jeffreys Beta(½, ½) by default (`"uniform"` gives Beta(1, 1)). For a
+cell with k successes of n the posterior is Beta(a + k, b + n − k); `prob_rate_at_least` is its
+upper tail P(rate ≥ τ), which the `--topup posterior` rule of `breakthrough.classify.plan`
+compares with `Protocol.posterior_band`. `regime_survival` redraws every probe and restart cell
+rate of a trajectory from its posterior (seeded per cell, so the result does not depend on row
+or cell order), re-derives the regime on the same anchors and budgets, and reports the share of
+draws that reproduce the observed regime.
 """
 
 from __future__ import annotations
@@ -18,16 +17,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from breakthrough.classify.regimes import (PlanItem, _by_cell, budget_limited_at, plan_next, regime_of,
-                                   scratch_budget)
+from breakthrough.classify.panels import rows_by_cell
+from breakthrough.classify.regimes import regime_of
 from breakthrough.protocol import DEFAULT, Protocol
 
+# The Beta(a, b) prior of each name that `Protocol.prior` may hold.
 PRIORS: dict[str, tuple[float, float]] = {"jeffreys": (0.5, 0.5), "uniform": (1.0, 1.0)}
-DEFAULT_PRIOR = "jeffreys"
-DEFAULT_BAND = (0.1, 0.9)
 
 
 def prior_params(prior: str) -> tuple[float, float]:
+    """(a, b) of a named prior; ValueError naming the known ones."""
     try:
         return PRIORS[prior]
     except KeyError:
@@ -35,11 +34,12 @@ def prior_params(prior: str) -> tuple[float, float]:
 
 
 def describe_prior(prior: str) -> str:
+    """"jeffreys Beta(0.5, 0.5)": how summaries and reports name the prior."""
     a, b = prior_params(prior)
     return f"{prior} Beta({a:g}, {b:g})"
 
 
-def prob_rate_at_least(n, k, tau: float, prior: str = DEFAULT_PRIOR):
+def prob_rate_at_least(n, k, tau: float, prior: str = DEFAULT.prior):
     """P(rate ≥ τ | k of n) under the Beta prior; arrays broadcast."""
     a, b = prior_params(prior)
     n = np.asarray(n, dtype=float)
@@ -47,7 +47,7 @@ def prob_rate_at_least(n, k, tau: float, prior: str = DEFAULT_PRIOR):
     return stats.beta.sf(tau, a + k, b + n - k)
 
 
-def with_posterior(panel: pd.DataFrame, tau: float, prior: str = DEFAULT_PRIOR) -> pd.DataFrame:
+def with_posterior(panel: pd.DataFrame, tau: float, prior: str = DEFAULT.prior) -> pd.DataFrame:
     """The panel plus `rate`, `post_mean` and `p_ge_tau` columns."""
     a, b = prior_params(prior)
     out = panel.copy()
@@ -66,15 +66,16 @@ def _cell_seed(seed: int, cell_id: str) -> np.random.Generator:
 def regime_survival(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame,
                     labels: pd.DataFrame, *, protocol: Protocol = DEFAULT,
                     tau: float | None = None, delta: float | None = None, draws: int = 200,
-                    seed: int = 0, prior: str = DEFAULT_PRIOR) -> pd.Series:
+                    seed: int = 0, prior: str | None = None) -> pd.Series:
     """Per cell (index cell_id): the share of `draws` posterior redraws of all its cell rates
     under which the regime label equals `labels.regime`. The A1 terminal rule uses the
-    redrawn final-anchor rate when that anchor holds ≥ topup_samples graded branches."""
+    redrawn final-anchor rate when that anchor holds ≥ topup_samples graded branches. τ, δ
+    and the prior default to the protocol's."""
     tau = protocol.tau if tau is None else tau
     delta = protocol.delta if delta is None else delta
-    a, b = prior_params(prior)
-    probes = _by_cell(probe_panel, "anchor")
-    restarts = _by_cell(restart_panel, "budget")
+    a, b = prior_params(protocol.prior if prior is None else prior)
+    probes = rows_by_cell(probe_panel, "anchor")
+    restarts = rows_by_cell(restart_panel, "budget")
     out = {}
     for cell, observed in zip(labels["cell_id"], labels["regime"]):
         prow, rrow = probes.get(cell, []), restarts.get(cell, [])
@@ -94,17 +95,6 @@ def regime_survival(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame,
             restart = dict(zip(rb, rdraw[:, d].tolist()))
             term = probe[max(pa)] if final_replicated else None
             same += regime_of(probe, restart, terminal_rate=term, tau=tau, delta=delta,
-                              budget=protocol.budget, scratch=scratch_budget(protocol),
-                              limited_at=budget_limited_at(protocol)) == observed
+                              protocol=protocol) == observed
         out[cell] = same / draws if draws else float("nan")
     return pd.Series(out, name="regime_survival", dtype=float)
-
-
-def posterior_plan(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
-                   protocol: Protocol = DEFAULT, tau: float | None = None,
-                   band: tuple[float, float] = DEFAULT_BAND,
-                   prior: str = DEFAULT_PRIOR) -> list[PlanItem]:
-    """The `--topup posterior` plan (bisection and A1 as in the fixed plan; the A5.1
-    ambiguity rule replaced by lo < P(rate ≥ τ) < hi)."""
-    return plan_next(probe_panel, restart_panel, protocol=protocol, tau=tau, topup="posterior",
-                     band=band, prior=prior)

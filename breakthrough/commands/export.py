@@ -1,8 +1,9 @@
-"""`bt export`: flat tables of a run for pandas users (samples with grades, and cells)."""
+"""`bt export`: flat tables of a run for pandas users (samples with grades, and cells).
+
+Parses the options, calls `breakthrough.report.export.export_run` and prints what it wrote."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -19,35 +20,12 @@ def export(
     ),
 ) -> None:
     """Write RUN's samples (joined with grades and cells) and cells as flat tables."""
-    from breakthrough.store import RunStore
+    from breakthrough.report.export import export_run  # imported when run, not at `bt` start-up
 
     if format not in ("parquet", "csv"):
         raise BtError(f"--format: expected parquet or csv, got {format!r}")
-    out = out or Path(run) / "export"
-    with RunStore(run) as store:
-        samples = store.samples_frame(arrays=arrays)
-        cells = store.cells_frame()
-        manifest = store.manifest()
-    out.mkdir(parents=True, exist_ok=True)
-    array_cols = [c for c in ("token_ids", "segments", "logprobs", "entropies") if c in samples]
-    for col in array_cols:
-        samples[col] = [a.tolist() for a in samples[col]]
-    written = []
-    for name, frame in (("samples", samples), ("cells", cells)):
-        path = out / f"{name}.{format}"
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        if format == "parquet":
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame = frame.copy()
-            for col in array_cols if name == "samples" else []:
-                frame[col] = [json.dumps(v) for v in frame[col]]
-            frame.to_csv(tmp, index=False)
-        tmp.replace(path)
-        written.append(path)
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    for p in written:
-        typer.echo(f"wrote {p}")
+    for path in export_run(run, out, format=format, arrays=arrays):
+        typer.echo(f"wrote {path}")
 
 
 def register(app: typer.Typer) -> None:

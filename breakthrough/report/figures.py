@@ -8,6 +8,7 @@ takes data frames from `breakthrough.classify.regimes` and writes one PNG, retur
 
 from __future__ import annotations
 
+import html
 import math
 from pathlib import Path
 
@@ -16,12 +17,14 @@ import pandas as pd
 
 from breakthrough.classify.regimes import FIGURE_CLASSES, collapse_regime
 
+# One colour per figure class (the collapsed regimes of `regimes.FIGURE_CLASS`, which is where
+# the class names are decided).
 CLASS_COLORS = {
     "instant": "#4c72b0",
     "budget-limited": "#55a868",
     "prefix-limited": "#c44e52",
-    "terminal-A1": "#dd8452",
     "no-crossing": "#8172b3",
+    "terminal": "#dd8452",
     "unsolved": "#c8c8c8",
 }
 MODEL_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
@@ -310,11 +313,9 @@ def cell_svg(curve: pd.DataFrame, row: dict, *, tau: float = 0.75, delta: float 
     """The per-cell plot of `cell_plot` as an inline SVG string (no matplotlib: cheap enough
     for one page per cell): p(t), R̂(t + B), conservative R̂, adv(t) on a log2 anchor axis,
     τ and δ lines, the T_F interval shaded and T_V(δ) marked."""
-    import html as _html
-
     ml, mr, mt, mb = 44, 150, 24, 40
     c = curve.sort_values("anchor")
-    title = _html.escape(f"{row.get('cell_id')}: {row.get('regime')}")
+    title = html.escape(f"{row.get('cell_id')}: {row.get('regime')}")
     head = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
             f"font-family='sans-serif' font-size='10'><rect width='100%' height='100%' "
             f"fill='white'/><text x='{ml}' y='14' font-size='12'>{title}</text>")
@@ -367,7 +368,7 @@ def cell_svg(curve: pd.DataFrame, row: dict, *, tau: float = 0.75, delta: float 
         ly = mt + 12 + 14 * i
         parts.append(f"<line x1='{ml + pw + 10}' x2='{ml + pw + 28}' y1='{ly - 3}' y2='{ly - 3}' "
                      f"stroke='{color}' stroke-width='2' stroke-dasharray='{dash}'/>"
-                     f"<text x='{ml + pw + 32}' y='{ly}'>{_html.escape(name)}</text>")
+                     f"<text x='{ml + pw + 32}' y='{ly}'>{html.escape(name)}</text>")
     prox = c[c["proxy"].astype(bool)]
     for a, v in zip(prox["anchor"], prox["r_hat"]):
         parts.append(f"<circle cx='{X(float(a)):.1f}' cy='{Y(float(v)):.1f}' r='6' fill='none' "

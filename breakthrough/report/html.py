@@ -8,6 +8,7 @@ import html
 import math
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -36,8 +37,6 @@ def cell_slug(cell_id: str) -> str:
 
 
 def hash_str(s: str) -> int:
-    import zlib
-
     return zlib.crc32(s.encode())
 
 
@@ -116,7 +115,7 @@ def _summary_block(summary: Mapping) -> str:
                                "by_reason": ", ".join(f"{r}: {n}" for r, n in
                                                       v["by_reason"].items())}
                               for k, v in plans.items()])
-        parts.append("<h2>Next work: both top-up rules</h2>" + table(frame))
+        parts.append("<h2>Next work per --topup rule</h2>" + table(frame))
     return "".join(parts)
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from breakthrough.tasks.optimum.generator import BIN_IDS, BIN_LABELS, KINDS
+from breakthrough.tasks.optimum.grader import OptimumGrader
 
 GRADED_COLUMNS = (
     "run", "variant", "model", "item_id", "kind", "bin", "fixed29", "seed", "score", "optimal",
@@ -75,8 +76,6 @@ def graded_frame(
 ) -> pd.DataFrame:
     """Regrade store samples (`problem_id`, `text`, `finish_reason`, optional `model`, `seed`,
     `variant`) against their cohort items; samples of other items are dropped."""
-    from breakthrough.tasks.optimum.grader import OptimumGrader
-
     grader = OptimumGrader()
     rows = []
     for rec in samples.to_dict("records"):

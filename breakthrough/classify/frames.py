@@ -1,0 +1,109 @@
+"""Everything `bt classify` derives from one run's frames (pure: frames in, results out).
+
+`classify_frames(samples, cells, protocol=...)` builds the panels, labels every cell, measures
+how robust each label is under the posterior, plans the next work under the chosen `--topup`
+rules (and under the study's and the posterior rule, for comparison) and summarizes. Reading a
+run's store and writing tables, figures and HTML is `breakthrough.report.classify_outputs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import pandas as pd
+
+from breakthrough.classify.panels import probe_panel, restart_panel
+from breakthrough.classify.plan import PlanItem, plan_next
+from breakthrough.classify.posterior import PRIORS, describe_prior, regime_survival, with_posterior
+from breakthrough.classify.regimes import cell_curves, label_panels
+from breakthrough.classify.summary import summarize
+from breakthrough.classify.topup import TOPUP_DEFAULT, parse_topup, topup_text
+from breakthrough.errors import BtError
+from breakthrough.protocol import DEFAULT, Protocol
+
+# The plans every summary compares, besides the chosen one: the study's rule and the posterior
+# rule (both with A1 terminal replication).
+COMPARED_TOPUPS = ("terminal,ambiguous", "terminal,posterior")
+
+
+@dataclass
+class ClassifyResult:
+    """Everything `bt classify` derives from one run."""
+
+    labels: pd.DataFrame  # one row per cell (regimes.label_panels + regime_survival)
+    curves: pd.DataFrame  # one row per (cell, probed anchor): p, R̂, adv (regimes.cell_curves)
+    probe_cells: pd.DataFrame  # probe panel + model, rate, post_mean, p_ge_tau
+    restart_cells: pd.DataFrame  # restart panel + model, rate, post_mean, p_ge_tau
+    plans: dict[str, list[PlanItem]]  # --topup text → plan: the chosen rules + COMPARED_TOPUPS
+    topup: str  # the chosen --topup rules, canonical text ("terminal,ambiguous", "none", ...)
+    summary: dict  # summary.summarize(...) plus topup, posterior band, survival draws, protocol
+    protocol: Protocol  # the run's protocol with any overrides: every label was made under it
+
+    @property
+    def plan(self) -> list[PlanItem]:
+        """The plan of the chosen rules: what `bt continue --topup <topup>` runs next."""
+        return self.plans[self.topup]
+
+
+Band = tuple[float | None, float | None]
+
+
+def checked_protocol(protocol: Protocol, *, tau: float | None = None,
+                     delta: float | None = None, prior: str | None = None,
+                     band: Band | None = None) -> Protocol:
+    """The protocol with the given overrides (None, also for one side of the band, keeps the
+    protocol's value), checked: τ in (0, 1], a known prior, 0 ≤ lo < hi ≤ 1; BtError naming
+    the option otherwise."""
+    lo, hi = band if band is not None else (None, None)
+    p = protocol.with_overrides(
+        tau=None if tau is None else float(tau), delta=None if delta is None else float(delta),
+        prior=prior, posterior_band=(protocol.posterior_band[0] if lo is None else float(lo),
+                                     protocol.posterior_band[1] if hi is None else float(hi)))
+    if not 0 < p.tau <= 1:
+        raise BtError(f"--tau must be in (0, 1], got {p.tau}")
+    if p.prior not in PRIORS:
+        raise BtError(f"--prior must be one of {', '.join(PRIORS)}, got {p.prior!r}")
+    lo, hi = p.posterior_band
+    if not 0 <= lo < hi <= 1:
+        raise BtError(f"posterior band (--band-lo, --band-hi) must satisfy 0 <= lo < hi <= 1, "
+                      f"got {p.posterior_band}")
+    return p
+
+
+def classify_frames(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
+                    protocol: Protocol = DEFAULT, topup: str | Iterable[str] = TOPUP_DEFAULT,
+                    tau: float | None = None, delta: float | None = None,
+                    prior: str | None = None, band: Band | None = None,
+                    draws: int = 200, seed: int = 0) -> ClassifyResult:
+    """Labels, posteriors, survival, the plans and the summary of one run's frames
+    (`RunStore.samples_frame()`, `RunStore.cells_frame()`; cells may be None) under the run's
+    protocol; τ, δ, the prior and the posterior band override the protocol's when given."""
+    protocol = checked_protocol(protocol, tau=tau, delta=delta, prior=prior, band=band)
+    chosen = topup_text(parse_topup(topup) if isinstance(topup, str) else topup)
+    pp = probe_panel(samples, protocol)
+    rp = restart_panel(samples, protocol)
+    labels = label_panels(pp, rp, cells, protocol=protocol)
+    if len(labels):
+        surv = regime_survival(pp, rp, labels, protocol=protocol, draws=draws, seed=seed)
+        labels["regime_survival"] = labels["cell_id"].map(surv).astype(float)
+    plans = {rule: plan_next(pp, rp, protocol=protocol, topup=rule)
+             for rule in dict.fromkeys((chosen, *COMPARED_TOPUPS))}
+    model_of = dict(zip(labels["cell_id"], labels["model"])) if len(labels) else {}
+
+    def post(panel: pd.DataFrame) -> pd.DataFrame:
+        out = with_posterior(panel, protocol.tau, protocol.prior)
+        out.insert(1, "model", out["cell_id"].map(model_of))
+        return out
+
+    summary = summarize(labels, protocol=protocol, plans=plans,
+                        prior=describe_prior(protocol.prior))
+    summary.update(topup=chosen, posterior_band=list(protocol.posterior_band),
+                   survival_draws=draws, survival_seed=seed,
+                   protocol=protocol.to_dict() | {
+                       "scratch_budget": protocol.scratch_budget,
+                       "budget_limited_at": protocol.budget_limited_at})
+    return ClassifyResult(labels=labels if len(labels) else pd.DataFrame(),
+                          curves=cell_curves(pp, rp, protocol=protocol),
+                          probe_cells=post(pp), restart_cells=post(rp), plans=plans,
+                          topup=chosen, summary=summary, protocol=protocol)

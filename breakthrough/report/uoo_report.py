@@ -1,0 +1,223 @@
+"""`bt report uoo RUN...`: the Uniqueness-of-Optimum report over finished runs.
+
+`load_graded` regrades every run's stored base samples against the cohort's optimum items
+(`breakthrough.report.uoo.graded_frame`); `uoo_tables` turns the graded frame into the report's
+tables (leaderboard, exact-count accuracy by bin and kind, count errors, run-vs-run tests,
+run-to-run agreement) as plain `TextTable`s, which the command prints. The metrics themselves
+are the pure functions of `breakthrough.report.uoo`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from breakthrough.errors import BtError
+from breakthrough.report.uoo import (
+    RESOLUTION_NOTE,
+    check_accuracy,
+    count_agreement,
+    count_errors,
+    fisher_compare,
+    graded_frame,
+    leaderboard,
+    mcnemar_compare,
+    summarize_runs,
+)
+from breakthrough.store import RunStore, run_dirs
+from breakthrough.tasks.cohorts import load_cohort
+
+VARIANT_KEYS = ("prompt_variant", "variant", "uoo_variant")
+CI_METHODS = {"wilson": "Wilson", "exact": "Clopper-Pearson"}
+
+
+@dataclass
+class TextTable:
+    """A titled table of strings; `left` names the left-aligned columns (others align right)."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]] = field(default_factory=list)
+    left: tuple[str, ...] = ()
+    note: str | None = None  # printed after the table
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{digits}f}"
+    return str(x)
+
+
+def _sample_variant(extra: Any) -> str | None:
+    if isinstance(extra, str) and extra:
+        try:
+            extra = json.loads(extra)
+        except ValueError:
+            return None
+    if isinstance(extra, dict):
+        for key in VARIANT_KEYS:
+            if isinstance(extra.get(key), str):
+                return extra[key]
+    return None
+
+
+def manifest_variant(manifest: dict[str, Any]) -> str | None:
+    """The prompt variant a run was made with: an explicit manifest key, or the suffix of
+    `prompt_version` ("v1/explicit", as the scheduler writes it for optimum cohorts)."""
+    for key in VARIANT_KEYS:
+        if isinstance(manifest.get(key), str):
+            return manifest[key]
+    pv = manifest.get("prompt_version")
+    if isinstance(pv, str) and "/" in pv:
+        return pv.rsplit("/", 1)[1]
+    return None
+
+
+def load_graded(runs: Sequence[Path], cohort: str, variant: str | None) -> pd.DataFrame:
+    """One graded frame over all runs (regraded from the stored text); a run's variant is
+    `variant`, else the one it recorded, per sample or in its manifest."""
+    items = {r["id"]: r for r in load_cohort(cohort) if r.get("family") == "optimum"}
+    if not items:
+        raise BtError(f"cohort {cohort!r} has no optimum rows")
+    frames = []
+    labels: set[str] = set()
+    for run_dir in run_dirs(runs):
+        label = run_dir.name
+        while label in labels:
+            label += "'"
+        labels.add(label)
+        with RunStore(run_dir) as store:
+            manifest = store.manifest()
+            samples = store.samples_frame(arrays=False, kind="base")
+        run_variant = variant or manifest_variant(manifest)
+        if "extra" in samples:
+            per_sample = samples["extra"].map(_sample_variant)
+            samples = samples.assign(variant=per_sample.where(per_sample.notna(), run_variant))
+        frames.append(graded_frame(samples, items, run=label, variant=run_variant))
+    df = summarize_runs(frames)
+    if df.empty:
+        raise BtError(
+            f"no samples of cohort {cohort!r} in {', '.join(map(str, runs))} "
+            "(run e.g. `bt base --cohort uoo29 ...` first)"
+        )
+    return pd.DataFrame(df)
+
+
+def _leaderboard(df: pd.DataFrame, run_names: list[str], meta: pd.DataFrame,
+                 ci: str) -> TextTable:
+    lb = leaderboard(df, by=("run",), method=ci)
+    t = TextTable(f"UoO leaderboard (fixed29; {CI_METHODS[ci]} 95% CI)",
+                  ("run", "model", "variant", "k/n", "score", "95% CI", "samples",
+                   "exact count (all)"), left=("run", "model", "variant"), note=RESOLUTION_NOTE)
+    for r in lb.to_dict("records"):
+        d = df[df["run"] == r["run"]]
+        m = meta.loc[r["run"]]
+        t.rows.append((
+            str(r["run"]), str(m["model"]), str(m["variant"]), f"{r['k']}/{r['n']}",
+            _fmt(r["score"]), f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]", str(len(d)),
+            f"{int(d['count_ok'].sum())}/{len(d)}",
+        ))  # fmt: skip
+    for name in run_names:
+        if name not in set(lb["run"]):
+            t.rows.append((name, str(meta.loc[name, "model"]), str(meta.loc[name, "variant"]),
+                           "0/0", "-", "-", str(int((df["run"] == name).sum())), "-"))  # fmt: skip
+    return t
+
+
+def _accuracy(df: pd.DataFrame, run_names: list[str], by: str) -> TextTable:
+    acc = check_accuracy(df, ["run", by])
+    keys = list(dict.fromkeys(acc[by]))
+    heads = [str(acc.loc[acc[by] == key, "bin_label"].iloc[0]) if by == "bin" else str(key)
+             for key in keys]
+    t = TextTable(f"Exact-count accuracy by {by}", ("run", *heads), left=("run",))
+    for name in run_names:
+        sub = acc[acc["run"] == name].set_index(by)
+        t.rows.append((name, *[
+            f"{sub.loc[k, 'k']}/{sub.loc[k, 'n']}" if k in sub.index else "-" for k in keys
+        ]))  # fmt: skip
+    return t
+
+
+def _count_errors(df: pd.DataFrame, run_names: list[str]) -> TextTable:
+    cols = ("parsed", "exact", "wrong", "under", "over", "sign p", "within x2 (all)",
+            "within x2 (wrong)", "mean log2", "count acc | optimal", "labels")  # fmt: skip
+    t = TextTable("Count errors (parsed answers)", ("run", *cols), left=("run", "labels"))
+    for name in run_names:
+        d = df[df["run"] == name]
+        ce = count_errors(d)
+        labels = ", ".join(f"{k} {v}" for k, v in d["label"].value_counts().items())
+        t.rows.append((
+            name, f"{ce['n_parsed']}/{ce['n']}", str(ce["n_count_exact"]), str(ce["n_count_wrong"]),
+            str(ce["under"]), str(ce["over"]), _fmt(ce["sign_test_p"]), _fmt(ce["within_x2_rate"]),
+            _fmt(ce["within_x2_among_wrong"]), _fmt(ce["mean_log2_ratio"]),
+            _fmt(ce["count_acc_given_optimal"]), labels,
+        ))  # fmt: skip
+    return t
+
+
+def _run_vs_run(df: pd.DataFrame, run_names: list[str]) -> TextTable:
+    t = TextTable("Run vs run (Fisher exact on fixed29 score; exact McNemar on shared items)",
+                  ("A", "B", "Fisher k_A/n_A vs k_B/n_B", "Fisher p", "McNemar score b/c", "p",
+                   "McNemar count b/c", "p"), left=("A", "B"))
+    for a, b in combinations(run_names, 2):
+        f = fisher_compare(df, a, b, by="run")
+        ms = mcnemar_compare(df, a, b, by="run", check="score")
+        mc = mcnemar_compare(df, a, b, by="run", check="count_ok")
+        t.rows.append((
+            a, b, f"{f['k_a']}/{f['n_a']} vs {f['k_b']}/{f['n_b']}", _fmt(f["p"]),
+            f"{ms['b_n']}/{ms['c_n']} (n={ms['n_pairs']})", _fmt(ms["p"]),
+            f"{mc['b_n']}/{mc['c_n']}", _fmt(mc["p"]),
+        ))  # fmt: skip
+    return t
+
+
+def _agreement(df: pd.DataFrame) -> TextTable:
+    groups = df.groupby(["model", "variant"], sort=False)["run"].unique()
+    t = TextTable("Run-to-run agreement of claimed counts (repeated runs of one model+variant)",
+                  ("model", "variant", "runs", "items", "identical", "differ", "pairwise agree",
+                   "score mean", "sd", "pass@R", "pass^R", "majority"),
+                  left=("model", "variant"))
+    for (model, var), names in groups.items():
+        if len(names) < 2:
+            continue
+        ag = count_agreement(df[df["run"].isin(names)], by="run")
+        t.rows.append((
+            str(model), str(var), str(ag["runs"]), str(ag["n_items"]), str(ag["n_identical"]),
+            str(ag["n_differ"]), _fmt(ag["mean_pairwise_agreement"]), _fmt(ag["score_mean"]),
+            _fmt(ag["score_sd"]), _fmt(ag["pass_at_r"]), _fmt(ag["pass_all_r"]),
+            _fmt(ag["majority_vote"]),
+        ))  # fmt: skip
+    return t
+
+
+def uoo_tables(df: pd.DataFrame, ci: str = "wilson") -> list[TextTable]:
+    """The report's tables over a graded frame: leaderboard, exact-count accuracy by bin and by
+    kind, count errors and, with two or more runs, run-vs-run tests and (for repeated runs of
+    one model + variant) run-to-run agreement."""
+    if ci not in CI_METHODS:
+        raise ValueError(f"ci must be one of {', '.join(CI_METHODS)}, got {ci!r}")
+    df = df.assign(variant=df["variant"].fillna("plain"))
+    run_names = list(dict.fromkeys(df["run"]))
+    meta = df.groupby("run", sort=False).agg(model=("model", "first"),
+                                             variant=("variant", "first"))
+    tables = [_leaderboard(df, run_names, meta, ci), _accuracy(df, run_names, "bin"),
+              _accuracy(df, run_names, "kind"), _count_errors(df, run_names)]
+    if len(run_names) >= 2:
+        tables.append(_run_vs_run(df, run_names))
+        agreement = _agreement(df)
+        if agreement.rows:
+            tables.append(agreement)
+    return tables
+
+
+def uoo_report(runs: Sequence[Path], *, cohort: str = "uoo87", variant: str | None = None,
+               ci: str = "wilson") -> list[TextTable]:
+    """`bt report uoo RUN...`: the tables of the runs' regraded samples."""
+    return uoo_tables(load_graded(runs, cohort, variant), ci)
