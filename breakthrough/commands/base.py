@@ -12,22 +12,6 @@ from breakthrough.protocol import DEFAULT
 STUDY_MODELS = "gemma4-e4b,ministral3-3b"
 
 
-def select_rows(rows: list[dict], problems: str | None, limit: int | None, cohort: str) -> list[dict]:
-    """Apply --problems (ids, in cohort order) and --limit (first N)."""
-    if problems:
-        wanted = [p.strip() for p in problems.split(",") if p.strip()]
-        known = {r["id"] for r in rows}
-        missing = [p for p in wanted if p not in known]
-        if missing:
-            raise BtError(f"--problems: {missing[0]!r} is not in cohort {cohort}")
-        rows = [r for r in rows if r["id"] in set(wanted)]
-    if limit is not None:
-        if limit < 1:
-            raise BtError("--limit must be >= 1")
-        rows = rows[:limit]
-    return rows
-
-
 def base(
     cohort: str = typer.Option("math89", help="Cohort name (see `bt cohorts list`) or a .jsonl path."),
     model: str = typer.Option(
@@ -56,52 +40,32 @@ def base(
     directory made with another model, protocol, cohort or prompt is refused."""
     from rich.console import Console
 
-    from breakthrough.tasks.cohorts import cohort_digest, load_cohort
-    from breakthrough.models.registry import OFFLINE_DEFAULT, load_model
-    from breakthrough.pipeline.base import run_base
+    from breakthrough.engine import BACKENDS, EngineSpec
+    from breakthrough.models.registry import OFFLINE_DEFAULT
+    from breakthrough.pipeline.base import BaseRequest, base_runs
 
     console = Console(stderr=True)
-    if max_tokens < 1:
-        raise BtError("--max-tokens must be >= 1")
-    if batch_size < 1:
-        raise BtError("--batch-size must be >= 1")
-    from breakthrough.engine import BACKENDS, EngineSpec
-
     if backend not in BACKENDS:
         raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    engine = EngineSpec(backend=backend, batch_size=batch_size)
-    if prompt_variant not in ("plain", "explicit"):
-        raise BtError(f"--prompt-variant: expected plain or explicit, got {prompt_variant!r}")
-    all_rows = load_cohort(cohort)
-    digest = cohort_digest(all_rows)
-    rows = select_rows(all_rows, problems, limit, cohort)
-    cohort_name = Path(cohort).stem
     if not model:
         console.print(
             f"using the offline default model {OFFLINE_DEFAULT} (a plumbing model, not a solver); "
             f"the study's models: --model {STUDY_MODELS}"
         )
         model = OFFLINE_DEFAULT
-    names = [m.strip() for m in model.split(",") if m.strip()]
-    protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens, base_seed=seed)
-    reports = []
-    for name in names:
-        loaded = load_model(name)
-        run_name = (f"{run}-{loaded.alias}" if len(names) > 1 else run) if run else f"{cohort_name}-{loaded.alias}"
-        run_dir = runs_dir / run_name
-        ctx = loaded.config.get("max_position_embeddings")
-        if ctx and max_tokens > int(ctx):
-            console.print(
-                f"note: {loaded.alias} has a {int(ctx):,}-token context; generation beyond it degrades"
-            )
-        console.print(f"[bold]{loaded.alias}[/]: {len(rows)} problems of {cohort_name} -> {run_dir}")
-        reports.append(_run_with_progress(console, loaded, rows, (cohort_name, digest), run_dir,
-                                          protocol, engine, prompt_variant, run_base))
+    req = BaseRequest(
+        cohort=cohort, models=tuple(m.strip() for m in model.split(",") if m.strip()),
+        protocol=DEFAULT.with_overrides(base_max_tokens=max_tokens, base_seed=seed),
+        engine=EngineSpec(backend=backend, batch_size=batch_size), runs_dir=runs_dir, run=run,
+        limit=limit, problems=problems, variant=prompt_variant,
+    )
+    reports = base_runs(req, announce=console.print, drive=lambda run: _run_with_progress(console, run))
     for rep in reports:
         _print_summary(rep.run_dir)
 
 
-def _run_with_progress(console, loaded, rows, cohort, run_dir, protocol, engine, variant, run_base):
+def _run_with_progress(console, run):
+    """Drive `run(on_start, on_sample)` under a rich progress display."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
@@ -125,9 +89,7 @@ def _run_with_progress(console, loaded, rows, cohort, run_dir, protocol, engine,
             state["solved"] += int(bool(grade and grade.correct))
             progress.update(task, advance=1, solved=state["solved"])
 
-        rep = run_base(loaded=loaded, rows=rows, cohort=cohort[0], cohort_digest=cohort[1], run_dir=run_dir,
-                       protocol=protocol, engine=engine, variant=variant,
-                       on_start=on_start, on_sample=on_sample)
+        rep = run(on_start, on_sample)
     if rep.skipped:
         console.print(f"{rep.skipped} cells were already done (resumed)")
     return rep

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -20,16 +21,6 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
     return vals
 
 
-def _topup(text: str) -> tuple[str, ...]:
-    if text == "none":
-        return ()
-    rules = tuple(t.strip() for t in text.split(",") if t.strip())
-    bad = [r for r in rules if r not in ("terminal", "ambiguous", "posterior")]
-    if bad or not rules:
-        raise BtError(f"--topup: expected terminal,ambiguous | posterior | none, got {text!r}")
-    return rules
-
-
 def continue_(
     runs: list[Path] = typer.Argument(None, help="Run directories (default: every run under --runs-dir)."),
     budget: int = typer.Option(DEFAULT.budget, help="B: reasoning tokens per continuation."),
@@ -37,9 +28,7 @@ def continue_(
     samples: int = typer.Option(DEFAULT.samples, help="Continuations per anchor (and restarts per budget)."),
     restarts: str = typer.Option(",".join(map(str, DEFAULT.restart_budgets)),
                                  help="Restart reasoning budgets C (comma-separated)."),
-    topup: str = typer.Option("terminal,ambiguous",
-                              help="Top-up rules: terminal,ambiguous (the study's 4->8), posterior "
-                                   "(cells whose P(rate>=tau) is uncertain), or none."),
+    topup: str = typer.Option(TOPUP_DEFAULT, help=TOPUP_HELP),
     anchors: str = typer.Option(",".join(map(str, DEFAULT.anchors)), help="Anchor grid (reasoning tokens)."),
     tau: float = typer.Option(DEFAULT.tau, help="Solve-rate threshold for a crossing."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where runs live (used when no RUN is given)."),
@@ -60,7 +49,7 @@ def continue_(
     from breakthrough.store import run_dirs
 
     console = Console(stderr=True)
-    rules = _topup(topup)
+    rules = parse_topup(topup)
     if samples < 1 or budget < 1 or answer_budget < 1 or batch_size < 1 or memory_gb <= 0:
         raise BtError("--samples, --budget, --answer-budget, --batch-size and --memory-gb must be positive")
     if backend not in BACKENDS:

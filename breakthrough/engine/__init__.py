@@ -11,11 +11,13 @@ __all__ = ["BACKENDS", "Engine", "EngineSpec", "make_engine"]
 
 
 def make_engine(spec: EngineSpec, loaded: Any) -> Engine:
-    """The backend `spec` names, for the model `loaded` (a `models.registry.LoadedModel`)."""
+    """The backend `spec` names, for the model `loaded` (a `models.loading.LoadedModel`)."""
     if spec.backend not in BACKENDS:
         raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {spec.backend!r}")
     if spec.batch_size < 1:
         raise BtError("--batch-size must be >= 1")
+    # Imported here, not at the top: the contract must stay importable without mlx (HTTP
+    # backends, analysis code).
     from breakthrough.engine.mlx_backend import MlxEngine
 
     return MlxEngine(loaded.model, loaded.eos_ids, batch_size=spec.batch_size,

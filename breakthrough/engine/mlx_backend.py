@@ -205,7 +205,7 @@ class MlxEngine:
 
     @classmethod
     def from_loaded(cls, loaded, **kwargs) -> "MlxEngine":
-        """From a `breakthrough.models.registry.LoadedModel`."""
+        """From a `breakthrough.models.loading.LoadedModel`."""
         return cls(loaded.model, loaded.eos_ids, **kwargs)
 
     def identity(self) -> dict:

@@ -19,11 +19,14 @@ import numpy as np
 from breakthrough.engine import EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
-from breakthrough.models.registry import build_prompt_ids, decode
+from breakthrough.models.families import build_prompt_ids
+from breakthrough.models.loading import load_model
+from breakthrough.models.tokens import decode
 from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.pipeline.manifest import cell_id, check_engine, run_manifest
 from breakthrough.protocol import Protocol
 from breakthrough.store import RunStore, SampleRecord
+from breakthrough.tasks.cohorts import cohort_digest, load_cohort
 from breakthrough.tasks.family import family_of, make_grader, user_message
 
 
@@ -124,3 +127,74 @@ def run_base(
     finally:
         store.close()
 
+
+
+def select_rows(rows: list[dict], problems: str | None, limit: int | None, cohort: str) -> list[dict]:
+    """Apply --problems (ids, in cohort order) and --limit (first N)."""
+    if problems:
+        wanted = [p.strip() for p in problems.split(",") if p.strip()]
+        known = {r["id"] for r in rows}
+        missing = [p for p in wanted if p not in known]
+        if missing:
+            raise BtError(f"--problems: {missing[0]!r} is not in cohort {cohort}")
+        rows = [r for r in rows if r["id"] in set(wanted)]
+    if limit is not None:
+        if limit < 1:
+            raise BtError("--limit must be >= 1")
+        rows = rows[:limit]
+    return rows
+
+
+@dataclass(frozen=True)
+class BaseRequest:
+    """What `bt base` was asked for: a cohort (subset), models, protocol and engine."""
+
+    cohort: str
+    models: tuple[str, ...]
+    protocol: Protocol
+    engine: EngineSpec
+    runs_dir: Path
+    run: str | None = None
+    limit: int | None = None
+    problems: str | None = None
+    variant: str = "plain"
+
+
+def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None,
+              drive: Callable[[Callable], BaseReport] | None = None) -> list[BaseReport]:
+    """`bt base`: for each model, load it and run `run_base` into its run directory
+    (COHORT-MODEL, or RUN / RUN-MODEL with several models).
+
+    `announce(line)` reports what is about to run; `drive(run)` wraps `run(on_start, on_sample)`
+    (the CLI's progress display)."""
+    say = announce or (lambda line: None)
+    if req.variant not in ("plain", "explicit"):
+        raise BtError(f"--prompt-variant: expected plain or explicit, got {req.variant!r}")
+    if req.protocol.base_max_tokens < 1:
+        raise BtError("--max-tokens must be >= 1")
+    if req.engine.batch_size < 1:
+        raise BtError("--batch-size must be >= 1")
+    all_rows = load_cohort(req.cohort)
+    digest = cohort_digest(all_rows)
+    rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
+    cohort_name = Path(req.cohort).stem
+    reports = []
+    for name in req.models:
+        loaded = load_model(name)
+        if req.run:
+            run_name = f"{req.run}-{loaded.alias}" if len(req.models) > 1 else req.run
+        else:
+            run_name = f"{cohort_name}-{loaded.alias}"
+        run_dir = req.runs_dir / run_name
+        ctx = loaded.config.get("max_position_embeddings")
+        if ctx and req.protocol.base_max_tokens > int(ctx):
+            say(f"note: {loaded.alias} has a {int(ctx):,}-token context; generation beyond it degrades")
+        say(f"[bold]{loaded.alias}[/]: {len(rows)} problems of {cohort_name} -> {run_dir}")
+
+        def run(on_start=None, on_sample=None, loaded=loaded, run_dir=run_dir):
+            return run_base(loaded=loaded, rows=rows, cohort=cohort_name, cohort_digest=digest,
+                            run_dir=run_dir, protocol=req.protocol, engine=req.engine,
+                            variant=req.variant, on_start=on_start, on_sample=on_sample)
+
+        reports.append(drive(run) if drive else run())
+    return reports

@@ -15,28 +15,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from breakthrough.classify.panels import probe_panel, restart_panel
-from breakthrough.classify.regimes import (bisection_midpoint, budget_fit_time, is_instant, plan_next,
-                                           restart_budgets_for)
+from breakthrough.classify.plan import bisection_midpoint, plan_next, restart_budgets_for
+from breakthrough.classify.regimes import budget_fit_time, is_instant
+from breakthrough.classify.topup import TOPUP_RULES
 from breakthrough.engine import make_engine
 from breakthrough.engine.contract import Engine, EngineSpec, SharedPrefix
-from breakthrough.models.registry import decode
+from breakthrough.models.loading import load_model
+from breakthrough.models.tokens import decode
 from breakthrough.models.segments import anchor_cutoff, reasoning_length
 from breakthrough.pipeline.branches import Branch, BranchRunner, check_budget
-from breakthrough.pipeline.manifest import check_engine, check_model
+from breakthrough.pipeline.manifest import check_engine, check_model, record_continuation
 from breakthrough.tasks.family import family_of, make_grader
 from breakthrough.protocol import DEFAULT, Protocol
 from breakthrough.seeds import probe_seed, restart_seed
 from breakthrough.store import RunStore, SampleRecord
 
 PHASES = ("probes", "refinement", "restarts", "topups")
-TOPUP_RULES = {"terminal": "terminal_a1", "ambiguous": "ambiguity", "posterior": "posterior"}
 
 
 @dataclass
@@ -86,7 +87,7 @@ class ContinueOptions:
     protocol: Protocol = DEFAULT
     topup: tuple[str, ...] = ("terminal", "ambiguous")  # () = none; ("posterior",)
     engine: EngineSpec = field(default_factory=lambda: EngineSpec(batch_size=32))
-    posterior_band: tuple[float, float] = (0.1, 0.9)
+    posterior_band: tuple[float, float] = DEFAULT.posterior_band
 
 
 @dataclass
@@ -181,13 +182,13 @@ class CellContinuer:
         probe, _ = self.panels()
         rates = {int(a): k / n for a, n, k in zip(probe["anchor"], probe["n"], probe["k"]) if n}
         tf = budget_fit_time(list(rates), list(rates.values()), tau)
-        instant = is_instant(tf.event_observed, tf.interval_upper)
+        instant = is_instant(tf.event_observed, tf.interval_upper, self.p)
         budgets = [c for c in restart_budgets_for(instant, self.p) if check_budget(0, c, self.p)]
         r = range(self.p.restart_samples)
         self.run("restarts", [b for c in budgets for b in self._branches("restart", c, r)])
 
     def topups(self, tau: float, max_rounds: int = 8) -> None:
-        mode = "posterior" if "posterior" in self.opts.topup else "fixed"
+        mode = self.opts.topup  # the --topup rules (classify.topup); plan_next applies them
         wanted = {TOPUP_RULES[t] for t in self.opts.topup} | {"bisection"}
         for _ in range(max_rounds):
             probe, restart = self.panels()
@@ -263,7 +264,6 @@ def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: Cont
     `drive(run)` wraps `run(on_start, on_sample)` (the CLI's progress display)."""
     from dataclasses import replace
 
-    from breakthrough.models.registry import load_model
     from breakthrough.pipeline.manifest import record_continuation
 
     protocols = {}

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from breakthrough.classify.panels import probe_panel, restart_panel
-from breakthrough.classify.regimes import plan_next
+from breakthrough.classify.plan import plan_next
 from breakthrough.store import RunStore
 
 

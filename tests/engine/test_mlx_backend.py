@@ -11,14 +11,16 @@ import pytest
 from breakthrough.engine.contract import GenRequest
 from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.errors import BtError
+from breakthrough.models.families import build_prompt_ids
 from breakthrough.protocol import Sampling
+from breakthrough.tasks.family import user_message
 
 GREEDY = Sampling(temperature=0.0)
 
 
 def _prompts(tm, n):
     texts = [f"Problem {i}: what is {i} plus {i * 7}?" + " Think." * (i % 3) for i in range(n)]
-    return [tm.prompt_ids(t) for t in texts]
+    return [build_prompt_ids(tm.tokenizer, tm.family, user_message({"problem": t})) for t in texts]
 
 
 def _one(engine, req):

@@ -7,7 +7,7 @@ import pytest
 from breakthrough.pipeline.branches import Branch, BranchRunner, close_reasoning, reference_branch
 from breakthrough.engine.contract import GenRequest
 from breakthrough.engine.mlx_backend import MlxEngine
-from breakthrough.models.registry import load_model
+from breakthrough.models.loading import load_model
 from breakthrough.engine.contract import SharedPrefix
 from breakthrough.protocol import DEFAULT, Sampling
 
@@ -16,7 +16,7 @@ from breakthrough.protocol import DEFAULT, Sampling
 def setup(request, tiny_model_dir):
     loaded = load_model(str(tiny_model_dir), family=request.param)
     engine = MlxEngine.from_loaded(loaded, batch_size=8)
-    from breakthrough.models.registry import build_prompt_ids
+    from breakthrough.models.families import build_prompt_ids
 
     prompt = build_prompt_ids(loaded.tokenizer, loaded.family, "What is 2+2?")
     (base,) = engine.generate([GenRequest(key="b", prompt=prompt, max_tokens=160, seed=11)])

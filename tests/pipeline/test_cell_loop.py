@@ -73,7 +73,7 @@ def test_continue_runs_every_phase(fixture_run: Path) -> None:
 def test_ambiguous_restart_cells_get_attempts_4_to_7(fixture_run: Path, tiny_model_dir) -> None:
     """A restart cell at 2/4 is enlarged to 8 attempts (the study never ran this rule)."""
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
-    from breakthrough.models.registry import load_model
+    from breakthrough.models.loading import load_model
 
     proto = DEFAULT.with_overrides(budget=8, answer_budget=4, restart_budgets=(8,), anchors=(64,))
     loaded = load_model(str(tiny_model_dir), family="qwen")
