@@ -167,12 +167,12 @@ def analyse_runs(
     """Load the runs' base samples and print the decomposition (overall and per model)."""
     import pandas as pd
 
-    from breakthrough.store import RunStore  # written to docs/interfaces.md; imported lazily
+    from breakthrough.store import RunStore  # written to docs/architecture.md; imported lazily
 
     frames = []
     for rd in run_dirs:
         with RunStore(rd) as store:
-            f = store.samples_frame()  # the contract's call (docs/interfaces.md)
+            f = store.samples_frame()  # the contract's call (docs/architecture.md)
         f = f[f["kind"] == "base"].copy()
         f["run"] = str(rd)
         frames.append(f)

@@ -378,7 +378,7 @@ class RunStore:
     def samples_frame(
         self, *, arrays: bool = True, kind: str | None = None, cell_id: str | None = None
     ):  # -> pd.DataFrame
-        """One row per sample joined with its cell and grade (columns in docs/interfaces.md)."""
+        """One row per sample joined with its cell and grade (columns in docs/architecture.md)."""
         import pandas as pd
 
         cols = (

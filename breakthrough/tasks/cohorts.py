@@ -1,4 +1,4 @@
-"""Cohort files: loading, validation, digests and listing (docs/interfaces.md, "Cohort rows").
+"""Cohort files: loading, validation, digests and listing (docs/architecture.md, "Cohort rows").
 
 A cohort is a JSONL file, one row (JSON object) per problem. Shipped cohorts live in the repo's
 `cohorts/` directory (override with the `BT_COHORTS_DIR` environment variable); a cohort is named

@@ -68,7 +68,7 @@ def grade_from_verify(result: VerifyResult) -> Grade:
 
 
 def reference_of(item: dict[str, Any]) -> str:
-    """The reference answer of a cohort row (`answer`, see docs/interfaces.md)."""
+    """The reference answer of a cohort row (`answer`, see docs/architecture.md)."""
     answer = item.get("answer")
     if not isinstance(answer, str):
         raise BtError(f"cohort row {item.get('id', '?')!r}: field 'answer' missing or not a string")

@@ -2,7 +2,7 @@
 (rep 0 of each cell: the leaderboard set), as cohort rows; `bt cohorts build uoo` writes them
 and regenerating them reproduces the committed files byte for byte.
 
-Row fields (docs/interfaces.md, family "optimum"): id, family, stage, selection, standin, kind,
+Row fields (docs/architecture.md, family "optimum"): id, family, stage, selection, standin, kind,
 bin, instance, optimum, n_optima; plus bin_label, rep, fixed29, level, attempts, seed, sense,
 n, variables ("binary" | "permutation"), example_optimum (answer format; never shown to a model),
 generator_version, master_seed. `seed` is the attempt seed as 16 hex digits (a
