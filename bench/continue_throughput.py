@@ -1,119 +1,226 @@
-"""bt's continuation scheduler against a reference-style loop, same model, same work, one run.
+"""`bt continue` against a reference-style loop on plain mlx-lm: same model, same work, one run.
 
-Work: one trace of about 1,500 tokens, 8 anchors x 4 continuations, small budgets (B=16 reasoning
-tokens, 8 answer tokens by default). bt: one prefill of prompt + trace, every branch from a cut
-copy of that cache, answer phase on the live cache, rows batched. Reference (protocol 3.3 as the
-study ran it): a fresh prefill of prompt + prefix for every branch and again for every answer
-phase, one sequence at a time. Both use the same engine, seeds and sampling, and produce the same
-tokens (checked). Prints generated tokens/s of each, the speed-up ratio and prefill tokens.
+Default workload (`--workload study8`): the study's proportions scaled by 1/8 (issue 15) on one
+base trace of about 1,150 tokens: anchors 8,16,...,1024 x 4 branches, B = 128 reasoning tokens,
+a 64-token answer phase, restarts at 128,256,512,1024 x 4 (each with its answer phase), no
+bisection rounds, no top-ups: 14,848 generated tokens when no row stops early (the random
+models never do). `--workload small` is the old prefill-dominated one (8 anchors 64..1280 x 4,
+B = 16, answer 8, restarts 16 x 4).
 
-What the ratio measures: per generated token both paths pay the same decode step (on this CPU
-dominated by the 49,152-word output layer through MLX's reference BLAS, which batching barely
-speeds up); bt saves the prefills. So the ratio grows with trace length and model depth and falls
-as B grows (measured here: B=16/8 about 4.8x, B=32/16 2.8-3.6x with machine load).
+bt side: the real pipeline, `breakthrough.pipeline.cell_loop.continue_run` on a run directory
+built here (one cell, its base trace stored), exactly what `bt continue` runs: scheduler, engine,
+grading, store. Every repeat continues a fresh copy of the run.
+Reference side (protocol 3.3 as the study ran it), written with plain mlx-lm calls, not bt's
+engine: `mlx_lm.generate.generate_step` with mlx-lm's `make_sampler`, a fresh prefill of prompt
++ prefix for every branch and again for every answer phase, one sequence at a time, tokens only
+(no per-token entropies, which would only slow it down).
 
-    .venv/bin/python bench/continue_throughput.py                 # tiny random model (CPU)
-    .venv/bin/python bench/continue_throughput.py --model smollm2-135m   # on Apple silicon
+Both sides run in this process, so both use the same BLAS (see `breakthrough/engine/blas.py`;
+`BT_BLAS=reference` measures MLX's bundled one). Repeats alternate bt / reference so machine load
+hits both alike; prints tok/s of each, the ratio per repeat and the median.
+
+Measured on the 2-core CI-class CPU while other jobs loaded it (load average 5-13), OpenBLAS,
+2026-11-30: tiny model bt 202.7 / 709.3 tok/s vs reference 45.3 / 58.9 tok/s -> 4.48x and
+12.04x (median 8.26x); deep model (1 repeat) bt 90.7 vs 18.4 tok/s -> 4.92x (163.6 s vs 805.4 s),
+14,848 tokens on each side. Before issue 15 (same workload): 1.67x tiny, 1.53x deep.
+
+    .venv/bin/python bench/continue_throughput.py                       # tiny: 4 layers, width 128
+    .venv/bin/python bench/continue_throughput.py --model deep          # 8 layers, width 384
+    .venv/bin/python bench/continue_throughput.py --workload small
+    .venv/bin/python bench/continue_throughput.py --model smollm2-135m  # any alias or mlx-lm folder
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
+import os
+import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from breakthrough.tasks.cohorts import load_cohort
-from breakthrough.engine import EngineSpec, make_engine
-from breakthrough.engine.contract import SharedPrefix
-from breakthrough.pipeline.branches import Branch, BranchRunner, reference_branch
-from breakthrough.pipeline.cell_loop import similar_length_chunks
+import numpy as np
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # mlx-lm's import notes PyTorch's absence
+
+from breakthrough.engine.blas import blas_name
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import load_model
-from breakthrough.protocol import DEFAULT
-from breakthrough.seeds import probe_seed
-from breakthrough.tasks.family import user_message
+from breakthrough.models.segments import reasoning_length, segment_ids
+from breakthrough.models.tokens import decode
+from breakthrough.pipeline.branches import close_tokens
+from breakthrough.pipeline.manifest import cell_id, run_manifest
+from breakthrough.protocol import DEFAULT, Protocol
+from breakthrough.store import RunStore, SampleRecord
+from breakthrough.tasks.cohorts import load_cohort
+
+WORKLOADS = {
+    "study8": dict(trace_tokens=1150, anchors="8,16,32,64,128,256,512,1024", branches=4,
+                   budget=128, answer_budget=64, restarts="128,256,512,1024", restart_samples=4),
+    "small": dict(trace_tokens=1500, anchors="64,128,256,384,512,768,1024,1280", branches=4,
+                  budget=16, answer_budget=8, restarts="16", restart_samples=4),
+}
+MODELS = {"tiny": dict(layers=4, hidden=128), "deep": dict(layers=8, hidden=384, heads=6,
+                                                             kv_heads=2, intermediate=1024)}
 
 
 def build_model(arg: str) -> str:
-    if arg != "tiny":
+    """A random-weight llama folder for `tiny` / `deep` (SmolLM2 tokenizer), else `arg`."""
+    if arg not in MODELS:
         return arg
     from breakthrough.models.offline import tokenizer_from_gguf, write_tiny_model
 
-    out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / "bench-llama"
-    write_tiny_model(out, tokenizer_from_gguf(), layers=4, hidden=128)
+    out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"
+    write_tiny_model(out, tokenizer_from_gguf(), **MODELS[arg])
     return str(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="tiny", help="tiny (built here), an alias or an mlx-lm folder")
-    ap.add_argument("--trace-tokens", type=int, default=1500)
-    ap.add_argument("--anchors", default="64,128,256,384,512,768,1024,1280")
-    ap.add_argument("--branches", type=int, default=4)
-    ap.add_argument("--budget", type=int, default=16)
-    ap.add_argument("--answer-budget", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3, help="alternating bt/reference rounds")
-    args = ap.parse_args()
-
-    loaded = load_model(build_model(args.model))
-    protocol = DEFAULT.with_overrides(budget=args.budget, answer_budget=args.answer_budget)
-    rows = load_cohort("math500")
-    prompt = build_prompt_ids(loaded.tokenizer, loaded.family, user_message(rows[0]))
-    trace: list[int] = []
-    for row in rows[1:]:  # real MATH text as the "base trace"
-        trace += loaded.encode(row["problem"] + "\n")
-        if len(trace) >= args.trace_tokens:
+def base_trace(loaded, n_tokens: int) -> list[int]:
+    """<think> + real MATH problem text (about n_tokens) + </think> + a short solution."""
+    body: list[int] = []
+    for row in load_cohort("math500")[1:]:
+        body += loaded.encode(row["problem"] + "\n")
+        if len(body) >= n_tokens:
             break
-    trace = trace[: args.trace_tokens]
-    anchors = [int(a) for a in args.anchors.split(",")]
-    branches = [Branch(f"{t}:{b}", "probe", t, args.budget, b, probe_seed("bench", t, b), t)
-                for t in anchors for b in range(args.branches)]
-    engine = make_engine(EngineSpec("mlx", batch_size=args.batch_size, memory_budget_bytes=0), loaded)
-    print(f"model {loaded.alias} ({loaded.model_id}); prompt {len(prompt)} + trace {len(trace)} tokens; "
-          f"{len(anchors)} anchors x {args.branches} branches; B={args.budget}, answer {args.answer_budget}")
+    fam = loaded.family
+    return (loaded.encode((fam.open_marker or "") + "\n") + body[:n_tokens]
+            + loaded.encode((fam.close_marker or "") + "\n\nDone."))
 
-    def run_bt():
-        """bt: one prefill, cut caches, batched rows of similar prefix length."""
-        t0, g0, p0 = time.perf_counter(), engine.generated_tokens, engine.prefill_tokens
-        # A new SharedPrefix object (new key) per round: every round pays its one prefill.
-        shared = SharedPrefix(f"bench-{time.perf_counter()}", tuple(prompt + trace[: max(anchors)]))
-        runner = BranchRunner(engine, loaded, prompt, trace, protocol, shared)
-        out = [r for chunk in similar_length_chunks(branches, args.batch_size) for r in runner.run(chunk)]
-        out.sort(key=lambda r: branches.index(r.branch))
-        return out, time.perf_counter() - t0, engine.generated_tokens - g0, engine.prefill_tokens - p0
 
-    ref_engine = make_engine(EngineSpec("mlx-fresh", batch_size=1, memory_budget_bytes=0), loaded)
+def build_run(run_dir: Path, loaded, prompt: list[int], trace: list[int], item: dict) -> None:
+    """A run directory with one cell and its base trace (what `bt base` would have stored)."""
+    with RunStore(run_dir, create=True) as store:
+        store.ensure_manifest(run_manifest(loaded, [item], DEFAULT, "bench", "bench", "plain"))
+        cid = cell_id(loaded.alias, item["id"])
+        store.add_cells([{"cell_id": cid, "model": loaded.alias, "item": item, "prompt_ids": prompt}])
+        seg = segment_ids(loaded.tokenizer, trace, loaded.family)
+        rec = SampleRecord(cell_id=cid, kind="base", anchor=-1, budget=0, branch=0, seed=11,
+                           prefix_len=0, token_ids=np.asarray(trace, np.int32),
+                           text=decode(loaded.tokenizer, trace), finish_reason="eos", segments=seg)
+        store.add_samples([rec], reasoning_tokens={cid: reasoning_length(seg)})
 
-    def run_ref():
-        """Reference: fresh prefill per branch and per answer phase, one sequence at a time."""
-        t0, g0 = time.perf_counter(), ref_engine.generated_tokens
-        out = [reference_branch(ref_engine, loaded, prompt, trace[: b.cut], b.budget, b.seed, protocol)
-               for b in branches]
-        return out, time.perf_counter() - t0, ref_engine.generated_tokens - g0
 
-    ratios = []
-    print(f"{'':14}{'seconds':>10}{'generated':>11}{'tok/s':>9}{'prefill tokens':>16}")
-    for rep in range(args.repeats):  # alternate, so load changes hit both sides alike
-        ours, bt_s, bt_gen, bt_prefill = run_bt()
-        ref, ref_s, ref_gen = run_ref()
-        ref_prefill = sum(2 * (len(prompt) + b.cut) + r.extra["reasoning_tokens"] + r.extra["inserted_tokens"]
-                          for b, r in zip(branches, ours))
-        same = sum(o.tokens == r for o, r in zip(ours, ref))
-        ratios.append((bt_gen / bt_s) / (ref_gen / ref_s))
-        print(f"{f'reference #{rep + 1}':14}{ref_s:10.2f}{ref_gen:11d}{ref_gen / ref_s:9.1f}{ref_prefill:16,d}")
-        print(f"{f'bt #{rep + 1}':14}{bt_s:10.2f}{bt_gen:11d}{bt_gen / bt_s:9.1f}{bt_prefill:16,d}"
-              f"   ratio {ratios[-1]:.2f}x, identical branches {same}/{len(branches)}")
-    print(f"speed-up (bt tok/s / reference tok/s): median {statistics.median(ratios):.2f}x "
+def run_bt(template: Path, work: Path, loaded, protocol: Protocol, batch_size: int, rep: int):
+    """One `bt continue` of a fresh copy of the run: (seconds, generated tokens)."""
+    from breakthrough.engine.contract import EngineSpec
+    from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
+
+    run_dir = work / f"bt-{rep}"
+    shutil.copytree(template, run_dir)
+    opts = ContinueOptions(protocol=protocol, topup=(),
+                           engine=EngineSpec("mlx", batch_size=batch_size))
+    t0 = time.perf_counter()
+    report = continue_run(run_dir, loaded, opts)
+    return time.perf_counter() - t0, report.generated_tokens
+
+
+def ref_generate(model, ids: list[int], max_tokens: int, seed: int, protocol: Protocol,
+                 eos: frozenset[int], stop: tuple[int, ...] = ()) -> list[int]:
+    """Plain mlx-lm: a fresh prefill of `ids`, then up to max_tokens sampled one at a time."""
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+    from mlx_lm.sample_utils import make_sampler
+
+    s = protocol.sampling
+    mx.random.seed(seed)
+    sampler = make_sampler(temp=s.temperature, top_p=s.top_p, min_p=s.min_p, top_k=s.top_k)
+    out: list[int] = []
+    for tok, _ in generate_step(mx.array(ids), model, max_tokens=max_tokens, sampler=sampler):
+        out.append(int(tok))
+        if out[-1] in eos or (stop and tuple(out[-len(stop):]) == stop):
+            break
+    return out
+
+
+def run_reference(loaded, prompt: list[int], trace: list[int], protocol: Protocol):
+    """Every probe and restart as the study ran them: (seconds, generated tokens)."""
+    close, forced, eos = close_tokens(loaded)
+    opened = len(loaded.encode((loaded.family.open_marker or "") + "\n"))
+    jobs = [(trace[: opened + t], protocol.budget, 1000 * t + b)
+            for t in protocol.anchors for b in range(protocol.samples)]
+    jobs += [([], c, 7 + 1000 * c + b) for c in protocol.restart_budgets
+             for b in range(protocol.restart_samples)]
+    t0, n = time.perf_counter(), 0
+    for prefix, budget, seed in jobs:
+        ctx = prompt + list(prefix)
+        reasoning = ref_generate(loaded.model, ctx, budget, seed, protocol, eos, close)
+        closed = bool(close) and tuple(reasoning[-len(close):]) == close
+        if not closed and reasoning and reasoning[-1] in eos:
+            reasoning = reasoning[:-1]
+        inserted = [] if closed else list(forced)
+        answer = ref_generate(loaded.model, ctx + reasoning + inserted, protocol.answer_budget,
+                              seed + 1, protocol, eos)
+        n += len(reasoning) + len(answer)
+    return time.perf_counter() - t0, n
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny",
+                    help="tiny (4 layers, width 128) or deep (8 layers, width 384), built here; "
+                         "or an alias / mlx-lm folder")
+    ap.add_argument("--workload", default="study8", choices=sorted(WORKLOADS))
+    ap.add_argument("--trace-tokens", type=int)
+    ap.add_argument("--anchors")
+    ap.add_argument("--branches", type=int)
+    ap.add_argument("--budget", type=int)
+    ap.add_argument("--answer-budget", type=int)
+    ap.add_argument("--restarts", help="restart budgets, comma-separated")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=2, help="alternating bt / reference rounds")
+    ap.add_argument("--bt-only", action="store_true", help="skip the reference (profiling bt)")
+    args = ap.parse_args(argv)
+    w = dict(WORKLOADS[args.workload])
+    for key in ("trace_tokens", "anchors", "branches", "budget", "answer_budget", "restarts"):
+        if getattr(args, key) is not None:
+            w[key] = getattr(args, key)
+
+    loaded = load_model(build_model(args.model), family="qwen" if args.model in MODELS else None)
+    protocol = replace(
+        DEFAULT, anchors=tuple(int(a) for a in str(w["anchors"]).split(",")), samples=w["branches"],
+        budget=w["budget"], answer_budget=w["answer_budget"], refinement_rounds=0,
+        restart_budgets=tuple(int(c) for c in str(w["restarts"]).split(",")),
+        restart_samples=w["restart_samples"]).validate()
+    rows = load_cohort("math500")
+    item = {**rows[0], "id": "bench-0"}
+    prompt = build_prompt_ids(loaded.tokenizer, loaded.family, item["problem"])
+    trace = base_trace(loaded, w["trace_tokens"])
+    work = Path(tempfile.mkdtemp(prefix="bt-bench-runs-"))
+    template = work / "template"
+    build_run(template, loaded, prompt, trace, item)
+    import mlx.core as mx
+
+    print(f"model {loaded.alias} ({loaded.model_id}); device {mx.default_device()}; "
+          f"BLAS: {blas_name()}")
+    print(f"workload {args.workload}: prompt {len(prompt)} + trace {len(trace)} tokens; anchors "
+          f"{','.join(map(str, protocol.anchors))} x {protocol.samples}; B={protocol.budget}, answer "
+          f"{protocol.answer_budget}; restarts {','.join(map(str, protocol.restart_budgets))} x "
+          f"{protocol.restart_samples}; bt batch size {args.batch_size}")
+    print(f"{'':16}{'seconds':>10}{'generated':>11}{'tok/s':>9}")
+    ratios, bt_rates, ref_rates = [], [], []
+    try:
+        for rep in range(args.repeats):
+            bt_s, bt_n = run_bt(template, work, loaded, protocol, args.batch_size, rep)
+            if args.bt_only:
+                print(f"{f'bt continue #{rep + 1}':16}{bt_s:10.1f}{bt_n:11d}{bt_n / bt_s:9.1f}")
+                continue
+            ref_s, ref_n = run_reference(loaded, prompt, trace, protocol)
+            bt_rates.append(bt_n / bt_s)
+            ref_rates.append(ref_n / ref_s)
+            ratios.append(bt_rates[-1] / ref_rates[-1])
+            print(f"{f'reference #{rep + 1}':16}{ref_s:10.1f}{ref_n:11d}{ref_rates[-1]:9.1f}")
+            print(f"{f'bt continue #{rep + 1}':16}{bt_s:10.1f}{bt_n:11d}{bt_rates[-1]:9.1f}"
+                  f"   ratio {ratios[-1]:.2f}x", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if not ratios:
+        return
+    print(f"median tok/s: bt {statistics.median(bt_rates):.1f}, reference "
+          f"{statistics.median(ref_rates):.1f}; speed-up median {statistics.median(ratios):.2f}x "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f}, {len(ratios)} repeats)")
-    digest = hashlib.sha256(json.dumps([o.tokens for o in ours]).encode()).hexdigest()[:16]
-    print(f"bt tokens sha256 (all {len(ours)} branches): {digest}")
-    print(f"bt prefill tokens per cell / trace length: {bt_prefill / (len(prompt) + len(trace)):.3f} "
-          f"(reference: {ref_prefill / (len(prompt) + len(trace)):.1f})")
+
 
 if __name__ == "__main__":
     main()

