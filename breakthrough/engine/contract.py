@@ -23,8 +23,8 @@ import numpy as np
 
 from breakthrough.protocol import Sampling
 
-FinishReason = Literal["eos", "length", "stop_sequence"]
-FINISH_REASONS: tuple[str, ...] = ("eos", "length", "stop_sequence")
+FinishReason = Literal["eos", "length", "stop_sequence", "error"]
+FINISH_REASONS: tuple[str, ...] = ("eos", "length", "stop_sequence", "error")
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,12 +82,20 @@ class GenResult:
         full next-token distribution (see the backend's docstring for the exact definition).
     sampling_entropies: float32, one per generated token: the entropy of the distribution the
         token was actually drawn from (after temperature, top-p, top-k; 0 when greedy).
-    finish_reason: "eos" | "length" | "stop_sequence".
+    finish_reason: "eos" | "length" | "stop_sequence", or "error" when a remote backend gave up
+        on the request (then `tokens` is empty and `error` says why; nothing was generated).
     elapsed_s: wall time from the row's start to its last token.
     prompt_tokens: len(prompt).
     cached_tokens: prompt tokens the backend did not have to process for this row (reused).
     peak_memory_bytes: the process's peak accelerator memory seen when the row finished (since
         the start of the `generate` call); 0 where the backend cannot tell.
+    error: why the request failed (finish_reason "error"); None otherwise.
+    entropy_bounds: float32 [n, 2] (lower, upper) bounds of each token's full-distribution
+        entropy, where the backend sees only the top-k (HTTP servers); `entropies` is then NaN
+        unless the server also reported the exact value (bt serve). None: `entropies` is exact.
+    top_ids / top_logprobs: int32 / float32 [n, k]: the k most likely tokens of each step's full
+        distribution and their log-probs (descending), where the backend reports them.
+    endpoint: the server that produced the result (HTTP backends); "" for in-process ones.
     """
 
     key: str
@@ -100,11 +108,29 @@ class GenResult:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     peak_memory_bytes: int = 0
+    error: str | None = None
+    entropy_bounds: np.ndarray | None = None
+    top_ids: np.ndarray | None = None
+    top_logprobs: np.ndarray | None = None
+    endpoint: str = ""
+
+
+def route_key(request: GenRequest) -> str:
+    """What a fleet routes by: the cell. Every request of a cell carries the cell's shared prefix
+    (its key is the cell id), and a request without one (a base trace) is keyed by the cell id
+    itself, so all requests of one cell reach the same server and hit its prefix cache."""
+    if request.shared_prefix is not None:
+        return request.shared_prefix.key
+    return request.key
 
 
 class Engine(Protocol):
     """A generation backend. `generate` consumes requests lazily and yields each result as soon
-    as its row finishes (not in request order).
+    as its row finishes (not in request order). The request source may yield None: "nothing is
+    ready now" (more work will follow from results still in flight); the backend stops
+    refilling until its next result and asks again. A source must not yield None while no row
+    of its is in flight. This lets one `generate` call serve a whole run whose next requests
+    depend on earlier results (pipeline.scheduler).
 
     generated_tokens / prefill_tokens: running totals over the engine's life (tokens sampled;
     prompt tokens actually pushed through the model, shared-prefix passes included), for
@@ -122,7 +148,7 @@ class Engine(Protocol):
         """How many rows of at most `row_tokens` tokens (prompt + generated) to run together."""
         ...
 
-    def generate(self, requests: Iterable[GenRequest]) -> Iterator[GenResult]: ...
+    def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]: ...
 
 
 @dataclass(frozen=True)
@@ -130,14 +156,26 @@ class EngineSpec:
     """What the user asked for; `breakthrough.engine.make_engine` turns it into an Engine.
 
     backend: "mlx" (in-process mlx-lm, one prefill per trace) or "mlx-fresh" (the same model
-        and sampler with every reuse hint ignored: a fresh prefill per request; for checks).
-    batch_size: rows in flight at most.
+        and sampler with every reuse hint ignored: a fresh prefill per request; for checks), or
+        a server: "vllm" (an OpenAI-style `/v1/completions`: vLLM, or `bt serve`) or "sglang"
+        (SGLang's `/generate`).
+    batch_size: rows in flight at most (in-process backends).
     memory_budget_bytes: KV-cache memory the rows in flight may use (0: no cap).
+    endpoints: server base URLs (HTTP backends; several form a fleet routed by cell).
+    max_inflight: requests in flight per endpoint (0: the server's reported limit, else 16).
+    accept_processed_logprobs: use a server whose log-probs are taken after temperature / top-k
+        (refused by default: they would not be the model's distribution).
+    request_timeout_s: seconds one HTTP request may take before it is retried.
     """
 
     backend: str = "mlx"
     batch_size: int = 8
     memory_budget_bytes: int = 4 * 2**30
+    endpoints: tuple[str, ...] = ()
+    max_inflight: int = 0
+    accept_processed_logprobs: bool = False
+    request_timeout_s: float = 600.0
 
 
-BACKENDS: tuple[str, ...] = ("mlx", "mlx-fresh")
+BACKENDS: tuple[str, ...] = ("mlx", "mlx-fresh", "vllm", "sglang")
+HTTP_BACKENDS: tuple[str, ...] = ("vllm", "sglang")

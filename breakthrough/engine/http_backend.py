@@ -1,0 +1,377 @@
+"""The HTTP backends: generation on servers a lab already runs (vLLM, SGLang, or `bt serve`),
+through the same `Engine` contract as the in-process MLX backend.
+
+Each request is one HTTP call carrying its whole context as token ids (engine/wire.py); the
+answer phase is a second call with the full context, and the server's prefix cache (vLLM APC,
+SGLang radix cache, bt serve's shared prefixes) does the reuse. Several endpoints form a fleet
+routed by cell (engine/fleet.py); requests run on a thread pool, at most `max_inflight` per
+endpoint; retries and failures follow engine/http_client.py: a request that keeps failing
+yields a result with finish_reason "error" (and `error`), an endpoint that stops answering has
+its cells re-routed, and the run goes on.
+
+What is exact and what is not (recorded per run in `identity()`):
+  * token ids and finish reasons: exact (multi-token stop sequences are matched here, on the
+    ids, exactly as the MLX backend stops);
+  * per-token log-probs: the server's, of the raw distribution (before temperature / top-k),
+    checked at startup: a probe sequence is generated from at temperature 0.5, top-k 5 and the
+    same position is scored as a prompt (`prompt_logprobs`); a server whose generation
+    log-probs differ from the raw scores is refused unless `--accept-processed-logprobs`;
+  * sampling entropy: exact from the top-20 when 0 < top-k <= 20 (the protocol's top-k is 20),
+    else NaN;
+  * full-distribution entropy: only (lower, upper) bounds from the top-20 (GenResult.
+    entropy_bounds; `entropies` is NaN), except from bt serve, which reports the exact values;
+  * seeds: per request; vLLM honours them; SGLang only in its deterministic-inference mode;
+    bt serve gives exactly the local MLX backend's tokens."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+import httpx
+import numpy as np
+
+from breakthrough.engine import topk_stats, wire
+from breakthrough.engine.contract import GenRequest, GenResult, route_key
+from breakthrough.engine.fleet import Fleet
+from breakthrough.engine.http_client import Endpoint, EndpointDown, RequestFailed, RetryPolicy
+from breakthrough.errors import BtError
+from breakthrough.protocol import Sampling
+
+DEFAULT_INFLIGHT = 16
+RAW_TOLERANCE = 0.05  # nats: generation vs prompt-scored log-probs of one position
+PROBE_SAMPLING = Sampling(temperature=0.5, top_p=1.0, top_k=5, min_p=0.0)
+
+
+def probe_ids(vocab_size: int, n: int = 24) -> list[int]:
+    """A fixed, model-independent sequence of valid ids for the startup log-prob check."""
+    span = max(2, min(int(vocab_size), 32000))
+    return [(7919 * i + 101) % span for i in range(1, n + 1)]
+
+
+class HttpEngine:
+    """An `Engine` over one or more HTTP endpoints of one kind ("vllm" or "sglang")."""
+
+    def __init__(
+        self,
+        backend: str,
+        urls: Sequence[str],
+        eos_ids: Iterable[int],
+        vocab_size: int,
+        *,
+        max_inflight: int = 0,
+        accept_processed_logprobs: bool = False,
+        policy: RetryPolicy = RetryPolicy(),
+    ) -> None:
+        if backend not in ("vllm", "sglang"):
+            raise BtError(f"--backend: {backend!r} is not an HTTP backend (vllm, sglang)")
+        if not urls:
+            raise BtError(f"--backend {backend} needs --endpoint URL[,URL...]")
+        for u in urls:
+            if not (u.startswith("http://") or u.startswith("https://")) or len(u) < 10:
+                raise BtError(f"--endpoint: expected http://HOST:PORT, got {u!r}")
+        if len(set(urls)) != len(urls):
+            raise BtError("--endpoint: the same URL is given twice")
+        if max_inflight < 0:
+            raise BtError("--max-inflight must be >= 0 (0: the server's reported limit)")
+        self.backend = backend
+        self.eos_ids = frozenset(int(e) for e in eos_ids)
+        self.vocab_size = int(vocab_size)
+        self.accept_processed = accept_processed_logprobs
+        self.generated_tokens = 0
+        self.prefill_tokens = 0
+        self.cached_tokens = 0
+        self.cached_by_cell: dict[str, int] = {}
+        self.errors = 0
+        self._lock = threading.Lock()
+        self.fleet = Fleet([Endpoint(u, policy, max_inflight or DEFAULT_INFLIGHT) for u in urls])
+        self._identity: dict[str, Any] = {}
+        try:
+            self._connect(max_inflight)
+        except BaseException:
+            self.fleet.close()
+            raise
+        self._pool = ThreadPoolExecutor(max_workers=sum(e.max_inflight for e in self.fleet.endpoints),
+                                        thread_name_prefix="bt-http")
+
+    # -- startup -------------------------------------------------------------------------------
+    def _describe(self, ep: Endpoint) -> dict[str, Any]:
+        """The server's identity and limits (one-line failure for an unreadable answer)."""
+        if self.backend == "vllm":
+            models = ep.get_json("/v1/models")
+            data = models.get("data") if isinstance(models, dict) else None
+            if not data or not isinstance(data[0], dict) or "id" not in data[0]:
+                raise ValueError("/v1/models lists no model")
+            try:
+                version = ep.get_json("/version")
+            except (httpx.HTTPError, ValueError):
+                version = {}
+            server = version.get("server", "vllm") if isinstance(version, dict) else "vllm"
+            info = {"server": server, "server_version": str(version.get("version", "unknown")),
+                    "model": str(data[0]["id"])}
+            if server == "bt-serve":
+                info.update({k: version[k] for k in ("mlx", "mlx_lm", "sampler", "blas", "model_revision")
+                             if k in version})
+            limit = version.get("max_running_requests") if isinstance(version, dict) else None
+        else:
+            model = ep.get_json("/get_model_info")
+            try:
+                server = ep.get_json("/get_server_info")
+            except (httpx.HTTPError, ValueError):
+                server = {}
+            states = server.get("internal_states") or [{}]
+            info = {"server": "sglang", "server_version": str(server.get("version", "unknown")),
+                    "model": str(model.get("model_path", "unknown")),
+                    "deterministic_inference": bool(server.get("enable_deterministic_inference", False))}
+            limit = server.get("max_running_requests") or (states[0] or {}).get("max_running_requests")
+        return {"identity": info, "limit": int(limit) if isinstance(limit, int) and limit > 0 else 0}
+
+    def _connect(self, max_inflight: int) -> None:
+        failures = []
+        described = {}
+        for ep in self.fleet.endpoints:
+            try:
+                described[ep.url] = self._describe(ep)
+            except (httpx.HTTPError, ValueError, AttributeError, KeyError, TypeError) as exc:
+                ep.alive = False
+                failures.append(f"{ep.url} ({type(exc).__name__}: {str(exc)[:80] or 'no answer'})")
+        if not described:
+            raise BtError(f"--endpoint: no endpoint answers: {'; '.join(failures)}")
+        for url in failures:
+            self.fleet.notes.append(f"{url} does not answer; its cells go to the other endpoints")
+        first_url, first = next(iter(described.items()))
+        for url, d in described.items():
+            if d["identity"] != first["identity"]:
+                raise BtError(f"--endpoint: {url} serves {d['identity']} but {first_url} serves "
+                              f"{first['identity']}; a run never mixes engines")
+        for ep in self.fleet.alive():
+            ep.info = described[ep.url]["identity"]
+            ep.set_inflight(max_inflight or described[ep.url]["limit"] or DEFAULT_INFLIGHT)
+        logprobs = "raw"
+        for ep in self.fleet.alive():
+            try:
+                logprobs = self._check_raw_logprobs(ep)
+            except EndpointDown as exc:  # answered the identity probe, then went away
+                self.fleet.mark_dead(ep, str(exc))
+        if not self.fleet.alive():
+            raise BtError(f"--endpoint: no endpoint answers: {'; '.join(self.fleet.notes)}")
+        bt_serve = first["identity"]["server"] == "bt-serve"
+        self._identity = {
+            "backend": self.backend, **first["identity"],
+            "token_ids": "exact", "finish_reasons": "exact",
+            "logprobs": logprobs,
+            "entropies": "exact (bt serve)" if bt_serve else f"bounds from top-{wire.TOP_LOGPROBS}",
+            "sampling_entropies": "exact (bt serve)" if bt_serve else
+            f"exact from top-{wire.TOP_LOGPROBS} when 0 < top_k <= {wire.TOP_LOGPROBS}, else NaN",
+        }
+        if self.backend == "sglang":
+            self._identity["seeds"] = ("per request" if first["identity"]["deterministic_inference"]
+                                       else "not binding (server lacks --enable-deterministic-inference)")
+
+    def _path(self) -> str:
+        return "/v1/completions" if self.backend == "vllm" else "/generate"
+
+    def _body(self, ep: Endpoint, req: GenRequest) -> dict[str, Any]:
+        if self.backend == "sglang":
+            return wire.sglang_body(req, self.eos_ids)
+        extras = wire.bt_extras(req, route_key(req)) if ep.info.get("server") == "bt-serve" else None
+        return wire.vllm_body(req, ep.info["model"], sorted(self.eos_ids), extras)
+
+    def _parse(self, body: Any) -> wire.Completion:
+        return wire.parse_vllm(body) if self.backend == "vllm" else wire.parse_sglang(body)
+
+    def _check_raw_logprobs(self, ep: Endpoint) -> str:
+        """"raw" when the server's generation log-probs equal the raw scores of the same
+        position; else "processed" (refused unless accepted)."""
+        ids = probe_ids(self.vocab_size)
+        req = GenRequest(key="bt-logprob-probe", prompt=ids, max_tokens=1, seed=0, sampling=PROBE_SAMPLING)
+        try:
+            comp = ep.post(self._path(), self._body(ep, req), self._parse)
+            if not comp.tokens:
+                raise RequestFailed("the probe generated no token")
+            tok = comp.tokens[0]
+            gen = {**comp.top[0], tok: comp.logprobs[0]}
+            if self.backend == "vllm":
+                scored = ep.post("/v1/completions", wire.vllm_score_body(ids + [tok], ep.info["model"]),
+                                 wire.parse_vllm_prompt_logprobs)
+            else:
+                scored = ep.post("/generate", wire.sglang_score_body(ids + [tok]),
+                                 wire.parse_sglang_prompt_logprobs)
+            diff = topk_stats.max_logprob_difference(gen, scored[-1])
+        except RequestFailed as exc:
+            if self.accept_processed:
+                return "unverified (accepted with --accept-processed-logprobs)"
+            raise BtError(f"--endpoint {ep.url}: cannot check that its log-probs are raw ({exc}); "
+                          "pass --accept-processed-logprobs to use it anyway") from None
+        if diff <= RAW_TOLERANCE:
+            return "raw"
+        if self.accept_processed:
+            return "processed (accepted with --accept-processed-logprobs)"
+        raise BtError(
+            f"--endpoint {ep.url}: the server returns processed log-probs (they differ from the raw "
+            f"scores of the same position by {diff:.3f} nats); restart it with raw log-probs (vLLM: "
+            "--logprobs-mode raw_logprobs; SGLang: SGLANG_RETURN_ORIGINAL_LOGPROB=1) or pass "
+            "--accept-processed-logprobs")
+
+    # -- the Engine contract ----------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        """The server kind, version, model and what is exact (endpoint URLs are left out: a
+        resumed run may use another fleet of the same engine)."""
+        return dict(self._identity)
+
+    @property
+    def notes(self) -> list[str]:
+        """What happened to endpoints (not answering at startup, died during the run)."""
+        return list(self.fleet.notes)
+
+    def capacity(self, row_tokens: int) -> int:
+        """Requests in flight over the live fleet (the servers manage their own memory)."""
+        return self.fleet.capacity()
+
+    def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]:
+        source = iter(requests)
+        futures: set[Future] = set()
+        keys: set[str] = set()
+        exhausted = waiting = False
+        try:
+            while True:
+                while not exhausted and not waiting and len(futures) < self.fleet.capacity():
+                    try:
+                        req = next(source)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    if req is None:  # nothing ready now: ask again after the next result
+                        waiting = True
+                        break
+                    self._check(req, keys)
+                    futures.add(self._pool.submit(self._one, req))
+                if not futures:
+                    if exhausted:
+                        return
+                    raise BtError("the request source had nothing ready while no request was in flight")
+                done, futures = wait(futures, return_when=FIRST_COMPLETED)
+                waiting = False
+                for fut in done:
+                    yield fut.result()
+        finally:
+            for fut in futures:
+                fut.cancel()
+
+    @staticmethod
+    def _check(req: GenRequest, keys: set[str]) -> None:
+        if req.key in keys:
+            raise BtError(f"duplicate request key {req.key!r} in one generate call")
+        keys.add(req.key)
+        if len(req.prompt) == 0:
+            raise BtError(f"request {req.key!r} has an empty prompt")
+        if req.max_tokens <= 0:
+            raise BtError(f"request {req.key!r}: max_tokens must be > 0")
+
+    def _one(self, req: GenRequest) -> GenResult:
+        t0 = time.perf_counter()
+        cell = route_key(req)
+        while True:
+            ep = self.fleet.route(cell)
+            if ep is None:
+                return self._failed(req, "no endpoint answers", t0, "")
+            try:
+                comp = ep.post(self._path(), self._body(ep, req), self._parse)
+            except EndpointDown as exc:
+                self.fleet.mark_dead(ep, str(exc))
+                continue
+            except RequestFailed as exc:
+                return self._failed(req, str(exc), t0, ep.url)
+            try:
+                return self._result(req, comp, ep.url, t0)
+            except wire.MalformedResponse as exc:
+                return self._failed(req, f"{ep.url}: {exc}", t0, ep.url)
+
+    def _failed(self, req: GenRequest, why: str, t0: float, url: str) -> GenResult:
+        with self._lock:
+            self.errors += 1
+        empty = np.zeros(0, dtype=np.float32)
+        return GenResult(key=req.key, tokens=[], logprobs=empty, entropies=empty,
+                         sampling_entropies=empty, finish_reason="error",
+                         elapsed_s=time.perf_counter() - t0, prompt_tokens=len(req.prompt),
+                         error=why, endpoint=url)
+
+    def _result(self, req: GenRequest, comp: wire.Completion, url: str, t0: float) -> GenResult:
+        res = completion_result(req, comp, self.eos_ids, self.vocab_size)
+        res.elapsed_s, res.endpoint = time.perf_counter() - t0, url
+        with self._lock:
+            self.generated_tokens += len(res.tokens)
+            self.prefill_tokens += max(0, len(req.prompt) - res.cached_tokens)
+            self.cached_tokens += res.cached_tokens
+            cell = route_key(req)
+            self.cached_by_cell[cell] = self.cached_by_cell.get(cell, 0) + res.cached_tokens
+        return res
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.fleet.close()
+
+
+def _top_arrays(tops: Sequence[dict[int, float]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """[n, k] ids (-1 padding) and log-probs (-inf padding), each row descending."""
+    ids = np.full((len(tops), k), -1, dtype=np.int32)
+    lps = np.full((len(tops), k), -np.inf, dtype=np.float32)
+    for i, t in enumerate(tops):
+        best = sorted(t.items(), key=lambda kv: -kv[1])[:k]
+        for j, (tok, lp) in enumerate(best):
+            ids[i, j], lps[i, j] = tok, lp
+    return ids, lps
+
+
+def completion_result(req: GenRequest, comp: wire.Completion, eos_ids: frozenset[int],
+                      vocab_size: int) -> GenResult:
+    """A server's completion as the contract's result: the stop sequences matched on the ids
+    (the tokens after a match are dropped, as if the server had stopped there), the finish
+    reason in the contract's words, entropies exact (bt serve) or as top-k bounds."""
+    tokens, lps, tops = list(comp.tokens), list(comp.logprobs), list(comp.top)
+    if comp.finish == "stop" and comp.stop_token is not None and (not tokens or tokens[-1] != comp.stop_token):
+        tokens.append(comp.stop_token)  # a server that left the matched stop id out
+        lps.append(float("nan"))
+        tops.append({})
+    bt = comp.bt or {}
+    if "finish_reason" in bt:
+        finish = str(bt["finish_reason"])
+        if finish not in ("eos", "length", "stop_sequence"):
+            raise wire.MalformedResponse(f"bt.finish_reason {finish!r}")
+    else:
+        stops = [(e,) for e in sorted(eos_ids)] + [tuple(s) for s in req.stop_sequences if s]
+        cut = wire.truncate_at_stop(tokens, stops)
+        if cut is not None:
+            tokens, lps, tops = tokens[:cut], lps[:cut], tops[:cut]
+            finish = "eos" if tokens[-1] in eos_ids else "stop_sequence"
+        elif comp.finish == "length":
+            finish = "length"
+        elif comp.finish == "stop":
+            finish = "eos"  # the server's own end-of-sequence token
+        else:
+            raise wire.MalformedResponse(f"finish reason {comp.raw_finish!r}")
+    n = len(tokens)
+    if n > req.max_tokens:
+        raise wire.MalformedResponse(f"{n} tokens for max_tokens={req.max_tokens}")
+    top_ids, top_lps = _top_arrays(tops, wire.TOP_LOGPROBS)
+    if "entropies" in bt:
+        ent = np.asarray(bt["entropies"], dtype=np.float32)[:n]
+        sent = np.asarray(bt.get("sampling_entropies", [math.nan] * n), dtype=np.float32)[:n]
+        bounds = None
+    else:
+        ent = np.full(n, np.nan, dtype=np.float32)
+        bounds = np.asarray([topk_stats.entropy_bounds(list(t.values()), vocab_size) if t
+                             else (0.0, math.log(vocab_size)) for t in tops],
+                            dtype=np.float32).reshape(n, 2)
+        sent = np.asarray([topk_stats.sampling_entropy(list(t.values()), req.sampling) if t
+                           else math.nan for t in tops], dtype=np.float32)
+    return GenResult(
+        key=req.key, tokens=[int(t) for t in tokens], logprobs=np.asarray(lps, dtype=np.float32),
+        entropies=ent, sampling_entropies=sent, finish_reason=finish, elapsed_s=0.0,
+        prompt_tokens=len(req.prompt), cached_tokens=int(bt.get("cached_tokens", comp.cached_tokens)),
+        entropy_bounds=bounds, top_ids=top_ids, top_logprobs=top_lps,
+    )
