@@ -1,17 +1,17 @@
-"""The MLX backend: mlx-lm's `BatchGenerator` (continuous batching) with one sampler per row.
+"""The MLX backend: mlx-lm's `BatchGenerator` (continuous batching) with one batched sampler.
 
-Sampling (protocol 1.4). Each row gets its own sampler object; the k-th generated token of a
-row is drawn with the key `[seed, k]` (a threefry key made from the row's 32-bit seed and the
-token index), never from MLX's global RNG. The draw is a Gumbel-max over the row's own
-candidate logits, so a row's tokens do not depend on what else shares its batch. The candidate
-set follows mlx-lm's `make_sampler` order: top-p on the full distribution (keep a token while
-the probability mass ranked above it is < top_p), then min-p, then the top-k of those; the
-survivors are sampled at the given temperature. Temperature 0 is greedy (argmax), exactly as
-mlx-lm's `greedy_sampler`. (The randomness is batch-independent by construction; the logits are
-batch-independent as far as the kernels are: bit-identical on the tiny fp32 test model, while
-quantized kernels may differ in the last bits between batch shapes, which can very rarely flip
-a draw.) A second phase of the same sample (e.g. an answer phase) should use another seed, since
-the token index restarts at 0 for every request.
+Sampling (protocol 1.4; `sampling.py`, driven by `batch_step.py`). One call per decode step
+draws every row's next token: a Gumbel-max over the row's candidate log-probs divided by the
+temperature, with Gumbel noise hashed from (row seed, token index, token id), never from MLX's
+global RNG, so a row's tokens do not depend on what else shares its batch. The candidate set
+follows mlx-lm's `make_sampler` order: top-p on the full distribution (keep a token while the
+probability mass ranked above it is < top_p), then min-p, then the top-k of those.
+Temperature 0 is greedy (argmax), exactly as mlx-lm's `greedy_sampler`. (The randomness is
+batch-independent by construction; the logits are batch-independent as far as the kernels are:
+bit-identical on the tiny fp32 test model with the bundled and with OpenBLAS, while quantized
+kernels may differ in the last bits between batch shapes, which can very rarely flip a draw.) A
+second phase of the same sample (e.g. an answer phase) should use another seed, since the token
+index restarts at 0 for every request.
 
 Per-token statistics, both from the model's FULL next-token distribution at temperature 1
 (log-softmax of the logits, before temperature, top-k and top-p; the same distribution the
@@ -28,6 +28,7 @@ continues from that live cache (no second prefill). With `reuse_prefixes=False` 
 reference procedure's cost."""
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from typing import Iterable, Iterator, Sequence
@@ -35,104 +36,27 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from breakthrough.engine.contract import GenRequest, GenResult, SharedPrefix
-from breakthrough.engine.prefix_cache import PrefixCache, cache_length, kv_bytes_per_token, trim_to
+from breakthrough.engine.prefix_cache import PrefixCache, cache_bytes, cache_length, trim_to
 from breakthrough.errors import BtError
-from breakthrough.protocol import Sampling
+from breakthrough.protocol import DEFAULT
 
 
-def _row_key(seed: int, step: int):
+_noticed = False
+
+
+def _blas_notice_once() -> None:
+    """Say once per process when MLX's CPU matmuls run on the slow reference BLAS."""
+    global _noticed
+    if _noticed:
+        return
+    _noticed = True
     import mlx.core as mx
 
-    return mx.random.key(((int(seed) & 0xFFFFFFFF) << 32) | (step & 0xFFFFFFFF))
+    from breakthrough.engine.blas import notice
 
-
-def candidates(logprobs, sampling: Sampling):
-    """(ids, logprobs) of each row's sampling candidates, sorted by probability (descending);
-    filtered-out entries have logprob -inf. Same set as mlx-lm's make_sampler (top-p on the
-    full distribution, then min-p, then top-k), computed on the top-k only."""
-    import mlx.core as mx
-
-    vocab = logprobs.shape[-1]
-    k = sampling.top_k if 0 < sampling.top_k < vocab else vocab
-    if k < vocab:
-        idx = mx.argpartition(-logprobs, kth=k - 1, axis=-1)[..., :k]
-        cand = mx.take_along_axis(logprobs, idx, axis=-1)
-    else:
-        idx = mx.broadcast_to(mx.arange(vocab), logprobs.shape)
-        cand = logprobs
-    order = mx.argsort(-cand, axis=-1)
-    cand = mx.take_along_axis(cand, order, axis=-1).astype(mx.float32)
-    idx = mx.take_along_axis(idx, order, axis=-1)
-    neg_inf = mx.array(-float("inf"), dtype=mx.float32)
-    if 0.0 < sampling.top_p < 1.0:
-        probs = mx.exp(cand)
-        mass_before = mx.cumsum(probs, axis=-1) - probs
-        cand = mx.where(mass_before < sampling.top_p, cand, neg_inf)
-    if sampling.min_p > 0.0:
-        floor = cand[..., :1] + float(np.log(sampling.min_p))
-        cand = mx.where(cand >= floor, cand, neg_inf)
-    return idx, cand
-
-
-def sample_candidates(logprobs, key, sampling: Sampling, with_entropy: bool = False):
-    """Draw one token per row of `logprobs` ([n, V], log-softmax) with an explicit key:
-    Gumbel-max over the candidates' logprobs divided by the temperature. With `with_entropy`,
-    also return the entropy (nats) of that sampling distribution (candidates, temperature)."""
-    import mlx.core as mx
-
-    idx, cand = candidates(logprobs, sampling)
-    scaled = cand * (1.0 / sampling.temperature)
-    choice = mx.random.categorical(scaled, axis=-1, key=key)
-    token = mx.take_along_axis(idx, choice[..., None].astype(idx.dtype), axis=-1)[..., 0]
-    if not with_entropy:
-        return token
-    logp = scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
-    kept = mx.isfinite(logp)
-    ent = -mx.sum(mx.where(kept, mx.exp(logp) * logp, 0.0), axis=-1)
-    return token, ent
-
-
-class RowSampler:
-    """A per-row sampler for `BatchGenerator.insert(samplers=...)`: called exactly once per
-    generated token of its row, in order (call k draws token k)."""
-
-    def __init__(self, seed: int, sampling: Sampling):
-        self.seed = int(seed)
-        self.sampling = sampling
-        self.step = 0
-        # Entropy of the distribution each token was drawn from (after temperature, top-p,
-        # top-k); 0 for greedy rows. Evaluated as it is made so no vocabulary-sized graph is kept.
-        self.entropies: list = []
-
-    def __call__(self, logprobs):
-        import mlx.core as mx
-
-        step = self.step
-        self.step += 1
-        if self.sampling.temperature <= 0:
-            self.entropies.append(0.0)
-            return mx.argmax(logprobs, axis=-1)
-        token, ent = sample_candidates(logprobs, _row_key(self.seed, step), self.sampling, True)
-        mx.async_eval(ent)
-        self.entropies.append(ent)
-        return token
-
-    def sampling_entropies(self, n: int) -> np.ndarray:
-        """The first n values (the generator samples one token ahead of what it emits)."""
-        vals = [float(e.item()) if hasattr(e, "item") else float(e) for e in self.entropies[:n]]
-        return np.asarray(vals + [float("nan")] * (n - len(vals)), dtype=np.float32)
-
-
-def _token_stats(rows, tokens: Sequence[int]):
-    """(chosen logprob, entropy) for each row of stacked full log-softmax vectors."""
-    import mlx.core as mx
-
-    lp = mx.stack(rows).astype(mx.float32)
-    p = mx.exp(lp)
-    ent = -mx.sum(mx.where(p > 0, p * lp, 0.0), axis=-1)
-    chosen = mx.take_along_axis(lp, mx.array(tokens)[:, None], axis=-1)[:, 0]
-    mx.eval(ent, chosen)
-    return chosen.tolist(), ent.tolist()
+    line = notice() if mx.default_device() == mx.cpu else None
+    if line:
+        print(line, file=sys.stderr)
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -151,15 +75,17 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class _Row:
-    __slots__ = ("req", "sampler", "tokens", "logprobs", "entropies", "t0", "cached")
+    __slots__ = ("req", "tokens", "logprobs", "entropies", "sampling_entropies", "t0", "cached",
+                 "top")
 
-    def __init__(self, req: GenRequest, sampler: RowSampler, cached: int):
+    def __init__(self, req: GenRequest, cached: int):
         self.req = req
-        self.sampler = sampler
         self.cached = cached
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.entropies: list[float] = []
+        self.sampling_entropies: list[float] = []
+        self.top: list[tuple[list[int], list[float]]] = []
         self.t0 = time.perf_counter()
 
 
@@ -181,9 +107,10 @@ class MlxEngine:
         reuse_prefixes: bool = True,
         memory_budget_bytes: int = 0,
         kept_states: int | None = None,
-        shared_prefixes: int = 2,
+        shared_prefixes: int = 4,
     ):
         self.model = model
+        _blas_notice_once()
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         if not self.eos_ids:
             raise BtError("the model has no EOS token id; cannot generate")
@@ -192,6 +119,8 @@ class MlxEngine:
         self.prefill_step_size = prefill_step_size
         self.reuse_prefixes = bool(reuse_prefixes)
         self.memory_budget_bytes = int(memory_budget_bytes)
+        # Report each step's most likely tokens (GenResult.top_ids / top_logprobs; bt serve).
+        self.top_logprobs = 0
         self.generated_tokens = 0
         self.prefill_tokens = 0
         self.last_elapsed_s = 0.0
@@ -219,17 +148,38 @@ class MlxEngine:
             except metadata.PackageNotFoundError:
                 return "absent"
 
+        from breakthrough.engine.blas import blas_name
+        from breakthrough.engine.sampling import SAMPLER_ID
+
+        # The sampler's randomness scheme and the BLAS (last bits of CPU float matmuls) are part
+        # of what produced the tokens.
         return {"backend": "mlx" if self.reuse_prefixes else "mlx-fresh",
-                "mlx": version("mlx"), "mlx_lm": version("mlx-lm")}
+                "mlx": version("mlx"), "mlx_lm": version("mlx-lm"),
+                "sampler": SAMPLER_ID, "blas": blas_name()}
 
     def capacity(self, row_tokens: int) -> int:
-        """`batch_size`, lowered so that the rows' KV caches fit `memory_budget_bytes`."""
+        """`batch_size`, lowered so that the rows' caches (twice: the growth transient) plus the
+        shared-prefix caches this engine may hold (`shared_prefixes` of them, each a full prefix
+        of up to `row_tokens` plus its snapshots of untrimmable layers,
+        `prefix_cache.CacheBytes`) fit `memory_budget_bytes`; BtError when not even one row
+        fits."""
         if not self.memory_budget_bytes:
             return self.batch_size
         if self._kv_bytes is None:
-            self._kv_bytes = kv_bytes_per_token(self.model)
-        fit = int(self.memory_budget_bytes // max(self._kv_bytes * max(row_tokens, 1), 1.0))
-        return max(1, min(self.batch_size, fit))
+            self._kv_bytes = cache_bytes(self.model)
+        b, tokens = self._kv_bytes, max(row_tokens, 1)
+        snapshots = max([len(pc.snapshot_at) for _, pc in self._prefixes.values()]
+                        + [len(DEFAULT.anchors) + 1])
+        reserve = self._max_prefixes * b.prefix_cache(tokens, snapshots) if self.reuse_prefixes else 0
+        # x2: mlx-lm grows (and extends) a batch's cache by concatenation, so for one step the
+        # old and the new buffers of every row are alive together (bench/long_trace.py)
+        row = 2 * b.row(tokens)
+        fit = int((self.memory_budget_bytes - reserve) // max(row, 1.0))
+        if fit < 1:
+            need = (reserve + row) / 2**30
+            raise BtError(f"--memory-gb {self.memory_budget_bytes / 2**30:.3g} cannot hold one row of "
+                          f"{tokens} tokens and the shared-prefix caches ({need:.3g} GB needed)")
+        return min(self.batch_size, fit)
 
     # -- reuse -------------------------------------------------------------------------------
     def _prefix_cache(self, shared: SharedPrefix) -> PrefixCache:
@@ -253,7 +203,10 @@ class MlxEngine:
             seq, cache = self._kept.pop(req.follows)
             keep = min(cache_length(cache), common_prefix_length(seq, prompt), len(prompt) - 1)
             if keep > 0:
-                return trim_to(cache, keep), prompt[keep:]
+                try:
+                    return trim_to(cache, keep), prompt[keep:]
+                except ValueError:  # a recurrent state (Qwen3.5) cannot be cut back: rebuild below
+                    pass
         shared = req.shared_prefix
         if shared is not None:
             n = min(common_prefix_length(shared.ids, prompt), len(prompt) - 1)
@@ -280,10 +233,11 @@ class MlxEngine:
 
     def generate(self, requests: Iterable[GenRequest]) -> Iterator[GenResult]:
         import mlx.core as mx
-        from mlx_lm.generate import BatchGenerator
+
+        from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
 
         pending = iter(requests)
-        gen = BatchGenerator(
+        gen = SeededBatchGenerator(
             self.model,
             completion_batch_size=self.batch_size,
             prefill_batch_size=self.prefill_batch_size,
@@ -308,34 +262,40 @@ class MlxEngine:
                     except StopIteration:
                         exhausted = True
                         break
+                    if req is None:  # the source has nothing ready now (contract: Engine)
+                        break
                     self._check(req, keys)
                     new.append(req)
                 if new:
-                    samplers = [RowSampler(r.seed, r.sampling) for r in new]
                     starts = [self._start(r) for r in new]
                     uids = gen.insert(
                         [feed for _, feed in starts],
                         max_tokens=[int(r.max_tokens) for r in new],
                         caches=[cache for cache, _ in starts],
-                        samplers=samplers,
+                        samplers=[RowSpec(r.seed, r.sampling, self.top_logprobs) for r in new],
                         stop_sequences=[self._stop(r) for r in new],
                     )
-                    for uid, r, smp, (_, feed) in zip(uids, new, samplers, starts):
-                        rows[uid] = _Row(r, smp, len(r.prompt) - len(feed))
+                    for uid, r, (_, feed) in zip(uids, new, starts):
+                        rows[uid] = _Row(r, len(r.prompt) - len(feed))
                         self.prefill_tokens += len(feed)
                 if not rows:
-                    break
+                    if exhausted:
+                        break
+                    raise BtError("the request source had nothing ready while no row was in flight")
                 responses = gen.next_generated()
                 if not responses:
                     continue
-                chosen, ents = _token_stats(
-                    [r.logprobs for r in responses], [r.token for r in responses]
-                )
-                for resp, lp, ent in zip(responses, chosen, ents):
+                for resp in responses:
                     row = rows[resp.uid]
+                    # This token's statistics from the batched step (batch_step.py):
+                    # [[log-prob, entropy, sampling entropy]] (+ [top ids], [top log-probs]).
+                    stats = resp.logprobs
                     row.tokens.append(int(resp.token))
-                    row.logprobs.append(lp)
-                    row.entropies.append(ent)
+                    row.logprobs.append(stats[0][0])
+                    row.entropies.append(stats[0][1])
+                    row.sampling_entropies.append(stats[0][2])
+                    if len(stats) == 3:
+                        row.top.append((stats[1], stats[2]))
                     if resp.finish_reason is None:
                         continue
                     del rows[resp.uid]
@@ -377,10 +337,12 @@ class MlxEngine:
             tokens=row.tokens,
             logprobs=np.asarray(row.logprobs, dtype=np.float32),
             entropies=np.asarray(row.entropies, dtype=np.float32),
-            sampling_entropies=row.sampler.sampling_entropies(len(row.tokens)),
+            sampling_entropies=np.asarray(row.sampling_entropies, dtype=np.float32),
             finish_reason=reason,
             elapsed_s=time.perf_counter() - row.t0,
             prompt_tokens=len(row.req.prompt),
             peak_memory_bytes=peak,
             cached_tokens=row.cached,
+            top_ids=np.asarray([t[0] for t in row.top], dtype=np.int32) if row.top else None,
+            top_logprobs=np.asarray([t[1] for t in row.top], dtype=np.float32) if row.top else None,
         )

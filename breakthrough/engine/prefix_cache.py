@@ -3,17 +3,36 @@
 The reference re-prefilled prompt + prefix for every branch and again for every answer phase
 (protocol 3.3 steps 3 and 5). Here the prompt + base trace is prefilled once per cell (design
 decision 2); a continuation at any cut point starts from a cheap copy of that cache cut back to
-its prefix. Plain attention caches (mlx-lm `KVCache`) are cut by slicing; caches that cannot be
-trimmed (e.g. sliding-window `RotatingKVCache`) are served from snapshots taken during the one
-prefill and extended forward from the nearest snapshot."""
+its prefix.
+
+Plain attention layers (mlx-lm `KVCache`) are cut by slicing the one full cache. Layers that
+cannot be cut back (a sliding-window `RotatingKVCache` once its window has rotated, the recurrent
+`ArraysCache` state of linear-attention layers) are served from snapshots of THOSE LAYERS ONLY,
+taken during the one prefill at the cuts the requests will ask for (`snapshot_at`), and extended
+forward from the nearest snapshot for any other cut. So a model mixing both (Gemma-4: sliding +
+full attention; Qwen3.5: gated-delta + full attention) holds one full-length copy of its plain
+layers plus, per snapshot, a bounded state (the window, or the fixed recurrent state):
+
+    bytes = L * plain_bytes_per_token + S * (window * sliding_bytes_per_token + recurrent_bytes)
+
+for a prefix of L tokens and S snapshots: linear in the trace length, linear in the anchor count
+with a slope that does not grow with the trace. (Snapshots that deep-copied every layer cost
+sum_i cut_i * plain_bytes_per_token, about twice the full cache for the doubling anchor grid.)
+`cache_bytes` gives the layout of a model for `capacity` (the engine's memory budget)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 PREFILL_CHUNK = 512
+KV_STEP = 256  # mlx-lm's KVCache grows its buffers in steps of this many positions
+
+
+def _stepped(tokens: int) -> int:
+    return -(-max(int(tokens), 0) // KV_STEP) * KV_STEP
 
 
 def _is_plain(layer: Any) -> bool:
@@ -22,45 +41,106 @@ def _is_plain(layer: Any) -> bool:
     return type(layer) is KVCache
 
 
-def slice_cache(cache: list[Any], n: int) -> list[Any]:
-    """A new cache holding the first n positions of `cache` (plain KVCache layers only)."""
+def _plain_layer(layer: Any, n: int) -> Any:
+    """A new `KVCache` holding the first n positions of a plain layer."""
     from mlx_lm.models.cache import KVCache
 
-    out = []
-    for layer in cache:
-        new = KVCache()
-        if n > 0:
-            new.keys = layer.keys[..., :n, :]
-            new.values = layer.values[..., :n, :]
-            new.offset = n
-        out.append(new)
-    return out
+    new = KVCache()
+    if n > 0:
+        new.keys = layer.keys[..., :n, :]
+        new.values = layer.values[..., :n, :]
+        new.offset = n
+    return new
+
+
+def slice_cache(cache: list[Any], n: int) -> list[Any]:
+    """A new cache holding the first n positions of `cache` (plain KVCache layers only)."""
+    return [_plain_layer(layer, n) for layer in cache]
 
 
 def cache_length(cache: list[Any]) -> int:
-    return int(cache[0].offset) if cache else 0
+    """Positions a cache holds: the offset of its attention layers (recurrent `ArraysCache`
+    layers have no length of their own, so a hybrid model is read from its other layers)."""
+    for layer in cache:
+        if hasattr(layer, "offset"):
+            return int(layer.offset)
+    if cache:
+        raise ValueError("cache has no attention layer to tell its length")
+    return 0
+
+
+def _can_trim(layer: Any, k: int) -> bool:
+    """Whether `layer` can drop its last k positions exactly. A sliding window that has rotated
+    can drop ONE: the freed slot is the next write's, so the window the following token sees is
+    exactly its W most recent positions (mlx-lm's own check refuses any trim once rotated)."""
+    from mlx_lm.models.cache import RotatingKVCache
+
+    if k == 0:
+        return True
+    if type(layer) is RotatingKVCache:
+        return layer.is_trimmable() or (k == 1 and layer.keep == 0 and layer._idx >= 1)
+    try:
+        return bool(layer.is_trimmable())
+    except Exception:  # pragma: no cover
+        return False
 
 
 def trim_to(cache: list[Any], n: int) -> list[Any]:
-    """`cache` cut back to n positions: sliced when plain, else trimmed in place if possible."""
+    """`cache` cut back to n positions: sliced when plain, returned as is when it already holds
+    n, else trimmed in place (a rotated window by one position at most). ValueError when it
+    cannot be cut back exactly (a recurrent state, a rotated window by more than one): the
+    caller must rebuild that state."""
     if all(_is_plain(c) for c in cache):
         return slice_cache(cache, n)
-    from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
-
     have = cache_length(cache)
-    if not can_trim_prompt_cache(cache):
-        raise ValueError("cache cannot be trimmed")
-    trim_prompt_cache(cache, have - n)
+    if have == n:
+        return cache
+    k = have - n
+    if k < 0 or not all(_can_trim(c, k) for c in cache):
+        raise ValueError(f"cache of {have} positions cannot be cut back to {n}")
+    for layer in cache:
+        layer.trim(k)
     return cache
 
 
+SCORES_PER_HEAD = 1 << 20  # query x key entries of one chunk's attention, per head and layer
+
+
+def prefill_chunk(length: int, chunk: int = PREFILL_CHUNK) -> int:
+    """The chunk for a prefill reaching `length` positions: `chunk`, halved (down to 64) while
+    chunk x length exceeds SCORES_PER_HEAD. Where attention is not fused (MLX on CPU) one chunk
+    materialises chunk x length scores per head: 512 x 8,251 x 4 heads x 4 B = 68 MB on the
+    tiny test model, more than a small --memory-gb (bench/long_trace.py)."""
+    while chunk > 64 and chunk * length > SCORES_PER_HEAD:
+        chunk //= 2
+    return chunk
+
+
 def prefill(model: Any, cache: list[Any], ids: Sequence[int], chunk: int = PREFILL_CHUNK) -> None:
-    """Run `ids` through the model into `cache` (chunked, as mlx-lm's prefill_step_size)."""
+    """Run `ids` through the model into `cache` in chunks (as mlx-lm's prefill_step_size),
+    smaller ones as the cache grows long (`prefill_chunk`)."""
     import mlx.core as mx
 
-    for i in range(0, len(ids), chunk):
-        model(mx.array([list(ids[i : i + chunk])]), cache=cache)
+    i = 0
+    try:
+        start = cache_length(cache)
+    except ValueError:  # only recurrent layers: no attention scores to bound
+        start = 0
+    while i < len(ids):
+        step = prefill_chunk(start + i + chunk, chunk)
+        model(mx.array([list(ids[i : i + step])]), cache=cache)
         mx.eval([c.state for c in cache])
+        i += step
+
+
+def layer_nbytes(layer: Any) -> int:
+    """Bytes one cache layer holds (0 for an empty or absent one)."""
+    if layer is None:
+        return 0
+    try:
+        return int(layer.nbytes)
+    except Exception:  # pragma: no cover - a layer type without nbytes
+        return 0
 
 
 class PrefixCache:
@@ -69,7 +149,8 @@ class PrefixCache:
     The prefill runs on the first `state()` call, so a cell whose samples are all stored costs
     nothing on a rerun. `state(n)` returns a fresh cache object holding sequence[:n]; callers
     may hand it to the engine (which copies it again) or mutate it. `prefill_tokens` counts every
-    token pushed through the model by this object (the benchmark's "prefill tokens per cell")."""
+    token pushed through the model by this object (the benchmark's "prefill tokens per cell");
+    `nbytes` is what it holds (the full plain layers plus the snapshots)."""
 
     def __init__(self, model: Any, sequence: Sequence[int], snapshot_at: Sequence[int] = ()) -> None:
         self.model = model
@@ -77,27 +158,46 @@ class PrefixCache:
         self.snapshot_at = sorted({int(s) for s in snapshot_at if 0 < s <= len(self.sequence)})
         self.prefill_tokens = 0
         self.full: list[Any] | None = None
+        # cut -> per-layer copies of the untrimmable layers (None where the layer is plain)
         self.snapshots: dict[int, list[Any]] = {}
         self.plain: bool | None = None
+        self._plain_mask: list[bool] = []
 
     def _prefill(self) -> None:
         from mlx_lm.models.cache import make_prompt_cache
 
         cache = make_prompt_cache(self.model)
-        self.plain = all(_is_plain(c) for c in cache)
+        self._plain_mask = [_is_plain(c) for c in cache]
+        self.plain = all(self._plain_mask)
         if self.plain:
             prefill(self.model, cache, self.sequence)
             self.prefill_tokens += len(self.sequence)
             self.full = cache
             return
-        # Non-trimmable caches: stop at every requested cut and keep a copy.
+        # Untrimmable layers: stop at every requested cut and copy those layers only; the plain
+        # layers are sliced from the one full cache, as in the plain case.
+        self.snapshots[0] = [None if p else copy.deepcopy(c)
+                             for p, c in zip(self._plain_mask, make_prompt_cache(self.model))]
         pos = 0
         for cut in self.snapshot_at:
             prefill(self.model, cache, self.sequence[pos:cut])
             self.prefill_tokens += cut - pos
             pos = cut
-            self.snapshots[cut] = copy.deepcopy(cache)
-        self.snapshots.setdefault(0, make_prompt_cache(self.model))
+            self.snapshots[cut] = [None if p else copy.deepcopy(c)
+                                   for p, c in zip(self._plain_mask, cache)]
+        # plain layers hold sequence[:pos]; the others live on in the snapshots only
+        self.full = [c if p else None for p, c in zip(self._plain_mask, cache)]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the full cache's plain layers (all of it for a plain model) plus every
+        snapshot of the untrimmable layers."""
+        if self.full is None:
+            return 0
+        held = sum(layer_nbytes(c) for p, c in zip(self._plain_mask, self.full) if p)
+        for snap in self.snapshots.values():
+            held += sum(layer_nbytes(c) for c in snap)
+        return held
 
     def state(self, n: int) -> list[Any]:
         if not 0 <= n <= len(self.sequence):
@@ -107,24 +207,69 @@ class PrefixCache:
         if self.plain:
             return slice_cache(self.full, n)
         base = max(k for k in self.snapshots if k <= n)
-        cache = copy.deepcopy(self.snapshots[base])
+        cache = [_plain_layer(full, base) if p else copy.deepcopy(snap)
+                 for p, full, snap in zip(self._plain_mask, self.full, self.snapshots[base])]
         if n > base:
             prefill(self.model, cache, self.sequence[base:n])
             self.prefill_tokens += n - base
         return cache
 
 
-def kv_bytes_per_token(model: Any) -> float:
-    """Bytes of KV state one position costs (all layers), from a one-token forward pass."""
+@dataclass(frozen=True)
+class CacheBytes:
+    """A model's cache layout in bytes (buffers of growing layers rounded up to `KV_STEP`
+    positions, as mlx-lm allocates them): `plain_per_token` for layers that grow with the
+    sequence, `bounded_per_token` up to `window` tokens for sliding-window layers, and
+    `fixed` for recurrent states (per row, whatever the length)."""
+
+    plain_per_token: float
+    bounded_per_token: float
+    window: int
+    fixed: float
+
+    def row(self, tokens: int) -> float:
+        """Bytes of one row's cache at `tokens` positions."""
+        return (self.plain_per_token * _stepped(tokens)
+                + self.bounded_per_token * min(_stepped(tokens), self.window) + self.fixed)
+
+    def prefix_cache(self, tokens: int, snapshots: int) -> float:
+        """Upper bound of `PrefixCache.nbytes` for a prefix of `tokens` with `snapshots`
+        snapshots (a sliding layer's copy may hold its window plus one prefill chunk)."""
+        full = self.plain_per_token * _stepped(tokens)
+        if self.bounded_per_token == 0 and self.fixed == 0:
+            return full
+        per_snapshot = (self.bounded_per_token * min(tokens, self.window + PREFILL_CHUNK - 1)
+                        + self.fixed)
+        return full + (snapshots + 1) * per_snapshot
+
+
+def cache_bytes(model: Any) -> CacheBytes:
+    """The model's `CacheBytes`, from a two-token forward pass through a fresh cache."""
     import mlx.core as mx
-    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache, make_prompt_cache
 
     cache = make_prompt_cache(model)
-    model(mx.array([[0]]), cache=cache)
-    total = 0.0
+    model(mx.array([[0, 0]]), cache=cache)
+    mx.eval([c.state for c in cache])
+    plain = bounded = fixed = 0.0
+    window = 0
     for layer in cache:
-        for name in ("keys", "values"):
-            arr = getattr(layer, name, None)
-            if arr is not None and hasattr(arr, "shape") and len(arr.shape) == 4:
-                total += arr[..., :1, :].nbytes
-    return total
+        if isinstance(layer, (KVCache, RotatingKVCache)):
+            per = sum(a[..., :1, :].nbytes for a in (layer.keys, layer.values))
+            if isinstance(layer, RotatingKVCache):
+                bounded += per
+                window = max(window, int(layer.max_size))
+            else:
+                plain += per
+        elif isinstance(layer, ArraysCache):
+            fixed += layer_nbytes(layer)
+        else:  # an unknown layer type: count what it holds for 2 tokens as growing
+            plain += layer_nbytes(layer) / 2
+    return CacheBytes(plain, bounded, window, fixed)
+
+
+def kv_bytes_per_token(model: Any) -> float:
+    """Bytes of KV state one position costs (all attention layers), from a one-token forward
+    pass: an upper bound per token for any length (sliding layers counted as growing)."""
+    b = cache_bytes(model)
+    return b.plain_per_token + b.bounded_per_token

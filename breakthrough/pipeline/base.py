@@ -20,10 +20,12 @@ from breakthrough.engine import EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
-from breakthrough.models.loading import load_model
+from breakthrough.models.loading import load_model, model_identity
 from breakthrough.models.tokens import decode
 from breakthrough.models.segments import reasoning_length, segment_ids
-from breakthrough.pipeline.manifest import cell_id, check_engine, run_manifest
+from breakthrough.pipeline.branches import request_facts
+from breakthrough.pipeline.manifest import (cell_id, check_engine, record_throughput,
+                                             refuse_changed_run, request_identity, run_manifest)
 from breakthrough.protocol import Protocol
 from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.cohorts import cohort_digest, load_cohort
@@ -40,7 +42,25 @@ class BaseReport:
     tokens: int
     elapsed_s: float
     skipped: int = 0
+    failed: int = 0
     finish: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # the engine's (e.g. endpoints that died)
+
+
+def base_cells(loaded: Any, rows: Sequence[dict], protocol: Protocol, variant: str) -> list[dict]:
+    """One cell per row: its id and chat prompt ids (protocol 1.3), refused in one line when a
+    prompt exceeds `max_prompt_tokens` (1.5)."""
+    cells = []
+    for row in rows:
+        msg = user_message(row, variant)
+        try:
+            prompt = build_prompt_ids(loaded.tokenizer, loaded.family, msg,
+                                      max_prompt_tokens=protocol.max_prompt_tokens)
+        except BtError as exc:
+            raise BtError(f"problem {row['id']}: {exc}") from None
+        cells.append({"cell_id": cell_id(loaded.alias, row["id"]), "model": loaded.alias,
+                      "item": row, "prompt_ids": prompt})
+    return cells
 
 
 def run_base(
@@ -60,24 +80,14 @@ def run_base(
     on the engine `engine` names.
 
     `on_start(n_todo, engine)` and `on_sample(record, grade)` let the CLI drive a progress bar."""
-    gen = make_engine(engine, loaded)
     family = family_of(rows)
+    cells = base_cells(loaded, rows, protocol, variant)  # refuses a long prompt before any write
+    gen = make_engine(engine, loaded)
     store = RunStore(run_dir, create=True)
     try:
         store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, cohort_digest, variant,
                                            gen.identity()))
         check_engine(store, gen)
-        cells = []
-        for row in rows:
-            msg = user_message(row, variant)
-            try:
-                prompt = build_prompt_ids(
-                    loaded.tokenizer, loaded.family, msg, max_prompt_tokens=protocol.max_prompt_tokens
-                )
-            except BtError as exc:
-                raise BtError(f"problem {row['id']}: {exc}") from None
-            cells.append({"cell_id": cell_id(loaded.alias, row["id"]), "model": loaded.alias,
-                          "item": row, "prompt_ids": prompt})
         store.add_cells(cells)
         done = {key[0] for key in store.existing_keys("base")}
         todo = [c for c in cells if c["cell_id"] not in done]
@@ -101,6 +111,13 @@ def run_base(
         try:
             for res in gen.generate(requests):
                 cell = by_id[res.key]
+                if res.error or res.finish_reason == "error":
+                    # A request that kept failing (remote backends): an error row, the run goes on;
+                    # a rerun retries the cell.
+                    store.add_error(res.key, res.key, str(res.error or "generation failed"),
+                                    res.endpoint or "")
+                    report.failed += 1
+                    continue
                 tokens = np.asarray(res.tokens, dtype=np.int32)
                 text = decode(loaded.tokenizer, res.tokens)
                 segments = segment_ids(loaded.tokenizer, res.tokens, loaded.family)
@@ -111,7 +128,7 @@ def run_base(
                     entropies=res.entropies, sampling_entropies=res.sampling_entropies,
                     elapsed_s=res.elapsed_s,
                     peak_mem_mb=res.peak_memory_bytes / 2**20,
-                    extra={"prompt_tokens": res.prompt_tokens},
+                    extra={"prompt_tokens": res.prompt_tokens, **request_facts([res])},
                 )
                 grade = grader.grade(text, cell["item"], res.finish_reason)
                 store.add_samples([rec], [grade], reasoning_tokens={res.key: reasoning_length(segments)})
@@ -123,6 +140,8 @@ def run_base(
         finally:
             getattr(grader, "close", lambda: None)()
         report.elapsed_s = time.perf_counter() - t0
+        report.notes = list(getattr(gen, "notes", []))
+        record_throughput(store, "base", report.tokens, report.elapsed_s)  # for --dry-run ETAs
         return report
     finally:
         store.close()
@@ -180,16 +199,20 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
     cohort_name = Path(req.cohort).stem
     reports = []
     for name in req.models:
-        loaded = load_model(name)
+        ident = model_identity(name)  # from the files: a differing run is refused before loading
         if req.run:
-            run_name = f"{req.run}-{loaded.alias}" if len(req.models) > 1 else req.run
+            run_name = f"{req.run}-{ident.alias}" if len(req.models) > 1 else req.run
         else:
-            run_name = f"{cohort_name}-{loaded.alias}"
+            run_name = f"{cohort_name}-{ident.alias}"
         run_dir = req.runs_dir / run_name
+        refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, req.variant))
+        loaded = load_model(name)
+        base_cells(loaded, rows, req.protocol, req.variant)  # a too-long prompt: refused before any output
         ctx = loaded.config.get("max_position_embeddings")
         if ctx and req.protocol.base_max_tokens > int(ctx):
             say(f"note: {loaded.alias} has a {int(ctx):,}-token context; generation beyond it degrades")
-        say(f"[bold]{loaded.alias}[/]: {len(rows)} problems of {cohort_name} -> {run_dir}")
+        say(f"[bold]{loaded.alias}[/]: {len(rows)} problem{'' if len(rows) == 1 else 's'} of "
+            f"{cohort_name} -> {run_dir}")
 
         def run(on_start=None, on_sample=None, loaded=loaded, run_dir=run_dir):
             return run_base(loaded=loaded, rows=rows, cohort=cohort_name, cohort_digest=digest,

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from breakthrough.engine.contract import Engine, GenRequest, SharedPrefix
+from breakthrough.engine.contract import Engine, GenRequest, GenResult, SharedPrefix
 from breakthrough.errors import BtError
 from breakthrough.protocol import Protocol
 
@@ -82,19 +82,34 @@ def close_reasoning(tokens: Sequence[int], finish_reason: str, eos: frozenset[in
     return reasoning, list(forced_ids), dropped
 
 
-def check_budget(prefix_len: int, budget: int, protocol: Protocol) -> bool:
-    """Protocol 3.3 step 1: room for B reasoning tokens and the full answer reserve."""
-    available = protocol.total_cap - prefix_len
+def check_budget(prefix_len: int, budget: int, protocol: Protocol, forced: int = 0) -> bool:
+    """Protocol 3.3 step 1: room for B reasoning tokens, the `forced` close tokens a forced
+    close may insert, and the full answer reserve within the total cap (1.5). Without room for
+    the forced close, a branch that does not close by itself would get a short answer window;
+    the study stopped probing at the previous anchor instead."""
+    available = protocol.total_cap - prefix_len - forced
     return available > protocol.answer_budget and budget <= available - protocol.answer_budget
 
 
+@dataclass
+class _Reasoned:
+    """A branch whose reasoning phase is done: what the answer phase continues."""
+
+    reasoning: list[int]
+    inserted: list[int]
+    logprobs: list[float]
+    entropies: list[float]
+    sampling_entropies: list[float]
+    result: GenResult
+
+
 class BranchRunner:
-    """Runs batches of branches of one cell on an engine.
+    """The two phases of the branches of one cell, as engine requests (protocol 3.3).
 
     `prompt` is the chat prompt, `trace` the base trace's generated tokens; `shared` (optional)
-    declares prompt + trace[:longest cut] to the engine as the cell's shared prefix. Rows of one
-    batch share the engine's continuous batching; the answer phases of a batch start when its
-    reasoning phases are done."""
+    declares prompt + trace[:longest cut] to the engine as the cell's shared prefix. The run's
+    scheduler (pipeline.scheduler) streams `reasoning_request` / `answer_request` of many cells
+    through one engine; `run` does one batch of branches, phase by phase (tests, benches)."""
 
     def __init__(
         self,
@@ -112,60 +127,95 @@ class BranchRunner:
         self.shared = shared
         self.close_ids, self.forced_ids, self.eos = close_tokens(loaded)
 
-    def run(self, branches: Sequence[Branch]) -> list[BranchResult]:
-        p = self.protocol
-        for b in branches:
-            if not check_budget(b.cut, b.budget, p):
-                raise BtError(f"{b.key}: prefix of {b.cut} tokens leaves no room for B={b.budget} + answer")
+    def reasoning_request(self, b: Branch, key: str | None = None) -> GenRequest:
+        """Step 3: up to B tokens from prompt + prefix, stopping at EOS or the close marker."""
+        if not check_budget(b.cut, b.budget, self.protocol, len(self.forced_ids)):
+            raise BtError(f"{b.key}: prefix of {b.cut} tokens leaves no room for B={b.budget} + answer")
         stop = (self.close_ids,) if self.close_ids else ()
-        reqs = [GenRequest(key=b.key, prompt=self.prompt + self.trace[: b.cut], max_tokens=b.budget,
-                           seed=b.seed, sampling=p.sampling, stop_sequences=stop,
-                           shared_prefix=self.shared, keep_state=True)
-                for b in branches]
+        return GenRequest(key=key or b.key, prompt=self.prompt + self.trace[: b.cut], max_tokens=b.budget,
+                          seed=b.seed, sampling=self.protocol.sampling, stop_sequences=stop,
+                          shared_prefix=self.shared, keep_state=True)
+
+    def answer_request(self, b: Branch, r: GenResult, key: str | None = None) -> tuple[GenRequest, _Reasoned]:
+        """Steps 4-5: close the reasoning (natural or forced) and ask for the answer window,
+        continuing the reasoning row (`follows`)."""
+        p = self.protocol
+        reasoning, inserted, _ = close_reasoning(r.tokens, r.finish_reason, self.eos, self.forced_ids)
+        n = len(reasoning)
+        lps, ents, sents = (list(a)[:n] for a in (r.logprobs, r.entropies, r.sampling_entropies))
+        context = self.prompt + self.trace[: b.cut] + reasoning + inserted
+        used = b.cut + len(reasoning) + len(inserted)
+        answer_budget = min(p.answer_budget, p.total_cap - used)
+        if answer_budget != p.answer_budget:
+            raise BtError(f"{b.key}: answer window {answer_budget} < {p.answer_budget} (protocol 3.3 step 5)")
+        req = GenRequest(key=key or b.key, prompt=context, max_tokens=answer_budget,
+                         seed=answer_seed(b.seed), sampling=p.sampling, follows=r.key,
+                         shared_prefix=self.shared)
+        return req, _Reasoned(reasoning, inserted, lps, ents, sents, r)
+
+    def result(self, b: Branch, done: _Reasoned, a: GenResult) -> BranchResult:
+        """Step 6: the whole branch (prefix + reasoning + inserted + answer) and its statistics."""
+        nan = [float("nan")] * len(done.inserted)
+        r = done.result
+        return BranchResult(
+            branch=b,
+            tokens=self.trace[: b.cut] + done.reasoning + done.inserted + list(a.tokens),
+            logprobs=np.asarray(done.logprobs + nan + list(a.logprobs), dtype=np.float32),
+            entropies=np.asarray(done.entropies + nan + list(a.entropies), dtype=np.float32),
+            sampling_entropies=np.asarray(done.sampling_entropies + nan + list(a.sampling_entropies),
+                                          dtype=np.float32),
+            finish_reason="answer_reserve" if a.finish_reason == "length" else "eos",
+            extra={
+                "reasoning_tokens": len(done.reasoning),
+                "reasoning_finish": r.finish_reason,
+                "forced_close": bool(done.inserted),
+                "inserted_tokens": len(done.inserted),
+                "answer_tokens": len(a.tokens),
+                "prefix_sha": prefix_sha(self.trace[: b.cut]),
+                **request_facts([r, a], [len(done.reasoning), len(done.inserted)]),
+            },
+            elapsed_s=r.elapsed_s + a.elapsed_s,
+            peak_memory_bytes=max(r.peak_memory_bytes, a.peak_memory_bytes),
+        )
+
+    def run(self, branches: Sequence[Branch]) -> list[BranchResult]:
+        """One batch of branches: every reasoning phase, then every answer phase."""
+        reqs = [self.reasoning_request(b) for b in branches]
         by_key = {b.key: b for b in branches}
-        phase1 = {r.key: r for r in self.engine.generate(reqs)}
-        # Answer phase: each row's full context; `follows` lets the engine continue its live state.
-        reqs2, pending = [], {}
-        for key, r in phase1.items():
-            b = by_key[key]
-            reasoning, inserted, _ = close_reasoning(r.tokens, r.finish_reason, self.eos, self.forced_ids)
-            n = len(reasoning)
-            lps, ents, sents = (list(a)[:n] for a in (r.logprobs, r.entropies, r.sampling_entropies))
-            context = self.prompt + self.trace[: b.cut] + reasoning + inserted
-            used = b.cut + len(reasoning) + len(inserted)
-            answer_budget = min(p.answer_budget, p.total_cap - used)
-            if answer_budget != p.answer_budget:
-                raise BtError(f"{key}: answer window {answer_budget} < {p.answer_budget} (protocol 3.3 step 5)")
-            reqs2.append(GenRequest(key=key, prompt=context, max_tokens=answer_budget,
-                                    seed=answer_seed(b.seed), sampling=p.sampling, follows=key,
-                                    shared_prefix=self.shared))
-            pending[key] = (reasoning, lps, ents, sents, inserted, r)
-        out = []
-        for a in self.engine.generate(reqs2):
-            b = by_key[a.key]
-            reasoning, lps, ents, sents, inserted, r = pending[a.key]
-            nan = [float("nan")] * len(inserted)
-            tokens = self.trace[: b.cut] + reasoning + inserted + list(a.tokens)
-            out.append(BranchResult(
-                branch=b,
-                tokens=tokens,
-                logprobs=np.asarray(lps + nan + list(a.logprobs), dtype=np.float32),
-                entropies=np.asarray(ents + nan + list(a.entropies), dtype=np.float32),
-                sampling_entropies=np.asarray(sents + nan + list(a.sampling_entropies), dtype=np.float32),
-                finish_reason="answer_reserve" if a.finish_reason == "length" else "eos",
-                extra={
-                    "reasoning_tokens": len(reasoning),
-                    "reasoning_finish": r.finish_reason,
-                    "forced_close": bool(inserted),
-                    "inserted_tokens": len(inserted),
-                    "answer_tokens": len(a.tokens),
-                    "prefix_sha": prefix_sha(self.trace[: b.cut]),
-                },
-                elapsed_s=r.elapsed_s + a.elapsed_s,
-                peak_memory_bytes=max(r.peak_memory_bytes, a.peak_memory_bytes),
-            ))
+        answers, pending = [], {}
+        for r in self.engine.generate(reqs):
+            req, done = self.answer_request(by_key[r.key], r)
+            answers.append(req)
+            pending[r.key] = done
+        out = [self.result(by_key[a.key], pending[a.key], a) for a in self.engine.generate(answers)]
         order = {b.key: i for i, b in enumerate(branches)}
         return sorted(out, key=lambda x: order[x.branch.key])
+
+
+def request_facts(results: Sequence[GenResult], keep: Sequence[int] = ()) -> dict[str, Any]:
+    """What a sample's extra records about how its requests were served: prompt tokens the
+    backend reused, the endpoint (HTTP backends), and, where the backend could only bound the
+    full-distribution entropy from its top-k (vLLM, SGLang), both bounds per generated token
+    (`entropies` is then NaN: never pretend). `keep[i]` limits result i to its first ids and
+    NaN-pads the tokens inserted after it (the forced close between phases)."""
+    facts: dict[str, Any] = {"cached_tokens": [int(r.cached_tokens) for r in results]}
+    endpoints = sorted({r.endpoint for r in results if r.endpoint})
+    if endpoints:
+        facts["endpoints"] = endpoints
+    if any(r.entropy_bounds is not None for r in results):
+        lower: list[float | None] = []
+        upper: list[float | None] = []
+        for i, r in enumerate(results):
+            n = keep[0] if i == 0 and keep else len(r.tokens)
+            bounds = r.entropy_bounds if r.entropy_bounds is not None else np.full((len(r.tokens), 2), np.nan)
+            for lo, hi in np.asarray(bounds, dtype=np.float64)[:n]:
+                lower.append(None if np.isnan(lo) else round(float(lo), 5))
+                upper.append(None if np.isnan(hi) else round(float(hi), 5))
+            if i == 0 and len(keep) > 1:
+                lower += [None] * keep[1]
+                upper += [None] * keep[1]
+        facts["entropy_lower"], facts["entropy_upper"] = lower, upper
+    return facts
 
 
 def close_tokens(loaded: Any) -> tuple[tuple[int, ...], list[int], frozenset[int]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.protocol import Protocol
-from breakthrough.store import RunStore
+from breakthrough.store import STORE_FILE, RunStore
 from breakthrough.tasks.family import family_of
 
 PACKAGES = ("mlx", "mlx-lm", "math-verify", "transformers", "numpy", "breakthrough")
@@ -36,29 +36,48 @@ def cell_id(alias: str, problem_id: str) -> str:
     return f"{alias}:{problem_id}"
 
 
+def request_identity(model: Any, rows: Sequence[dict], protocol: Protocol, cohort_digest: str,
+                     variant: str) -> dict:
+    """The identity fields of a `bt base` request that are known before the weights are loaded
+    (`model` is a `LoadedModel` or a `loading.ModelIdentity`), plus the whole protocol so a
+    refusal can name the constant that differs."""
+    family = family_of(rows)
+    return {
+        "model_id": model.model_id,
+        "model_revision": model.revision,
+        "task_family": family,
+        "protocol_digest": protocol.identity_digest(),
+        "protocol": protocol.to_dict(),
+        "cohort_digest": cohort_digest,
+        "prompt_version": protocol.prompt_version if family == "math" else f"{protocol.prompt_version}/{variant}",
+    }
+
+
 def run_manifest(loaded: Any, rows: Sequence[dict], protocol: Protocol, cohort: str,
                  cohort_digest: str, variant: str, engine: dict[str, Any] | None = None) -> dict:
     """What defines the run (identity fields, see store.IDENTITY_FIELDS) plus what documents it.
     `cohort_digest` is of the whole cohort file, so --limit/--problems subsets share one run;
     `engine` is the engine's `identity()` (recorded by the first generation when absent)."""
-    family = family_of(rows)
     manifest = {
-        "model_id": loaded.model_id,
+        **request_identity(loaded, rows, protocol, cohort_digest, variant),
         "model_alias": loaded.alias,
-        "model_revision": loaded.revision,
         "family": loaded.family.name,
-        "task_family": family,
-        "protocol_digest": protocol.identity_digest(),
-        "protocol": protocol.to_dict(),
         "cohort": cohort,
-        "cohort_digest": cohort_digest,
-        "prompt_version": protocol.prompt_version if family == "math" else f"{protocol.prompt_version}/{variant}",
         "packages": package_versions(),
         "platform": f"{platform.system()} {platform.machine()}",
     }
     if engine is not None:
         manifest["engine"] = engine
     return manifest
+
+
+def refuse_changed_run(run_dir: Path, wanted: dict) -> None:
+    """Before a model is loaded: refuse a request whose identity differs from the existing run
+    in `run_dir` (read-only; nothing happens when there is no run yet)."""
+    if not (run_dir / STORE_FILE).exists():
+        return
+    with RunStore(run_dir, readonly=True) as store:
+        store.check_identity(wanted)
 
 
 def check_engine(store: RunStore, engine: Any) -> None:
@@ -73,15 +92,65 @@ def check_model(store: RunStore, loaded: Any, run_dir: Path) -> None:
                       f"loaded {loaded.revision!r}")
 
 
-def record_continuation(store: RunStore, **settings: Any) -> Protocol:
-    """The run's protocol with this continuation's settings (B, anchors, samples, ...), stored
-    whole in the manifest for every later command. Continuation samples at another answer
-    budget would not be comparable, so that one is part of the run's identity."""
+def preflight_continue(store: RunStore, settings: dict[str, Any], backend: str | None = None) -> None:
+    """Before `bt continue` writes any run's protocol or loads a model: refuse a run whose
+    settings could not run or differ from its identity (`record_continuation_protocol`), whose
+    engine backend differs from the one asked for, or whose model files no longer match its
+    recorded revision, naming the setting (all known without loading any weights)."""
+    from breakthrough.models.loading import model_identity
+
+    record_continuation_protocol(store, **settings)
+    man = store.manifest()
+    if "model_id" not in man:
+        raise BtError(f"{store.run_dir}: the run has no model recorded; run `bt base` first")
+    have_backend = (man.get("engine") or {}).get("backend")
+    if backend and have_backend and have_backend != backend:
+        raise BtError(f"{store.run_dir}: run was made with engine.backend={have_backend!r}, this "
+                      f"request has engine.backend={backend!r}; a run never mixes backends "
+                      f"(use --backend {have_backend})")
+    now = model_identity(man["model_id"]).revision
+    if man.get("model_revision") not in (None, now):
+        raise BtError(f"{store.run_dir}: run was made with model_revision="
+                      f"{man['model_revision']!r}, the model {man['model_id']} is now {now!r}")
+
+
+def record_continuation_protocol(store: RunStore, **settings: Any) -> Protocol:
+    """The protocol a continuation will store (the run's, with `settings`), validated,
+    and refused when its answer budget differs from the run's continuations; writes nothing
+    (`--dry-run` reads it from a read-only store)."""
     stored = store.manifest().get("protocol") or {}
     try:
         protocol = Protocol.from_dict(stored, partial=True).with_overrides(**settings)
     except (TypeError, ValueError) as exc:
         raise BtError(f"{store.run_dir}: unreadable stored protocol ({exc})") from None
+    protocol.validate()  # nothing is written for settings that could not run
+    store.check_identity({"continue_answer_budget": protocol.answer_budget})
+    return protocol
+
+
+def store_protocol(store: RunStore, protocol: Protocol) -> Protocol:
+    """Write `protocol` whole as the run's protocol (continuations at another answer budget are
+    refused: they would not be comparable)."""
     store.ensure_manifest({"continue_answer_budget": protocol.answer_budget})
     store.update_manifest({"protocol": protocol.to_dict()})
     return protocol
+
+
+def machine_name() -> str:
+    """This machine as throughput records name it (system, architecture, processor, cores):
+    a rate measured elsewhere says nothing about this machine."""
+    import os
+
+    return f"{platform.system()} {platform.machine()} {platform.processor() or '?'} x{os.cpu_count()}"
+
+
+def record_throughput(store: RunStore, phase: str, tokens: int, seconds: float) -> None:
+    """Store the generated tokens/s `bt base` / `bt continue` (`phase`) just measured on this
+    machine, for `--dry-run` ETAs (the latest call of each phase wins; nothing to record when
+    nothing was generated)."""
+    if tokens <= 0 or seconds <= 0:
+        return
+    got = dict(store.manifest().get("throughput") or {})
+    got[phase] = {"generated_tokens": int(tokens), "elapsed_s": round(float(seconds), 3),
+                  "tokens_per_s": round(tokens / seconds, 3), "machine": machine_name()}
+    store.update_manifest({"throughput": got})

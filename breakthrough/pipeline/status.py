@@ -23,7 +23,7 @@ class CellStatus:
 def run_status(run_dir: Path, tau: float | None = None) -> tuple[str, list[CellStatus]]:
     """(title, one status per cell): probes at the run's B, the plan at `tau` (default: the
     run's)."""
-    with RunStore(run_dir) as store:
+    with RunStore(run_dir, readonly=True) as store:
         protocol = store.protocol()
         df = store.samples_frame(arrays=False)
         cells = store.cells_frame()

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from breakthrough.cli import app
+from breakthrough.errors import BtError
 from breakthrough.store import RunStore
 
 
@@ -30,7 +31,9 @@ def test_base_stores_graded_traces_and_resumes(tmp_path: Path, tiny_model_dir: P
         man = s.manifest()
         cells = s.cells_frame()
     assert len(df) == 3 and set(df["kind"]) == {"base"}
-    assert man["model_id"] == str(tiny_model_dir) and man["cohort"] == "demo"
+    # the weights' digest, not the folder path (no machine path in a manifest)
+    assert man["model_id"] == man["model_revision"] and man["model_id"].startswith("local:")
+    assert man["cohort"] == "demo"
     row = df.iloc[0]
     assert len(row["token_ids"]) == row["n_tokens"] == len(row["logprobs"]) == len(row["segments"]) == 12
     assert (row["logprobs"] <= 0).all() and (row["entropies"] >= 0).all()
@@ -50,7 +53,8 @@ def test_base_refuses_a_run_made_under_another_protocol(tmp_path: Path, tiny_mod
     res = CliRunner().invoke(app, ["base", "--cohort", "demo", "--model", str(tiny_model_dir),
                                    "--runs-dir", str(tmp_path), "--run", "t", "--max-tokens", "13"])
     assert res.exit_code != 0
-    assert "protocol_digest" in str(res.exception) or "protocol_digest" in res.output
+    said = str(res.exception) + res.output
+    assert "protocol.base_max_tokens" in said and "12 vs 13" in said  # names the setting
 
 
 @pytest.mark.parametrize("bad,msg", [
@@ -75,9 +79,12 @@ def test_base_killed_and_rerun_has_every_cell_once(tmp_path: Path, tiny_model_di
     deadline = time.time() + 120
     while time.time() < deadline:
         if store_file.exists():
-            with RunStore(tmp_path / "killed") as s:
-                if len(s.existing_keys("base")) >= 1:
-                    break
+            try:
+                with RunStore(tmp_path / "killed", readonly=True) as s:
+                    if len(s.existing_keys("base")) >= 1:
+                        break
+            except BtError:
+                pass  # the file is being created (0 bytes, no schema yet)
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

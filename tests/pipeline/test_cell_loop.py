@@ -119,7 +119,7 @@ def test_continue_killed_and_rerun_equals_uninterrupted(fixture_run: Path, tmp_p
     (["--topup", "sometimes"], "--topup"),
     (["--restarts", "8,x"], "--restarts"),
     (["--anchors", "0"], "--anchors"),
-    (["--samples", "0"], "must be positive"),
+    (["--samples", "0"], "--samples: expected a positive integer"),
 ])
 def test_continue_clear_errors(fixture_run: Path, args, msg) -> None:
     proc = subprocess.run([sys.executable, "-m", "breakthrough.cli", "continue", str(fixture_run), *args],

@@ -1,0 +1,186 @@
+"""`--dry-run` of `bt base` and `bt continue`: what a command would generate, per phase, and
+how long that takes on this machine, without loading a model or writing a byte.
+
+Counts come from the run's store (read-only) and the protocol the command would run under;
+token counts are upper bounds (every sample running to its budget). The ETA divides them by
+the generated tokens/s that earlier `bt base` / `bt continue` calls measured for the same
+model on this machine and stored in their manifests (`manifest.record_throughput`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from breakthrough.classify.panels import probe_panel
+from breakthrough.classify.plan import bisection_midpoint
+from breakthrough.models.loading import model_alias
+from breakthrough.pipeline.base import BaseRequest, select_rows
+from breakthrough.pipeline.cells import plan_cell
+from breakthrough.pipeline.manifest import machine_name, record_continuation_protocol
+from breakthrough.protocol import Protocol
+from breakthrough.store import STORE_FILE, RunStore
+from breakthrough.tasks.cohorts import load_cohort
+
+
+@dataclass
+class PhasePlan:
+    """One phase: samples to generate and at most how many tokens they take."""
+
+    phase: str
+    samples: int
+    max_tokens: int
+    note: str = ""
+
+
+@dataclass
+class RunPlan:
+    """What one run would generate, and the ETA at the measured rate (None: never measured)."""
+
+    run_dir: Path
+    model: str
+    phases: list[PhasePlan] = field(default_factory=list)
+    tokens_per_s: float | None = None
+    rate_source: str = ""
+
+    @property
+    def max_tokens(self) -> int:
+        return sum(p.max_tokens for p in self.phases)
+
+    @property
+    def eta_s(self) -> float | None:
+        return self.max_tokens / self.tokens_per_s if self.tokens_per_s else None
+
+    def lines(self) -> list[str]:
+        """What `--dry-run` prints for this run."""
+        out = [f"{self.run_dir} ({self.model}):"]
+        for p in self.phases:
+            out.append(f"  {p.phase:<10} {_n(p.samples, 'sample')}, at most {p.max_tokens:,} "
+                       f"tokens" + (f" ({p.note})" if p.note else ""))
+        if self.eta_s is None:
+            out.append(f"  ETA unknown: no measured tokens/s of {self.model} on this machine yet "
+                       f"(a run stores it when it finishes)")
+        else:
+            out.append(f"  ETA at most {_duration(self.eta_s)} at {self.tokens_per_s:,.1f} "
+                       f"tokens/s ({self.rate_source})")
+        return out
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def measured_rate(run_dirs: list[Path], model: str, phases: tuple[str, ...]) -> tuple[float | None, str]:
+    """(tokens/s, where it came from): the first of `phases` measured on this machine in the
+    given runs (the run itself first) for `model`; (None, "") when none was."""
+    machine = machine_name()
+    for phase in phases:
+        for run_dir in run_dirs:
+            if not (run_dir / STORE_FILE).exists():
+                continue
+            with RunStore(run_dir, readonly=True) as store:
+                man = store.manifest()
+            got = (man.get("throughput") or {}).get(phase) or {}
+            if man.get("model_alias") == model and got.get("machine") == machine and \
+                    got.get("tokens_per_s"):
+                return float(got["tokens_per_s"]), f"measured by `bt {phase}` in {run_dir.name}"
+    return None, ""
+
+
+def _sibling_runs(run_dir: Path) -> list[Path]:
+    """The run itself, then the other runs beside it (same model, maybe measured there)."""
+    parent = run_dir.parent
+    others = sorted(d for d in parent.iterdir() if d != run_dir and (d / STORE_FILE).exists()) \
+        if parent.is_dir() else []
+    return [run_dir, *others]
+
+
+def plan_base(req: BaseRequest) -> list[RunPlan]:
+    """`bt base --dry-run`: per model, the base traces still missing and their token bound."""
+    rows = select_rows(load_cohort(req.cohort), req.problems, req.limit, req.cohort)
+    cohort_name = Path(req.cohort).stem
+    plans = []
+    for name in req.models:
+        alias = model_alias(name)
+        if req.run:
+            run_name = f"{req.run}-{alias}" if len(req.models) > 1 else req.run
+        else:
+            run_name = f"{cohort_name}-{alias}"
+        run_dir = req.runs_dir / run_name
+        done: set[str] = set()
+        if (run_dir / STORE_FILE).exists():
+            with RunStore(run_dir, readonly=True) as store:
+                done = {key[0] for key in store.existing_keys("base")}
+        todo = [r for r in rows if f"{alias}:{r['id']}" not in done]
+        plan = RunPlan(run_dir, alias, [PhasePlan(
+            "base", len(todo), len(todo) * req.protocol.base_max_tokens,
+            f"{_n(len(rows) - len(todo), 'cell')} already done" if len(todo) < len(rows) else "")])
+        plan.tokens_per_s, plan.rate_source = measured_rate(_sibling_runs(run_dir), alias,
+                                                            ("base", "continue"))
+        plans.append(plan)
+    return plans
+
+
+def plan_continue(run_dirs: list[Path], settings: dict[str, Any]) -> list[RunPlan]:
+    """`bt continue --dry-run`: per run, probes, refinement, restarts (and the top-ups, which
+    depend on outcomes) under the protocol the command would record."""
+    plans = []
+    for run_dir in run_dirs:
+        with RunStore(run_dir, readonly=True) as store:
+            protocol = record_continuation_protocol(store, **settings)
+            man = store.manifest()
+            base = store.samples_frame(kind="base")
+            have = store.existing_keys()
+            panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol)
+        plans.append(_continue_plan(run_dir, man.get("model_alias", "?"), protocol, base, have,
+                                    panel))
+    return plans
+
+
+def _refinement_left(cell_id: str, grid_done: bool, panel: Any, p: Protocol) -> int:
+    """Bisection samples still to come for a cell: none when its probes are all in and show no
+    crossing to refine (or refinement is over), else at most the rounds left."""
+    rows = panel[panel["cell_id"] == cell_id]
+    done = sum(a not in p.anchors for a in rows["anchor"])
+    if grid_done:
+        tuples = list(rows[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False,
+                                                                                 name=None))
+        if bisection_midpoint(tuples, p.tau, p) is None:
+            return 0
+    return max(p.refinement_rounds - done, 0) * p.samples
+
+
+def _continue_plan(run_dir: Path, model: str, p: Protocol, base: Any, have: set,
+                   panel: Any) -> RunPlan:
+    probes = refine = restarts = restart_tokens = 0
+    probe_tokens = p.budget + p.answer_budget
+    for rec in base.to_dict(orient="records"):
+        cell = plan_cell(rec["cell_id"], {}, [], rec, p)
+        cid = rec["cell_id"]
+        missing = sum(1 for a in cell.grid for b in range(p.samples)
+                      if (cid, "probe", a, p.budget, b) not in have)
+        probes += missing
+        refine += _refinement_left(cid, not missing, panel, p) if len(cell.grid) > 1 else 0
+        missing = [c for c in p.restart_budgets for b in range(p.restart_samples)
+                   if (cid, "restart", -1, c, b) not in have]
+        restarts += len(missing)
+        restart_tokens += sum(c + p.answer_budget for c in missing)
+    plan = RunPlan(run_dir, model, [
+        PhasePlan("probes", probes, probes * probe_tokens),
+        PhasePlan("refinement", refine, refine * probe_tokens,
+                  f"at most {p.refinement_rounds} bisection rounds per cell"),
+        PhasePlan("restarts", restarts, restart_tokens,
+                  "instant cells get only the scratch budget" if restarts else ""),
+        PhasePlan("topups", 0, 0, "decided by the outcomes above; not counted"),
+    ])
+    plan.tokens_per_s, plan.rate_source = measured_rate(_sibling_runs(run_dir), model,
+                                                        ("continue", "base"))
+    return plan

@@ -1,0 +1,252 @@
+"""One stream of generation work for a whole `bt continue` run (continuous batching).
+
+Each cell is a program of protocol steps (`cell_steps`, sections 3.1, 4, 3.5): probes at the
+grid anchors; up to two rounds of bisection of the first stable crossing; restarts; top-up
+rounds. A step's branches must all be in before the cell's next decision, but cells are
+independent, so the scheduler keeps a few cells active and feeds the engine ONE lazy request
+stream for the whole run:
+  * a branch's answer phase is queued the moment its reasoning phase finishes (answers go
+    first: they complete samples and free the live state the engine keeps for them);
+  * a cell's next step is decided the moment its last branch is committed;
+  * a finished cell makes room for the next one, so batches stay full across phase ends.
+Each sample is graded and committed as soon as its row finishes: a kill loses only the rows in
+flight. Seeds are functions of each sample's identity, so the sample set and every token equal
+a cell-by-cell run, and a rerun completes exactly the missing samples.
+
+Memory: rows in flight are capped by `Engine.capacity` for the longest row of the active cells
+(prompt + prefix + max(B, C) + answer), i.e. the `--memory-gb` budget; at most
+`max_active_cells` cells hold a shared-prefix cache at once."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from breakthrough.classify.panels import probe_panel, restart_panel
+from breakthrough.classify.plan import bisection_midpoint, plan_next, restart_budgets_of
+from breakthrough.classify.topup import TOPUP_RULES
+from breakthrough.engine.contract import Engine, GenRequest, GenResult
+from breakthrough.models.tokens import decode
+from breakthrough.pipeline.branches import Branch, BranchRunner, check_budget
+from breakthrough.pipeline.cells import CellPlan
+from breakthrough.protocol import Protocol
+from breakthrough.seeds import probe_seed, restart_seed
+from breakthrough.store import RunStore, SampleRecord
+
+PHASES = ("probes", "refinement", "restarts", "topups")
+MAX_TOPUP_ROUNDS = 8
+ANSWER_SUFFIX = "|answer"
+
+
+@dataclass
+class CellState:
+    """A cell in flight: its plan, its branch runner, what is stored, its step program."""
+
+    plan: CellPlan
+    runner: BranchRunner
+    done: set[tuple[int, int, int]]  # (anchor, budget, branch) of stored samples
+    steps: Iterator[tuple[str, list[Branch]]] | None = None
+    phase: str = ""
+    outstanding: int = 0
+    failed: str | None = None
+    finished: bool = False
+
+
+def branches_for(cell: CellState, protocol: Protocol, kind: str, point: int,
+                 indices: Sequence[int]) -> list[Branch]:
+    """The branches of (kind, anchor t or budget C) at these indices that are not stored yet."""
+    out = []
+    cid = cell.plan.cell_id
+    for b in indices:
+        if kind == "probe":
+            if (point, protocol.budget, b) not in cell.done:
+                out.append(Branch(f"probe:{point}:{b}", "probe", point, protocol.budget, b,
+                                  probe_seed(cid, point, b), cell.plan.cut(point)))
+        elif (-1, point, b) not in cell.done:
+            out.append(Branch(f"restart:{point}:{b}", "restart", -1, point, b,
+                              restart_seed(cid, point, b), 0))
+    return out
+
+
+def cell_steps(cell: CellState, protocol: Protocol, tau: float, topup: tuple[str, ...],
+               panels: Callable[[], tuple[Any, Any]]) -> Iterator[tuple[str, list[Branch]]]:
+    """The protocol for one cell, step by step; each yielded step's samples are all stored
+    before the generator is resumed, so every decision reads complete panels."""
+    p = protocol
+    yield "probes", [b for a in cell.plan.grid for b in branches_for(cell, p, "probe", a, range(p.samples))]
+    for _ in range(p.refinement_rounds):  # protocol 4: bisection of the first stable crossing
+        probe, _ = panels()
+        rows = list(probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None))
+        mid = bisection_midpoint(rows, tau, p)
+        if mid is None:
+            break
+        yield "refinement", branches_for(cell, p, "probe", mid, range(p.samples))
+    # Restarts (section 4), decided on the canonical probe summaries (instant cells: C = B only).
+    probe, _ = panels()
+    rows = list(probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None))
+    forced = len(cell.runner.forced_ids)
+    budgets = [c for c in restart_budgets_of(rows, tau, p) if check_budget(0, c, p, forced)]
+    yield "restarts", [b for c in budgets for b in branches_for(cell, p, "restart", c, range(p.restart_samples))]
+    if not topup:
+        return
+    wanted = {TOPUP_RULES[t] for t in topup} | {"bisection"}
+    for _ in range(MAX_TOPUP_ROUNDS):  # section 3.5: A1 replication, ambiguity enlargement
+        probe, restart = panels()
+        todo: list[Branch] = []
+        for it in plan_next(probe, restart, protocol=p, tau=tau, topup=topup):
+            if set(it.reason.split("+")) & wanted:
+                point = it.anchor if it.kind == "probe" else it.budget
+                todo += branches_for(cell, p, it.kind, point, it.branches)
+        if not todo:
+            return
+        yield "topups", todo
+
+
+@dataclass
+class SchedulerCounts:
+    cells: int = 0
+    failed_cells: int = 0
+    samples: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PHASES})
+
+
+class RunScheduler:
+    """Streams every cell's branches through one `engine.generate` call (see module doc)."""
+
+    def __init__(self, store: RunStore, loaded: Any, engine: Engine, grader: Any,
+                 cells: Sequence[CellPlan], protocol: Protocol, *, tau: float,
+                 topup: tuple[str, ...], on_sample: Callable[[str, int], None] | None = None,
+                 max_active_cells: int = 3) -> None:
+        self.store, self.loaded, self.engine, self.grader = store, loaded, engine, grader
+        self.protocol, self.tau, self.topup = protocol, tau, topup
+        self.on_sample = on_sample or (lambda phase, n: None)
+        self.max_active = max(1, max_active_cells)
+        self.waiting: deque[CellPlan] = deque(cells)
+        self.active: list[CellState] = []
+        self.answers: deque[GenRequest] = deque()
+        self.reasoning: deque[GenRequest] = deque()
+        self.in_flight = 0
+        self.rows_cap = 1
+        # request key -> (cell, branch, reasoning-phase state or None for a reasoning request)
+        self.by_key: dict[str, tuple[CellState, Branch, Any]] = {}
+        self.counts = SchedulerCounts()
+
+    # -- cells ----------------------------------------------------------------------------
+    def _activate(self) -> None:
+        changed = False
+        while len(self.active) < self.max_active and self.waiting:
+            plan = self.waiting.popleft()
+            done = {k[2:] for k in self.store.existing_keys(cell_id=plan.cell_id)}
+            cell = CellState(plan, BranchRunner(self.engine, self.loaded, plan.prompt, plan.trace,
+                                                self.protocol, plan.shared_prefix()), done)
+            cell.steps = cell_steps(cell, self.protocol, self.tau, self.topup, self._panels(plan.cell_id))
+            self.active.append(cell)
+            changed = True
+            self._advance(cell)
+        if changed and self.active:
+            longest = max(c.plan.longest_row(self.protocol) for c in self.active)
+            self.rows_cap = max(1, self.engine.capacity(longest))
+
+    def _panels(self, cell_id: str) -> Callable[[], tuple[Any, Any]]:
+        def read():
+            df = self.store.samples_frame(arrays=False, cell_id=cell_id)
+            return probe_panel(df, self.protocol), restart_panel(df, self.protocol)
+        return read
+
+    def _advance(self, cell: CellState) -> None:
+        """Run the cell's program to its next step with work to do (or its end)."""
+        while cell.outstanding == 0 and not cell.finished:
+            try:
+                phase, branches = next(cell.steps)
+            except StopIteration:
+                self._finish(cell)
+                return
+            cell.phase = phase
+            for b in branches:
+                req = cell.runner.reasoning_request(b, key=f"{cell.plan.cell_id}|{b.key}")
+                self.by_key[req.key] = (cell, b, None)
+                self.reasoning.append(req)
+            cell.outstanding = len(branches)
+
+    def _finish(self, cell: CellState) -> None:
+        cell.finished = True
+        if cell in self.active:
+            self.active.remove(cell)
+        if cell.failed:
+            self.counts.failed_cells += 1
+        else:
+            self.counts.cells += 1
+
+    def _fail(self, cell: CellState, res: GenResult) -> None:
+        """A request that kept failing (remote backends): the cell stops with a stored error
+        row (its missing samples are retried by a rerun); its queued requests are dropped; the
+        run goes on."""
+        if cell.failed is None:
+            cell.failed = str(res.error or "generation failed")
+            self.store.add_error(cell.plan.cell_id, res.key, cell.failed, res.endpoint or "")
+            mine = lambda r: self.by_key.get(r.key, (None,))[0] is cell  # noqa: E731
+            self.answers = deque(r for r in self.answers if not mine(r))
+            self.reasoning = deque(r for r in self.reasoning if not mine(r))
+            self._finish(cell)
+
+    # -- the stream -----------------------------------------------------------------------
+    def requests(self) -> Iterator[GenRequest | None]:
+        """The engine's request source: answers first, then reasoning phases in cell order;
+        None while the rows cap is reached or every active cell awaits results in flight."""
+        while True:
+            self._activate()
+            if (self.answers or self.reasoning) and self.in_flight < self.rows_cap:
+                req = self.answers.popleft() if self.answers else self.reasoning.popleft()
+                self.in_flight += 1
+                yield req
+            elif self.in_flight:
+                yield None
+            elif self.answers or self.reasoning:
+                raise AssertionError("queued work with a zero rows cap")  # pragma: no cover
+            else:
+                return
+
+    def run(self) -> SchedulerCounts:
+        for res in self.engine.generate(self.requests()):
+            self.in_flight -= 1
+            self._on_result(res)
+        return self.counts
+
+    def _on_result(self, res: GenResult) -> None:
+        cell, branch, reasoned = self.by_key.pop(res.key)
+        if cell.failed:
+            return
+        if res.error or res.finish_reason == "error":
+            self._fail(cell, res)
+            return
+        if reasoned is None:  # reasoning phase done: queue its answer phase at once
+            req, state = cell.runner.answer_request(branch, res, key=res.key + ANSWER_SUFFIX)
+            self.by_key[req.key] = (cell, branch, state)
+            self.answers.append(req)
+            return
+        self._commit(cell, cell.runner.result(branch, reasoned, res))
+        cell.outstanding -= 1
+        if cell.outstanding == 0:
+            self._advance(cell)
+
+    def _commit(self, cell: CellState, r: Any) -> None:
+        """Grade one finished branch and commit it on its own (kill-safe per sample)."""
+        b = r.branch
+        text = decode(self.loaded.tokenizer, r.tokens)
+        grade = self.grader.grade(text, cell.plan.item, r.finish_reason)
+        rec = SampleRecord(
+            cell_id=cell.plan.cell_id, kind=b.kind, anchor=b.anchor, budget=b.budget,
+            branch=b.branch, seed=b.seed, prefix_len=b.cut,
+            token_ids=np.asarray(r.tokens, dtype=np.int32), text=text,
+            finish_reason=r.finish_reason, logprobs=r.logprobs, entropies=r.entropies,
+            sampling_entropies=r.sampling_entropies,
+            elapsed_s=r.elapsed_s, peak_mem_mb=r.peak_memory_bytes / 2**20,
+            extra={**r.extra, "phase": cell.phase},
+        )
+        self.store.add_samples([rec], [grade])
+        cell.done.add((b.anchor, b.budget, b.branch))
+        self.counts.samples[cell.phase] += 1
+        self.on_sample(cell.phase, 1)
