@@ -171,7 +171,7 @@ def analyse_runs(
 
     frames = []
     for rd in run_dirs:
-        with RunStore(rd) as store:
+        with RunStore(rd, readonly=True) as store:
             f = store.samples_frame()  # the contract's call (docs/architecture.md)
         f = f[f["kind"] == "base"].copy()
         f["run"] = str(rd)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 import typer
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from breakthrough.errors import BtError
 
@@ -20,8 +22,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: paragraphs of the docstrings are reflowed (rich mode keeps their
+    # source line breaks mid-sentence) and flags show no `<bool>` metavar.
+    rich_markup_mode=None,
 )
-
 
 
 @app.callback()
@@ -46,31 +50,53 @@ COMMAND_MODULES = [
     "breakthrough.commands.export",
     "breakthrough.commands.auroc",
     "breakthrough.commands.report",
+    "breakthrough.commands.serve",
 ]
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
-def main() -> None:
-    """Entry point: run the app; a BtError becomes one line on stderr and exit code 2."""
-    try:
-        app(standalone_mode=False)
-    except BtError as exc:
-        print(f"bt: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except typer.Exit as exc:
-        raise SystemExit(exc.exit_code) from None
-    except typer.Abort:
-        print("bt: aborted", file=sys.stderr)
-        raise SystemExit(130) from None
-    except Exception as exc:  # click usage errors
-        import click
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `bt` console script: run the app and turn every way it can end into
+    an exit status and at most one line on stderr (never a traceback for a user's mistake).
 
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            raise SystemExit(exc.exit_code) from None
-        raise
+    typer >= 0.29 bundles its own click (`typer._click`), and in non-standalone mode it *returns*
+    the code of a `typer.Exit` (and 130 for Ctrl-C) instead of raising, so both are handled here:
+    BtError and usage errors -> 2, `typer.Exit(n)` -> n, Ctrl-C -> 130 with "interrupted, rerun
+    to resume", an OS error naming a file (e.g. a read-only output folder) -> one line, 2."""
+    try:
+        code = app(args=argv, prog_name="bt", standalone_mode=False)
+    except BtError as exc:
+        _fail(str(exc), 2)
+    except NoArgsIsHelpError as exc:  # plain `bt` or `bt cohorts`: the help is what was asked for
+        typer.echo(exc.format_message())
+        raise SystemExit(0) from None
+    except UsageError as exc:
+        where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        _fail(f"{where}{exc.format_message()}{hint}", exc.exit_code)
+    except ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        _fail(INTERRUPTED, 130)
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        _fail(f"{exc.filename}: {exc.strerror or exc}", 2)
+    if code == 130:  # typer turned a KeyboardInterrupt inside a command into Exit(130)
+        _fail(INTERRUPTED, 130)
+    if isinstance(code, int) and code:
+        raise SystemExit(code)
+
+
+INTERRUPTED = "interrupted, rerun to resume"
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    """One line on stderr, then exit with `code`."""
+    print(f"bt: error: {message}" if code != 130 else f"bt: {message}", file=sys.stderr)
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

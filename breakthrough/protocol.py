@@ -9,6 +9,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from breakthrough.errors import BtError
+
 # Protocol 1.3, prompt "v1" (`Protocol.prompt_version`): a math user turn is the problem, a blank
 # line, then TASK_INSTRUCTION; families that take a system turn get DEFAULT_SYSTEM. Changing
 # either text changes every prompt, so it needs a new prompt_version.
@@ -49,6 +51,54 @@ class Protocol:
     max_prompt_tokens: int = 2048
     prompt_version: str = "v1"
     sampling: Sampling = field(default_factory=Sampling)
+
+    def validate(self, names: dict[str, str] | None = None) -> "Protocol":
+        """Refuse impossible constants before anything is written or loaded: one BtError naming
+        the first bad setting by the option that sets it (`names` maps a constant to its
+        option; default `OPTION_NAMES`). Returns self, so `DEFAULT.with_overrides(...).validate()`
+        reads as one step."""
+        opt = {**OPTION_NAMES, **(names or {})}
+        for name, problem in self.problems():
+            raise BtError(f"{opt.get(name, name)}: {problem}")
+        return self
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(constant, what is wrong with it) for every impossible constant; empty when valid."""
+        out: list[tuple[str, str]] = []
+
+        def check(name: str, ok: bool, want: str) -> None:
+            if not ok:
+                out.append((name, f"expected {want}, got {_show(getattr(self, name, None))}"))
+
+        check("tau", 0 < self.tau <= 1, "a solve rate in (0, 1]")
+        check("delta", 0 < self.delta < 1, "a margin in (0, 1)")
+        check("deltas", bool(self.deltas) and all(0 < d < 1 for d in self.deltas),
+              "margins in (0, 1)")
+        lo_hi = tuple(self.posterior_band)
+        check("posterior_band", len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1] <= 1,
+              "0 <= lo < hi <= 1")
+        check("prior", self.prior in PRIORS, " or ".join(PRIORS))
+        for name in ("budget", "answer_budget", "total_cap", "base_max_tokens", "samples",
+                     "topup_samples", "restart_samples", "max_prompt_tokens",
+                     "refinement_min_width"):
+            check(name, _positive_int(getattr(self, name)), "a positive integer")
+        for name in ("refinement_rounds", "instant_max_upper", "base_seed"):
+            value = getattr(self, name)
+            check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                  "an integer >= 0")
+        check("anchors", bool(self.anchors) and all(map(_positive_int, self.anchors))
+              and list(self.anchors) == sorted(set(self.anchors)),
+              "increasing positive integers")
+        check("restart_budgets", bool(self.restart_budgets)
+              and all(map(_positive_int, self.restart_budgets)), "positive integers")
+        s = self.sampling
+        for name, ok, want in (("temperature", s.temperature >= 0, ">= 0"),
+                               ("top_p", 0 < s.top_p <= 1, "in (0, 1]"),
+                               ("top_k", s.top_k >= 0, ">= 0"),
+                               ("min_p", 0 <= s.min_p <= 1, "in [0, 1]")):
+            if not ok:
+                out.append((f"sampling.{name}", f"expected {want}, got {getattr(s, name)!r}"))
+        return out
 
     def with_overrides(self, **changes: object) -> "Protocol":
         """A copy with CLI overrides applied (None values are ignored)."""
@@ -120,3 +170,25 @@ class Protocol:
 
 
 DEFAULT = Protocol()
+
+PRIORS = ("jeffreys", "uniform")
+
+# The command-line option that sets each constant (what a refusal names); constants without an
+# option are named as they are stored.
+OPTION_NAMES: dict[str, str] = {
+    "tau": "--tau", "delta": "--delta", "budget": "--budget", "answer_budget": "--answer-budget",
+    "base_max_tokens": "--max-tokens", "base_seed": "--seed", "anchors": "--anchors",
+    "samples": "--samples", "restart_samples": "--samples", "topup_samples": "--samples",
+    "restart_budgets": "--restarts", "prior": "--prior", "posterior_band": "--band-lo/--band-hi",
+}
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _show(value: object) -> str:
+    """A constant as a user typed it: tuples as comma-separated values."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value)) or "(none)"
+    return repr(value)

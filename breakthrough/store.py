@@ -95,6 +95,14 @@ CREATE TABLE IF NOT EXISTS grades (
     detail     TEXT NOT NULL DEFAULT '{}',
     graded_at  REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS errors (
+    error_id   INTEGER PRIMARY KEY,
+    cell_id    TEXT NOT NULL,
+    request    TEXT NOT NULL,
+    endpoint   TEXT NOT NULL DEFAULT '',
+    message    TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
 """
 
 
@@ -141,19 +149,62 @@ def _checksum(rec: SampleRecord, token_blob: bytes) -> str:
 
 
 class RunStore:
-    """The store of one run directory. Open with `RunStore(run_dir)`; created on first use."""
+    """The store of one run directory. `RunStore(run_dir)` opens an existing store for writing,
+    `create=True` makes a new one, `readonly=True` only reads (status, export, classify,
+    reports): it never creates a schema or writes a byte, so a 0-byte or damaged file stays as
+    it was and is refused with one line naming it."""
 
-    def __init__(self, run_dir: str | Path, *, create: bool = False) -> None:
+    def __init__(self, run_dir: str | Path, *, create: bool = False, readonly: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STORE_FILE
-        if not self.path.exists() and not create:
+        self.readonly = readonly
+        if not self.path.exists() and (readonly or not create):
             raise BtError(f"{self.run_dir}: not a run directory (no {STORE_FILE}); run `bt base` first")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self.conn.executescript(_SCHEMA)
+        if self.path.exists() and not (create and self.path.stat().st_size == 0):
+            _check_file(self.path)  # (an empty file is only a new store to `bt base`, which makes it)
+        if not readonly:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            if readonly:
+                self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                            timeout=60, isolation_level=None)
+                self.conn.execute("PRAGMA query_only=ON")
+            else:
+                self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            self._check_header()
+            if not readonly:
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=FULL")
+                self.conn.execute("PRAGMA foreign_keys=ON")
+                self.conn.executescript(_SCHEMA)
+            missing = {"manifest", "cells", "samples", "grades"} - self._tables()
+        except sqlite3.DatabaseError as exc:
+            self._close_quietly()
+            raise BtError(f"{self.path}: not a readable run store ({exc}); it is damaged or "
+                          f"truncated") from None
+        if missing:
+            self.conn.close()
+            raise BtError(f"{self.path}: not a run store (no table {', '.join(sorted(missing))})")
+
+    def _check_header(self) -> None:
+        """A file that is not SQLite, or one cut short, fails here before anything is written
+        (sqlite3 opens lazily; reading the schema forces it)."""
+        self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        if self.readonly:  # a reader checks every page once (writers rely on the cheap checks)
+            row = self.conn.execute("PRAGMA quick_check").fetchone()
+            if row is None or row[0] != "ok":
+                raise sqlite3.DatabaseError(row[0] if row else "quick_check failed")
+
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+    def _close_quietly(self) -> None:
+        conn = getattr(self, "conn", None)
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
 
     def close(self) -> None:
         self.conn.close()
@@ -183,15 +234,27 @@ class RunStore:
         """Write the manifest of a new run, or refuse a request whose identity differs."""
         wanted = {"schema_version": SCHEMA_VERSION, **wanted}
         have = self.manifest()
-        if have:
-            for key in IDENTITY_FIELDS:
-                if key in wanted and key in have and have[key] != wanted[key]:
-                    name, was, now = _first_difference(key, have[key], wanted[key])
-                    raise BtError(
-                        f"{self.run_dir}: run was made with {name}={was!r}, "
-                        f"this request has {name}={now!r}; use a new run directory"
-                    )
+        self.check_identity(wanted, have)
         self.update_manifest({k: v for k, v in wanted.items() if k not in have})
+
+    def check_identity(self, wanted: dict[str, Any], have: dict[str, Any] | None = None) -> None:
+        """Refuse a request whose identity differs from the run's, naming the first differing
+        setting (`protocol.base_max_tokens 48 vs 16`, `engine.backend ...`), not two digests.
+        Needs no write, so `bt base` calls it on a read-only store before loading a model."""
+        have = self.manifest() if have is None else have
+        same_weights = "model_revision" in have and have.get("model_revision") == wanted.get("model_revision")
+        for key in IDENTITY_FIELDS:
+            if key == "model_id" and same_weights:
+                continue  # the same weights found another way (a run made when ids were paths)
+            if key in wanted and key in have and have[key] != wanted[key]:
+                name, was, now = _first_difference(key, have[key], wanted[key])
+                if key == "protocol_digest":
+                    name, was, now = _protocol_difference(have, wanted) or (name, was, now)
+                raise BtError(
+                    f"{self.run_dir}: run was made with {name}={was!r}, this request has "
+                    f"{name}={now!r} ({name} {_short(was)} vs {_short(now)}); use a new run "
+                    f"directory (--run NAME) or the run's setting"
+                )
 
     def protocol(self) -> Protocol:
         """The protocol the run was made (or last continued) under, stored whole in the manifest
@@ -335,6 +398,21 @@ class RunStore:
             ),
         )
 
+    def add_error(self, cell_id: str, request: str, message: str, endpoint: str = "") -> None:
+        """Record a request a remote backend gave up on (GenResult.finish_reason "error"): the
+        cell's sample stays missing, so a rerun retries it; the row says what happened."""
+        with self.transaction() as c:
+            c.execute("INSERT INTO errors (cell_id, request, endpoint, message, created_at) "
+                      "VALUES (?, ?, ?, ?, ?)", (cell_id, request, endpoint, message, time.time()))
+
+    def errors(self) -> list[dict[str, Any]]:
+        """Stored request errors, oldest first (none in a store made before the table existed)."""
+        if "errors" not in self._tables():
+            return []
+        rows = self.conn.execute("SELECT cell_id, request, endpoint, message, created_at FROM errors "
+                                 "ORDER BY error_id").fetchall()
+        return [dict(zip(("cell_id", "request", "endpoint", "message", "created_at"), r)) for r in rows]
+
     def set_grades(self, pairs: Sequence[tuple[int, Grade]]) -> None:
         """Store (or replace) grades for existing samples in one transaction (`bt grade`)."""
         with self.transaction() as c:
@@ -404,6 +482,53 @@ class RunStore:
             ):
                 df[col] = [_unpack(b, dtype) for b in df[col]]
         return df
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_file(path: Path) -> None:
+    """Refuse a file that cannot be a whole SQLite store from its 100-byte header alone, before
+    sqlite3 opens it (and adds its -wal/-shm files beside it): empty, not SQLite, or shorter
+    than the page count its header records (a truncated copy)."""
+    size = path.stat().st_size
+    if size == 0:
+        raise BtError(f"{path}: empty file (0 bytes), not a run store; remove it and rerun `bt base`")
+    with open(path, "rb") as fh:
+        head = fh.read(100)
+    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        raise BtError(f"{path}: not a run store (not an SQLite file); it is damaged or not bt's")
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(head[28:32], "big")
+    header_valid = head[24:28] == head[92:96]  # the page count is valid only then (SQLite docs)
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size:  # a checkpoint cut short: the WAL still holds the pages
+        return  # (SQLite recovers it; its own checks run when the store is read)
+    if size % page or (header_valid and size < pages * page):
+        raise BtError(f"{path}: truncated run store ({size:,} bytes, its header records "
+                      f"{pages * page:,}); restore it from a copy")
+
+
+def _protocol_difference(have: dict[str, Any], wanted: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first differing constant of the protocols' identities (what `protocol_digest` is a
+    digest of), when both manifests hold a whole protocol."""
+    try:
+        was = Protocol.from_dict(have.get("protocol"), partial=True).identity()
+        now = Protocol.from_dict(wanted.get("protocol"), partial=True).identity()
+    except (TypeError, ValueError):
+        return None
+    # `bt continue` rewrites the stored protocol's answer budget (its own identity field), so a
+    # difference there names the base request's setting only when it is the only one.
+    keys = [k for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
+    keys.sort(key=lambda k: k == "answer_budget")
+    if not keys:
+        return None
+    return _first_difference(f"protocol.{keys[0]}", was.get(keys[0]), now.get(keys[0]))
+
+
+def _short(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
 
 
 def _first_difference(name: str, was: Any, now: Any) -> tuple[str, Any, Any]:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from breakthrough.commands.options import check_engine_options, count
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -20,19 +21,35 @@ def base(
         f"Default: the offline smollm2-135m; the study's models are --model {STUDY_MODELS}.",
     ),
     max_tokens: int = typer.Option(DEFAULT.base_max_tokens, help="Generated-token cap per base solution."),
+    max_prompt_tokens: int = typer.Option(DEFAULT.max_prompt_tokens,
+                                          help="Longest chat prompt accepted, in tokens (protocol 1.5); "
+                                               "a longer one is refused before anything is written."),
     runs_dir: Path = typer.Option(Path("runs"), help="Folder that holds run directories."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the samples and tokens each "
+                                 "phase would generate and an ETA from this machine's measured "
+                                 "tokens/s; load no model, write nothing."),
     run: str = typer.Option(
         None, help="Run name (default COHORT-MODEL); with several models, NAME-MODEL per model."
     ),
     limit: int = typer.Option(None, help="Only the first N problems of the cohort."),
     problems: str = typer.Option(None, help="Only these problem ids (comma-separated)."),
-    batch_size: int = typer.Option(8, help="Sequences generated together (continuous batching)."),
+    batch_size: int = typer.Option(8, help="Rows (sequences) generated together at most "
+                                   "(continuous batching)."),
     prompt_variant: str = typer.Option(
         "plain", help="Optimum-benchmark prompt variant: plain or explicit (ignored for math)."
     ),
     seed: int = typer.Option(DEFAULT.base_seed, help="Base seed (the protocol uses 11 for every cell)."),
     backend: str = typer.Option("mlx", help="Generation backend: mlx (default) or mlx-fresh (the same "
-                                "tokens without any prefix reuse; for checks). A run never mixes backends."),
+                                "tokens without any prefix reuse; for checks), or a server: vllm (also `bt serve`) or "
+                                "sglang, with --endpoint. A run never mixes backends."),
+    endpoint: str = typer.Option(None, help="--backend vllm|sglang: server URL(s), comma-separated "
+                                 "(a fleet: every request of a cell goes to one server); `bt serve` "
+                                 "answers as vllm."),
+    max_inflight: int = typer.Option(0, help="Requests in flight per endpoint (0: the server's "
+                                     "reported limit, else 16)."),
+    accept_processed_logprobs: bool = typer.Option(
+        False, "--accept-processed-logprobs",
+        help="Use a server whose log-probs are taken after temperature / top-k (refused by default)."),
 ) -> None:
     """Generate, grade and store one base solution per problem x model cell.
 
@@ -40,28 +57,43 @@ def base(
     directory made with another model, protocol, cohort or prompt is refused."""
     from rich.console import Console
 
-    from breakthrough.engine import BACKENDS, EngineSpec
+    from breakthrough.engine import EngineSpec, http_options
     from breakthrough.models.registry import OFFLINE_DEFAULT
     from breakthrough.pipeline.base import BaseRequest, base_runs
 
     console = Console(stderr=True)
-    if backend not in BACKENDS:
-        raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    check_engine_options(backend, batch_size)
+    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs)
+    protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens, base_seed=seed,
+                                      max_prompt_tokens=max_prompt_tokens).validate()
+    if limit is not None and limit < 1:
+        raise BtError(f"--limit: expected a positive integer, got {limit}")
     if not model:
         console.print(
             f"using the offline default model {OFFLINE_DEFAULT} (a plumbing model, not a solver); "
-            f"the study's models: --model {STUDY_MODELS}"
+            f"the study's models: --model {STUDY_MODELS}", soft_wrap=True
         )
         model = OFFLINE_DEFAULT
     req = BaseRequest(
         cohort=cohort, models=tuple(m.strip() for m in model.split(",") if m.strip()),
-        protocol=DEFAULT.with_overrides(base_max_tokens=max_tokens, base_seed=seed),
-        engine=EngineSpec(backend=backend, batch_size=batch_size), runs_dir=runs_dir, run=run,
+        protocol=protocol,
+        engine=EngineSpec(backend=backend, batch_size=batch_size, **remote), runs_dir=runs_dir, run=run,
         limit=limit, problems=problems, variant=prompt_variant,
     )
+    if dry_run:
+        from breakthrough.pipeline.dry_run import plan_base
+
+        for plan in plan_base(req):
+            typer.echo("\n".join(plan.lines()))
+        return
     reports = base_runs(req, announce=console.print, drive=lambda run: _run_with_progress(console, run))
     for rep in reports:
         _print_summary(rep.run_dir)
+        if rep.failed:
+            console.print(f"{rep.run_dir.name}: {count(rep.failed, 'cell')} failed on request errors "
+                          "(stored in the run's errors table); rerun to retry them")
+        for note in rep.notes:
+            console.print(f"note: {note}")
 
 
 def _run_with_progress(console, run):
@@ -91,7 +123,7 @@ def _run_with_progress(console, run):
 
         rep = run(on_start, on_sample)
     if rep.skipped:
-        console.print(f"{rep.skipped} cells were already done (resumed)")
+        console.print(f"{count(rep.skipped, 'cell')} already done (resumed)")
     return rep
 
 
@@ -101,7 +133,7 @@ def _print_summary(run_dir: Path) -> None:
 
     from breakthrough.store import RunStore
 
-    with RunStore(run_dir) as store:
+    with RunStore(run_dir, readonly=True) as store:
         df = store.samples_frame(arrays=False, kind="base")
         alias = store.manifest().get("model_alias", "?")
     table = Table(title=f"base solutions: {run_dir}")

@@ -15,6 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
+from breakthrough.commands.options import count
+from breakthrough.errors import BtError
+from breakthrough.protocol import DEFAULT
 
 
 def _print_tables(summary: dict, index: Path, plan_items: int, topup: str) -> None:
@@ -23,7 +26,7 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str) -> No
     console = Console()
     counts = summary.get("regime_counts", {})
     for model, c in counts.items():
-        console.print(f"[bold]{model}[/bold]: {summary['n_cells'][model]} cells "
+        console.print(f"[bold]{model}[/bold]: {count(summary['n_cells'][model], 'cell')} "
                       f"(τ = {summary['tau']}, δ = {summary['primary_delta']})")
         t = Table()
         t.add_column("regime")
@@ -39,9 +42,9 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str) -> No
                       f"agreement: {summary.get('cross_model_agreement', {}).get('text')}")
     plans = summary.get("plans", {})
     console.print("next work: " + "; ".join(
-        f"--topup {rule}: {p['items']} items ({p['samples']} samples)"
+        f"--topup {rule}: {count(p['items'], 'item')} ({count(p['samples'], 'sample')})"
         for rule, p in plans.items())
-        + f" → plan.json holds --topup {topup} ({plan_items} items)")
+        + f" → plan.json holds --topup {topup} ({count(plan_items, 'item')})")
     console.print(f"report: {index}")
 
 
@@ -57,8 +60,9 @@ def register(app: typer.Typer) -> None:
         topup: str = typer.Option(TOPUP_DEFAULT, help="The plan of next work written to "
                                   "plan.json, as `bt continue --topup` would run it. "
                                   + TOPUP_HELP),
-        out: Optional[Path] = typer.Option(None, help="Output folder (default RUN/classify, "
-                                                      "or <common parent>/classify)."),
+        out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                           help="Output folder (default RUN/classify, or "
+                                                "<common parent>/classify)."),
         prior: Optional[str] = typer.Option(None, help="Beta prior: 'jeffreys' or 'uniform' "
                                                        "(default: the run's)."),
         band_lo: Optional[float] = typer.Option(None, help="--topup posterior: lower "
@@ -76,7 +80,13 @@ def register(app: typer.Typer) -> None:
         report."""
         from breakthrough.report.classify_outputs import classify_runs  # not at `bt` start-up
 
+        DEFAULT.with_overrides(tau=tau, delta=delta, prior=prior).validate()  # before any read
+        band = (band_lo, band_hi)
+        if not all(b is None or 0 <= b <= 1 for b in band) or \
+                (None not in band and not band_lo < band_hi):
+            raise BtError(f"--band-lo/--band-hi: expected 0 <= lo < hi <= 1, got {band_lo}, {band_hi}")
+
         report = classify_runs(runs, out, topup=parse_topup(topup), tau=tau, delta=delta,
-                               prior=prior, band=(band_lo, band_hi), draws=draws, seed=seed,
+                               prior=prior, band=band, draws=draws, seed=seed,
                                cell_pages=cell_pages)
         _print_tables(report.summary, report.index, report.plan_items, report.summary["topup"])

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
+from breakthrough.commands.options import check_engine_options, count
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -32,11 +33,24 @@ def continue_(
     anchors: str = typer.Option(",".join(map(str, DEFAULT.anchors)), help="Anchor grid (reasoning tokens)."),
     tau: float = typer.Option(DEFAULT.tau, help="Solve-rate threshold for a crossing."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where runs live (used when no RUN is given)."),
-    batch_size: int = typer.Option(32, help="Rows generated together (also capped by --memory-gb)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the samples and tokens each "
+                                 "phase would generate and an ETA from this machine's measured "
+                                 "tokens/s; load no model, write nothing."),
+    batch_size: int = typer.Option(32, help="Rows (sequences) generated together at most "
+                                   "(continuous batching; also capped by --memory-gb)."),
     memory_gb: float = typer.Option(4.0, help="KV-cache memory budget that bounds the rows per batch."),
     backend: str = typer.Option("mlx", help="Generation backend: mlx (one prefill per base trace, "
                                 "default) or mlx-fresh (same tokens, a fresh prefill per request; "
-                                "for checks). A run never mixes backends."),
+                                "for checks), or a server: vllm (also `bt serve`) or sglang, with "
+                                "--endpoint. A run never mixes backends."),
+    endpoint: str = typer.Option(None, help="--backend vllm|sglang: server URL(s), comma-separated "
+                                 "(a fleet: every request of a cell goes to one server); `bt serve` "
+                                 "answers as vllm."),
+    max_inflight: int = typer.Option(0, help="Requests in flight per endpoint (0: the server's "
+                                     "reported limit, else 16)."),
+    accept_processed_logprobs: bool = typer.Option(
+        False, "--accept-processed-logprobs",
+        help="Use a server whose log-probs are taken after temperature / top-k (refused by default)."),
 ) -> None:
     """Probe every base trace (anchors, 2 rounds of bisection), run restarts and the top-ups.
 
@@ -44,37 +58,48 @@ def continue_(
     identity, so the result equals an uninterrupted run)."""
     from rich.console import Console
 
-    from breakthrough.engine import BACKENDS, EngineSpec
+    from breakthrough.engine import EngineSpec, http_options
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
     from breakthrough.store import run_dirs
 
     console = Console(stderr=True)
     rules = parse_topup(topup)
-    if samples < 1 or budget < 1 or answer_budget < 1 or batch_size < 1 or memory_gb <= 0:
-        raise BtError("--samples, --budget, --answer-budget, --batch-size and --memory-gb must be positive")
-    if backend not in BACKENDS:
-        raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    check_engine_options(backend, batch_size, memory_gb)
+    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs)
     settings = dict(budget=budget, answer_budget=answer_budget, samples=samples, restart_samples=samples,
                     topup_samples=2 * samples, restart_budgets=_ints(restarts, "--restarts"),
                     anchors=_ints(anchors, "--anchors"), tau=tau)
-    engine = EngineSpec(backend=backend, batch_size=batch_size, memory_budget_bytes=int(memory_gb * 2**30))
+    DEFAULT.with_overrides(**settings).validate()  # every option, before any store is touched
+    engine = EngineSpec(backend=backend, batch_size=batch_size, memory_budget_bytes=int(memory_gb * 2**30),
+                        **remote)
     opts = ContinueOptions(topup=rules, engine=engine)
     dirs = run_dirs(runs or [runs_dir])
+    if dry_run:
+        from breakthrough.pipeline.dry_run import plan_continue
+
+        for plan in plan_continue(dirs, settings):
+            typer.echo("\n".join(plan.lines()))
+        return
     for rep in continue_runs(dirs, settings, opts, progress=lambda run_dir, man: _announce(console, run_dir, man, topup),
                              drive=lambda run: _with_progress(console, run)):
         console.print(
-            f"{rep.run_dir.name}: {rep.cells} cells; samples " +
+            f"{rep.run_dir.name}: {count(rep.cells, 'cell')}; samples " +
             ", ".join(f"{k} {v}" for k, v in rep.samples.items()) +
             f"; prefill {rep.prefill_tokens:,} tokens for {rep.trace_tokens:,} prompt+trace tokens; "
             f"{rep.generated_tokens:,} generated in {rep.elapsed_s:.1f}s"
         )
+        if rep.failed_cells:
+            console.print(f"{rep.run_dir.name}: {count(rep.failed_cells, 'cell')} stopped on request "
+                          "errors (stored in the run's errors table); rerun to retry them")
+        for note in rep.notes:
+            console.print(f"note: {note}")
 
 
 def _announce(console, run_dir: Path, man: dict, topup: str) -> None:
     p = man["protocol"]
     console.print(
-        f"[bold]{run_dir.name}[/]: {man['base_traces']} base traces of {man.get('model_alias')}; probes at "
-        f"B={p['budget']}, answer {p['answer_budget']}, {p['samples']} samples; restarts at "
+        f"[bold]{run_dir.name}[/]: {count(man['base_traces'], 'base trace')} of {man.get('model_alias')}; "
+        f"probes at B={p['budget']}, answer {p['answer_budget']}, {count(p['samples'], 'sample')}; restarts at "
         f"{','.join(map(str, p['restart_budgets']))}; top-ups: {topup}"
     )
 

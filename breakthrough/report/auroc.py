@@ -287,6 +287,11 @@ def decompose_table(df: pd.DataFrame, table: Path | str, *, group: Sequence[str]
     # Groups are keyed on (BY, GROUP...); the bootstrap resamples GROUP... units, so with --by
     # a problem's rows under every BY value travel together (protocol 9.5).
     clusters = df.groupby(group, sort=False, dropna=False).ngroup().to_numpy()
+    if bootstrap and np.unique(clusters).size < 2:
+        warnings.append(
+            f"{table}: a single {' x '.join(group)} group: the group-clustered bootstrap redraws "
+            "that one group every time, so its intervals are degenerate (they show no "
+            "between-group uncertainty); the between-group AUROC is undefined")
     results: dict[str, Any] = {
         "all": analyse_section(codes, y, svals, bootstrap, seed, cluster=clusters)
     }

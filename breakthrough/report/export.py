@@ -22,7 +22,7 @@ def export_run(run: Path | str, out: Path | str | None = None, *, format: str = 
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
     out = Path(out) if out else Path(run) / "export"
-    with RunStore(run) as store:
+    with RunStore(run, readonly=True) as store:
         samples = store.samples_frame(arrays=arrays)
         cells = store.cells_frame()
         manifest = store.manifest()

@@ -93,7 +93,7 @@ def load_graded(runs: Sequence[Path], cohort: str, variant: str | None) -> pd.Da
         while label in labels:
             label += "'"
         labels.add(label)
-        with RunStore(run_dir) as store:
+        with RunStore(run_dir, readonly=True) as store:
             manifest = store.manifest()
             samples = store.samples_frame(arrays=False, kind="base")
         run_variant = variant or manifest_variant(manifest)

@@ -21,7 +21,7 @@ from typing import Any
 from breakthrough.errors import BtError
 
 ENV_DIR = "BT_COHORTS_DIR"
-FAMILIES = ("math", "optimum")
+FAMILIES = ("math", "optimum", "arith")  # arith: the demonstration family (not the study)
 
 _NUMBER = (int, float)
 # field -> (accepted types, human type name)
@@ -47,13 +47,27 @@ FAMILY_FIELDS: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
         "optimum": (_NUMBER, "a number"),
         "n_optima": ((int,), "an integer"),
     },
+    "arith": {
+        "problem": ((str,), "a string"),
+        "answer": ((int,), "an integer"),
+        "level": ((int,), "an integer"),
+        "subject": ((str,), "a string"),
+        "operands": ((list,), "a list"),
+    },
 }
+# A user's own cohort needs only these common fields (the others document provenance) ...
+REQUIRED_COMMON = ("id",)
+DEFAULT_FAMILY = "math"  # ... and rows without `family` are math problems.
+# Task fields a family checks only when present (provenance of the shipped MATH cohorts).
+FAMILY_OPTIONAL: dict[str, tuple[str, ...]] = {"math": ("level", "subject", "source_row")}
 # Optional fields: checked only when present.
 OPTIONAL_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "problem": ((str,), "a string"),
     "split": ((str,), "a string"),
 }
 SPLITS = ("train", "validation", "test")
+NO_STAGE = "-"  # what summaries show for rows without provenance
+NO_SELECTION = "(not recorded)"
 
 
 def cohorts_dir() -> Path:
@@ -88,41 +102,61 @@ def _type_ok(value: object, types: tuple[type, ...]) -> bool:
 
 
 def validate_row(row: object, where: str) -> dict:
-    """Check one row; `where` is `FILE:LINE`. Returns the row."""
+    """Check one row; `where` is `FILE:LINE`. Every fault of the row is reported at once, in one
+    BtError (`FILE:LINE: field 'answer' is missing; field 'level' must be ...`). Only `id` and the
+    family's task fields are required: `family` defaults to math and the provenance fields
+    (stage, selection, standin, and for math level, subject, source_row) are checked only when
+    present, so a user's own `{id, problem, answer}` file is a cohort. Returns the row."""
     if not isinstance(row, dict):
         raise BtError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    faults: list[str] = []
+
+    def check(field: str, types: tuple[type, ...], tname: str, required: str | None) -> bool:
+        """True when the field is present and well typed; records a fault otherwise."""
+        if field not in row:
+            if required is not None:
+                faults.append(f"field '{field}' is missing{required}")
+            return False
+        if not _type_ok(row[field], types):
+            faults.append(f"field '{field}' must be {tname}, got {row[field]!r}")
+            return False
+        return True
+
     for field, (types, tname) in COMMON_FIELDS.items():
-        if field not in row:
-            raise BtError(f"{where}: field '{field}' is missing")
-        if not _type_ok(row[field], types):
-            raise BtError(f"{where}: field '{field}' must be {tname}, got {row[field]!r}")
-    if not row["id"].strip():
-        raise BtError(f"{where}: field 'id' is empty")
-    family = row["family"]
+        check(field, types, tname, "" if field in REQUIRED_COMMON else None)
+    if "id" in row and isinstance(row["id"], str) and not row["id"].strip():
+        faults.append("field 'id' is empty")
+    family = row.get("family", DEFAULT_FAMILY)
     if family not in FAMILY_FIELDS:
-        raise BtError(f"{where}: field 'family' must be one of {', '.join(FAMILIES)}, got {family!r}")
-    for field, (types, tname) in FAMILY_FIELDS[family].items():
-        if field not in row:
-            raise BtError(f"{where}: field '{field}' is missing (required for family '{family}')")
-        if not _type_ok(row[field], types):
-            raise BtError(f"{where}: field '{field}' must be {tname}, got {row[field]!r}")
+        if isinstance(family, str):
+            faults.append(f"field 'family' must be one of {', '.join(FAMILIES)}, got {family!r}")
+        raise BtError(f"{where}: " + "; ".join(faults))
+    ok = {field: check(field, types, tname,
+                       None if field in FAMILY_OPTIONAL.get(family, ())
+                       else f" (required for family '{family}')")
+          for field, (types, tname) in FAMILY_FIELDS[family].items()}
     for field, (types, tname) in OPTIONAL_FIELDS.items():
-        if field in row and not _type_ok(row[field], types):
-            raise BtError(f"{where}: field '{field}' must be {tname}, got {row[field]!r}")
+        check(field, types, tname, None)
     if family == "math":
-        if not 1 <= row["level"] <= 5:
-            raise BtError(f"{where}: field 'level' must be 1-5, got {row['level']}")
-        if row["source_row"] < 0:
-            raise BtError(f"{where}: field 'source_row' must be >= 0, got {row['source_row']}")
-        if not row["problem"].strip():
-            raise BtError(f"{where}: field 'problem' is empty")
+        if ok["level"] and not 1 <= row["level"] <= 5:
+            faults.append(f"field 'level' must be 1-5, got {row['level']}")
+        if ok["source_row"] and row["source_row"] < 0:
+            faults.append(f"field 'source_row' must be >= 0, got {row['source_row']}")
+        if ok["problem"] and not row["problem"].strip():
+            faults.append("field 'problem' is empty")
+    elif family == "arith":
+        if ok["operands"] and not (len(row["operands"]) == 2
+                                   and all(_type_ok(x, (int,)) for x in row["operands"])):
+            faults.append(f"field 'operands' must be two integers, got {row['operands']!r}")
     else:
-        if not math.isfinite(row["optimum"]):
-            raise BtError(f"{where}: field 'optimum' must be finite, got {row['optimum']!r}")
-        if row["n_optima"] < 1:
-            raise BtError(f"{where}: field 'n_optima' must be >= 1, got {row['n_optima']}")
-    if "split" in row and row["split"] not in SPLITS:
-        raise BtError(f"{where}: field 'split' must be one of {', '.join(SPLITS)}, got {row['split']!r}")
+        if ok["optimum"] and not math.isfinite(row["optimum"]):
+            faults.append(f"field 'optimum' must be finite, got {row['optimum']!r}")
+        if ok["n_optima"] and row["n_optima"] < 1:
+            faults.append(f"field 'n_optima' must be >= 1, got {row['n_optima']}")
+    if isinstance(row.get("split"), str) and row["split"] not in SPLITS:
+        faults.append(f"field 'split' must be one of {', '.join(SPLITS)}, got {row['split']!r}")
+    if faults:
+        raise BtError(f"{where}: " + "; ".join(faults))
     return row
 
 
@@ -208,9 +242,9 @@ def cohort_info(name_or_path: str | Path) -> CohortInfo:
         name=path.stem,
         path=path,
         rows=len(rows),
-        families=_ordered_unique(r["family"] for r in rows),
-        standins=sum(bool(r["standin"]) for r in rows),
-        stages=_ordered_unique(r["stage"] for r in rows),
+        families=_ordered_unique(r.get("family", DEFAULT_FAMILY) for r in rows),
+        standins=sum(bool(r.get("standin")) for r in rows),
+        stages=_ordered_unique(r.get("stage", NO_STAGE) for r in rows),
         digest=cohort_digest(rows),
     )
 
@@ -243,14 +277,14 @@ def summarize(rows: list[dict]) -> dict:
 
     return {
         "rows": len(rows),
-        "standins": sum(bool(r["standin"]) for r in rows),
-        "by_stage": dict(Counter(r["stage"] for r in rows)),
-        "by_family": dict(Counter(r["family"] for r in rows)),
+        "standins": sum(bool(r.get("standin")) for r in rows),
+        "by_stage": dict(Counter(r.get("stage", NO_STAGE) for r in rows)),
+        "by_family": dict(Counter(r.get("family", DEFAULT_FAMILY) for r in rows)),
         "by_level": count("level"),
         "by_subject": count("subject"),
         "by_kind": count("kind"),
         "by_bin": count("bin"),
         "by_split": count("split"),
-        "selections": dict(sorted(Counter(r["selection"] for r in rows).items())),
-        "stage_standins": dict(Counter(r["stage"] for r in rows if r["standin"])),
+        "selections": dict(sorted(Counter(r.get("selection", NO_SELECTION) for r in rows).items())),
+        "stage_standins": dict(Counter(r.get("stage", NO_STAGE) for r in rows if r.get("standin"))),
     }

@@ -1,0 +1,45 @@
+"""Run the installed `bt` console script in a subprocess, as a user does: exit codes, stdout and
+stderr exactly as a shell sees them (an in-process runner would hide a traceback or an exit
+code that only the real entry point produces)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BT = Path(sys.executable).parent / "bt"
+
+
+def bt_env(**extra: str) -> dict[str, str]:
+    """The test process's environment (HF_HUB_OFFLINE, BT_CACHE_DIR) plus `extra`."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **extra}
+
+
+def run_bt(*args: object, cwd: Path | None = None, timeout: float = 300,
+           **env: str) -> subprocess.CompletedProcess:
+    """`bt ARGS` to completion (bounded by `timeout`), text output captured."""
+    return subprocess.run([str(BT), *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          env=bt_env(**env), timeout=timeout)
+
+
+def start_bt(*args: object, cwd: Path | None = None, **env: str) -> subprocess.Popen:
+    """`bt ARGS` started in the background in its own session, so a signal can go to its whole
+    process group as Ctrl-C in a terminal does (the caller stops it by its PID)."""
+    return subprocess.Popen([str(BT), *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd, env=bt_env(**env),
+                            start_new_session=True)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 2,
+                          *needles: str) -> str:
+    """Exit `code`, no traceback, exactly one line on stderr containing every needle; returns
+    the line."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]

@@ -1,0 +1,78 @@
+"""Exit codes and messages of the real `bt` console script (typer 0.29 bundles its own click,
+which the entry point must handle): a usage error is one line and exit 2, plain `bt` is help,
+Ctrl-C is "interrupted, rerun to resume" and exit 130 with the store intact, and a failed
+`--check` is exit 1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import time
+
+from bt_cli import assert_one_line_error, run_bt, start_bt
+
+
+def test_usage_error_is_one_line_and_exit_2():
+    proc = run_bt("continue", "--budget", "abc")
+    assert_one_line_error(proc, 2, "--budget", "bt continue --help")
+
+
+def test_unknown_command_and_option_are_usage_errors():
+    assert_one_line_error(run_bt("nosuch"), 2, "nosuch")
+    assert_one_line_error(run_bt("status", "--nosuch"), 2, "--nosuch")
+
+
+def test_plain_bt_prints_help_without_traceback():
+    proc = run_bt()
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage: bt" in proc.stdout and "continue" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    proc = run_bt("cohorts")
+    assert proc.returncode == 0 and "build" in proc.stdout and not proc.stderr
+
+
+def test_check_mismatch_exits_1(tmp_path):
+    proc = run_bt("cohorts", "build", "demo", "--check", "--out", tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "DIFFERS" in proc.stdout and "Traceback" not in proc.stderr
+    assert not list(tmp_path.iterdir())  # --check writes nothing
+
+
+def _wait_for_cells(store, proc, limit_s: float = 120.0) -> None:
+    """Poll (bounded) until `bt base` has written its cells: generation starts right after."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if store.is_file():
+            try:
+                with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as c:
+                    if c.execute("SELECT count(*) FROM cells").fetchone()[0]:
+                        return
+            except sqlite3.OperationalError:
+                pass  # schema not written yet
+        time.sleep(0.2)
+    raise AssertionError("bt base wrote no cells in time")
+
+
+def test_sigint_during_generation_exits_130_and_keeps_the_store(tmp_path, tiny_model_dir):
+    run = tmp_path / "runs" / "r"
+    args = ("base", "--cohort", "demo", "--model", tiny_model_dir, "--limit", "2",
+            "--max-tokens", "16000", "--runs-dir", tmp_path / "runs", "--run", "r")
+    proc = start_bt(*args)
+    try:
+        _wait_for_cells(run / "store.sqlite", proc)
+        time.sleep(1.0)  # let it generate for a moment (not an assertion on time)
+        os.killpg(proc.pid, signal.SIGINT)  # the whole group, as Ctrl-C in a terminal
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted, rerun to resume" in err and "Traceback" not in err
+    with sqlite3.connect(f"file:{run / 'store.sqlite'}?mode=ro", uri=True) as c:
+        assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        keys = {k for (k,) in c.execute("SELECT key FROM manifest")}
+        assert {"model_revision", "protocol"} <= keys
+        assert c.execute("SELECT count(*) FROM cells").fetchone()[0] == 2
