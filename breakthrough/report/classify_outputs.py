@@ -11,8 +11,10 @@ with `write_outputs`:
     plan.csv, plan.json         the next work under the chosen --topup rules (plan.json also
                                 holds the plans of the compared rules)
     summary.json                counts, δ sensitivity, agreement, plan sizes, protocol
-    figures/, index.html        combined figures and the report's top page
-    RUN/index.html, RUN/figures/, RUN/cells/   one page per run and per cell
+    index.html, figures/        the one report: the cells table first, then regime counts,
+                                figures (every run together, one model order) and next work
+    cells/[RUN/]CELL.html       one page per cell: problem, reference answer, plot, the base
+                                trace with each anchor's cut marked, every branch's verdict
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -31,6 +33,8 @@ from breakthrough.classify.plan import PlanItem
 from breakthrough.classify.summary import summarize
 from breakthrough.report import figures as F
 from breakthrough.report import html as H
+from breakthrough.report.cell_details import CellDetail, cell_details
+from breakthrough.report.cell_figure import cell_svg
 from breakthrough.store import RunStore, run_dirs
 
 TABLES = ("labels", "curves", "probe_cells", "restart_cells")
@@ -69,19 +73,24 @@ def classify_runs(runs: Sequence[Path], out: Path | None = None, *,
     stored protocol (τ, δ, prior and band override it when given) and write every output
     under `out` (default `default_out_dir(runs)`)."""
     results: dict[str, ClassifyResult] = {}
+    details: dict[str, dict[str, CellDetail]] = {}
     for d in run_dirs(runs):
         name, i = d.name, 2
         while name in results:
             name, i = f"{d.name}-{i}", i + 1
-        with RunStore(d) as store:
+        with RunStore(d, readonly=True) as store:
             protocol = store.protocol()
             samples = store.samples_frame(arrays=False)
             cells = store.cells_frame()
+            items = store.items() if cell_pages else {}
         results[name] = classify_frames(samples, cells, protocol=protocol, topup=topup, tau=tau,
                                         delta=delta, prior=prior, band=band, draws=draws,
                                         seed=seed)
+        if cell_pages:
+            details[name] = cell_details(samples, items,
+                                         dict(zip(cells["cell_id"], cells["answer"])))
     out_dir = default_out_dir(runs) if out is None else Path(out)
-    paths = write_outputs(results, out_dir, cell_pages=cell_pages)
+    paths = write_outputs(results, out_dir, cell_pages=cell_pages, details=details)
     return ClassifyReport(out_dir=out_dir, index=paths["index"], summary=paths["summary_obj"],
                           results=results, paths=paths)
 
@@ -150,35 +159,47 @@ def _combined(results: dict[str, ClassifyResult]) -> dict[str, pd.DataFrame]:
             for k, v in frames.items()}
 
 
-def _run_page(run: str, res: ClassifyResult, rdir: Path, cell_pages: bool) -> Path:
-    """One run's figures, cell pages and page."""
+def cell_page_path(out: Path, run: str, cell_id: str, multi: bool) -> Path:
+    """cells/SLUG.html for one run; cells/RUN/SLUG.html when several runs share a report (the
+    same cell id can appear in two runs)."""
+    return out / "cells" / (run if multi else "") / f"{H.cell_slug(cell_id)}.html"
+
+
+def _cell_pages(run: str, res: ClassifyResult, out: Path, index: Path, multi: bool,
+                details: Mapping[str, CellDetail]) -> dict[tuple[str, str], Path]:
+    """One page per cell of a run, under the run's own protocol; (run, cell_id) → page."""
     p = res.protocol
-    rfigs = F.all_figures(res.labels, res.probe_cells, rdir / "figures", tau=p.tau,
-                          target=p.topup_samples, budgets=p.restart_budgets)
-    pages = {}
-    page = rdir / "index.html"
-    if cell_pages and len(res.labels):
-        curves = res.curves.groupby("cell_id") if len(res.curves) else None
-        rcells = res.restart_cells.groupby("cell_id") if len(res.restart_cells) else None
-        for row in res.labels.to_dict(orient="records"):
-            cid = row["cell_id"]
-            curve = curves.get_group(cid) if curves is not None and cid in curves.groups \
-                else res.curves.iloc[0:0]
-            rc = rcells.get_group(cid) if rcells is not None and cid in rcells.groups else None
-            svg = F.cell_svg(curve, row, tau=p.tau, delta=p.delta)
-            pages[cid] = H.write_cell_page(rdir / "cells" / f"{H.cell_slug(cid)}.html", row=row,
-                                           curve=curve, svg=svg, restarts=rc, back=page)
-    return H.write_run_page(page, title=f"bt classify: {run}", labels=res.labels,
-                            figures=rfigs, summary=res.summary, cell_pages=pages,
-                            plan=plan_frame(res.plan))
+    pages: dict[tuple[str, str], Path] = {}
+    if not len(res.labels):
+        return pages
+    curves = dict(tuple(res.curves.groupby("cell_id"))) if len(res.curves) else {}
+    rcells = dict(tuple(res.restart_cells.groupby("cell_id"))) if len(res.restart_cells) \
+        else {}
+    for row in res.labels.to_dict(orient="records"):
+        cid = row["cell_id"]
+        curve = curves.get(cid, res.curves.iloc[0:0])
+        svg = cell_svg(curve, row, tau=p.tau, delta=p.delta, budget=p.budget)
+        pages[(run, cid)] = H.write_cell_page(
+            cell_page_path(out, run, cid, multi), row=row, curve=curve, svg=svg,
+            detail=details.get(cid), restarts=rcells.get(cid), back=index, tau=p.tau)
+    return pages
+
+
+def restart_budgets(results: Mapping[str, ClassifyResult]) -> list[int]:
+    """Every restart budget of the runs' protocols (sorted): the R(C) columns of the report."""
+    return sorted({int(c) for r in results.values() for c in r.protocol.restart_budgets})
 
 
 def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
-                  cell_pages: bool = True) -> dict[str, Any]:
-    """Write tables, summary, plans, figures and HTML for the runs (name → result) under
-    out_dir. The combined summary and figures use the first run's protocol. Returns
-    {"index": path, "summary": path, "tables": [...], "figures": {...}, "runs": {...},
-    "summary_obj": dict, "labels": frame}."""
+                  cell_pages: bool = True,
+                  details: Mapping[str, Mapping[str, CellDetail]] | None = None
+                  ) -> dict[str, Any]:
+    """Write tables, summary, plans, figures and the one HTML report for the runs (name →
+    result) under out_dir; `details` (run → cell_id → CellDetail) fills the cell pages'
+    problem, trace and branches. The combined summary uses the first run's protocol; the
+    report's R(C) columns and figures use every run's restart budgets. Returns {"index":
+    path, "summary": path, "tables": [...], "figures": {...}, "cells": {(run, cell_id):
+    page}, "summary_obj": dict, "labels": frame}."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     first = next(iter(results.values()))
@@ -207,10 +228,20 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
                                for it in r.plans.get(rule, [])]
                         for rule in rules if rule != first.topup}})
     summary_path = write_json(out / "summary.json", summary)
+    budgets = restart_budgets(results)
     figs = F.all_figures(labels, combined["probe_cells"], out / "figures", tau=protocol.tau,
-                         target=protocol.topup_samples, budgets=protocol.restart_budgets)
-    run_pages = {run: _run_page(run, res, out / run, cell_pages) for run, res in results.items()}
-    index = H.write_index(out / "index.html", runs=run_pages, figures=figs, summary=summary,
-                          files=files + [summary_path])
+                         target=protocol.topup_samples, budgets=budgets)
+    index = out / "index.html"
+    pages: dict[tuple[str, str], Path] = {}
+    if cell_pages:
+        multi = len(results) > 1
+        for run, res in results.items():
+            pages |= _cell_pages(run, res, out, index, multi, (details or {}).get(run, {}))
+    names = list(results)
+    title = f"bt classify: {names[0]}" if len(names) == 1 else \
+        f"bt classify: {len(names)} runs ({', '.join(names)})"
+    H.write_report(index, title=title, labels=labels, restart_budgets=budgets, figures=figs,
+                   summary=summary, cell_pages=pages, plan=chosen,
+                   files=files + [summary_path, out / "plan.csv", out / "plan.json"])
     return {"index": index, "summary": summary_path, "tables": files, "figures": figs,
-            "runs": run_pages, "summary_obj": summary, "labels": labels}
+            "cells": pages, "summary_obj": summary, "labels": labels}

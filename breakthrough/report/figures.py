@@ -1,16 +1,21 @@
-"""PNG figures of protocol section 10 (regime map, restart dose-response, matched compute,
-top-up resolution, swimmer) plus a per-cell p(t) / R̂(t + B) / adv(t) plot.
+"""PNG figures of protocol section 10: regime map, restart dose-response, matched compute,
+top-up resolution and swimmer plot.
 
 Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot, no global
-backend switch), so this module is safe to call from tests and worker processes. Each function
-takes data frames from `breakthrough.classify.regimes` and writes one PNG, returning its path.
+backend switch), so this module is safe to call from tests and worker processes. Each figure
+has a builder that returns the matplotlib Figure (what the tests inspect) and `all_figures`
+saves them as PNGs. Rules every figure keeps, because a reader compares them side by side:
+one model order and one colour per model everywhere (`model_order`, `model_colors`), integer
+ticks on counts, axis ranges from the data and the run's own restart budgets (never the
+study's 1,024-8,192 or 16,384 constants), legends outside the data area, and measured rates
+drawn at their value (R = 1 at 1, no vertical jitter).
 """
 
 from __future__ import annotations
 
-import html
 import math
 from pathlib import Path
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,8 +32,9 @@ CLASS_COLORS = {
     "terminal": "#dd8452",
     "unsolved": "#c8c8c8",
 }
-MODEL_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
+MODEL_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
 DPI = 100
+FIGURES = ("regime_map", "dose_response", "matched_compute", "topup_resolution", "swimmer")
 
 
 def _figure(w: float, h: float):
@@ -40,7 +46,8 @@ def _figure(w: float, h: float):
     return fig
 
 
-def _save(fig, path: str | Path) -> Path:
+def save(fig, path: str | Path) -> Path:
+    """Write a figure as PNG (tight bounding box, so outside legends are kept)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
@@ -53,20 +60,40 @@ def _empty(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def _models(labels: pd.DataFrame) -> list[str]:
+def _integer_axis(axis) -> None:
+    """Counts: integer ticks only."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def model_order(labels: pd.DataFrame) -> list[str]:
+    """The one model order of every figure and panel: sorted names."""
     return sorted(map(str, labels["model"].unique())) if len(labels) else []
 
 
-def regime_map(labels: pd.DataFrame, path: str | Path) -> Path:
+def model_colors(models: Sequence[str]) -> dict[str, str]:
+    """One colour per model, fixed by its place in `model_order`."""
+    return {m: MODEL_PALETTE[i % len(MODEL_PALETTE)] for i, m in enumerate(models)}
+
+
+def _present(models: Sequence[str], frame: pd.DataFrame) -> list[str]:
+    """The models of `models` that have rows in frame, in that order."""
+    have = set(map(str, frame["model"].unique())) if len(frame) else set()
+    return [m for m in models if m in have]
+
+
+def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     """Top: models × problems strip coloured by collapsed class, grouped by stage and sorted
-    within stage by class (last model first). Bottom: stacked class counts per model."""
-    models = _models(labels)
-    fig = _figure(11, 2.0 + 0.9 * max(1, len(models)))
+    within stage by class (last model first). Bottom: stacked class counts per model, the
+    models in the same top-to-bottom order as the strip."""
+    models = list(models) if models is not None else model_order(labels)
+    fig = _figure(11, 2.4 + 0.9 * max(1, len(models)))
     top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1.2, 1]})
     if labels.empty:
         _empty(top, "no cells")
         _empty(bottom, "")
-        return _save(fig, path)
+        return fig
     cls = labels.assign(cls=labels["regime"].map(collapse_regime),
                         stage=labels.get("stage", pd.Series("", index=labels.index)).fillna(""))
     idx = {c: i for i, c in enumerate(FIGURE_CLASSES)}
@@ -96,103 +123,132 @@ def regime_map(labels: pd.DataFrame, path: str | Path) -> Path:
             ticks.append(j)
             names.append(s or "-")
     top.set_xticks(ticks, names, rotation=0, ha="left", fontsize=8)
-    top.set_title(f"Regime map ({len(order)} problems)")
+    top.set_title(f"Regime map ({len(order)} problems, grouped by stage)")
     left = np.zeros(len(models))
     for c in FIGURE_CLASSES:
         counts = np.array([(cls[cls["model"] == m]["cls"] == c).sum() for m in models])
-        bottom.barh(models, counts, left=left, color=CLASS_COLORS[c], label=c)
+        bottom.barh(range(len(models)), counts, left=left, color=CLASS_COLORS[c], label=c)
         for y, (l0, n) in enumerate(zip(left, counts)):
             if n:
                 bottom.text(l0 + n / 2, y, str(int(n)), ha="center", va="center", fontsize=8)
         left += counts
+    bottom.set_yticks(range(len(models)), models)
+    bottom.invert_yaxis()  # first model on top, as in the strip above
     bottom.set_xlim(0, max(1, left.max()))
+    _integer_axis(bottom.xaxis)
     bottom.set_xlabel("cells")
-    bottom.legend(ncol=len(FIGURE_CLASSES), fontsize=7, loc="upper center",
-                  bbox_to_anchor=(0.5, -0.35), frameon=False)
-    return _save(fig, path)
+    bottom.legend(ncol=len(FIGURE_CLASSES), fontsize=8, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.4), frameon=False)
+    fig.subplots_adjust(hspace=0.45)
+    return fig
 
 
-def dose_response(labels: pd.DataFrame, path: str | Path, *, tau: float = 0.75,
-                  budgets=(1024, 2048, 4096, 8192)) -> Path:
-    """Left: R(C) per non-instant cell (jittered lines). Right: share of cells with R(C) ≥ τ
-    per budget and model (cells with any budget missing are dropped, as in 9.2)."""
-    fig = _figure(11, 4)
+def _restart_columns(frame: pd.DataFrame, budgets: Sequence[int]) -> list[int]:
+    """The restart budgets measured for at least one row of frame."""
+    return [c for c in sorted(budgets)
+            if f"R_{c}" in frame.columns and frame[f"R_{c}"].notna().any()]
+
+
+def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0.75,
+                  models: Sequence[str] | None = None):
+    """Left: R(C) per non-instant cell over the run's restart budgets (lines jittered
+    sideways only). Right: share of cells with R(C) ≥ τ per budget and model (per model, the
+    cells measured at every budget that model has, as in 9.2)."""
+    models = list(models) if models is not None else model_order(labels)
+    colors = model_colors(models)
+    fig = _figure(12, 4.2)
     left, right = fig.subplots(1, 2)
-    cols = [f"R_{c}" for c in budgets]
-    data = labels[~labels["instant"].astype(bool)].dropna(subset=cols) if len(labels) else labels
-    if data.empty:
-        _empty(left, "no non-instant cells with a full restart panel")
-        _empty(right, "")
-        return _save(fig, path)
+    data = labels[~labels["instant"].astype(bool)] if len(labels) else labels
+    drawn = []
     rng = np.random.default_rng(0)
-    models = _models(data)
-    x = np.log2(budgets)
-    for mi, m in enumerate(models):
+    for m in _present(models, data):
         g = data[data["model"] == m]
-        color = MODEL_COLORS[mi % len(MODEL_COLORS)]
+        cs = _restart_columns(g, budgets)
+        cols = [f"R_{c}" for c in cs]
+        g = g.dropna(subset=cols)
+        if not cs or g.empty:
+            continue
+        drawn.append(m)
+        x = np.log2(cs)
         for _, row in g.iterrows():
-            y = row[cols].to_numpy(float) + rng.uniform(-0.02, 0.02, len(cols))
-            left.plot(x + rng.uniform(-0.05, 0.05), y, color=color, alpha=0.35, lw=1)
-        share = [(g[c] >= tau - 1e-9).mean() for c in cols]
-        right.plot(x, share, "o-", color=color, label=f"{m} (n = {len(g)})")
+            left.plot(x + rng.uniform(-0.06, 0.06), row[cols].to_numpy(float),
+                      color=colors[m], alpha=0.35, lw=1, marker="o", ms=2.5)
+        share = [float((g[c] >= tau - 1e-9).mean()) for c in cols]
+        right.plot(x, share, "o-", color=colors[m], label=f"{m} (n = {len(g)})")
         for xi, s in zip(x, share):
             right.annotate(f"{100 * s:.0f}%", (xi, s), textcoords="offset points",
-                           xytext=(0, 6), ha="center", fontsize=8, color=color)
+                           xytext=(0, 6), ha="center", fontsize=8, color=colors[m])
+    if not drawn:
+        _empty(left, "no non-instant cells with restarts")
+        _empty(right, "")
+        return fig
+    measured = _restart_columns(data, budgets)
     for ax in (left, right):
-        ax.set_xticks(x, [f"{c:,}" for c in budgets])
-        ax.set_xlabel("restart reasoning budget C")
-        ax.set_ylim(-0.05, 1.1)
+        ax.set_xticks(np.log2(measured), [f"{c:,}" for c in measured])
+        lo, hi = math.log2(min(measured)), math.log2(max(measured))
+        pad = max(0.25, 0.08 * (hi - lo))
+        ax.set_xlim(lo - pad, hi + pad)
+        ax.set_xlabel("restart reasoning budget C (tokens)")
+        ax.set_ylim(-0.05, 1.15)
     left.axhline(tau, ls="--", color="#444", lw=1)
-    left.set_ylabel("R(C)")
+    left.text(1.0, tau, f" τ = {tau:g}", transform=left.get_yaxis_transform(), va="center",
+              fontsize=8)
+    left.set_ylabel("R(C): restart solve rate")
     left.set_title("Restart dose-response per cell")
     right.set_ylabel(f"share of cells with R(C) ≥ {tau:g}")
     right.set_title("Share solved from scratch")
-    right.legend(fontsize=8)
-    return _save(fig, path)
+    right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.subplots_adjust(wspace=0.3)
+    return fig
 
 
-def matched_compute(labels: pd.DataFrame, path: str | Path, *, tau: float = 0.75) -> Path:
+def matched_compute(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0.75):
     """One row per cell with an A1 terminal event: matched restart R̂(t + B) (grey), pooled
-    prefix rate (orange), R(8,192) (open triangle); * marks proxies (t + B beyond 8,192)."""
+    prefix rate (orange), R at the largest restart budget (open triangle); * marks proxies
+    (t + B beyond the largest restart budget)."""
     data = labels[labels["terminal_a1_anchor"].notna()] if len(labels) else labels
-    fig = _figure(8, 1.5 + 0.35 * max(1, len(data)))
+    fig = _figure(9, 1.6 + 0.35 * max(1, len(data)))
     ax = fig.subplots()
     if data.empty:
         _empty(ax, "no A1 terminal events")
-        return _save(fig, path)
+        return fig
+    c_max = max(budgets)
     data = data.sort_values(["terminal_a1_anchor", "terminal_a1_advantage", "cell_id"])
     ys = np.arange(len(data))
-    ax.scatter(data["terminal_a1_matched_restart"], ys, color="#888", label="matched restart "
-               "R̂(t + B)", zorder=3)
-    ax.scatter(data["terminal_a1_rate"], ys, color="#dd8452", label="pooled prefix rate", zorder=3)
-    if "R_8192" in data.columns:
-        ax.scatter(data["R_8192"], ys, marker="^", facecolors="none", edgecolors="black",
-                   label="R(8,192)", zorder=3)
-    ax.axvline(tau, ls="--", color="#444", lw=1)
-    names = [f"{r.cell_id} (t = {int(r.terminal_a1_anchor)}){'*' if r.terminal_a1_proxy else ''}"
+    ax.scatter(data["terminal_a1_matched_restart"], ys, color="#888",
+               label="matched restart R̂(t + B)", zorder=3)
+    ax.scatter(data["terminal_a1_rate"], ys, color="#dd8452", label="pooled prefix rate",
+               zorder=3)
+    if f"R_{c_max}" in data.columns:
+        ax.scatter(data[f"R_{c_max}"], ys, marker="^", facecolors="none", edgecolors="black",
+                   label=f"R({c_max:,})", zorder=3)
+    ax.axvline(tau, ls="--", color="#444", lw=1, label=f"τ = {tau:g}")
+    names = [f"{r.cell_id} (t = {int(r.terminal_a1_anchor):,}){'*' if r.terminal_a1_proxy else ''}"
              for r in data.itertuples()]
     ax.set_yticks(ys, names, fontsize=8)
+    ax.set_ylim(-0.6, len(data) - 0.4)
     ax.set_xlim(-0.05, 1.05)
-    ax.set_xlabel("solve rate")
+    ax.set_xlabel(f"solve rate (* = t + B beyond {c_max:,}: R̂ is a proxy)")
     ax.set_title("Matched compute: long prefixes vs restarts (A1 terminal cells)")
-    ax.legend(fontsize=8, loc="lower left")
-    return _save(fig, path)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    return fig
 
 
-def topup_resolution(probe_cells: pd.DataFrame, path: str | Path, *, tau: float = 0.75,
-                     target: int = 8) -> Path:
+def topup_resolution(probe_cells: pd.DataFrame, tau: float = 0.75, target: int = 8,
+                     models: Sequence[str] | None = None):
     """Per model: histogram of pooled successes over probe cells with `target` graded
     branches; low (≤ target/4), intermediate, high (≥ τ·target) coloured."""
     data = probe_cells[probe_cells["n"] == target] if len(probe_cells) else probe_cells
-    models = _models(data) if len(data) else []
-    fig = _figure(5 * max(1, len(models)), 3.5)
-    axes = np.atleast_1d(fig.subplots(1, max(1, len(models))))
-    if not models:
+    order = list(models) if models is not None else model_order(data)
+    present = _present(order, data) if len(data) else []
+    fig = _figure(5 * max(1, len(present)), 3.6)
+    axes = np.atleast_1d(fig.subplots(1, max(1, len(present))))
+    if not present:
         _empty(axes[0], f"no probe cells with {target} branches")
-        return _save(fig, path)
+        return fig
     hi_k = math.ceil(tau * target - 1e-9)
     lo_k = target // 4
-    for ax, m in zip(axes, models):
+    for ax, m in zip(axes, present):
         k = data[data["model"] == m]["k"].to_numpy(int)
         counts = np.bincount(k, minlength=target + 1)
         colors = ["#c8c8c8" if i <= lo_k else "#55a868" if i >= hi_k else "#dd8452"
@@ -202,25 +258,46 @@ def topup_resolution(probe_cells: pd.DataFrame, path: str | Path, *, tau: float 
         ax.set_title(f"{m}: ≤{lo_k}: {low}, {lo_k + 1}–{hi_k - 1}: {mid}, ≥{hi_k}: {high}",
                      fontsize=9)
         ax.set_xticks(range(target + 1))
+        ax.set_ylim(0, max(1, counts.max()) * 1.1)
+        _integer_axis(ax.yaxis)
         ax.set_xlabel(f"pooled successes of {target}")
     axes[0].set_ylabel("probe cells")
-    return _save(fig, path)
+    return fig
 
 
-def swimmer(labels: pd.DataFrame, path: str | Path, *, tau: float = 0.75) -> Path:
+def swimmer_range(labels: pd.DataFrame) -> tuple[float, float]:
+    """The anchor range of the swimmer plot (log2): from half the smallest anchor the labels
+    hold to twice the largest, so it follows the run's anchors."""
+    vals = []
+    for col in ("interval_lower", "interval_upper", "censoring_time", "final_anchor"):
+        if col in labels.columns:
+            vals += [float(v) for v in labels[col].dropna() if float(v) > 0]
+    if not vals:
+        return 1.0, 2.0
+    lo = 2.0 ** (math.floor(math.log2(min(vals))) - 1)
+    hi = 2.0 ** (math.ceil(math.log2(max(vals))) + 1)
+    return lo, hi
+
+
+def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | None = None):
     """One row per trajectory: event intervals (lower → upper, log2 axis), censored rows as
     arrows to the censoring anchor (pink when the final rate is ≥ τ: A1 candidates)."""
-    models = _models(labels)
-    n_max = max([int((labels["model"] == m).sum()) for m in models] or [1])
-    fig = _figure(6 * max(1, len(models)), 1.5 + 0.12 * n_max)
-    axes = np.atleast_1d(fig.subplots(1, max(1, len(models)), squeeze=False)[0])
-    if not models:
+    order = list(models) if models is not None else model_order(labels)
+    present = _present(order, labels)
+    n_max = max([int((labels["model"] == m).sum()) for m in present] or [1])
+    fig = _figure(6 * max(1, len(present)), 2.0 + 0.14 * n_max)
+    axes = np.atleast_1d(fig.subplots(1, max(1, len(present)), squeeze=False)[0])
+    if not present:
         _empty(axes[0], "no cells")
-        return _save(fig, path)
-    floor = 8
-    for ax, m in zip(axes, models):
+        return fig
+    from matplotlib.ticker import FuncFormatter
+
+    floor, top = swimmer_range(labels)
+    styles = {"instant event": "#4c72b0", "delayed event": "#c44e52",
+              "censored": "#999", f"censored, last p ≥ {tau:g}": "#e377c2"}
+    for ax, m in zip(axes, present):
         g = labels[labels["model"] == m].copy()
-        g["_sort"] = g["interval_upper"].astype(float).fillna(1e9) + \
+        g["_sort"] = g["interval_upper"].astype(float).fillna(1e12) + \
             g["censoring_time"].astype(float).fillna(0) / 1e6
         g = g.sort_values(["_sort", "cell_id"])
         n_inst = n_del = n_cen = 0
@@ -231,7 +308,8 @@ def swimmer(labels: pd.DataFrame, path: str | Path, *, tau: float = 0.75) -> Pat
                 instant = bool(r.instant)
                 n_inst += instant
                 n_del += not instant
-                ax.plot([lo, up], [y, y], color="#4c72b0" if instant else "#c44e52", lw=2)
+                ax.plot([lo, up], [y, y], lw=2,
+                        color=styles["instant event" if instant else "delayed event"])
                 ax.plot([up], [y], "|", color="black", ms=5)
             else:
                 n_cen += 1
@@ -239,140 +317,38 @@ def swimmer(labels: pd.DataFrame, path: str | Path, *, tau: float = 0.75) -> Pat
                 hot = r.final_rate is not None and not pd.isna(r.final_rate) and \
                     r.final_rate >= tau - 1e-9
                 ax.annotate("", xy=(end, y), xytext=(floor, y),
-                            arrowprops={"arrowstyle": "->", "color": "#e377c2" if hot else "#999",
-                                        "lw": 1})
+                            arrowprops={"arrowstyle": "->", "lw": 1, "color": styles[
+                                f"censored, last p ≥ {tau:g}" if hot else "censored"]})
             lvl = getattr(r, "level", None)
             if lvl is not None and not pd.isna(lvl):
-                ax.text(9000, y, f"L{int(lvl)}", fontsize=6, va="center")
+                ax.text(1.01, y, f"L{int(lvl)}", fontsize=6, va="center",
+                        transform=ax.get_yaxis_transform())
         ax.set_xscale("log", base=2)
-        ax.set_xlim(floor, 16384)
+        ax.set_xlim(floor, top)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.set_ylim(-1, max(1, len(g)))
         ax.set_yticks([])
-        ax.set_xlabel("anchor t (thinking tokens)")
+        ax.set_xlabel("anchor t (reasoning tokens)")
         ax.set_title(f"{m}: instant {n_inst}, delayed {n_del}, censored {n_cen}", fontsize=9)
-    return _save(fig, path)
+    from matplotlib.lines import Line2D
 
-
-def cell_plot(curve: pd.DataFrame, row: dict, path: str | Path, *, tau: float = 0.75,
-              delta: float = 0.5) -> Path:
-    """One cell: p(t) per probed anchor, R̂(t + B) (and the conservative R̂), adv(t); the T_F
-    interval shaded, T_V(δ) marked."""
-    fig = _figure(7, 3.6)
-    ax = fig.subplots()
-    c = curve.sort_values("anchor")
-    if c.empty:
-        _empty(ax, "no probed anchors")
-        return _save(fig, path)
-    t = c["anchor"].to_numpy(float)
-    ax.plot(t, c["p"], "o-", color="#1f77b4", label="p(t; B)")
-    if c["r_hat"].notna().any():
-        ax.plot(t, c["r_hat"], "s--", color="#888", label="R̂(t + B)")
-        ax.plot(t, c["r_hat_cons"], ":", color="#bbb", label="R̂ conservative")
-        ax.plot(t, c["adv"], "^-", color="#c44e52", label="adv(t)")
-        prox = c[c["proxy"].astype(bool)]
-        if len(prox):
-            ax.scatter(prox["anchor"], prox["r_hat"], facecolors="none", edgecolors="black",
-                       s=90, label="proxy R(8,192)", zorder=4)
-    ax.axhline(tau, ls="--", color="#1f77b4", lw=0.8)
-    ax.axhline(delta, ls=":", color="#c44e52", lw=0.8)
-    ax.axhline(0, color="black", lw=0.5)
-    lo, up = row.get("interval_lower"), row.get("interval_upper")
-    if row.get("event_observed") and up is not None and not pd.isna(up):
-        ax.axvspan(max(float(lo or 0), t.min() / 2), float(up), color="#4c72b0", alpha=0.12,
-                   label="T_F interval")
-    tv = row.get("t_v")
-    if tv is not None and not pd.isna(tv):
-        ax.axvline(float(tv), color="#c44e52", lw=1.5, alpha=0.6, label="T_V(δ)")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(t, [str(int(a)) for a in t], fontsize=7, rotation=45)
-    ax.set_ylim(-1.05, 1.05)
-    ax.set_xlabel("anchor t")
-    ax.set_title(f"{row.get('cell_id')}: {row.get('regime')}", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right", ncol=2)
-    return _save(fig, path)
+    handles = [Line2D([], [], color=c, lw=2, label=name) for name, c in styles.items()]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8,
+               frameon=False, bbox_to_anchor=(0.5, -0.02 - 0.5 / fig.get_figheight()))
+    return fig
 
 
 def all_figures(labels: pd.DataFrame, probe_cells: pd.DataFrame, out_dir: str | Path, *,
-                tau: float = 0.75, target: int = 8,
-                budgets=(1024, 2048, 4096, 8192)) -> dict[str, Path]:
-    """The five run-level figures into out_dir; name → path."""
+                budgets: Sequence[int], tau: float = 0.75, target: int = 8) -> dict[str, Path]:
+    """The five report figures as PNGs in out_dir (one model order for all); name → path.
+    `budgets`: the restart budgets of the runs (their stored protocols)."""
     out_dir = Path(out_dir)
-    return {
-        "regime_map": regime_map(labels, out_dir / "regime_map.png"),
-        "dose_response": dose_response(labels, out_dir / "dose_response.png", tau=tau,
-                                       budgets=budgets),
-        "matched_compute": matched_compute(labels, out_dir / "matched_compute.png", tau=tau),
-        "topup_resolution": topup_resolution(probe_cells, out_dir / "topup_resolution.png",
-                                             tau=tau, target=target),
-        "swimmer": swimmer(labels, out_dir / "swimmer.png", tau=tau),
+    models = model_order(labels)
+    figs: Mapping[str, object] = {
+        "regime_map": regime_map(labels, models),
+        "dose_response": dose_response(labels, budgets, tau, models),
+        "matched_compute": matched_compute(labels, budgets, tau),
+        "topup_resolution": topup_resolution(probe_cells, tau, target, models),
+        "swimmer": swimmer(labels, tau, models),
     }
-
-
-def cell_svg(curve: pd.DataFrame, row: dict, *, tau: float = 0.75, delta: float = 0.5,
-             width: int = 640, height: int = 300) -> str:
-    """The per-cell plot of `cell_plot` as an inline SVG string (no matplotlib: cheap enough
-    for one page per cell): p(t), R̂(t + B), conservative R̂, adv(t) on a log2 anchor axis,
-    τ and δ lines, the T_F interval shaded and T_V(δ) marked."""
-    ml, mr, mt, mb = 44, 150, 24, 40
-    c = curve.sort_values("anchor")
-    title = html.escape(f"{row.get('cell_id')}: {row.get('regime')}")
-    head = (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-            f"font-family='sans-serif' font-size='10'><rect width='100%' height='100%' "
-            f"fill='white'/><text x='{ml}' y='14' font-size='12'>{title}</text>")
-    if c.empty:
-        return head + f"<text x='{ml}' y='{height / 2}'>no probed anchors</text></svg>"
-    t = c["anchor"].to_numpy(float)
-    lo_x, hi_x = math.log2(max(1.0, t.min() / 1.5)), math.log2(t.max() * 1.5)
-    pw, ph = width - ml - mr, height - mt - mb
-
-    def X(a):
-        return ml + (math.log2(max(a, 1e-9)) - lo_x) / (hi_x - lo_x) * pw
-
-    def Y(v):
-        return mt + (1 - (v + 1.05) / 2.1) * ph
-
-    parts = [head, f"<rect x='{ml}' y='{mt}' width='{pw}' height='{ph}' fill='none' "
-                   f"stroke='#999'/>"]
-    lo, up = row.get("interval_lower"), row.get("interval_upper")
-    if row.get("event_observed") and up is not None and not pd.isna(up):
-        x0 = X(max(float(lo or 0), 2 ** lo_x))
-        parts.append(f"<rect x='{x0:.1f}' y='{mt}' width='{max(1.0, X(float(up)) - x0):.1f}' "
-                     f"height='{ph}' fill='#4c72b0' opacity='0.12'/>")
-    for v, color, dash, name in ((tau, "#1f77b4", "4,3", "τ"), (delta, "#c44e52", "2,3", "δ"),
-                                 (0.0, "#000", "", "")):
-        parts.append(f"<line x1='{ml}' x2='{ml + pw}' y1='{Y(v):.1f}' y2='{Y(v):.1f}' "
-                     f"stroke='{color}' stroke-width='0.8' stroke-dasharray='{dash}'/>")
-    for v in (-1, -0.5, 0, 0.5, 1):
-        parts.append(f"<text x='{ml - 4}' y='{Y(v) + 3:.1f}' text-anchor='end'>{v:g}</text>")
-    for a in t:
-        parts.append(f"<text x='{X(a):.1f}' y='{mt + ph + 14}' text-anchor='middle' "
-                     f"font-size='8'>{int(a)}</text>")
-    parts.append(f"<text x='{ml + pw / 2}' y='{height - 6}' text-anchor='middle'>anchor t "
-                 f"(log2)</text>")
-    tv = row.get("t_v")
-    if tv is not None and not pd.isna(tv):
-        parts.append(f"<line x1='{X(float(tv)):.1f}' x2='{X(float(tv)):.1f}' y1='{mt}' "
-                     f"y2='{mt + ph}' stroke='#c44e52' stroke-width='1.5' opacity='0.6'/>")
-    series = [("p", "#1f77b4", "", "p(t; B)"), ("r_hat", "#888", "5,3", "R̂(t + B)"),
-              ("r_hat_cons", "#bbb", "2,2", "R̂ conservative"), ("adv", "#c44e52", "", "adv(t)")]
-    for i, (col, color, dash, name) in enumerate(series):
-        vals = c[col].to_numpy(float)
-        pts = [(X(a), Y(v)) for a, v in zip(t, vals) if not math.isnan(v)]
-        if not pts:
-            continue
-        parts.append("<polyline fill='none' stroke='{}' stroke-width='1.5' "
-                     "stroke-dasharray='{}' points='{}'/>".format(
-                         color, dash, " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)))
-        parts.extend(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='2.5' fill='{color}'/>"
-                     for x, y in pts)
-        ly = mt + 12 + 14 * i
-        parts.append(f"<line x1='{ml + pw + 10}' x2='{ml + pw + 28}' y1='{ly - 3}' y2='{ly - 3}' "
-                     f"stroke='{color}' stroke-width='2' stroke-dasharray='{dash}'/>"
-                     f"<text x='{ml + pw + 32}' y='{ly}'>{html.escape(name)}</text>")
-    prox = c[c["proxy"].astype(bool)]
-    for a, v in zip(prox["anchor"], prox["r_hat"]):
-        parts.append(f"<circle cx='{X(float(a)):.1f}' cy='{Y(float(v)):.1f}' r='6' fill='none' "
-                     f"stroke='black'/>")
-    if len(prox):
-        parts.append(f"<text x='{ml + pw + 10}' y='{mt + 12 + 14 * 4}'>○ proxy R(8,192)</text>")
-    return "".join(parts) + "</svg>"
+    return {name: save(fig, out_dir / f"{name}.png") for name, fig in figs.items()}

@@ -1,6 +1,12 @@
-"""Static HTML report: an index page, one page per run (figures + tables) and one page per
-cell (the base trace's anchors with p(t), R̂(t + B), adv(t) and posteriors). Plain HTML, no
-scripts, every value escaped."""
+"""The static HTML report of `bt classify`: one report page (the cells table first, then the
+regime counts, figures and the plan of next work) and one page per cell (problem, reference
+answer, the plot, the base trace with every anchor's cut point marked, and every branch's
+extracted answer and verdict).
+
+Plain HTML and inline SVG, no scripts, every value escaped. Headers and field names are the
+human names of `report.names`; each carries the raw column name as its tooltip, so a reader
+can find it in labels.csv.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +16,36 @@ import os
 import re
 import zlib
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
+from breakthrough.report.cell_details import CellDetail
+from breakthrough.report.names import field_name, finish_name, regime_name
+
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1400px}
-table{border-collapse:collapse;font-size:12px;margin:0.5em 0 1.5em}
-th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
-th{background:#f0f0f0} td.l,th.l{text-align:left}
+body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1500px;color:#222}
+h1{font-size:1.6em} h2{margin-top:1.6em}
+table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}
+th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;vertical-align:top}
+th{background:#f0f0f0} td.l,th.l{text-align:left} td a{white-space:nowrap}
+table.cells td{white-space:nowrap}
 img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
 .note{color:#555;font-size:13px}
+dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;font-size:15px}
+dl.facts dt{font-weight:bold} dl.facts dd{margin:0;white-space:pre-wrap}
+pre.trace{white-space:pre-wrap;word-break:break-word;background:#fafafa;border:1px solid #ddd;
+  padding:10px;max-height:520px;overflow:auto;font-size:13px;line-height:1.5}
+mark.cut{background:#ffe08a;border-left:3px solid #b8860b;padding:0 3px;font-weight:bold;
+  font-family:sans-serif;font-size:11px}
+mark.cut.solved{background:#bfe5bf;border-left-color:#2e7d32}
+td.v-correct{color:#1b5e20;font-weight:bold} td.v-wrong,td.v-no-answer{color:#b71c1c}
+td.text{font-family:monospace;font-size:12px;text-align:left;white-space:pre-wrap;
+  max-width:640px;word-break:break-word}
+svg.cell-plot{max-width:100%;height:auto;border:1px solid #eee}
 """
-
-TABLE_COLUMNS = ["cell_id", "stage", "level", "regime", "t_f", "interval_lower",
-                 "interval_upper", "final_anchor", "final_rate", "R_1024", "R_2048", "R_4096",
-                 "R_8192", "max_advantage", "t_v_d025", "t_v_d050", "t_v_d075", "t_v_cons",
-                 "conservative_agrees", "terminal_a1_anchor", "terminal_a1_advantage",
-                 "regime_survival"]
+BRANCH_TAIL = 300  # characters of each branch's text shown (its end, where the answer is)
 
 
 def cell_slug(cell_id: str) -> str:
@@ -40,42 +58,61 @@ def hash_str(s: str) -> int:
     return zlib.crc32(s.encode())
 
 
-def _fmt(v) -> str:
-    if v is None or v is pd.NA:
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def fmt(v, col: str | None = None) -> str:
+    """A value as the pages show it (escaped): — for missing, yes/no for flags, regimes by
+    their human names, whole numbers without decimals (thousands separated), others to 3
+    decimals."""
+    if _missing(v) or (col == "anchor" and v == -1):  # -1: a restart has no anchor
         return "—"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "—"
-        return f"{v:.0f}" if v == int(v) else f"{v:.3f}"
+    if col == "regime":
+        return html.escape(regime_name(v))
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)) or (isinstance(v, (float, np.floating))
+                                             and float(v).is_integer()):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):.3f}"
     return html.escape(str(v))
 
 
+LEFT = ("cell_id", "regime", "run", "model", "stage", "kind", "reason", "extracted", "verdict",
+        "finish_reason", "problem_id", "subject", "position")
+
+
 def table(frame: pd.DataFrame, columns: Iterable[str] | None = None,
-          links: Mapping[str, str] | None = None) -> str:
-    """An HTML table of frame[columns]; values of `cell_id` become links when given."""
+          links: Mapping[str, str] | None = None, cls: str = "") -> str:
+    """An HTML table of frame[columns] under human headers (raw name as tooltip); values of
+    `cell_id` become links when given."""
     cols = [c for c in (columns or frame.columns) if c in frame.columns]
-    head = "".join(f'<th class="l">{html.escape(c)}</th>' if c in ("cell_id", "regime")
-                   else f"<th>{html.escape(c)}</th>" for c in cols)
+    head = "".join(
+        f"<th{' class=l' if c in LEFT else ''} title='{html.escape(field_name(c, long=True))}"
+        f" [{html.escape(c)}]'>{html.escape(field_name(c))}</th>" for c in cols)
     rows = []
     for rec in frame[cols].to_dict(orient="records"):
         cells = []
         for c in cols:
             v = rec[c]
+            left = " class='l'" if c in LEFT else ""
             if c == "cell_id" and links and v in links:
-                cells.append(f'<td class="l"><a href="{html.escape(links[v])}">'
+                cells.append(f"<td{left}><a href='{html.escape(links[v])}'>"
                              f"{html.escape(str(v))}</a></td>")
-            elif c in ("cell_id", "regime"):
-                cells.append(f'<td class="l">{_fmt(v)}</td>')
             else:
-                cells.append(f"<td>{_fmt(v)}</td>")
+                cells.append(f"<td{left}>{fmt(v, c)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    return f"<table class='{cls}'><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-            f"</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"{body}</body></html>\n")
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<link rel='icon' href='data:,'>"  # no favicon request: a static report has none
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1>{body}</body></html>\n")
 
 
 def _write(path: Path, text: str) -> Path:
@@ -90,11 +127,27 @@ def _rel(target: Path, start: Path) -> str:
     return Path(os.path.relpath(target, start)).as_posix()
 
 
+def cells_columns(labels: pd.DataFrame, restart_budgets: Sequence[int]) -> list[str]:
+    """The columns of the cells table: identity, regime and T_F, R(C) for each of the runs'
+    restart budgets, advantage, T_V at each δ the labels hold, agreement and survival."""
+    tv = sorted(c for c in labels.columns if re.fullmatch(r"t_v_d\d{3}", c))
+    return (["run", "cell_id", "stage", "level", "regime", "t_f", "interval_lower",
+             "interval_upper", "final_anchor", "final_rate"]
+            + [f"R_{c}" for c in sorted(restart_budgets)]
+            + ["max_advantage", *tv, "t_v_cons", "conservative_agrees", "terminal_a1_anchor",
+               "terminal_a1_advantage", "regime_survival"])
+
+
+def _settings(summary: Mapping) -> str:
+    return (f"<p class='note'>τ = {summary.get('tau')}, B = {summary.get('budget')}, "
+            f"primary δ = {summary.get('primary_delta')}, prior: "
+            f"{html.escape(str(summary.get('prior', '—')))}, top-up rule: "
+            f"{html.escape(str(summary.get('topup', '—')))}. Hover a column header for its "
+            f"meaning and its name in labels.csv.</p>")
+
+
 def _summary_block(summary: Mapping) -> str:
-    parts = [f"<p class='note'>τ = {summary.get('tau')}, B = {summary.get('budget')}, "
-             f"primary δ = {summary.get('primary_delta')}, prior: "
-             f"{html.escape(str(summary.get('prior', '—')))}, top-up rule: "
-             f"{html.escape(str(summary.get('topup', '—')))}</p>"]
+    parts = []
     counts = summary.get("regime_counts") or {}
     if counts:
         regs = list(next(iter(counts.values())).keys())
@@ -119,59 +172,132 @@ def _summary_block(summary: Mapping) -> str:
     return "".join(parts)
 
 
-def write_run_page(path: str | Path, *, title: str, labels: pd.DataFrame,
-                   figures: Mapping[str, Path], summary: Mapping,
-                   cell_pages: Mapping[str, Path] | None = None,
-                   plan: pd.DataFrame | None = None) -> Path:
-    """The page of one run: summary, figures, the per-cell table (linked to cell pages) and
-    the plan of next work."""
+def write_report(path: str | Path, *, title: str, labels: pd.DataFrame,
+                 restart_budgets: Sequence[int], figures: Mapping[str, Path],
+                 summary: Mapping, cell_pages: Mapping[tuple[str, str], Path] | None = None,
+                 plan: pd.DataFrame | None = None, files: Iterable[Path] = ()) -> Path:
+    """The one report page of a `bt classify` call: the cells table first (linked to the cell
+    pages; cell_pages: (run, cell_id) → page), then regime counts, figures, the plan of next
+    work and the written tables."""
     path = Path(path)
-    links = {c: _rel(p, path.parent) for c, p in (cell_pages or {}).items()}
-    body = [_summary_block(summary), "<h2>Figures</h2>"]
+    body = [_settings(summary), "<h2>Cells</h2>"]
+    if len(labels):
+        multi = "run" in labels.columns and labels["run"].nunique() > 1
+        cols = [c for c in cells_columns(labels, restart_budgets) if multi or c != "run"]
+        groups = labels.groupby("run", sort=False) if "run" in labels.columns else [("", labels)]
+        for run, g in groups:
+            links = {c: _rel(p, path.parent) for (r, c), p in (cell_pages or {}).items()
+                     if r == run}
+            if multi:
+                body.append(f"<h3>run {html.escape(str(run))}</h3>")
+            body.append(table(g, cols, links, cls="cells"))
+    else:
+        body.append("<p>no cells</p>")
+    body.append(_summary_block(summary))
+    body.append("<h2>Figures</h2>")
     for name, fig in figures.items():
-        body.append(f"<h3>{html.escape(name)}</h3><img src='{html.escape(_rel(fig, path.parent))}'"
-                    f" alt='{html.escape(name)}'>")
-    body.append("<h2>Cells</h2>" + table(labels, TABLE_COLUMNS, links))
+        body.append(f"<h3>{html.escape(name.replace('_', ' '))}</h3>"
+                    f"<img src='{html.escape(_rel(fig, path.parent))}' "
+                    f"alt='{html.escape(name)}'>")
     if plan is not None and len(plan):
         body.append("<h2>Plan of next work</h2>" + table(plan))
-    return _write(path, _page(title, "".join(body)))
-
-
-def write_cell_page(path: str | Path, *, row: Mapping, curve: pd.DataFrame,
-                    image: Path | None = None, svg: str | None = None,
-                    restarts: pd.DataFrame | None = None, back: Path | None = None) -> Path:
-    """One cell: its labels, the p(t)/R̂/adv plot (a PNG `image` or an inline `svg`) and the
-    per-anchor and restart tables."""
-    path = Path(path)
-    body = []
-    if back is not None:
-        body.append(f"<p><a href='{html.escape(_rel(back, path.parent))}'>← run</a></p>")
-    facts = pd.DataFrame([{"field": k, "value": v} for k, v in row.items()])
-    if svg is not None:
-        body.append(f"<div>{svg}</div>")
-    if image is not None:
-        body.append(f"<img src='{html.escape(_rel(image, path.parent))}' alt='trace'>")
-    body.append("<h2>Anchors of the base trace</h2>" + table(curve.drop(columns=["cell_id"],
-                                                                         errors="ignore")))
-    if restarts is not None and len(restarts):
-        body.append("<h2>Restarts</h2>" + table(restarts.drop(columns=["cell_id"],
-                                                               errors="ignore")))
-    body.append("<h2>Labels</h2>" + table(facts))
-    return _write(path, _page(f"cell {row.get('cell_id')}", "".join(body)))
-
-
-def write_index(path: str | Path, *, runs: Mapping[str, Path], figures: Mapping[str, Path],
-                summary: Mapping, files: Iterable[Path] = ()) -> Path:
-    """The top page: links to every run page, the combined figures and summary."""
-    path = Path(path)
-    body = ["<ul>" + "".join(f"<li><a href='{html.escape(_rel(p, path.parent))}'>"
-                             f"{html.escape(name)}</a></li>" for name, p in runs.items())
-            + "</ul>", _summary_block(summary)]
+    files = list(files)
     if files:
         body.append("<p class='note'>Tables: " + ", ".join(
             f"<a href='{html.escape(_rel(f, path.parent))}'>{html.escape(f.name)}</a>"
             for f in files) + "</p>")
-    for name, fig in figures.items():
-        body.append(f"<h3>{html.escape(name)}</h3><img src='{html.escape(_rel(fig, path.parent))}'"
-                    f" alt='{html.escape(name)}'>")
-    return _write(path, _page("bt classify report", "".join(body)))
+    return _write(path, _page(title, "".join(body)))
+
+
+def _trace_html(detail: CellDetail, curve: pd.DataFrame, tau: float) -> str:
+    """The base trace, escaped, with a mark before each anchor's cut (its p(t; B) in it)."""
+    text = detail.base_text or ""
+    rates = {int(r.anchor): (int(r.k), int(r.n)) for r in curve.itertuples()} \
+        if len(curve) else {}
+    marks: dict[int, list[int]] = {}
+    for a, off in detail.cuts.items():
+        marks.setdefault(min(off, len(text)), []).append(a)
+    out, pos = [], 0
+    for off in sorted(marks):
+        out.append(html.escape(text[pos:off]))
+        for a in sorted(marks[off]):
+            k, n = rates.get(a, (0, 0))
+            solved = n and k / n >= tau - 1e-9
+            out.append(f"<mark class='cut{' solved' if solved else ''}' id='cut-{a}' "
+                       f"title='cut at anchor t = {a}: {k} of {n} continuations solved'>"
+                       f"✂ t={a:,} · {k}/{n}</mark>")
+        pos = off
+    out.append(html.escape(text[pos:]))
+    return f"<pre class='trace'>{''.join(out)}</pre>"
+
+
+def _branches_html(branches: pd.DataFrame) -> str:
+    """Per probe anchor and per restart budget: each branch's extracted answer, verdict and
+    the end of its text."""
+    if branches.empty:
+        return "<p>no branches yet</p>"
+    parts = []
+    for kind, key, heading in (("probe", "anchor", "Continuations from the base trace"),
+                               ("restart", "budget", "Restarts from scratch")):
+        g = branches[branches["kind"] == kind]
+        if g.empty:
+            continue
+        rows = []
+        for r in g.to_dict(orient="records"):
+            text = str(r["continuation"] or "")
+            tail = ("…" if len(text) > BRANCH_TAIL else "") + text[-BRANCH_TAIL:]
+            v = str(r["verdict"])
+            rows.append(f"<tr><td>{fmt(r[key])}</td><td>{r['branch']}</td>"
+                        f"<td class='l'>{fmt(r['extracted'])}</td>"
+                        f"<td class='l v-{v.replace(' ', '-')}'>{html.escape(v)}</td>"
+                        f"<td class='l'>{html.escape(finish_name(r['finish_reason']))}</td>"
+                        f"<td class='text'>{html.escape(tail)}</td></tr>")
+        first = field_name(key)
+        what = "text after the cut (its end)" if kind == "probe" else "text (its end)"
+        parts.append(f"<h3>{heading}</h3><table class='branches {kind}'><tr><th>"
+                     f"{html.escape(first)}</th><th>branch</th><th class='l'>extracted answer"
+                     f"</th><th class='l'>verdict</th><th class='l'>finish</th>"
+                     f"<th class='l'>{what}</th></tr>{''.join(rows)}</table>")
+    return "".join(parts)
+
+
+def write_cell_page(path: str | Path, *, row: Mapping, curve: pd.DataFrame, svg: str,
+                    detail: CellDetail | None = None, restarts: pd.DataFrame | None = None,
+                    back: Path | None = None, tau: float = 0.75) -> Path:
+    """One cell: problem and reference answer, the p(t; B) / R̂(t + B) / adv(t) plot, the base
+    trace with the cut of every anchor marked, every branch's answer and verdict, the anchor
+    and restart tables and all labels under their human names."""
+    path = Path(path)
+    detail = detail or CellDetail()
+    body = []
+    if back is not None:
+        body.append(f"<p><a href='{html.escape(_rel(back, path.parent))}'>← report</a></p>")
+    facts = [("Problem", detail.problem), ("Reference answer", detail.answer),
+             ("Regime", regime_name(row.get("regime"))),
+             ("Budget-fit time T_F", row.get("t_f")), ("Prefix-value time T_V(δ)",
+                                                       row.get("t_v")),
+             ("Model", row.get("model")), ("Stage / level",
+                                           f"{row.get('stage', '—')} / {fmt(row.get('level'))}")]
+    body.append("<dl class='facts'>" + "".join(
+        f"<dt>{html.escape(k)}</dt><dd>{fmt(v)}</dd>" for k, v in facts) + "</dl>")
+    body.append(f"<h2>Solve rates along the base trace</h2><div class='plot'>{svg}</div>")
+    body.append("<h2>Base trace</h2>")
+    if detail.base_text is not None:
+        body.append("<p class='note'>✂ marks each probed anchor's cut (where its "
+                    "continuations leave the base text) with its solved continuations; green "
+                    f"when p(t; B) ≥ τ = {tau:g}. A continuation is graded on the prefix and "
+                    "its own text together (protocol 7).</p>" + _trace_html(detail, curve, tau))
+    else:
+        body.append("<p>no base trace in the run</p>")
+    body.append("<h2>Branches</h2>" + _branches_html(detail.branches))
+    body.append("<h2>Anchors</h2>" + table(curve.drop(columns=["cell_id"], errors="ignore"),
+                                           cls="anchors"))
+    if restarts is not None and len(restarts):
+        body.append("<h2>Restart panel</h2>" + table(
+            restarts.drop(columns=["cell_id", "model"], errors="ignore"), cls="restart-panel"))
+    labels = "".join(f"<tr><td class='l'>{html.escape(field_name(k, long=True))}</td>"
+                     f"<td class='l'>{fmt(v, k)}</td><td class='l note'>{html.escape(k)}</td>"
+                     f"</tr>" for k, v in row.items())
+    body.append("<h2>All labels</h2><table class='labels'><tr><th class='l'>label</th>"
+                f"<th class='l'>value</th><th class='l'>column</th></tr>{labels}</table>")
+    return _write(path, _page(f"cell {row.get('cell_id')}", "".join(body)))

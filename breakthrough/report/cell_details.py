@@ -1,0 +1,124 @@
+"""What a cell page shows besides its labels: the problem, the reference answer, the base trace
+with each anchor's cut point, and every branch's extracted answer and verdict.
+
+Pure: a run's samples frame (`RunStore.samples_frame(arrays=False)`) and its cohort rows
+(`RunStore.items()`) in, one `CellDetail` per cell out.
+
+Where is anchor t's cut in the base trace's *text*? The store keeps token ids, not per-token
+text, and decoding needs the model's tokenizer, which a report must not need. A continuation's
+text is the decoded prefix followed by the decoded continuation, so the cut is where the
+continuations of that anchor leave the base text: the shortest common prefix of the base text
+and each branch's text. That is the cut itself once one branch's first new character differs
+from the base trace's next one; it is never before the cut, and after it only by characters
+that every branch repeats from the base trace (often one space): what the page says it marks,
+where the continuations leave the base text (tests/report/test_classify_outputs.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import pandas as pd
+
+# Grade statuses (`tasks.grade.Grade.status`) as a reader says them.
+VERDICTS = {
+    "correct": "correct",
+    "wrong": "wrong",
+    "missing": "no answer",
+    "timeout": "grader timed out",
+    "malformed": "malformed answer",
+    "truncated": "truncated",
+    "error": "grader error",
+}
+BRANCH_COLUMNS = ["kind", "anchor", "budget", "branch", "extracted", "verdict", "correct",
+                  "finish_reason", "continuation"]
+
+
+@dataclass
+class CellDetail:
+    """One cell's problem, reference answer, base trace and branches."""
+
+    problem: str | None = None
+    answer: str | None = None
+    base_text: str | None = None
+    cuts: dict[int, int] = field(default_factory=dict)  # anchor → character offset in base_text
+    branches: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=BRANCH_COLUMNS))
+
+
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def verdict(correct: Any, status: Any) -> str:
+    """A branch's verdict in words: the grade status, or "not graded"."""
+    if _missing(status):
+        return "not graded" if _missing(correct) else ("correct" if correct else "wrong")
+    return VERDICTS.get(str(status), str(status))
+
+
+def problem_text(item: Mapping[str, Any]) -> str | None:
+    """The problem as the cohort row states it (an optimum row without text shows its kind
+    and instance, from which the prompt is rendered at run time)."""
+    if item.get("problem"):
+        return str(item["problem"])
+    if item.get("instance") is not None:
+        return f"{item.get('kind', 'instance')}: {item['instance']}"
+    return None
+
+
+def cut_offset(base_text: str, branch_texts: list[str]) -> int:
+    """Character offset of a cut in the base text: the shortest common prefix of the base text
+    and the texts of the branches continued from it."""
+    if not branch_texts:
+        return 0
+    return min(len(os.path.commonprefix([base_text, t])) for t in branch_texts)
+
+
+def _branch_rows(g: pd.DataFrame, cuts: Mapping[int, int]) -> pd.DataFrame:
+    """One row per probe and restart branch: what the grader extracted, its verdict, and the
+    text the branch added (after its cut; a restart's whole text)."""
+    rows = []
+    for r in g.sort_values(["kind", "anchor", "budget", "branch"]).to_dict(orient="records"):
+        if r["kind"] not in ("probe", "restart"):
+            continue
+        text = "" if _missing(r.get("text")) else str(r["text"])
+        start = cuts.get(int(r["anchor"]), 0) if r["kind"] == "probe" else 0
+        extracted = r.get("grade_extracted")
+        rows.append({"kind": r["kind"], "anchor": int(r["anchor"]) if r["kind"] == "probe"
+                     else None, "budget": int(r["budget"]), "branch": int(r["branch"]),
+                     "extracted": None if _missing(extracted) else str(extracted),
+                     "verdict": verdict(r.get("correct"), r.get("grade_status")),
+                     "correct": None if _missing(r.get("correct")) else bool(r["correct"]),
+                     "finish_reason": r.get("finish_reason"), "continuation": text[start:]})
+    return pd.DataFrame(rows, columns=BRANCH_COLUMNS)
+
+
+def cell_details(samples: pd.DataFrame, items: Mapping[str, Mapping[str, Any]] | None = None,
+                 answers: Mapping[str, Any] | None = None) -> dict[str, CellDetail]:
+    """cell_id → CellDetail for every cell in `samples` or `items`. `answers` (cell_id →
+    reference answer, e.g. from `RunStore.cells_frame()`) fills in answers the items lack."""
+    items = items or {}
+    answers = answers or {}
+    out: dict[str, CellDetail] = {}
+    groups = dict(tuple(samples.groupby("cell_id"))) if len(samples) else {}
+    for cid in sorted(set(groups) | set(items)):
+        item = items.get(cid, {})
+        answer = item.get("answer", answers.get(cid))
+        detail = CellDetail(problem=problem_text(item),
+                            answer=None if _missing(answer) else str(answer))
+        g = groups.get(cid)
+        if g is not None:
+            base = g[g["kind"] == "base"]
+            if len(base) and not _missing(base.iloc[0]["text"]):
+                detail.base_text = str(base.iloc[0]["text"])
+                probes = g[g["kind"] == "probe"]
+                detail.cuts = {int(a): cut_offset(detail.base_text,
+                                                  [str(t) for t in p["text"].dropna()])
+                               for a, p in probes.groupby("anchor")}
+            detail.branches = _branch_rows(g, detail.cuts)
+        out[cid] = detail
+    return out

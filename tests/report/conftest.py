@@ -1,0 +1,36 @@
+"""A real classified run shared by the report tests: base traces with a boxed answer at known
+places (`continue_fixture`), continued by `bt continue` on the tiny model, then labelled by the
+installed `bt classify` console script. Built once per session (about 20 s on 2 cores)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from continue_fixture import make_run
+
+BT = Path(sys.executable).parent / "bt"
+# pA: box after ~100 reasoning tokens (crossing at 112 after bisection); pB: box after ~200 of
+# ~260 (only the last anchor 256 holds it: censored, A1 top-up). B = 8, restarts at 8 and 16.
+LAYOUT = {"pA": (100, 200), "pB": (200, 50)}
+CONTINUE = ["--budget", "8", "--answer-budget", "4", "--restarts", "8,16",
+            "--anchors", "64,128,256"]
+
+
+@pytest.fixture(scope="session")
+def classified(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path]:
+    """(run dir, classify output dir) of the real run."""
+    run = tmp_path_factory.mktemp("report") / "runs" / "fx"
+    make_run(run, tiny_model_dir, LAYOUT).close()
+    from breakthrough.cli import app
+
+    res = CliRunner().invoke(app, ["continue", str(run), *CONTINUE])
+    assert res.exit_code == 0, res.output
+    done = subprocess.run([str(BT), "classify", str(run), "--draws", "5"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return run, run / "classify"

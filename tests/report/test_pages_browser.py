@@ -1,0 +1,143 @@
+"""The report as a reader sees it: a real headless Chromium (Debian's `chromium` package, driven
+by playwright's Python client without any browser download) loads the pages of a real
+classified run from a loopback HTTP server this test starts, and checks that each page renders
+with no console error and no failed request, that every figure and the per-cell plot are
+visible with content, and that the plot's legend is not cut off. Screenshots go to the test's
+tmp_path (never into the repository). Skipped when chromium or playwright is missing (.ci/run
+installs both when it can)."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (test extra)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None,
+                                reason="needs Debian's chromium (apt-get install -y chromium)")
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def slug(cell_id: str) -> str:
+    return "{}-{:08d}".format(re.sub(r"[^A-Za-z0-9_.-]+", "_", cell_id),
+                              zlib.crc32(cell_id.encode()) % 10**8)
+
+
+@pytest.fixture(scope="module")
+def server(classified):
+    """http://127.0.0.1:PORT serving the report of the real classified run (conftest.py);
+    stopped by its PID."""
+    report = classified[1]
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind",
+                             "127.0.0.1", "--directory", str(report)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        port = None
+        while port is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            m = re.search(r"port (\d+)", line)
+            port = int(m.group(1)) if m else None
+            if not line and proc.poll() is not None:
+                break
+        assert port, "http.server did not start"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """A headless Chromium with a fresh profile (under the test's temporary folder)."""
+    with sync_api.sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True, args=FLAGS,
+            viewport={"width": 1400, "height": 1000})
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+def _open(ctx, url: str):
+    """The page at url, with every console error, page error, failed request and HTTP error
+    it produced."""
+    page = ctx.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+            if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
+    page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}")
+            if r.status >= 400 else None)
+    response = page.goto(url, wait_until="load")
+    assert response is not None and response.ok, url
+    return page, problems
+
+
+def _has_content(png: bytes) -> bool:
+    """A screenshot that is not blank: more than 1% of its pixels are not near-white."""
+    from PIL import Image
+
+    gray = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
+    return bool((gray < 200).mean() > 0.01)
+
+
+def test_report_page_renders_with_visible_figures(browser, server, tmp_path):
+    page, problems = _open(browser, f"{server}/index.html")
+    assert page.title() == "bt classify: fx"
+    first = page.locator("table").first
+    assert "cells" in first.get_attribute("class") and first.is_visible()
+    images = page.evaluate("""() => Array.from(document.images).map(i => ({
+        src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0,
+        w: i.getBoundingClientRect().width, h: i.getBoundingClientRect().height}))""")
+    assert len(images) == 5
+    for img in images:
+        assert img["ok"] and img["w"] > 200 and img["h"] > 100, img
+    for i in range(len(images)):
+        assert _has_content(page.locator("img").nth(i).screenshot())
+    page.screenshot(path=str(tmp_path / "index.png"), full_page=True)
+    page.locator(f"a[href='cells/{slug('tiny-llama:pA')}.html']").click()
+    page.wait_for_load_state("load")
+    assert page.title() == "cell tiny-llama:pA"
+    assert problems == []
+
+
+@pytest.mark.parametrize("pid", ["pA", "pB"])
+def test_cell_page_renders_its_plot_trace_and_branches(browser, server, tmp_path, pid):
+    page, problems = _open(browser, f"{server}/cells/{slug('tiny-llama:' + pid)}.html")
+    assert page.title() == f"cell tiny-llama:{pid}"
+    plot = page.locator("svg.cell-plot")
+    box = plot.bounding_box()
+    assert box and box["width"] >= 900 and box["height"] >= 400, box
+    assert page.locator("svg.cell-plot polyline").count() >= 3
+    png = plot.screenshot(path=str(tmp_path / f"plot-{pid}.png"))
+    assert _has_content(png)
+    # every text of the plot (legend included) lies inside the drawing
+    outside = page.evaluate("""() => {
+        const svg = document.querySelector('svg.cell-plot').getBoundingClientRect();
+        return Array.from(document.querySelectorAll('svg.cell-plot text')).filter(t => {
+            const b = t.getBoundingClientRect();
+            return b.left < svg.left || b.top < svg.top || b.right > svg.right + 0.5
+                || b.bottom > svg.bottom + 0.5;
+        }).map(t => t.textContent);
+    }""")
+    assert outside == []
+    marks = page.locator("pre.trace mark.cut")
+    assert marks.count() == (5 if pid == "pA" else 3)
+    assert all(marks.nth(i).is_visible() for i in range(marks.count()))
+    assert page.locator("table.branches.probe tr").count() > 1
+    assert page.locator("dl.facts").inner_text().count("What is 3+4?") == 1
+    page.screenshot(path=str(tmp_path / f"cell-{pid}.png"), full_page=True)
+    assert problems == []
