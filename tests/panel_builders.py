@@ -1,4 +1,4 @@
-"""Hand-built panels for the classify tests: {cell: {anchor or budget: (k, n[, k_canon])}}."""
+"""Hand-built panels for the classify tests: {cell: {anchor or budget: (k, n[, k_canon[, n_canon]])}}."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def _rows(cell, spec, key):
     rows = []
     for point, v in spec.items():
         k, n, *rest = v
-        nc = min(n, 4)
+        nc = rest[1] if len(rest) > 1 else min(n, 4)
         kc = rest[0] if rest else (k if n <= 4 else None)
         assert kc is not None, "give canonical successes for a pooled cell"
         rows.append({"cell_id": cell, key: point, "n": n, "k": k, "n_canon": nc, "k_canon": kc})
@@ -23,7 +23,8 @@ def _rows(cell, spec, key):
 
 
 def panels(probes: dict | None = None, restarts: dict | None = None):
-    """probes / restarts: {cell_id: {anchor or budget: (k, n[, k_canon])}}."""
+    """probes / restarts: {cell_id: {anchor or budget: (k, n[, k_canon[, n_canon]])}};
+    n_canon defaults to min(n, 4)."""
     pr = [r for cell, s in (probes or {}).items() for r in _rows(cell, s, "anchor")]
     rr = [r for cell, s in (restarts or {}).items() for r in _rows(cell, s, "budget")]
     pp = pd.DataFrame(pr, columns=["cell_id", "anchor", "n", "k", "n_canon", "k_canon"])

@@ -15,7 +15,8 @@ import pandas as pd
 
 from breakthrough.classify.panels import probe_panel, restart_panel
 from breakthrough.classify.plan import PlanItem, plan_next
-from breakthrough.classify.posterior import PRIORS, describe_prior, regime_survival, with_posterior
+from breakthrough.classify.beta import PRIORS, describe_prior
+from breakthrough.classify.posterior import regime_survival, with_posterior
 from breakthrough.classify.regimes import cell_curves, label_panels
 from breakthrough.classify.summary import summarize
 from breakthrough.classify.topup import TOPUP_DEFAULT, parse_topup, topup_text
@@ -78,14 +79,18 @@ def classify_frames(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
                     draws: int = 200, seed: int = 0) -> ClassifyResult:
     """Labels, posteriors, survival, the plans and the summary of one run's frames
     (`RunStore.samples_frame()`, `RunStore.cells_frame()`; cells may be None) under the run's
-    protocol; τ, δ, the prior and the posterior band override the protocol's when given."""
+    protocol; τ, δ, the prior and the posterior band override the protocol's when given. The
+    chosen `topup` rules also decide which top-up branches the labels count
+    (`classify.pooling`): "terminal,ambiguous" labels as the study's wave 3 (A5.1 pooled),
+    "terminal" as its development and supplement cohorts (canonical 4-branch summaries)."""
     protocol = checked_protocol(protocol, tau=tau, delta=delta, prior=prior, band=band)
     chosen = topup_text(parse_topup(topup) if isinstance(topup, str) else topup)
     pp = probe_panel(samples, protocol)
     rp = restart_panel(samples, protocol)
-    labels = label_panels(pp, rp, cells, protocol=protocol)
+    labels = label_panels(pp, rp, cells, protocol=protocol, topup=chosen)
     if len(labels):
-        surv = regime_survival(pp, rp, labels, protocol=protocol, draws=draws, seed=seed)
+        surv = regime_survival(pp, rp, labels, protocol=protocol, topup=chosen, draws=draws,
+                               seed=seed)
         labels["regime_survival"] = labels["cell_id"].map(surv).astype(float)
     plans = {rule: plan_next(pp, rp, protocol=protocol, topup=rule)
              for rule in dict.fromkeys((chosen, *COMPARED_TOPUPS))}
@@ -104,6 +109,6 @@ def classify_frames(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
                        "scratch_budget": protocol.scratch_budget,
                        "budget_limited_at": protocol.budget_limited_at})
     return ClassifyResult(labels=labels if len(labels) else pd.DataFrame(),
-                          curves=cell_curves(pp, rp, protocol=protocol),
+                          curves=cell_curves(pp, rp, protocol=protocol, topup=chosen),
                           probe_cells=post(pp), restart_cells=post(rp), plans=plans,
                           topup=chosen, summary=summary, protocol=protocol)

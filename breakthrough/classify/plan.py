@@ -13,13 +13,14 @@ defined in `breakthrough.classify.topup`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import pandas as pd
 
 from breakthrough.classify.panels import PanelRow, rows_by_cell
-from breakthrough.classify.posterior import prob_rate_at_least
-from breakthrough.classify.regimes import budget_fit_time, terminal_candidate
+from breakthrough.classify.pooling import enlarges
+from breakthrough.classify.regimes import (budget_fit_time, canonical_rates, is_instant,
+                                           terminal_candidate)
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_RULES, topup_rules
 from breakthrough.protocol import DEFAULT, Protocol
 
@@ -77,26 +78,15 @@ def restart_budgets_for(instant: bool, protocol: Protocol = DEFAULT) -> tuple[in
     return (protocol.scratch_budget,) if instant else tuple(protocol.restart_budgets)
 
 
-def _ambiguous(n: int, nc: int, kc: int, target: int) -> bool:
-    """A5.1: not yet enlarged, and the canonical attempts are neither all right nor all wrong."""
-    return n < target and nc > 0 and 0 < kc < nc
-
-
-def _uncertain_rule(rules: tuple[str, ...], protocol: Protocol, tau: float,
-                    band: tuple[float, float], prior: str
-                    ) -> tuple[str, Callable[[int, int, int, int], bool]] | None:
-    """(reason, test on (n, k, n_canon, k_canon)) of the rule that enlarges uncertain cells."""
-    target = protocol.topup_samples
-    if "posterior" in rules:
-        lo, hi = band
-
-        def posterior(n: int, k: int, nc: int, kc: int) -> bool:
-            return n < target and lo < float(prob_rate_at_least(n, k, tau, prior)) < hi
-
-        return TOPUP_RULES["posterior"], posterior
-    if "ambiguous" in rules:
-        return TOPUP_RULES["ambiguous"], lambda n, k, nc, kc: _ambiguous(n, nc, kc, target)
-    return None
+def restart_budgets_of(probe_rows: Sequence[PanelRow], tau: float,
+                       protocol: Protocol = DEFAULT) -> tuple[int, ...]:
+    """Restart budgets of a trajectory (4), from its canonical probe summaries as the study
+    decided them: a cell instant on the canonical rates gets only the scratch budget. A later
+    top-up that pools an anchor does not change the restart panel a cell is owed."""
+    canon = canonical_rates(probe_rows)
+    tf = budget_fit_time(list(canon), list(canon.values()), tau)
+    return restart_budgets_for(is_instant(tf.event_observed, tf.interval_upper, protocol),
+                               protocol)
 
 
 def plan_next(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
@@ -107,10 +97,12 @@ def plan_next(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
     """What the scheduler must run next, after the grid anchors and restarts are in.
 
     Per trajectory: while a bisection midpoint is due (3.1) only that midpoint; otherwise the
-    top-ups that the `--topup` rules ask for (`classify.topup`): "terminal" replicates
-    a censored trajectory's final anchor (branches m … 2m−1), "ambiguous" enlarges every probe
-    and restart cell at 1–3 of 4, "posterior" every probe and restart cell whose P(rate ≥ τ)
-    lies strictly inside `band` (default `protocol.posterior_band`, prior `protocol.prior`).
+    top-ups that the `--topup` rules ask for (`classify.topup`): "terminal" replicates the
+    final anchor of an A1 candidate (censored on the canonical labels, canonical final rate
+    ≥ τ; branches m … 2m−1), "ambiguous" enlarges every probe and restart cell at 1–3 of 4,
+    "posterior" every probe and restart cell whose P(rate ≥ τ | canonical counts) lies strictly
+    inside `band` (default `protocol.posterior_band`, prior `protocol.prior`); the uncertainty
+    test is `pooling.enlarges`, the one that decides which rates count the extra branches.
     Cells already at `topup_samples` are not topped up again. Run the plan, rebuild the
     panels, call again until the plan is empty. Sorted by (cell_id, kind, anchor, budget)."""
     rules = topup_rules(topup)
@@ -122,7 +114,7 @@ def plan_next(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
     probes = rows_by_cell(probe_panel, "anchor")
     restarts = rows_by_cell(restart_panel, "budget")
     m, target, mr = protocol.samples, protocol.topup_samples, protocol.restart_samples
-    uncertain = _uncertain_rule(rules, protocol, tau, band, prior)
+    reason, uncertain = enlarges(rules, protocol, tau=tau, band=band, prior=prior)
     items: dict[tuple, PlanItem] = {}
 
     def add(cell, kind, anchor, budget, branches, reason):
@@ -141,19 +133,17 @@ def plan_next(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
             add(cell, "probe", mid, protocol.budget, range(0, m), "bisection")
             continue
         if prow and "terminal" in rules:
-            tf = budget_fit_time([r[0] for r in prow], [k / n for _, n, k, _, _ in prow], tau)
             final, n, _, _, _ = max(prow)
-            if not tf.event_observed and terminal_candidate(prow, tau) and n < target:
+            if terminal_candidate(prow, tau) and n < target:
                 add(cell, "probe", final, protocol.budget, range(m, target),
                     TOPUP_RULES["terminal"])
-        if uncertain is None:
+        if reason is None:
             continue
-        reason, wanted = uncertain
-        for a, n, k, nc, kc in prow:
-            if wanted(n, k, nc, kc):
+        for a, n, _, nc, kc in prow:
+            if n < target and uncertain(nc, kc):
                 add(cell, "probe", a, protocol.budget, range(m, target), reason)
-        for c, n, k, nc, kc in restarts.get(cell, []):
-            if wanted(n, k, nc, kc):
+        for c, n, _, nc, kc in restarts.get(cell, []):
+            if n < target and uncertain(nc, kc):
                 add(cell, "restart", -1, c, range(mr, target), reason)
     return [items[k] for k in sorted(items)]
 

@@ -7,10 +7,19 @@ bisection, 3.5 top-ups) is in `breakthrough.classify.plan`; the Beta posteriors 
 
 Inputs are the panels of `breakthrough.classify.panels` (one row per probe cell (cell_id,
 anchor) and per restart cell (cell_id, budget), with pooled counts n, k and canonical-branch
-counts n_canon, k_canon). Labels use the pooled rates k/n (A5.1: pooled counts replace the
-4-attempt counts); the A1 candidate rule looks at the canonical counts of the final anchor.
+counts n_canon, k_canon). `cell_counts` turns one cell's rows into what its labels read:
+  * p̂ and R count the pooled branches only where the `--topup` uncertainty rule in force
+    enlarges the cell (`breakthrough.classify.pooling`: A5.1 pools cells at 1–3 of 4, keeps
+    0/4 and 4/4 at 4), the canonical ones elsewhere; the A1 replication of a final anchor is
+    never pooled into p̂ (protocol 3.5: terminal events are annotated only);
+  * A1 candidacy is decided on the canonical labels, as the reference script
+    (`probe_terminal_stability.py`) does: no event on the canonical rates and a canonical
+    final-anchor rate ≥ τ;
+  * the A1 terminal rate is the pooled rate over the graded branches of the final anchor once
+    any replication branch is graded (an ungraded branch is left out of n, as everywhere: with
+    7 of 8 graded, k/7 ≥ 0.75 iff k ≥ 6, the study's 6/8).
 The rule constants (τ, δ, B, the instant bound of 16 tokens, the scratch budget B and the
-budget-limited budget 4B) come from `breakthrough.protocol.Protocol`.
+budget-limited budget 4B) come from the run's `breakthrough.protocol.Protocol`.
 
 Comparisons with τ and δ are inclusive (≥) and tolerate 1e-9 of floating-point noise, so a rate
 of exactly 3/4 crosses τ = 0.75 and an advantage of exactly δ counts.
@@ -20,11 +29,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from breakthrough.classify.panels import PanelRow, rows_by_cell
+from breakthrough.classify.pooling import Enlarges, counted, enlarges
+from breakthrough.classify.topup import TOPUP_DEFAULT
 from breakthrough.protocol import DEFAULT, Protocol
 
 EPS = 1e-9
@@ -228,8 +239,7 @@ def regime_of(probe: Mapping[int, float], restart: Mapping[int, float], *,
     """Only the regime of a cell from its rates (the fast path used by resampling)."""
     tf = budget_fit_time(list(probe), [probe[t] for t in probe], tau)
     t_v = prefix_value_time(probe, advantages(probe, restart, protocol.budget), tau, delta)
-    terminal = (not tf.event_observed) and bool(probe) and terminal_rate is not None \
-        and _ge(terminal_rate, tau)
+    terminal = bool(probe) and terminal_rate is not None and _ge(terminal_rate, tau)
     return regime_label(event_observed=tf.event_observed, interval_upper=tf.interval_upper,
                         restart=restart, t_v_primary=t_v, terminal=terminal, tau=tau,
                         protocol=protocol)
@@ -245,9 +255,11 @@ def label_from_rates(probe: Mapping[int, float], restart: Mapping[int, float], *
     """Every label of one cell from its rates.
 
     probe: anchor → p(t; B); restart: C → R(C); terminal_rate: the pooled (replicated) rate at
-    the final anchor when A1 replication ran on it (candidate and ≥ topup_samples branches),
-    else None. τ and δ default to the protocol's; T_V is reported for every δ of
-    `protocol.deltas` and the primary δ. Returns a flat dict (the per-cell table columns)."""
+    the final anchor when A1 replication ran on it (`CellCounts.a1_rate`: a candidate on the
+    canonical labels with graded replication branches), else None. An A1 event (terminal rate
+    ≥ τ) is annotated whatever the regime; it decides the regime only through rule 5. τ and δ
+    default to the protocol's; T_V is reported for every δ of `protocol.deltas` and the
+    primary δ. Returns a flat dict (the per-cell table columns)."""
     tau = protocol.tau if tau is None else tau
     delta = protocol.delta if delta is None else delta
     budget = protocol.budget
@@ -259,8 +271,7 @@ def label_from_rates(probe: Mapping[int, float], restart: Mapping[int, float], *
     t_v_c = {d: prefix_value_time(probe, adv_c, tau, d) for d in deltas}
     anchors = sorted(probe)
     final = anchors[-1] if anchors else None
-    terminal = (not tf.event_observed) and final is not None and terminal_rate is not None \
-        and _ge(terminal_rate, tau)
+    terminal = final is not None and terminal_rate is not None and _ge(terminal_rate, tau)
     regime = regime_label(event_observed=tf.event_observed, interval_upper=tf.interval_upper,
                           restart=restart, t_v_primary=t_v[float(delta)], terminal=terminal,
                           tau=tau, protocol=protocol)
@@ -309,23 +320,65 @@ def label_from_rates(probe: Mapping[int, float], restart: Mapping[int, float], *
 # panels → labels
 
 
+def canonical_rates(probe_rows: Sequence[PanelRow]) -> dict[int, float]:
+    """anchor → k_canon / n_canon: the canonical 4-branch summary of a trajectory (k / n where
+    no canonical branch is graded)."""
+    return {a: (kc / nc if nc > 0 else k / n) for a, n, k, nc, kc in probe_rows}
+
+
 def terminal_candidate(probe_rows: Sequence[PanelRow], tau: float) -> bool:
-    """A1 candidate test on the final anchor's canonical counts (3/4 or 4/4 at τ = 0.75); the
-    caller checks that the trajectory has no event."""
+    """A1 candidate (3.5, `probe_terminal_stability.py`), decided on the canonical labels: no
+    T_F event on the canonical rates and a canonical final-anchor rate ≥ τ (3/4 or 4/4 at
+    τ = 0.75). A top-up that removes (or adds) an event does not change candidacy."""
     if not probe_rows:
         return False
-    _, n, k, nc, kc = max(probe_rows)
-    if nc > 0:
-        return _ge(kc / nc, tau)
-    return _ge(k / n, tau)
+    canon = canonical_rates(probe_rows)
+    if budget_fit_time(list(canon), list(canon.values()), tau).event_observed:
+        return False
+    return _ge(canon[max(canon)], tau)
 
 
-def _terminal_rate(probe_rows: Sequence[PanelRow], tau: float,
-                   protocol: Protocol) -> float | None:
-    if not terminal_candidate(probe_rows, tau):
-        return None
-    _, n, k, _, _ = max(probe_rows)
-    return k / n if n >= protocol.topup_samples else None
+@dataclass(frozen=True)
+class CellCounts:
+    """What the labels of one cell read from its panel rows (`cell_counts`)."""
+
+    probe: dict[int, tuple[int, int]]  # anchor → (n, k) that p̂ counts
+    restart: dict[int, tuple[int, int]]  # C → (n, k) that R counts
+    a1_candidate: bool  # A1 candidate on the canonical labels
+    a1: tuple[int, int] | None  # pooled (n, k) at the final anchor once replicated, else None
+
+    def probe_rates(self) -> dict[int, float]:
+        return {a: k / n for a, (n, k) in self.probe.items()}
+
+    def restart_rates(self) -> dict[int, float]:
+        return {c: k / n for c, (n, k) in self.restart.items()}
+
+    @property
+    def a1_rate(self) -> float | None:
+        """The A1 terminal rate (pooled successes / graded branches at the final anchor), or
+        None when the cell is no candidate or its replication has no graded branch yet."""
+        return None if self.a1 is None else self.a1[1] / self.a1[0]
+
+
+def cell_counts(probe_rows: Sequence[PanelRow], restart_rows: Sequence[PanelRow], *,
+                tau: float, pooled: Enlarges) -> CellCounts:
+    """The counts one cell's labels read: each probe and restart cell pooled only where
+    `pooled` (the uncertainty rule in force, `pooling.enlarges`) enlarges it, the A1 candidacy
+    on the canonical labels, and the A1 replication of the final anchor (annotation only)."""
+    candidate = terminal_candidate(probe_rows, tau)
+    a1 = None
+    if candidate:
+        _, n, k, nc, _ = max(probe_rows)
+        if n > nc:
+            a1 = (n, k)
+    return CellCounts(probe={r[0]: counted(r, pooled) for r in probe_rows},
+                      restart={r[0]: counted(r, pooled) for r in restart_rows},
+                      a1_candidate=candidate, a1=a1)
+
+
+def pooling_rule(protocol: Protocol, topup: str | Iterable[str], tau: float) -> Enlarges:
+    """The pooling test of the `--topup` rules in force (`pooling.enlarges`) at τ."""
+    return enlarges(topup, protocol, tau=tau)[1]
 
 
 META_COLUMNS = ("model", "stage", "problem_id", "level", "subject", "reasoning_tokens")
@@ -333,12 +386,17 @@ META_COLUMNS = ("model", "stage", "problem_id", "level", "subject", "reasoning_t
 
 def label_panels(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame,
                  cells: pd.DataFrame | None = None, *, protocol: Protocol = DEFAULT,
-                 tau: float | None = None, delta: float | None = None) -> pd.DataFrame:
+                 tau: float | None = None, delta: float | None = None,
+                 topup: str | Iterable[str] = TOPUP_DEFAULT) -> pd.DataFrame:
     """The per-cell label table: one row per cell (cells frame ∪ cells seen in the panels),
     sorted by cell_id, with the cell's metadata columns (model, stage, problem_id, level,
-    subject, reasoning_tokens) when a cells frame is given."""
+    subject, reasoning_tokens) when a cells frame is given. `topup` is the `--topup` rules in
+    force: their uncertainty rule decides which cells count pooled branches (`cell_counts`).
+    Pass the run's protocol (`RunStore.protocol()`): B, the restart budgets and the rule
+    constants are read from it."""
     tau = protocol.tau if tau is None else tau
     delta = protocol.delta if delta is None else delta
+    pooled = pooling_rule(protocol, topup, tau)
     probes = rows_by_cell(probe_panel, "anchor")
     restarts = rows_by_cell(restart_panel, "budget")
     meta: dict[str, dict] = {}
@@ -354,11 +412,11 @@ def label_panels(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame,
         model, _, pid = cell.partition(":")
         row.update({"model": model, "problem_id": pid or cell})
         row.update({k: v for k, v in meta.get(cell, {}).items() if v is not None})
-        row.update(label_from_rates(
-            {a: k / n for a, n, k, _, _ in prow}, {c: k / n for c, n, k, _, _ in rrow},
-            terminal_rate=_terminal_rate(prow, tau, protocol), protocol=protocol, tau=tau,
-            delta=delta))
-        row["terminal_candidate"] = (not row["event_observed"]) and terminal_candidate(prow, tau)
+        counts = cell_counts(prow, rrow, tau=tau, pooled=pooled)
+        row.update(label_from_rates(counts.probe_rates(), counts.restart_rates(),
+                                    terminal_rate=counts.a1_rate, protocol=protocol, tau=tau,
+                                    delta=delta))
+        row["terminal_candidate"] = counts.a1_candidate
         row["final_n"] = max(prow)[1] if prow else 0
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -377,15 +435,20 @@ def label_panels(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame,
 
 
 def cell_curves(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
-                protocol: Protocol = DEFAULT) -> pd.DataFrame:
-    """Per (cell, probed anchor): n, k, p, x = t + B, R̂(x), R̂_cons(x), adv, adv_cons and the
-    position of x among the measured budgets ("above" = proxy)."""
+                protocol: Protocol = DEFAULT, tau: float | None = None,
+                topup: str | Iterable[str] = TOPUP_DEFAULT) -> pd.DataFrame:
+    """Per (cell, probed anchor): n, k (the branches p̂ counts, as in `label_panels`), p,
+    x = t + B, R̂(x), R̂_cons(x), adv, adv_cons and the position of x among the measured
+    budgets ("above" = proxy)."""
+    tau = protocol.tau if tau is None else tau
+    pooled = pooling_rule(protocol, topup, tau)
     probes = rows_by_cell(probe_panel, "anchor")
     restarts = rows_by_cell(restart_panel, "budget")
     rows = []
     for cell in sorted(probes):
-        rr = {c: k / n for c, n, k, _, _ in restarts.get(cell, [])}
-        for a, n, k, _, _ in probes[cell]:
+        counts = cell_counts(probes[cell], restarts.get(cell, []), tau=tau, pooled=pooled)
+        rr = counts.restart_rates()
+        for a, (n, k) in sorted(counts.probe.items()):
             x = a + protocol.budget
             rh, rc = r_hat(rr, x), r_hat(rr, x, conservative=True)
             rows.append({"cell_id": cell, "anchor": a, "n": n, "k": k, "p": k / n, "x": x,

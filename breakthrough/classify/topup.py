@@ -10,7 +10,9 @@ pandas, so command modules may import it at start-up).
 
 Words combine with commas; "terminal,ambiguous" is the study's rule and the default.
 "ambiguous" and "posterior" are two answers to one question (which uncertain cells to
-enlarge), so they do not combine. `breakthrough.classify.plan.plan_next` applies the rules.
+enlarge), so they do not combine. `breakthrough.classify.plan.plan_next` applies the rules;
+in `bt classify` they also decide which top-up branches a rate counts
+(`breakthrough.classify.pooling`: only cells the uncertainty rule enlarges; A1 never).
 """
 
 from __future__ import annotations

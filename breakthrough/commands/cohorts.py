@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-BUILD_TARGETS = ("source", "math89", "math500", "demo", "uoo", "all")
+BUILD_TARGETS = ("source", "math89", "math500", "demo", "uoo", "arith", "all")
 
 
 def _console():
@@ -19,10 +19,11 @@ def _console():
 
 def build(
     target: str = typer.Argument(
-        ..., help="source | math89 | math500 | demo | uoo (uoo87 + uoo29) | all"
+        ..., help="source | math89 | math500 | demo | uoo (uoo87 + uoo29) | arith (the "
+        "make demo problems) | all"
     ),
     out: Optional[Path] = typer.Option(
-        None, "--out", help="Output directory (default: the cohorts directory)."
+        None, "--out", "-o", help="Output directory (default: the cohorts directory)."
     ),
     source: Optional[Path] = typer.Option(
         None, "--source", help="MATH source JSONL (default: cohorts/source/math_test.jsonl)."
@@ -70,7 +71,10 @@ def build(
             source_path = path
     if target in ("uoo", "all"):
         ok &= _build_uoo(out_dir, check, console)
-    names = NAMES if target == "all" else ((target,) if target not in ("source", "uoo") else ())
+    if target in ("arith", "all"):
+        ok &= _build_arith(out_dir, check, console)
+    own_builders = ("source", "uoo", "arith")
+    names = NAMES if target == "all" else ((target,) if target not in own_builders else ())
     if names:
         results = build_cohort_files(names, out_dir, source_path=source_path, check=check)
         for name, (path, good) in results.items():
@@ -100,6 +104,22 @@ def _build_uoo(out_dir: Path, check: bool, console) -> bool:
             path.write_bytes(data)
             console.print(f"wrote {path}")
     return ok
+
+
+def _build_arith(out_dir: Path, check: bool, console) -> bool:
+    """The demonstration cohort `arith` (the `make demo` problems) from its seeded generator."""
+    from breakthrough.tasks.arith.recipes import COHORT, cohort_rows, render_jsonl
+
+    path = out_dir / f"{COHORT}.jsonl"
+    data = render_jsonl(cohort_rows())
+    if check:
+        same = path.is_file() and path.read_bytes() == data
+        console.print(f"{'same' if same else 'DIFFERS'}  {path}")
+        return same
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    console.print(f"wrote {path}")
+    return True
 
 
 def list_cmd(
@@ -136,7 +156,8 @@ def show(
     """Counts by stage, level, subject (and kind/bin for optimum rows) and the selection texts."""
     from rich.table import Table
 
-    from breakthrough.tasks.cohorts import cohort_digest, cohort_path, load_cohort, summarize
+    from breakthrough.tasks.cohorts import (NO_STAGE, cohort_digest, cohort_path, load_cohort,
+                                            summarize)
 
     path = cohort_path(name)
     rows = load_cohort(path)
@@ -147,11 +168,25 @@ def show(
         f"digest={cohort_digest(rows)[:16]}"
     )
 
+    if s["standins"]:
+        # known rows: the real cohort's members (exact recipes, or named by the protocol), as
+        # opposed to outcome-blind stand-ins; name the known rows of partly stand-in stages
+        known = {st: n - s["stage_standins"].get(st, 0) for st, n in s["by_stage"].items()}
+        named = [f"{r['id']} ({r.get('stage')})" for r in rows
+                 if not r.get("standin") and s["stage_standins"].get(r.get("stage"))]
+        console.print(
+            f"known rows (not stand-ins): {s['rows'] - s['standins']} "
+            f"({', '.join(f'{st} {k}' for st, k in known.items() if k) or 'none'}); "
+            f"stand-ins: {s['standins']}"
+            + (f"; known members of stages otherwise drawn as stand-ins: {', '.join(named)}" if named else "")
+        )
+
     st = Table(title="by stage")
-    for col in ("stage", "rows", "stand-ins"):
+    for col in ("stage", "rows", "known", "stand-ins"):
         st.add_column(col)
     for stage, n in s["by_stage"].items():
-        st.add_row(stage, str(n), str(s["stage_standins"].get(stage, 0)))
+        k = s["stage_standins"].get(stage, 0)
+        st.add_row(stage, str(n), str(n - k), str(k))
     console.print(st)
 
     for key, title in (("by_level", "level"), ("by_subject", "subject"), ("by_split", "split"),
@@ -174,7 +209,7 @@ def show(
             t.add_column(stage, justify="right")
         for level in s["by_level"]:
             t.add_row(str(level), *[
-                str(sum(1 for r in rows if r.get("level") == level and r["stage"] == stage))
+                str(sum(1 for r in rows if r.get("level") == level and r.get("stage", NO_STAGE) == stage))
                 for stage in stages
             ])
         console.print(t)

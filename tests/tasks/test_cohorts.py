@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -103,13 +106,18 @@ def test_math89_counts(math89):
     assert mix["dev"] == {L: 4 for L in range(1, 6)}
     assert mix["supplement"] == {1: 1, 2: 6, 3: 3, 4: 5, 5: 5}
     assert mix["wave3"] == {1: 10, 2: 10, 3: 10, 4: 10, 5: 9}
-    exact = [r for r in math89 if not r["standin"]]
-    assert len(exact) == 20 and {r["stage"] for r in exact} == {"dev"}  # issue 2: 20 exact
-    known = [r for r in math89 if r["id"] == "math_02814_7fdbd1234d96"]
-    assert known[0]["standin"] and "known real member" in known[0]["selection"]
+    # issue 14 (overriding issue 2's "20 exact, 69 stand-ins"): the 20 exact dev rows and the
+    # supplement member named by protocol 15.1 are known rows; the other 68 are stand-ins
+    known = [r for r in math89 if not r["standin"]]
+    assert len(known) == 21
+    assert Counter(r["stage"] for r in known) == {"dev": 20, "supplement": 1}
+    (member,) = [r for r in known if r["stage"] == "supplement"]
+    assert member["id"] == "math_02814_7fdbd1234d96" and member["level"] == 2
+    assert member["selection"] == cr.SEL_SUPP_REAL and "KNOWN member" in member["selection"]
+    assert "STAND-IN" not in member["selection"]
     standins = [r for r in math89 if r["standin"]]
-    assert len(standins) == 69
-    assert all("STAND-IN" in r["selection"] for r in standins if r is not known[0])
+    assert len(standins) == 68
+    assert all("STAND-IN" in r["selection"] for r in standins)
     assert all(ID_RE.match(r["id"]) and r["family"] == "math" for r in math89)
     assert all(r["split"] in ("train", "validation", "test") for r in math89)
 
@@ -211,11 +219,23 @@ def test_cli_list_and_show(monkeypatch):
     res = runner.invoke(app, ["cohorts", "list"])
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if " math89 " in x)
-    assert "89" in line and "69" in line and "dev,supplement,wave3" in line
+    assert "89" in line and "68" in line and "dev,supplement,wave3" in line
     assert "math500" in res.output and "demo" in res.output
     res = runner.invoke(app, ["cohorts", "show", "math89"])
     assert res.exit_code == 0, res.output
     assert "supplement" in res.output and "STAND-IN" in res.output and "level x stage" in res.output
+    assert "stand-ins=68" in res.output
+    assert "known rows (not stand-ins): 21 (dev 20, supplement 1); stand-ins: 68" in res.output
+    assert "math_02814_7fdbd1234d96 (supplement)" in res.output
+
+
+def test_bt_cohorts_show_names_the_known_member_through_the_console_script():
+    bt = Path(sys.executable).with_name("bt")
+    out = subprocess.run([str(bt), "cohorts", "show", "math89"], capture_output=True, text=True,
+                         env={**os.environ, "BT_COHORTS_DIR": str(REPO_COHORTS)}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "known rows (not stand-ins): 21" in out.stdout and "stand-ins: 68" in out.stdout
+    assert "math_02814_7fdbd1234d96" in out.stdout
 
 
 def test_cli_build_check_and_write(tmp_path):

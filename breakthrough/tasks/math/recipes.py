@@ -4,9 +4,10 @@
 * dev (20): exact reconstruction, protocol 15.3 steps 1-5.
 * supplement (20): the real rule used base-run outcomes (P minus dev, 3-model solved count in
   {1, 2}), so 19 rows are outcome-blind STAND-INS drawn from P minus dev with the paper's level
-  mix 1/6/3/5/5; the one member named in the protocol (`math_02814_7fdbd1234d96`, level 2) is
-  included as a known real member, still marked `standin: true` (issue 2: only the 20 dev rows
-  are exact; the supplement as a stage cannot be reproduced, so all 69 other rows are stand-ins).
+  mix 1/6/3/5/5; the one member named in the protocol (`math_02814_7fdbd1234d96`, level 2,
+  protocol 15.1 gives its labels) is a KNOWN member of the study's supplement, so it is no
+  stand-in (`standin: false`): 21 known rows (20 dev + 1 supplement), 68 stand-ins (issue 14;
+  it overrides issue 2's "20 exact, 69 stand-ins").
 * wave3 (49): the real rule used screen outcomes (1-5 of 6 successes), so all 49 are STAND-INS
   drawn from the exact 150-problem wave-3 screen bundle (15.3 step 6) with level mix
   10/10/10/10/9 (the paper does not state the real mix).
@@ -58,9 +59,9 @@ SEL_DEV = (
     "Phase-4B pool P (100) shuffled with Random('20260816:level:L'), first 4; outcome-blind"
 )
 SEL_SUPP_REAL = (
-    "supplement: known real member (protocol 15.1 names math_02814_7fdbd1234d96, level 2, in the "
-    "outcome-screened supplement); included by id, not re-selected; marked as a stand-in because "
-    "the rest of its stage cannot be reproduced (only dev is exact)"
+    "supplement: KNOWN member of the study's supplement (protocol 15.1 names "
+    "math_02814_7fdbd1234d96, level 2, with its labels); included by id, not re-selected; not a "
+    "stand-in (the other 19 supplement rows are)"
 )
 SEL_SUPP_STANDIN = (
     "supplement STAND-IN: the real rule (P minus dev with 3-model 16K seed-11 solved count in "
@@ -257,8 +258,8 @@ def _by_id(source: list[dict]) -> dict[str, dict]:
 
 
 def build_math89(source: list[dict], pools: Pools | None = None) -> list[dict]:
-    """dev (20, exact) + supplement (1 known real + 19 stand-ins) + wave3 (49 stand-ins).
-    Order: stage dev, supplement, wave3; by id within a stage."""
+    """dev (20, exact) + supplement (1 known member + 19 stand-ins) + wave3 (49 stand-ins):
+    21 known rows, 68 stand-ins. Order: stage dev, supplement, wave3; by id within a stage."""
     pools = pools or build_pools(source)
     src = _by_id(source)
     dev_ids = {r["id"] for r in pools.dev}
@@ -277,7 +278,7 @@ def build_math89(source: list[dict], pools: Pools | None = None) -> list[dict]:
     for s in sorted(supp, key=lambda r: r["id"]):
         real = s.get("known", False)
         sel = SEL_SUPP_REAL if real else SEL_SUPP_STANDIN.format(L=src[s["id"]]["level"])
-        rows.append(_math_row(src[s["id"]], stage="supplement", selection=sel, standin=True,
+        rows.append(_math_row(src[s["id"]], stage="supplement", selection=sel, standin=not real,
                               split=pools.pool_splits[s["id"]]))
     wave3 = draw_standins(pools.screen, WAVE3_MIX, "wave3")
     for s in sorted(wave3, key=lambda r: r["id"]):
