@@ -11,6 +11,8 @@ from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.protocol import TASK_INSTRUCTION
+from breakthrough.tasks.arith.grader import ArithGrader
+from breakthrough.tasks.arith.prompts import user_message as arith_user_message
 from breakthrough.tasks.grade import Grader
 from breakthrough.tasks.math.grader import MathGrader
 from breakthrough.tasks.optimum.grader import OptimumGrader
@@ -32,6 +34,8 @@ def user_message(item: dict[str, Any], variant: str = "plain") -> str:
         if variant not in VARIANTS:
             raise BtError(f"--prompt-variant: expected one of {VARIANTS}, got {variant!r}")
         return render_prompt(item, variant)
+    if family == "arith":  # the demonstration family (breakthrough.tasks.arith)
+        return arith_user_message(item)
     raise BtError(f"cohort row {item.get('id')!r}: unknown family {family!r}")
 
 
@@ -44,10 +48,13 @@ def family_of(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def make_grader(family: str, cache_dir: Path | None = None) -> Grader:
-    """The grader of a task family ("math" or "optimum"). With `cache_dir`, math verdicts are
-    cached in `cache_dir/grade_cache.sqlite` (math-verify is slow and deterministic)."""
+    """The grader of a task family ("math", "optimum" or the demonstration family "arith").
+    With `cache_dir`, math verdicts are cached in `cache_dir/grade_cache.sqlite` (math-verify
+    is slow and deterministic)."""
     if family == "math":
         return MathGrader(cache_path=cache_dir / "grade_cache.sqlite" if cache_dir else None)
     if family == "optimum":
         return OptimumGrader()
-    raise BtError(f"unknown task family {family!r} (known: math, optimum)")
+    if family == "arith":
+        return ArithGrader()
+    raise BtError(f"unknown task family {family!r} (known: math, optimum, arith)")
