@@ -67,3 +67,34 @@ def offline_model(_bt_cache_dir):
     from breakthrough.models.loading import load_model
 
     return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def architecture_dirs(tmp_path_factory, smollm2_tokenizer):
+    """Tiny random-weight mlx-lm folders of the study's architectures (tests/models/
+    architectures.py), built on demand through mlx-lm's own model classes: name -> folder."""
+    from models.architectures import ARCHITECTURES, write_architecture
+
+    root = tmp_path_factory.mktemp("architectures")
+    built: dict = {}
+
+    class _Dirs(dict):
+        def __missing__(self, name):
+            built[name] = write_architecture(root / name, ARCHITECTURES[name], smollm2_tokenizer)
+            self[name] = built[name]
+            return built[name]
+
+    return _Dirs()
+
+
+@pytest.fixture(scope="session")
+def architecture_models(architecture_dirs):
+    """`LoadedModel` of each tiny architecture (family detected from its chat template)."""
+    from breakthrough.models.loading import load_model
+
+    class _Models(dict):
+        def __missing__(self, name):
+            self[name] = load_model(str(architecture_dirs[name]))
+            return self[name]
+
+    return _Models()
