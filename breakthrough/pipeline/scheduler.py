@@ -54,6 +54,7 @@ class CellState:
     outstanding: int = 0
     failed: str | None = None
     finished: bool = False
+    prefix_chars: dict[int, int] = field(default_factory=dict)  # cut -> len(decoded prefix)
 
 
 def branches_for(cell: CellState, protocol: Protocol, kind: str, point: int,
@@ -236,6 +237,8 @@ class RunScheduler:
         """Grade one finished branch and commit it on its own (kill-safe per sample)."""
         b = r.branch
         text = decode(self.loaded.tokenizer, r.tokens)
+        if b.cut not in cell.prefix_chars:  # where the prefix ends in the text (report cut marks)
+            cell.prefix_chars[b.cut] = len(decode(self.loaded.tokenizer, cell.plan.trace[: b.cut]))
         grade = self.grader.grade(text, cell.plan.item, r.finish_reason)
         rec = SampleRecord(
             cell_id=cell.plan.cell_id, kind=b.kind, anchor=b.anchor, budget=b.budget,
@@ -244,7 +247,7 @@ class RunScheduler:
             finish_reason=r.finish_reason, logprobs=r.logprobs, entropies=r.entropies,
             sampling_entropies=r.sampling_entropies,
             elapsed_s=r.elapsed_s, peak_mem_mb=r.peak_memory_bytes / 2**20,
-            extra={**r.extra, "phase": cell.phase},
+            extra={**r.extra, "phase": cell.phase, "prefix_chars": cell.prefix_chars[b.cut]},
         )
         self.store.add_samples([rec], [grade])
         cell.done.add((b.anchor, b.budget, b.branch))

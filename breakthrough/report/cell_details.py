@@ -4,8 +4,10 @@ with each anchor's cut point, and every branch's extracted answer and verdict.
 Pure: a run's samples frame (`RunStore.samples_frame(arrays=False)`) and its cohort rows
 (`RunStore.items()`) in, one `CellDetail` per cell out.
 
-Where is anchor t's cut in the base trace's *text*? The store keeps token ids, not per-token
-text, and decoding needs the model's tokenizer, which a report must not need. A continuation's
+Where is anchor t's cut in the base trace's *text*? `bt continue` stores it with each probe
+(extra "prefix_chars": the length of the decoded prefix), and the page uses it (`stored_cut`).
+For runs made before that, it is estimated without the tokenizer (a report must not need the
+model): a continuation's
 text is the decoded prefix followed by the decoded continuation, so the cut is where the
 continuations of that anchor leave the base text: the shortest common prefix of the base text
 and each branch's text. That is the cut itself once one branch's first new character differs
@@ -16,6 +18,7 @@ where the continuations leave the base text (tests/report/test_classify_outputs.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -78,6 +81,26 @@ def cut_offset(base_text: str, branch_texts: list[str]) -> int:
     return min(len(os.path.commonprefix([base_text, t])) for t in branch_texts)
 
 
+def stored_cut(base_text: str, probes: pd.DataFrame) -> int | None:
+    """The exact cut, when `bt continue` stored it with the probes (extra "prefix_chars": the
+    length of the decoded prefix) and the base text and every probe's text agree up to it;
+    None for runs made before it was stored (then `cut_offset` estimates it)."""
+    if "extra" not in probes:
+        return None
+    values = set()
+    for e in probes["extra"].dropna():
+        try:
+            values.add((json.loads(e) if isinstance(e, str) else dict(e)).get("prefix_chars"))
+        except (TypeError, ValueError):
+            return None
+    if len(values) != 1 or not isinstance(n := values.pop(), int):
+        return None
+    head = base_text[:n]
+    if len(head) != n or not all(str(t).startswith(head) for t in probes["text"].dropna()):
+        return None
+    return n
+
+
 def _branch_rows(g: pd.DataFrame, cuts: Mapping[int, int]) -> pd.DataFrame:
     """One row per probe and restart branch: what the grader extracted, its verdict, and the
     text the branch added (after its cut; a restart's whole text)."""
@@ -116,8 +139,9 @@ def cell_details(samples: pd.DataFrame, items: Mapping[str, Mapping[str, Any]] |
             if len(base) and not _missing(base.iloc[0]["text"]):
                 detail.base_text = str(base.iloc[0]["text"])
                 probes = g[g["kind"] == "probe"]
-                detail.cuts = {int(a): cut_offset(detail.base_text,
-                                                  [str(t) for t in p["text"].dropna()])
+                detail.cuts = {int(a): stored_cut(detail.base_text, p)
+                               if stored_cut(detail.base_text, p) is not None
+                               else cut_offset(detail.base_text, [str(t) for t in p["text"].dropna()])
                                for a, p in probes.groupby("anchor")}
             detail.branches = _branch_rows(g, detail.cuts)
         out[cid] = detail
