@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from breakthrough.commands.options import check_engine_options, count
+from breakthrough.commands.options import (check_engine_options, count, backend_option,
+                                          endpoint_option, max_inflight_option, processed_logprobs_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -39,17 +40,10 @@ def base(
         "plain", help="Optimum-benchmark prompt variant: plain or explicit (ignored for math)."
     ),
     seed: int = typer.Option(DEFAULT.base_seed, help="Base seed (the protocol uses 11 for every cell)."),
-    backend: str = typer.Option("mlx", help="Generation backend: mlx (default) or mlx-fresh (the same "
-                                "tokens without any prefix reuse; for checks), or a server: vllm (also `bt serve`) or "
-                                "sglang, with --endpoint. A run never mixes backends."),
-    endpoint: str = typer.Option(None, help="--backend vllm|sglang: server URL(s), comma-separated "
-                                 "(a fleet: every request of a cell goes to one server); `bt serve` "
-                                 "answers as vllm."),
-    max_inflight: int = typer.Option(0, help="Requests in flight per endpoint (0: the server's "
-                                     "reported limit, else 16)."),
-    accept_processed_logprobs: bool = typer.Option(
-        False, "--accept-processed-logprobs",
-        help="Use a server whose log-probs are taken after temperature / top-k (refused by default)."),
+    backend: str = backend_option(),
+    endpoint: str = endpoint_option(),
+    max_inflight: int = max_inflight_option(),
+    accept_processed_logprobs: bool = processed_logprobs_option(),
 ) -> None:
     """Generate, grade and store one base solution per problem x model cell.
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
-from breakthrough.commands.options import check_engine_options, count
+from breakthrough.commands.options import (check_engine_options, count, backend_option,
+                                          endpoint_option, max_inflight_option, processed_logprobs_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -39,18 +40,10 @@ def continue_(
     batch_size: int = typer.Option(32, help="Rows (sequences) generated together at most "
                                    "(continuous batching; also capped by --memory-gb)."),
     memory_gb: float = typer.Option(4.0, help="KV-cache memory budget that bounds the rows per batch."),
-    backend: str = typer.Option("mlx", help="Generation backend: mlx (one prefill per base trace, "
-                                "default) or mlx-fresh (same tokens, a fresh prefill per request; "
-                                "for checks), or a server: vllm (also `bt serve`) or sglang, with "
-                                "--endpoint. A run never mixes backends."),
-    endpoint: str = typer.Option(None, help="--backend vllm|sglang: server URL(s), comma-separated "
-                                 "(a fleet: every request of a cell goes to one server); `bt serve` "
-                                 "answers as vllm."),
-    max_inflight: int = typer.Option(0, help="Requests in flight per endpoint (0: the server's "
-                                     "reported limit, else 16)."),
-    accept_processed_logprobs: bool = typer.Option(
-        False, "--accept-processed-logprobs",
-        help="Use a server whose log-probs are taken after temperature / top-k (refused by default)."),
+    backend: str = backend_option(),
+    endpoint: str = endpoint_option(),
+    max_inflight: int = max_inflight_option(),
+    accept_processed_logprobs: bool = processed_logprobs_option(),
 ) -> None:
     """Probe every base trace (anchors, 2 rounds of bisection), run restarts and the top-ups.
 

@@ -3,7 +3,35 @@ one line naming the option, raised before any store is opened or model loaded.""
 
 from __future__ import annotations
 
+import typer
+
 from breakthrough.errors import BtError
+
+# The engine options of every command that generates (`bt base`, `bt continue`), defined once.
+BACKEND_HELP = ("Generation backend: mlx (in-process; one prefill per base trace, default) or "
+                "mlx-fresh (the same tokens without any prefix reuse; for checks), or a server: "
+                "vllm (also `bt serve`) or sglang, with --endpoint. A run never mixes backends.")
+
+
+def backend_option() -> typer.models.OptionInfo:
+    return typer.Option("mlx", help=BACKEND_HELP)
+
+
+def endpoint_option() -> typer.models.OptionInfo:
+    return typer.Option(None, help="--backend vllm|sglang: server URL(s), comma-separated (a fleet: "
+                                   "every request of a cell goes to one server); `bt serve` answers "
+                                   "as vllm.")
+
+
+def max_inflight_option() -> typer.models.OptionInfo:
+    return typer.Option(0, help="Requests in flight per endpoint (0: the server's reported limit, "
+                                "else 16).")
+
+
+def processed_logprobs_option() -> typer.models.OptionInfo:
+    return typer.Option(False, "--accept-processed-logprobs",
+                        help="Use a server whose log-probs are taken after temperature / top-k "
+                             "(refused by default).")
 
 
 def count(n: int, noun: str) -> str:

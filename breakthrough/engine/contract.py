@@ -21,6 +21,7 @@ from typing import Any, Iterable, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 
+from breakthrough.errors import BtError
 from breakthrough.protocol import Sampling
 
 FinishReason = Literal["eos", "length", "stop_sequence", "error"]
@@ -179,3 +180,15 @@ class EngineSpec:
 
 BACKENDS: tuple[str, ...] = ("mlx", "mlx-fresh", "vllm", "sglang")
 HTTP_BACKENDS: tuple[str, ...] = ("vllm", "sglang")
+
+
+def check_request(req: GenRequest, keys: set[str]) -> None:
+    """What every backend refuses before generating: a key used twice in one `generate` call
+    (results are matched back by key), an empty prompt, a non-positive token budget."""
+    if req.key in keys:
+        raise BtError(f"duplicate request key {req.key!r} in one generate call")
+    keys.add(req.key)
+    if len(req.prompt) == 0:
+        raise BtError(f"request {req.key!r} has an empty prompt")
+    if req.max_tokens <= 0:
+        raise BtError(f"request {req.key!r}: max_tokens must be > 0")

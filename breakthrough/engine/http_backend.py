@@ -36,7 +36,7 @@ import httpx
 import numpy as np
 
 from breakthrough.engine import topk_stats, wire
-from breakthrough.engine.contract import GenRequest, GenResult, route_key
+from breakthrough.engine.contract import GenRequest, GenResult, check_request, route_key
 from breakthrough.engine.fleet import Fleet
 from breakthrough.engine.http_client import Endpoint, EndpointDown, RequestFailed, RetryPolicy
 from breakthrough.errors import BtError
@@ -248,7 +248,7 @@ class HttpEngine:
                     if req is None:  # nothing ready now: ask again after the next result
                         waiting = True
                         break
-                    self._check(req, keys)
+                    check_request(req, keys)
                     futures.add(self._pool.submit(self._one, req))
                 if not futures:
                     if exhausted:
@@ -261,16 +261,6 @@ class HttpEngine:
         finally:
             for fut in futures:
                 fut.cancel()
-
-    @staticmethod
-    def _check(req: GenRequest, keys: set[str]) -> None:
-        if req.key in keys:
-            raise BtError(f"duplicate request key {req.key!r} in one generate call")
-        keys.add(req.key)
-        if len(req.prompt) == 0:
-            raise BtError(f"request {req.key!r} has an empty prompt")
-        if req.max_tokens <= 0:
-            raise BtError(f"request {req.key!r}: max_tokens must be > 0")
 
     def _one(self, req: GenRequest) -> GenResult:
         t0 = time.perf_counter()

@@ -35,7 +35,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from breakthrough.engine.contract import GenRequest, GenResult, SharedPrefix
+from breakthrough.engine.contract import GenRequest, GenResult, SharedPrefix, check_request
 from breakthrough.engine.prefix_cache import PrefixCache, cache_bytes, cache_length, trim_to
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
@@ -264,7 +264,7 @@ class MlxEngine:
                         break
                     if req is None:  # the source has nothing ready now (contract: Engine)
                         break
-                    self._check(req, keys)
+                    check_request(req, keys)
                     new.append(req)
                 if new:
                     starts = [self._start(r) for r in new]
@@ -309,15 +309,6 @@ class MlxEngine:
         finally:
             self.last_elapsed_s = time.perf_counter() - t_start
             gen.close()
-
-    def _check(self, req: GenRequest, keys: set[str]) -> None:
-        if req.key in keys:
-            raise BtError(f"duplicate request key {req.key!r} in one generate call")
-        keys.add(req.key)
-        if len(req.prompt) == 0:
-            raise BtError(f"request {req.key!r} has an empty prompt")
-        if req.max_tokens <= 0:
-            raise BtError(f"request {req.key!r}: max_tokens must be > 0")
 
     def _result(self, row: _Row, resp) -> GenResult:
         import mlx.core as mx
