@@ -120,7 +120,8 @@ def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: Cont
     for run_dir in run_dirs:  # written by continue_run, once the engine can run it
         with RunStore(run_dir, readonly=True) as store:
             protocols[run_dir] = record_continuation_protocol(store, **settings)
-            man = {**store.manifest(), "base_traces": len(store.existing_keys("base"))}
+            man = {**store.manifest(), "protocol": protocols[run_dir].to_dict(),
+                   "base_traces": len(store.existing_keys("base"))}
         if progress:
             progress(run_dir, man)
     reports = []

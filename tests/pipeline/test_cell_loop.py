@@ -43,6 +43,9 @@ def _frames(run: Path):
 def test_continue_runs_every_phase(fixture_run: Path) -> None:
     res = CliRunner().invoke(app, ["continue", str(fixture_run), *ARGS])
     assert res.exit_code == 0, res.output
+    # The announcement shows this continuation's settings, not the run's previous ones.
+    said = " ".join(res.output.split())
+    assert "B=8, answer 4" in said and "restarts at 8,16" in said
     df, cells = _frames(fixture_run)
     proto = DEFAULT.with_overrides(budget=8, answer_budget=4, restart_budgets=(8, 16))
     probes = probe_panel(df, proto)
