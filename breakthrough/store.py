@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS cells (
 CREATE TABLE IF NOT EXISTS samples (
     sample_id     INTEGER PRIMARY KEY,
     cell_id       TEXT NOT NULL REFERENCES cells(cell_id),
-    kind          TEXT NOT NULL CHECK (kind IN ('base', 'probe', 'restart')),
+    kind          TEXT NOT NULL CHECK (kind IN ('base', 'probe', 'restart', 'attempt')),
     anchor        INTEGER NOT NULL,
     budget        INTEGER NOT NULL,
     branch        INTEGER NOT NULL,
@@ -95,6 +95,11 @@ CREATE TABLE IF NOT EXISTS grades (
     detail     TEXT NOT NULL DEFAULT '{}',
     graded_at  REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS signals (
+    sample_id  INTEGER PRIMARY KEY REFERENCES samples(sample_id),
+    names      TEXT NOT NULL,
+    data       BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS errors (
     error_id   INTEGER PRIMARY KEY,
     cell_id    TEXT NOT NULL,
@@ -111,7 +116,7 @@ class SampleRecord:
     """One finished generation, as the scheduler hands it to the store."""
 
     cell_id: str
-    kind: str  # base | probe | restart
+    kind: str  # base | probe | restart | attempt (bt sample: an independent whole solution)
     anchor: int  # t for probes, -1 otherwise
     budget: int  # B for probes, C for restarts, 0 for base
     branch: int
@@ -124,6 +129,9 @@ class SampleRecord:
     logprobs: np.ndarray | None = None  # float32 per newly generated token
     entropies: np.ndarray | None = None  # float32 per newly generated token (full distribution)
     sampling_entropies: np.ndarray | None = None  # float32: entropy of what it was drawn from
+    # per-token instrumentation (GenResult.signals: name -> float32 per newly generated token);
+    # stored beside the sample in table `signals` (float32 [fields, tokens], names in order)
+    signals: dict[str, np.ndarray] | None = None
     elapsed_s: float | None = None
     peak_mem_mb: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -374,6 +382,11 @@ class RunStore:
                 if cur.rowcount == 0:
                     continue
                 inserted += 1
+                if rec.signals:
+                    names = sorted(rec.signals)
+                    data = np.stack([np.asarray(rec.signals[k], dtype="<f4") for k in names])
+                    c.execute("INSERT INTO signals(sample_id, names, data) VALUES (?,?,?)",
+                              (cur.lastrowid, json.dumps(names), data.tobytes()))
                 if grade is not None:
                     self._write_grade(c, cur.lastrowid, grade)
             for cell_id, n in (reasoning_tokens or {}).items():
@@ -454,9 +467,12 @@ class RunStore:
         )
 
     def samples_frame(
-        self, *, arrays: bool = True, kind: str | None = None, cell_id: str | None = None
+        self, *, arrays: bool = True, kind: str | None = None, cell_id: str | None = None,
+        signals: bool = False,
     ):  # -> pd.DataFrame
-        """One row per sample joined with its cell and grade (columns in docs/architecture.md)."""
+        """One row per sample joined with its cell and grade (columns in docs/architecture.md).
+        `signals=True` adds a column `signals`: per sample a dict name -> float32 array of the
+        per-token instrumentation (SampleRecord.signals), empty where none was recorded."""
         import pandas as pd
 
         cols = (
@@ -481,7 +497,22 @@ class RunStore:
                 ("sampling_entropies", "<f4"),
             ):
                 df[col] = [_unpack(b, dtype) for b in df[col]]
+        if signals:
+            have = self._signals(where, params)
+            df["signals"] = [have.get(int(sid), {}) for sid in df["sample_id"]]
         return df
+
+    def _signals(self, where: str, params: tuple) -> dict[int, dict[str, np.ndarray]]:
+        """Stored instrumentation by sample id (none in stores made before it existed)."""
+        if "signals" not in self._tables():
+            return {}
+        out: dict[int, dict[str, np.ndarray]] = {}
+        sql = "SELECT g.sample_id, g.names, g.data FROM signals g JOIN samples s USING(sample_id)"
+        for sid, names_json, blob in self.conn.execute(sql + where, params):
+            names = json.loads(names_json)
+            data = np.frombuffer(blob, dtype="<f4").reshape(len(names), -1)
+            out[int(sid)] = {k: data[j] for j, k in enumerate(names)}
+        return out
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -11,7 +11,8 @@ since MLX's CPU exp and argpartition are scalar code (about 70x slower than nump
 
 A row is described by a `RowSpec` passed where mlx-lm expects a sampler; it carries the row's
 seed, sampling setting and the index of its next token. Each response's `logprobs` field holds
-that token's statistics `[log-prob, entropy, sampling entropy]` (floats) instead of a full
+that token's statistics `[log-prob, entropy, sampling entropy]` (floats; followed by the
+`sampling.SIGNAL_FIELDS` when the row is instrumented) instead of a full
 vocabulary vector, so nothing vocabulary-sized leaves the step; rows asking for it (`top`) also
 get each step's most likely ids and their log-probs.
 
@@ -27,11 +28,17 @@ import numpy as np
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
 from breakthrough.engine.sampling import (
+    HIDDEN_FIELDS,
     RowParams,
+    full_distribution_np,
+    hidden_signals,
+    hidden_signals_np,
     row_keys,
     row_params,
     sample_step,
     sample_step_np,
+    token_signals,
+    token_signals_np,
     top_logprobs,
     top_logprobs_np,
 )
@@ -42,16 +49,55 @@ class RowSpec:
     """One row's identity for the batched sampler: seed, sampling and its next token's index
     (token k of a row is drawn with the key of (seed, k), whatever batch it is in)."""
 
-    __slots__ = ("seed", "sampling", "step", "top")
+    __slots__ = ("seed", "sampling", "step", "top", "instrument", "prev", "prev_hidden")
 
-    def __init__(self, seed: int, sampling: Sampling, top: int = 0):
+    def __init__(self, seed: int, sampling: Sampling, top: int = 0, instrument: bool = False):
         self.seed = int(seed) & 0xFFFFFFFF
         self.sampling = sampling
         self.step = 0
         self.top = int(top)  # also report each step's `top` most likely (ids, log-probs)
+        # Also report the per-token instrumentation (sampling.SIGNAL_FIELDS); `prev` keeps this
+        # row's previous log-distribution for the transition fields (KL, JS).
+        self.instrument = bool(instrument)
+        self.prev = None
+        self.prev_hidden = None  # this row's previous final-normalised hidden state
 
     def __call__(self, logprobs):  # pragma: no cover - the batched step never calls it
         raise RuntimeError("RowSpec is drawn by SeededGenerationBatch, not called per row")
+
+
+class _NormWatch:
+    """Stands in for the inner model's final norm during one forward and keeps its output: the
+    final-normalised hidden state (also for Gemma, whose inner model returns the state before
+    that norm: protocol 11), read without changing the computation that gives the logits."""
+
+    def __init__(self, norm):
+        self.norm = norm
+        self.last = None
+
+    def __call__(self, x, *args, **kwargs):
+        self.last = self.norm(x, *args, **kwargs)
+        return self.last
+
+
+def forward_with_hidden(model, inputs, cache):
+    """(last-position logits [n, V], final-normalised hidden state [n, d] or None) of one
+    decode forward; None where the model has no final norm to watch (or it is not [n, 1, d])."""
+    lm = getattr(model, "language_model", model)
+    inner = getattr(lm, "model", None)
+    norm = getattr(inner, "norm", None) if inner is not None else None
+    if norm is None:
+        return model(inputs, cache=cache)[:, -1, :], None
+    watch = _NormWatch(norm)
+    inner["norm"] = watch  # mlx.nn.Module is a dict: `inner.norm` is looked up in it
+    try:
+        logits = model(inputs, cache=cache)[:, -1, :]
+    finally:
+        inner["norm"] = norm
+    h = watch.last
+    if h is None or h.ndim != 3 or h.shape[0] != logits.shape[0]:
+        return logits, None
+    return logits, h[:, -1, :]
 
 
 class SeededGenerationBatch(GenerationBatch):
@@ -74,8 +120,13 @@ class SeededGenerationBatch(GenerationBatch):
         if any(self.logits_processors):
             raise ValueError("SeededGenerationBatch does not run logits processors")
 
-        logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
         specs: list[RowSpec] = self.samplers
+        instrument = any(s.instrument for s in specs)
+        hidden = None
+        if instrument:
+            logits, hidden = forward_with_hidden(self.model, inputs[:, None], self.prompt_cache)
+        else:
+            logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
         keys = row_keys([s.seed for s in specs], [s.step for s in specs])
         for s in specs:
             s.step += 1
@@ -85,14 +136,52 @@ class SeededGenerationBatch(GenerationBatch):
             # MLX's CPU exp / argpartition are scalar: the vocabulary-sized work runs in numpy
             # on a view of the evaluated logits (same definition, sampling.sample_step_np).
             logits = logits.astype(mx.float32)
-            mx.eval(logits)
+            if hidden is not None:
+                hidden = hidden.astype(mx.float32)
+                mx.eval(logits, hidden)
+                hidden = np.asarray(hidden)
+            else:
+                mx.eval(logits)
             x = np.asarray(logits)
-            tok, stats = sample_step_np(x, keys, [s.sampling for s in specs])
+            full = full_distribution_np(x)
+            tok, stats = sample_step_np(x, keys, [s.sampling for s in specs], full)
+            if instrument:
+                signals, states = token_signals_np(x, tok, [s.prev for s in specs], full)
+                if hidden is not None:
+                    hid = hidden_signals_np(hidden, [s.prev_hidden for s in specs])
+                else:
+                    hid = np.full((len(specs), len(HIDDEN_FIELDS)), np.nan, dtype=np.float32)
+                stats = np.concatenate([stats, signals, hid], axis=1)
+                for i, (s, state) in enumerate(zip(specs, states)):
+                    s.prev = state if s.instrument else None
+                    s.prev_hidden = hidden[i] if s.instrument and hidden is not None else None
             bundle = (stats,) + (top_logprobs_np(x, top) if top > 0 else ())
             tokens = mx.array(tok.astype(np.uint32))
         else:
             tokens, stats = sample_step(logits, mx.array(keys),
                                         self._row_params(specs, logits.shape[-1]))
+            if instrument:
+                prev = None
+                if any(s.prev is not None for s in specs):
+                    zero = mx.zeros((logits.shape[-1],), dtype=mx.float32)
+                    prev = (mx.stack([zero if s.prev is None else s.prev for s in specs]),
+                            mx.array([s.prev is not None for s in specs]))
+                signals, logp = token_signals(logits, tokens, prev)
+                if hidden is not None:
+                    hidden = hidden.astype(mx.float32)
+                    prev_h = None
+                    if any(s.prev_hidden is not None for s in specs):
+                        zero_h = mx.zeros((hidden.shape[-1],), dtype=mx.float32)
+                        prev_h = (mx.stack([zero_h if s.prev_hidden is None else s.prev_hidden
+                                            for s in specs]),
+                                  mx.array([s.prev_hidden is not None for s in specs]))
+                    hid = hidden_signals(hidden, prev_h)
+                else:
+                    hid = mx.full((len(specs), len(HIDDEN_FIELDS)), float("nan"))
+                stats = mx.concatenate([stats, signals, hid], axis=1)
+                for i, s in enumerate(specs):
+                    s.prev = logp[i] if s.instrument else None
+                    s.prev_hidden = hidden[i] if s.instrument and hidden is not None else None
             bundle = (stats,) + (top_logprobs(logits, top) if top > 0 else ())
 
         # Start the next step's tokens and statistics, then read the current ones (as mlx-lm).
@@ -104,7 +193,9 @@ class SeededGenerationBatch(GenerationBatch):
         bundles = list({id(b): b for b, _ in current}.values())
         mx.eval(inputs, *[a for b in bundles for a in b if isinstance(a, mx.array)])
         lists = {id(b): [a.tolist() for a in b] for b in bundles}
-        # Per row: [log-prob, entropy, sampling entropy] (+ [top ids], [top log-probs]).
+        # Per row: [log-prob, entropy, sampling entropy, *SIGNAL_FIELDS, *HIDDEN_FIELDS when
+        # instrumented]
+        # (+ [top ids], [top log-probs]).
         current_stats = [[col[i] for col in lists[id(b)]] for b, i in current]
         inputs = inputs.tolist()
         for sti, ti in zip(self.tokens, inputs):

@@ -97,6 +97,12 @@ class GenResult:
     top_ids / top_logprobs: int32 / float32 [n, k]: the k most likely tokens of each step's full
         distribution and their log-probs (descending), where the backend reports them.
     endpoint: the server that produced the result (HTTP backends); "" for in-process ones.
+    signals: per-token instrumentation (protocol 2.2), one float32 array per generated token
+        for each name of `sampling.SIGNAL_FIELDS` (normalised entropy, margins, top-1 / top-5 /
+        tail mass, effective vocabulary, surprisal, successive KL / JS: NaN at a request's first
+        token; plus `sampling.HIDDEN_FIELDS` of the final-normalised hidden state), computed
+        in the decode step from the full distribution; None where the backend
+        does not instrument (HTTP backends, or the MLX engine with `instrument=False`).
     """
 
     key: str
@@ -114,6 +120,7 @@ class GenResult:
     top_ids: np.ndarray | None = None
     top_logprobs: np.ndarray | None = None
     endpoint: str = ""
+    signals: dict[str, np.ndarray] | None = None
 
 
 def route_key(request: GenRequest) -> str:

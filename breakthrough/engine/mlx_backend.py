@@ -18,7 +18,11 @@ Per-token statistics, both from the model's FULL next-token distribution at temp
 reference recorder stored, whose normalised entropy divides by ln|V|):
   * logprob: log p(chosen token), <= 0;
   * entropy: -sum_v p(v) log p(v) in nats, >= 0.
-They are thus comparable between greedy and sampled rows.
+They are thus comparable between greedy and sampled rows. With `instrument=True` (the default)
+each result also carries the protocol 2.2 per-token fields (`GenResult.signals`,
+`sampling.SIGNAL_FIELDS`) and the hidden-state fields (`sampling.HIDDEN_FIELDS`: of the final-
+normalised hidden state, read from the model's final norm during the same forward), computed in
+the same decode step: no second forward pass.
 
 Reuse (the hints of the engine contract). A request with a `shared_prefix` starts from a cache of
 that sequence cut back to the request's prompt (one prefill per shared prefix, see
@@ -76,7 +80,7 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 class _Row:
     __slots__ = ("req", "tokens", "logprobs", "entropies", "sampling_entropies", "t0", "cached",
-                 "top")
+                 "top", "signals")
 
     def __init__(self, req: GenRequest, cached: int):
         self.req = req
@@ -86,6 +90,7 @@ class _Row:
         self.entropies: list[float] = []
         self.sampling_entropies: list[float] = []
         self.top: list[tuple[list[int], list[float]]] = []
+        self.signals: list[list[float]] = []
         self.t0 = time.perf_counter()
 
 
@@ -108,6 +113,7 @@ class MlxEngine:
         memory_budget_bytes: int = 0,
         kept_states: int | None = None,
         shared_prefixes: int = 4,
+        instrument: bool = True,
     ):
         self.model = model
         _blas_notice_once()
@@ -121,6 +127,9 @@ class MlxEngine:
         self.memory_budget_bytes = int(memory_budget_bytes)
         # Report each step's most likely tokens (GenResult.top_ids / top_logprobs; bt serve).
         self.top_logprobs = 0
+        # Per-token instrumentation (GenResult.signals, sampling.SIGNAL_FIELDS); off only to
+        # measure its cost (bench/instrumentation_overhead.py). It never changes tokens.
+        self.instrument = bool(instrument)
         self.generated_tokens = 0
         self.prefill_tokens = 0
         self.last_elapsed_s = 0.0
@@ -272,7 +281,8 @@ class MlxEngine:
                         [feed for _, feed in starts],
                         max_tokens=[int(r.max_tokens) for r in new],
                         caches=[cache for cache, _ in starts],
-                        samplers=[RowSpec(r.seed, r.sampling, self.top_logprobs) for r in new],
+                        samplers=[RowSpec(r.seed, r.sampling, self.top_logprobs, self.instrument)
+                                  for r in new],
                         stop_sequences=[self._stop(r) for r in new],
                     )
                     for uid, r, (_, feed) in zip(uids, new, starts):
@@ -294,6 +304,8 @@ class MlxEngine:
                     row.logprobs.append(stats[0][0])
                     row.entropies.append(stats[0][1])
                     row.sampling_entropies.append(stats[0][2])
+                    if self.instrument:
+                        row.signals.append(stats[0][3:])
                     if len(stats) == 3:
                         row.top.append((stats[1], stats[2]))
                     if resp.finish_reason is None:
@@ -336,4 +348,14 @@ class MlxEngine:
             cached_tokens=row.cached,
             top_ids=np.asarray([t[0] for t in row.top], dtype=np.int32) if row.top else None,
             top_logprobs=np.asarray([t[1] for t in row.top], dtype=np.float32) if row.top else None,
+            signals=self._signals(row) if self.instrument else None,
         )
+
+    @staticmethod
+    def _signals(row: _Row) -> dict[str, np.ndarray]:
+        """The row's instrumentation as one float32 array per `sampling.SIGNAL_FIELDS` name."""
+        from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
+
+        names = SIGNAL_FIELDS + HIDDEN_FIELDS
+        table = np.asarray(row.signals, dtype=np.float32).reshape(len(row.signals), len(names))
+        return {name: table[:, j].copy() for j, name in enumerate(names)}

@@ -126,6 +126,7 @@ def run_base(
                     seed=protocol.base_seed, prefix_len=0, token_ids=tokens, text=text,
                     finish_reason=res.finish_reason, segments=segments, logprobs=res.logprobs,
                     entropies=res.entropies, sampling_entropies=res.sampling_entropies,
+                    signals=res.signals,
                     elapsed_s=res.elapsed_s,
                     peak_mem_mb=res.peak_memory_bytes / 2**20,
                     extra={"prompt_tokens": res.prompt_tokens, **request_facts([res])},

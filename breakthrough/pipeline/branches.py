@@ -56,6 +56,7 @@ class BranchResult:
     extra: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
     peak_memory_bytes: int = 0
+    signals: dict[str, np.ndarray] | None = None  # GenResult.signals, laid out like logprobs
 
 
 def prefix_sha(ids: Sequence[int]) -> str:
@@ -101,6 +102,7 @@ class _Reasoned:
     entropies: list[float]
     sampling_entropies: list[float]
     result: GenResult
+    signals: dict[str, list[float]] | None = None
 
 
 class BranchRunner:
@@ -151,13 +153,19 @@ class BranchRunner:
         req = GenRequest(key=key or b.key, prompt=context, max_tokens=answer_budget,
                          seed=answer_seed(b.seed), sampling=p.sampling, follows=r.key,
                          shared_prefix=self.shared)
-        return req, _Reasoned(reasoning, inserted, lps, ents, sents, r)
+        sigs = None if r.signals is None else {k: list(v)[:n] for k, v in r.signals.items()}
+        return req, _Reasoned(reasoning, inserted, lps, ents, sents, r, sigs)
 
     def result(self, b: Branch, done: _Reasoned, a: GenResult) -> BranchResult:
         """Step 6: the whole branch (prefix + reasoning + inserted + answer) and its statistics."""
         nan = [float("nan")] * len(done.inserted)
         r = done.result
+        signals = None
+        if done.signals is not None and a.signals is not None:  # same layout as logprobs
+            signals = {k: np.asarray(v + nan + list(a.signals[k]), dtype=np.float32)
+                       for k, v in done.signals.items()}
         return BranchResult(
+            signals=signals,
             branch=b,
             tokens=self.trace[: b.cut] + done.reasoning + done.inserted + list(a.tokens),
             logprobs=np.asarray(done.logprobs + nan + list(a.logprobs), dtype=np.float32),

@@ -245,7 +245,7 @@ class RunScheduler:
             branch=b.branch, seed=b.seed, prefix_len=b.cut,
             token_ids=np.asarray(r.tokens, dtype=np.int32), text=text,
             finish_reason=r.finish_reason, logprobs=r.logprobs, entropies=r.entropies,
-            sampling_entropies=r.sampling_entropies,
+            sampling_entropies=r.sampling_entropies, signals=r.signals,
             elapsed_s=r.elapsed_s, peak_mem_mb=r.peak_memory_bytes / 2**20,
             extra={**r.extra, "phase": cell.phase, "prefix_chars": cell.prefix_chars[b.cut]},
         )
