@@ -23,3 +23,10 @@ def probe_seed(cell_id: str, anchor: int, branch: int) -> int:
 def restart_seed(cell_id: str, budget: int, branch: int) -> int:
     """Seed of restart attempt `branch` at reasoning budget C (protocol: phase04c-restart:...)."""
     return identity_seed("restart", cell_id, budget, branch)
+
+
+def attempt_seed(cell_id: str, branch: int) -> int:
+    """Seed of independent from-scratch attempt `branch` of a cell (`bt sample`): a function of
+    the attempt's identity only, so attempt 7 is the same draw whether asked with --attempts 8
+    or 16, and no two attempts of a cell share a seed by construction of their index."""
+    return identity_seed("attempt", cell_id, branch)

@@ -222,11 +222,60 @@ def show(
     console.print(sel)
 
 
+def screen_cmd(
+    source: str = typer.Argument(..., help="Source cohort name or .jsonl path (the problems screened)."),
+    name: str = typer.Option(..., "--name", help="Name of the new cohort file (NAME.jsonl); never "
+                             "overwrites one."),
+    model: str = typer.Option(None, help="Comma-separated models (default: the offline "
+                              "smollm2-135m; the study screened gemma4-e4b,ministral3-3b)."),
+    seeds: str = typer.Option("21,22,23", help="One attempt per seed per model (protocol 6.2)."),
+    max_tokens: int = typer.Option(3072, help="Screening budget: generated tokens per attempt."),
+    band: str = typer.Option("1,5", help="Keep problems whose total verified successes over "
+                             "seeds x models lie in LO,HI (inclusive)."),
+    stage: Optional[str] = typer.Option(None, help="Stage of the new rows (default: keep the "
+                                        "source's)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory (default: the "
+                                       "cohorts directory)."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Runs folder; the attempts go to "
+                                  "RUNS/screens/SOURCE-MODEL (resumable)."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N problems of the source."),
+    problems: Optional[str] = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    batch_size: int = typer.Option(8, help="Rows generated together at most."),
+) -> None:
+    """Screen a cohort (protocol 6.2): seeds x models x a screening budget, keep the problems
+    whose verified successes fall in a band, write them as a new cohort with the selection
+    recorded in every row. The attempts are stored like `bt sample`'s: a killed screen resumes."""
+    from breakthrough.commands.options import check_engine_options
+    from breakthrough.engine import EngineSpec
+    from breakthrough.errors import BtError
+    from breakthrough.models.registry import OFFLINE_DEFAULT
+    from breakthrough.pipeline.sample import SampleRequest
+    from breakthrough.pipeline.screen import parse_band, parse_seeds, screen, screen_request
+    from breakthrough.protocol import DEFAULT
+
+    check_engine_options("mlx", batch_size)
+    if limit is not None and limit < 1:
+        raise BtError(f"--limit: expected a positive integer, got {limit}")
+    if max_tokens < 1:
+        raise BtError(f"--max-tokens: expected a positive integer, got {max_tokens}")
+    seed_list, lohi = parse_seeds(seeds), parse_band(band)
+    models = tuple(m.strip() for m in (model or OFFLINE_DEFAULT).split(",") if m.strip())
+    sample = SampleRequest(cohort=source, models=models, attempts=len(seed_list),
+                           protocol=DEFAULT.with_overrides(base_max_tokens=max_tokens).validate(),
+                           engine=EngineSpec(backend="mlx", batch_size=batch_size),
+                           runs_dir=runs_dir, limit=limit, problems=problems)
+    console = _console()
+    res = screen(screen_request(sample, seed_list, lohi, name, out, stage), announce=console.print)
+    console.print(f"wrote {res.path}: {len(res.kept)} of {len(res.counts)} problems with "
+                  f"verified successes in [{lohi[0]}, {lohi[1]}]")
+
+
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(
-        help="Problem cohorts: build (deterministic recipes), list, show.", no_args_is_help=True
+        help="Problem cohorts: build (deterministic recipes), list, show, screen.", no_args_is_help=True
     )
     sub.command("build")(build)
     sub.command("list")(list_cmd)
     sub.command("show")(show)
+    sub.command("screen")(screen_cmd)
     app.add_typer(sub, name="cohorts")

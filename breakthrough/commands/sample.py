@@ -1,0 +1,78 @@
+"""`bt sample`: N independent seeded attempts per problem x model (issue 11), the within-problem
+data an early-signal dissection needs; logic in breakthrough.pipeline.sample."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from breakthrough.commands.options import (backend_option, check_engine_options, count,
+                                          endpoint_option, max_inflight_option,
+                                          processed_logprobs_option)
+from breakthrough.errors import BtError
+from breakthrough.protocol import DEFAULT
+
+
+def sample(
+    cohort: str = typer.Option(..., help="Cohort name (see `bt cohorts list`) or a .jsonl path."),
+    attempts: int = typer.Option(..., help="Independent attempts per problem x model (a rerun "
+                                 "with a larger N adds only the new ones)."),
+    model: str = typer.Option(None, help="Comma-separated model aliases, local mlx-lm folders or "
+                              "hub ids. Default: the offline smollm2-135m."),
+    max_tokens: int = typer.Option(3072, help="Generated-token cap per attempt (the study's "
+                                   "screen budget is 3,072)."),
+    max_prompt_tokens: int = typer.Option(DEFAULT.max_prompt_tokens,
+                                          help="Longest chat prompt accepted, in tokens."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Runs folder; attempts go to "
+                                  "RUNS/attempts/COHORT-MODEL (out of the way of bt continue)."),
+    run: str = typer.Option(None, help="Run name under RUNS/attempts (default COHORT-MODEL)."),
+    limit: int = typer.Option(None, help="Only the first N problems of the cohort."),
+    problems: str = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    batch_size: int = typer.Option(8, help="Rows generated together at most."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the attempts and tokens still "
+                                 "to generate and an ETA; load no model, write nothing."),
+    backend: str = backend_option(),
+    endpoint: str = endpoint_option(),
+    max_inflight: int = max_inflight_option(),
+    accept_processed_logprobs: bool = processed_logprobs_option(),
+) -> None:
+    """Generate, grade and store N seeded from-scratch attempts per problem x model.
+
+    Attempt b of a cell has the seed of its identity (cell, b); every attempt is committed when it
+    finishes, so a killed run resumes with exactly the missing ones."""
+    from rich.console import Console
+
+    from breakthrough.engine import EngineSpec, http_options
+    from breakthrough.models.registry import OFFLINE_DEFAULT
+    from breakthrough.pipeline.sample import SampleRequest, plan_sample, sample_runs
+
+    console = Console(stderr=True)
+    check_engine_options(backend, batch_size)
+    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs)
+    if limit is not None and limit < 1:
+        raise BtError(f"--limit: expected a positive integer, got {limit}")
+    if max_tokens < 1:
+        raise BtError(f"--max-tokens: expected a positive integer, got {max_tokens}")
+    protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens,
+                                      max_prompt_tokens=max_prompt_tokens).validate()
+    if not model:
+        console.print(f"using the offline default model {OFFLINE_DEFAULT}", soft_wrap=True)
+        model = OFFLINE_DEFAULT
+    req = SampleRequest(cohort=cohort, models=tuple(m.strip() for m in model.split(",") if m.strip()),
+                        attempts=attempts, protocol=protocol,
+                        engine=EngineSpec(backend=backend, batch_size=batch_size, **remote),
+                        runs_dir=runs_dir, run=run, limit=limit, problems=problems)
+    if dry_run:
+        typer.echo("\n".join(plan_sample(req)))
+        return
+    for rep in sample_runs(req, announce=console.print):
+        typer.echo(f"{rep.run_dir}: {count(rep.generated, 'attempt')} generated "
+                   f"({rep.tokens:,} tokens, {rep.solved} solved), {rep.skipped} already done"
+                   + (f", {rep.failed} failed on request errors (rerun to retry)" if rep.failed else ""))
+        for note in rep.notes:
+            console.print(f"note: {note}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sample")(sample)

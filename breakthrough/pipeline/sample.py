@@ -1,0 +1,282 @@
+"""`bt sample` and the screen of `bt cohorts screen`: N independent from-scratch attempts per
+problem x model, the within-problem data an early-signal dissection needs (issue 11) and the
+measurement a screening rule (protocol 6.2) selects problems by.
+
+An attempt is a base trace in everything but its seed: the chat prompt, protocol sampling, up to
+`max_tokens` generated tokens, stop only at EOS, segmented and graded like `bt base`. Attempt b
+of a cell is stored as kind "attempt", anchor -1, budget = its token cap, branch = b, with the
+seed `seeds.attempt_seed(cell, b)` (or, for a screen, the b-th of an explicit seed list, as the
+study's screens used seeds 21, 22, 23 for every problem). Each finished attempt is committed on
+its own, so a SIGKILL loses at most the attempts in flight; the unique key makes a rerun add only
+what is missing, and a larger N adds only the new indices.
+
+Where attempts live: their own run directory, `RUNS/attempts/COHORT-MODEL` by default (screens:
+`RUNS/screens/COHORT-MODEL`). Not the `bt base` run: the attempt cap is part of the protocol
+digest (a run never mixes protocols), and one level below `runs/` keeps `bt continue` and
+`bt classify runs/` (which read run directories directly under the folder they are given) from
+treating attempts as cells to continue."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from breakthrough.engine import EngineSpec, make_engine
+from breakthrough.engine.contract import GenRequest
+from breakthrough.errors import BtError
+from breakthrough.models.loading import load_model, model_identity
+from breakthrough.models.segments import segment_ids
+from breakthrough.models.tokens import decode
+from breakthrough.pipeline.base import base_cells, select_rows
+from breakthrough.pipeline.branches import request_facts
+from breakthrough.pipeline.manifest import (check_engine, record_throughput, refuse_changed_run,
+                                             request_identity, run_manifest)
+from breakthrough.protocol import Protocol
+from breakthrough.seeds import attempt_seed
+from breakthrough.store import RunStore, SampleRecord
+from breakthrough.tasks.cohorts import cohort_digest, load_cohort
+from breakthrough.tasks.family import family_of, make_grader
+
+KIND = "attempt"
+MAX_ATTEMPTS = 4096
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """What `bt sample` (or a screen) asks for: a cohort (subset), models, N attempts of at most
+    `protocol.base_max_tokens` tokens each, an engine, and where the runs go."""
+
+    cohort: str
+    models: tuple[str, ...]
+    attempts: int
+    protocol: Protocol
+    engine: EngineSpec
+    runs_dir: Path
+    run: str | None = None
+    limit: int | None = None
+    problems: str | None = None
+    seeds: tuple[int, ...] | None = None  # explicit seed of attempt b (screens); else attempt_seed
+    subdir: str = "attempts"
+
+
+@dataclass
+class SampleReport:
+    """What one call did for one model."""
+
+    run_dir: Path
+    model: str
+    todo: int
+    generated: int = 0
+    tokens: int = 0
+    elapsed_s: float = 0.0
+    skipped: int = 0
+    failed: int = 0
+    solved: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def seed_of(cell: str, branch: int, seeds: tuple[int, ...] | None) -> int:
+    """The seed of attempt `branch` of `cell`: the explicit list's (same for every cell), or the
+    identity seed."""
+    return seeds[branch] if seeds is not None else attempt_seed(cell, branch)
+
+
+def check_request(req: SampleRequest) -> None:
+    """Refuse option mistakes before anything is loaded or written."""
+    if not 1 <= req.attempts <= MAX_ATTEMPTS:
+        raise BtError(f"--attempts: expected 1..{MAX_ATTEMPTS}, got {req.attempts}")
+    if req.protocol.base_max_tokens < 1:
+        raise BtError("--max-tokens must be >= 1")
+    if req.engine.batch_size < 1:
+        raise BtError("--batch-size must be >= 1")
+    if req.seeds is not None and len(req.seeds) != req.attempts:
+        raise BtError(f"--seeds: {len(req.seeds)} seeds for {req.attempts} attempts")
+    if not req.models:
+        raise BtError("--model: no model named")
+
+
+def run_dir_for(req: SampleRequest, cohort_name: str, alias: str) -> Path:
+    """RUNS/SUBDIR/COHORT-MODEL, or RUNS/SUBDIR/RUN (RUN-MODEL with several models)."""
+    if req.run:
+        name = f"{req.run}-{alias}" if len(req.models) > 1 else req.run
+    else:
+        name = f"{cohort_name}-{alias}"
+    return req.runs_dir / req.subdir / name
+
+
+def _refuse_other_seeds(store: RunStore, want: Callable[[str, int], int]) -> None:
+    """A stored attempt whose seed is not the one this request gives it was drawn under another
+    seed scheme: refuse rather than mix two experiments in one run."""
+    df = store.samples_frame(arrays=False, kind=KIND)
+    for cell, branch, seed in zip(df["cell_id"], df["branch"], df["seed"]):
+        if int(seed) != want(cell, int(branch)):
+            raise BtError(f"{store.run_dir}: attempt {int(branch)} of {cell} was drawn with seed "
+                          f"{int(seed)}, this request gives it {want(cell, int(branch))}; "
+                          "use another --run")
+
+
+def _accepts_attempts(store: RunStore) -> None:
+    sql = store.conn.execute("SELECT sql FROM sqlite_master WHERE name='samples'").fetchone()
+    if sql and "'attempt'" not in sql[0]:
+        raise BtError(f"{store.run_dir}: this run's store predates attempts; use another --run")
+
+
+def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, run_dir: Path,
+               attempts: int, protocol: Protocol, engine: EngineSpec = EngineSpec(),
+               seeds: tuple[int, ...] | None = None,
+               on_start: Callable[[int, Any], None] | None = None,
+               on_sample: Callable[[SampleRecord, Any], None] | None = None) -> SampleReport:
+    """Generate, segment, grade and store the missing attempts 0..N-1 of every row's cell for
+    one loaded model; each attempt is committed when it finishes."""
+    family = family_of(rows)
+    cells = base_cells(loaded, rows, protocol, "plain")  # a too-long prompt: refused before any write
+    gen = make_engine(engine, loaded)
+    store = RunStore(run_dir, create=True)
+    try:
+        _accepts_attempts(store)
+        store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, digest, "plain",
+                                           gen.identity()))
+        check_engine(store, gen)
+        _refuse_other_seeds(store, lambda c, b: seed_of(c, b, seeds) if seeds is None or b < len(seeds)
+                            else -1)
+        store.update_manifest({"attempts": {"kind": KIND, "max_tokens": protocol.base_max_tokens,
+                                            "seeds": list(seeds) if seeds is not None else "attempt_seed"}})
+        store.add_cells(cells)
+        done = {(k[0], k[4]) for k in store.existing_keys(KIND)}
+        by_key: dict[str, tuple[dict, int]] = {}
+        requests = []
+        for c in cells:
+            for b in range(attempts):
+                if (c["cell_id"], b) in done:
+                    continue
+                key = f"{c['cell_id']}#{KIND}{b}"
+                by_key[key] = (c, b)
+                requests.append(GenRequest(key=key, prompt=c["prompt_ids"],
+                                           max_tokens=protocol.base_max_tokens,
+                                           seed=seed_of(c["cell_id"], b, seeds),
+                                           sampling=protocol.sampling))
+        report = SampleReport(run_dir=run_dir, model=loaded.alias, todo=len(requests),
+                              skipped=len(cells) * attempts - len(requests))
+        if on_start:
+            on_start(len(requests), gen)
+        grader = make_grader(family, run_dir)
+        t0 = time.perf_counter()
+        try:
+            for res in gen.generate(iter(requests)):
+                cell, branch = by_key[res.key]
+                if res.error or res.finish_reason == "error":
+                    store.add_error(cell["cell_id"], res.key, str(res.error or "generation failed"),
+                                    res.endpoint or "")
+                    report.failed += 1
+                    continue
+                text = decode(loaded.tokenizer, res.tokens)
+                rec = SampleRecord(
+                    cell_id=cell["cell_id"], kind=KIND, anchor=-1, budget=protocol.base_max_tokens,
+                    branch=branch, seed=seed_of(cell["cell_id"], branch, seeds), prefix_len=0,
+                    token_ids=np.asarray(res.tokens, dtype=np.int32), text=text,
+                    finish_reason=res.finish_reason,
+                    segments=segment_ids(loaded.tokenizer, res.tokens, loaded.family),
+                    logprobs=res.logprobs, entropies=res.entropies,
+                    sampling_entropies=res.sampling_entropies, signals=res.signals,
+                    elapsed_s=res.elapsed_s,
+                    peak_mem_mb=res.peak_memory_bytes / 2**20,
+                    extra={"prompt_tokens": res.prompt_tokens, **request_facts([res])},
+                )
+                grade = grader.grade(text, cell["item"], res.finish_reason)
+                store.add_samples([rec], [grade])
+                report.generated += 1
+                report.tokens += len(res.tokens)
+                report.solved += int(bool(grade and grade.correct))
+                if on_sample:
+                    on_sample(rec, grade)
+        finally:
+            getattr(grader, "close", lambda: None)()
+        report.elapsed_s = time.perf_counter() - t0
+        report.notes = list(getattr(gen, "notes", []))
+        record_throughput(store, KIND, report.tokens, report.elapsed_s)
+        return report
+    finally:
+        store.close()
+
+
+def sample_runs(req: SampleRequest, *, announce: Callable[[str], None] | None = None,
+                drive: Callable[[Callable], SampleReport] | None = None) -> list[SampleReport]:
+    """`bt sample`: for each model, check the request against an existing run (before loading),
+    load the model and run `run_sample` into its run directory."""
+    say = announce or (lambda line: None)
+    check_request(req)
+    all_rows = load_cohort(req.cohort)
+    digest = cohort_digest(all_rows)
+    rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
+    cohort_name = Path(req.cohort).stem
+    planned = []
+    for name in req.models:  # every model checked before any is loaded or written
+        ident = model_identity(name)
+        run_dir = run_dir_for(req, cohort_name, ident.alias)
+        refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, "plain"))
+        planned.append((name, run_dir))
+    reports = []
+    for name, run_dir in planned:
+        loaded = load_model(name)
+        base_cells(loaded, rows, req.protocol, "plain")
+        say(f"[bold]{loaded.alias}[/]: {req.attempts} attempt{'' if req.attempts == 1 else 's'} x "
+            f"{len(rows)} problem{'' if len(rows) == 1 else 's'} of {cohort_name} -> {run_dir}")
+
+        def run(on_start=None, on_sample=None, loaded=loaded, run_dir=run_dir):
+            return run_sample(loaded=loaded, rows=rows, cohort=cohort_name, digest=digest,
+                              run_dir=run_dir, attempts=req.attempts, protocol=req.protocol,
+                              engine=req.engine, seeds=req.seeds, on_start=on_start,
+                              on_sample=on_sample)
+
+        reports.append(drive(run) if drive else run())
+    return reports
+
+
+def success_counts(run_dirs: Sequence[Path], attempts: int) -> dict[str, tuple[int, int]]:
+    """problem id -> (verified successes, attempts counted) over attempts 0..N-1 of every run
+    (models); an ungraded attempt counts as no success."""
+    out: dict[str, tuple[int, int]] = {}
+    for run_dir in run_dirs:
+        with RunStore(run_dir, readonly=True) as store:
+            df = store.samples_frame(arrays=False, kind=KIND)
+        df = df[df["branch"] < attempts]
+        for pid, group in df.groupby("problem_id"):
+            k, n = out.get(pid, (0, 0))
+            ok = group["correct"].astype("boolean").fillna(False).astype(bool)
+            out[pid] = (k + int(ok.sum()), n + len(group))
+    return out
+
+
+def plan_sample(req: SampleRequest) -> list[str]:
+    """`bt sample --dry-run`: per model, the attempts still missing, their token bound and an ETA
+    from this machine's measured tokens/s (attempts, else base traces, of the same model); loads
+    no model, writes nothing."""
+    from breakthrough.pipeline.dry_run import _duration, _sibling_runs, measured_rate
+
+    check_request(req)
+    all_rows = load_cohort(req.cohort)
+    rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
+    cohort_name = Path(req.cohort).stem
+    lines = []
+    for name in req.models:
+        alias = model_identity(name).alias
+        run_dir = run_dir_for(req, cohort_name, alias)
+        have: set[tuple[str, int]] = set()
+        if (run_dir / "store.sqlite").exists():
+            with RunStore(run_dir, readonly=True) as store:
+                have = {(k[0], k[4]) for k in store.existing_keys(KIND)}
+        missing = sum(1 for r in rows for b in range(req.attempts)
+                      if (f"{alias}:{r['id']}", b) not in have)
+        tokens = missing * req.protocol.base_max_tokens
+        lines.append(f"{run_dir}: {missing:,} of {len(rows) * req.attempts:,} attempts to generate, "
+                     f"at most {tokens:,} tokens")
+        siblings = _sibling_runs(run_dir) + _sibling_runs(req.runs_dir / "_")
+        rate, source = measured_rate(siblings, alias, (KIND, "base"))
+        lines.append(f"  ETA at most {_duration(tokens / rate)} at {rate:,.1f} tokens/s ({source})"
+                     if rate else f"  ETA unknown: no measured tokens/s of {alias} on this machine yet")
+    return lines
