@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from breakthrough.engine import EngineSpec, make_engine
-from breakthrough.engine.contract import GenRequest
+from breakthrough.engine.contract import GenRequest, GenResult
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import load_model, model_identity
@@ -61,6 +61,32 @@ def base_cells(loaded: Any, rows: Sequence[dict], protocol: Protocol, variant: s
         cells.append({"cell_id": cell_id(loaded.alias, row["id"]), "model": loaded.alias,
                       "item": row, "prompt_ids": prompt})
     return cells
+
+
+def commit_trajectory(store: RunStore, grader: Any, loaded: Any, res: GenResult, item: dict, *,
+                      cell_id: str, kind: str, budget: int, branch: int, seed: int,
+                      reasoning_tokens: bool = False) -> tuple[SampleRecord, Any] | None:
+    """One finished whole-trajectory request (a base trace, an attempt): segmented (3.2), graded
+    on its whole text (7) and committed on its own, so a kill loses only rows in flight. A request
+    a remote backend gave up on becomes an error row instead (None): the run goes on and a rerun
+    retries it. With `reasoning_tokens`, the cell's reasoning length is stored too (base traces)."""
+    if res.error or res.finish_reason == "error":
+        store.add_error(cell_id, res.key, str(res.error or "generation failed"), res.endpoint or "")
+        return None
+    text = decode(loaded.tokenizer, res.tokens)
+    segments = segment_ids(loaded.tokenizer, res.tokens, loaded.family)
+    rec = SampleRecord(
+        cell_id=cell_id, kind=kind, anchor=-1, budget=budget, branch=branch, seed=seed, prefix_len=0,
+        token_ids=np.asarray(res.tokens, dtype=np.int32), text=text,
+        finish_reason=res.finish_reason, segments=segments, logprobs=res.logprobs,
+        entropies=res.entropies, sampling_entropies=res.sampling_entropies, signals=res.signals,
+        elapsed_s=res.elapsed_s, peak_mem_mb=res.peak_memory_bytes / 2**20,
+        extra={"prompt_tokens": res.prompt_tokens, **request_facts([res])},
+    )
+    grade = grader.grade(text, item, res.finish_reason)
+    store.add_samples([rec], [grade],
+                      reasoning_tokens={cell_id: reasoning_length(segments)} if reasoning_tokens else None)
+    return rec, grade
 
 
 def run_base(
@@ -111,28 +137,13 @@ def run_base(
         try:
             for res in gen.generate(requests):
                 cell = by_id[res.key]
-                if res.error or res.finish_reason == "error":
-                    # A request that kept failing (remote backends): an error row, the run goes on;
-                    # a rerun retries the cell.
-                    store.add_error(res.key, res.key, str(res.error or "generation failed"),
-                                    res.endpoint or "")
+                done = commit_trajectory(store, grader, loaded, res, cell["item"], cell_id=res.key,
+                                         kind="base", budget=0, branch=0, seed=protocol.base_seed,
+                                         reasoning_tokens=True)
+                if done is None:
                     report.failed += 1
                     continue
-                tokens = np.asarray(res.tokens, dtype=np.int32)
-                text = decode(loaded.tokenizer, res.tokens)
-                segments = segment_ids(loaded.tokenizer, res.tokens, loaded.family)
-                rec = SampleRecord(
-                    cell_id=res.key, kind="base", anchor=-1, budget=0, branch=0,
-                    seed=protocol.base_seed, prefix_len=0, token_ids=tokens, text=text,
-                    finish_reason=res.finish_reason, segments=segments, logprobs=res.logprobs,
-                    entropies=res.entropies, sampling_entropies=res.sampling_entropies,
-                    signals=res.signals,
-                    elapsed_s=res.elapsed_s,
-                    peak_mem_mb=res.peak_memory_bytes / 2**20,
-                    extra={"prompt_tokens": res.prompt_tokens, **request_facts([res])},
-                )
-                grade = grader.grade(text, cell["item"], res.finish_reason)
-                store.add_samples([rec], [grade], reasoning_tokens={res.key: reasoning_length(segments)})
+                rec, grade = done
                 report.generated += 1
                 report.tokens += len(res.tokens)
                 report.finish[res.finish_reason] = report.finish.get(res.finish_reason, 0) + 1

@@ -24,16 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from breakthrough.engine import EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model, model_identity
-from breakthrough.models.segments import segment_ids
-from breakthrough.models.tokens import decode
-from breakthrough.pipeline.base import base_cells, select_rows
-from breakthrough.pipeline.branches import request_facts
+from breakthrough.pipeline.base import base_cells, commit_trajectory, select_rows
 from breakthrough.pipeline.manifest import (check_engine, record_throughput, refuse_changed_run,
                                              request_identity, run_manifest)
 from breakthrough.protocol import Protocol
@@ -169,26 +164,13 @@ def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, r
         try:
             for res in gen.generate(iter(requests)):
                 cell, branch = by_key[res.key]
-                if res.error or res.finish_reason == "error":
-                    store.add_error(cell["cell_id"], res.key, str(res.error or "generation failed"),
-                                    res.endpoint or "")
+                done = commit_trajectory(store, grader, loaded, res, cell["item"], cell_id=cell["cell_id"],
+                                         kind=KIND, budget=protocol.base_max_tokens, branch=branch,
+                                         seed=seed_of(cell["cell_id"], branch, seeds))
+                if done is None:
                     report.failed += 1
                     continue
-                text = decode(loaded.tokenizer, res.tokens)
-                rec = SampleRecord(
-                    cell_id=cell["cell_id"], kind=KIND, anchor=-1, budget=protocol.base_max_tokens,
-                    branch=branch, seed=seed_of(cell["cell_id"], branch, seeds), prefix_len=0,
-                    token_ids=np.asarray(res.tokens, dtype=np.int32), text=text,
-                    finish_reason=res.finish_reason,
-                    segments=segment_ids(loaded.tokenizer, res.tokens, loaded.family),
-                    logprobs=res.logprobs, entropies=res.entropies,
-                    sampling_entropies=res.sampling_entropies, signals=res.signals,
-                    elapsed_s=res.elapsed_s,
-                    peak_mem_mb=res.peak_memory_bytes / 2**20,
-                    extra={"prompt_tokens": res.prompt_tokens, **request_facts([res])},
-                )
-                grade = grader.grade(text, cell["item"], res.finish_reason)
-                store.add_samples([rec], [grade])
+                rec, grade = done
                 report.generated += 1
                 report.tokens += len(res.tokens)
                 report.solved += int(bool(grade and grade.correct))
