@@ -24,6 +24,7 @@ import numpy as np
 
 from breakthrough.errors import BtError
 from breakthrough.signals import probe
+from breakthrough.tasks.cohorts import jsonl_records
 
 RUN_KINDS = ("base", "attempt")  # whole attempts at a problem (not probes or restarts)
 OUTPUT_FILES = ("probe_table.csv", "probe_table.parquet", "probe_summary.json", "probe_figure.png")
@@ -108,13 +109,7 @@ def _read_run(run_dir: Path) -> Source:
 def _read_jsonl(path: Path) -> list[Trajectory]:
     out = []
     with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BtError(f"{path}:{i}: not JSON ({exc.msg})") from None
+        for i, _, obj in jsonl_records(fh, path):
             if not isinstance(obj, dict):
                 raise BtError(f"{path}:{i}: expected a JSON object")
             for key, kinds in (("problem_id", (str, int)), ("prompt", (str,)), ("completion", (str,))):

