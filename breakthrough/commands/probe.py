@@ -1,4 +1,5 @@
-"""`bt probe`: hidden-state probes at anchor points, pooled vs within-problem AUROC (protocol 9.8).
+"""`bt probe`: hidden-state and stream-summary probes at anchor points, pooled vs within-problem
+AUROC (protocol 9.8).
 
 Parses the options, calls `breakthrough.signals.probe_run.run_probe` and prints its table.
 """
@@ -42,13 +43,16 @@ def probe(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: RUN/probe, "
                                                                   "or DUMP.probe beside the dump)."),
 ) -> None:
-    """Hidden-state probe dissection: pooled vs within-problem AUROC at each anchor t.
+    """Probe dissection: pooled vs within-problem AUROC at each anchor t, two arms.
 
     Each trajectory is teacher-forced (prompt + its first --max-tokens generated tokens, one
-    forward); the anchor vector at t is the mean final-normalised hidden state of tokens t-4..t-1.
-    StandardScaler -> PCA -> logistic regression, out-of-fold by problem (StratifiedGroupKFold),
-    scored as pooled AUROC on a pooled set and within-problem AUROC (failure- and pair-weighted)
-    on mid-band problems, with problem-clustered bootstrap CIs and the LOO pass-rate reference.
+    forward). Hidden arm: the anchor vector at t is the mean final-normalised hidden state of
+    tokens t-4..t-1. Stream arm: 8 summaries (entropy mean/std/OLS slope, surprisal mean and max
+    one-step rise, top-1 probability mean/std/OLS slope) of the first t tokens' streams.
+    Each arm, on the same rows and folds: StandardScaler -> PCA -> logistic regression,
+    out-of-fold by problem (StratifiedGroupKFold), scored as pooled AUROC on a pooled set and
+    within-problem AUROC (failure- and pair-weighted) on mid-band problems, with
+    problem-clustered bootstrap CIs and the LOO pass-rate reference.
     """
     if max_tokens < 4:
         raise BtError(f"--max-tokens: expected at least 4, got {max_tokens}")

@@ -1,6 +1,8 @@
 """Teacher-forced hidden states (protocol 9.8): one forward of prompt + the first generated
 tokens through an mlx-lm model, giving the final-normalised hidden state of every generated
-token and the top-1 agreement of the model with the tokens it is forced through.
+token, the top-1 agreement of the model with the tokens it is forced through, and the three
+per-token streams of 9.8's stream-summary arm (entropy in nats, surprisal, top-1 probability),
+all from the same forward.
 
 Why here: it is the only part of `bt probe` that needs mlx (models/ may import it; signals/ may
 not). The final-normalised state is what the language-model head reads. In mlx-lm 0.32 every
@@ -31,10 +33,16 @@ class TeacherForced:
         that reads token j), n = min(len(generated), max_tokens).
     top1: [n] bool, whether the model's most likely next token at the position before generated
         token j is token j (teacher-forcing fidelity; protocol 9.8 reports its mean).
+    entropy, surprisal, top1_probability: [n] float32, the streams of 9.8's stream-summary arm,
+        from the distribution that predicts generated token j (the logit row at position
+        start + j - 1): its entropy in nats, -log p(token j), and its largest probability.
     """
 
     hidden: np.ndarray
     top1: np.ndarray
+    entropy: np.ndarray
+    surprisal: np.ndarray
+    top1_probability: np.ndarray
 
     @property
     def top1_agreement(self) -> float:
@@ -120,16 +128,37 @@ def teacher_force(model: Any, prompt_ids: Sequence[int], generated_ids: Sequence
     if not prompt:
         raise BtError("bt probe: a trajectory has an empty prompt (nothing to condition on)")
     if not gen:
-        return TeacherForced(np.zeros((0, 0), np.float32), np.zeros(0, bool))
+        empty = np.zeros(0, np.float32)
+        return TeacherForced(np.zeros((0, 0), np.float32), np.zeros(0, bool), empty, empty, empty)
     lm, inner = text_model(model)
     ids = mx.array([prompt + gen])
     hidden = final_hidden(inner, ids)[0]  # [P + n, d]
     p, n = len(prompt), len(gen)
     logits = head_logits(lm, inner, hidden[p - 1: p - 1 + n])
-    top1 = mx.argmax(logits, axis=-1) == mx.array(gen)
+    target = mx.array(gen)
+    top1 = mx.argmax(logits, axis=-1) == target
+    entropy, surprisal, top1_prob = token_streams(logits, target)
     gen_hidden = hidden[p: p + n].astype(mx.float32)
-    mx.eval(gen_hidden, top1)
-    return TeacherForced(np.array(gen_hidden), np.array(top1))
+    mx.eval(gen_hidden, top1, entropy, surprisal, top1_prob)
+    return TeacherForced(np.array(gen_hidden), np.array(top1), np.array(entropy),
+                         np.array(surprisal), np.array(top1_prob))
+
+
+def token_streams(logits: Any, target: Any) -> tuple[Any, Any, Any]:
+    """(entropy in nats, surprisal -log p(target), top-1 probability) of each row of `logits`
+    ([n, V], row j predicting target[j]), in float32 whatever the model's dtype, so a bf16 or
+    4-bit model's streams are not rounded to its logit precision. Vocabulary entries with
+    probability 0 (a -inf logit) add nothing to the entropy instead of 0 * -inf = NaN."""
+    import mlx.core as mx
+
+    x = logits.astype(mx.float32)
+    lse = mx.logsumexp(x, axis=-1, keepdims=True)
+    logp = x - lse
+    prob = mx.exp(logp)
+    entropy = -mx.sum(mx.where(prob > 0, prob * logp, 0.0), axis=-1)
+    surprisal = -mx.take_along_axis(logp, target[:, None], axis=-1)[:, 0]
+    top1_prob = mx.exp(mx.max(logp, axis=-1))
+    return entropy, surprisal, top1_prob
 
 
 def stepwise_hidden(model: Any, prompt_ids: Sequence[int], generated_ids: Sequence[int]) -> np.ndarray:

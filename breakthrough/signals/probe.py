@@ -1,5 +1,5 @@
-"""The hidden-state probe dissection of protocol 9.8, as a pure pipeline: anchor features in,
-the study's table out (no model, no files, no mlx).
+"""The probe dissection of protocol 9.8, as a pure pipeline: anchor features in, the study's
+table out (no model, no files, no mlx).
 
 Why it is shaped this way: a probe's pooled AUROC mixes two things, telling easy problems from
 hard ones (between problems) and telling a problem's good attempts from its bad ones (within a
@@ -7,8 +7,11 @@ problem). The study's finding was that hidden-state probes do the first and not 
 each anchor t reports the pooled AUROC on a pooled set (a few attempts of every problem) beside
 the within-problem AUROC on the mid-band problems (both classes present), each with its
 problem-clustered bootstrap interval, and the leave-one-out pass rate as the reference a score
-that knows only the problem reaches. Every AUROC, decomposition and bootstrap is
-`breakthrough.stats`; the probe is scikit-learn.
+that knows only the problem reaches. Two arms are probed: the hidden-state arm (anchor vectors)
+and 9.8's stream-summary arm (the 8 `summaries.STREAM_SUMMARIES` of the entropy, surprisal and
+top-1 probability streams over the first t generated tokens), each through the same pipeline,
+on the same rows, with the same folds, so the two arms' AUROCs differ only by their features.
+Every AUROC, decomposition and bootstrap is `breakthrough.stats`; the probe is scikit-learn.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from breakthrough import stats
+from breakthrough.signals.summaries import STREAM_SUMMARIES, summarize
 
 PROBE_SEED = 20260831  # folds, PCA, pooled-set draw, pooled bootstrap (protocol 9.8)
 WITHIN_BOOT_SEED = 20260832  # within-problem bootstrap (protocol 9.8)
@@ -30,8 +34,10 @@ N_FOLDS = 5
 MAX_PCA = 128
 N_BOOT = 2000
 
+ARMS = ("hidden", "stream")  # the probe arms, in table order; the LOO row's arm is "loo"
+
 TABLE_COLUMNS = (
-    "score", "t", "pooled", "pooled_lo", "pooled_hi",
+    "arm", "score", "t", "pooled", "pooled_lo", "pooled_hi",
     "within_failure_weighted", "within_failure_weighted_lo", "within_failure_weighted_hi",
     "within_pair_weighted", "within_pair_weighted_lo", "within_pair_weighted_hi",
     "rows", "pooled_rows", "within_rows", "within_problems",
@@ -48,37 +54,75 @@ def anchor_vectors(hidden: np.ndarray, anchors: Sequence[int]) -> dict[int, np.n
     return out
 
 
+def stream_summaries(entropy: np.ndarray, surprisal: np.ndarray, top1_probability: np.ndarray,
+                     anchors: Sequence[int]) -> dict[int, np.ndarray]:
+    """Stream-summary features at each t the trajectory reaches: the 8 `STREAM_SUMMARIES` of its
+    per-generated-token streams over the first t tokens (`summaries.summarize` with window t,
+    so a slope or a rise means exactly what it means in bt signals); anchors beyond its length
+    are left out, as `anchor_vectors` leaves them out."""
+    series = {"entropy": np.asarray(entropy), "surprisal": np.asarray(surprisal),
+              "top1_probability": np.asarray(top1_probability)}
+    n = min(len(v) for v in series.values())
+    out = {}
+    for t in anchors:
+        if t >= ANCHOR_WINDOW and n >= t:
+            summary = summarize(series, window=int(t))
+            out[int(t)] = np.array([summary[k] for k in STREAM_SUMMARIES], dtype=np.float64)
+    return out
+
+
+def _stack(rows: Sequence[Mapping[int, np.ndarray]], n: int, anchors: Sequence[int],
+           what: str) -> dict[int, np.ndarray]:
+    """{t: [n, d]} from per-trajectory {t: vector}, NaN rows where a trajectory lacks t."""
+    dims = {v.shape[0] for row in rows for v in row.values()}
+    if len(dims) > 1:
+        raise ValueError(f"{what} of different widths: {sorted(dims)}")
+    d = dims.pop() if dims else 0
+    feats = {}
+    for t in anchors:
+        x = np.full((n, d), np.nan)
+        for i, row in enumerate(rows):
+            if t in row:
+                x[i] = row[t]
+        feats[int(t)] = x
+    return feats
+
+
 @dataclass
 class ProbeData:
-    """One row per trajectory: its problem, its outcome and its anchor vectors.
+    """One row per trajectory: its problem, its outcome and its features per anchor t.
 
-    features[t] is [n, d] with NaN rows for trajectories shorter than t; `top1` holds each
-    trajectory's teacher-forcing top-1 agreement (NaN where unknown)."""
+    features[t] is [n, d] (hidden arm: anchor vectors) and streams[t] is [n, 8] (stream arm:
+    `STREAM_SUMMARIES` in order), with NaN rows for trajectories shorter than t; an empty
+    `streams` runs the hidden arm alone. `top1` holds each trajectory's teacher-forcing top-1
+    agreement (NaN where unknown)."""
 
     problem_id: np.ndarray
     correct: np.ndarray
     features: dict[int, np.ndarray]
     top1: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    streams: dict[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def from_rows(cls, problem_id: Sequence, correct: Sequence[bool],
                   vectors: Sequence[Mapping[int, np.ndarray]], anchors: Sequence[int],
-                  top1: Sequence[float] | None = None) -> ProbeData:
-        """Stack per-trajectory anchor vectors (as `anchor_vectors` returns them)."""
+                  top1: Sequence[float] | None = None,
+                  streams: Sequence[Mapping[int, np.ndarray]] | None = None) -> ProbeData:
+        """Stack per-trajectory anchor vectors (as `anchor_vectors` returns them) and, when
+        given, stream summaries (as `stream_summaries` returns them)."""
         n = len(problem_id)
-        dims = {v.shape[0] for row in vectors for v in row.values()}
-        if len(dims) > 1:
-            raise ValueError(f"anchor vectors of different widths: {sorted(dims)}")
-        d = dims.pop() if dims else 0
-        feats = {}
-        for t in anchors:
-            x = np.full((n, d), np.nan)
-            for i, row in enumerate(vectors):
-                if t in row:
-                    x[i] = row[t]
-            feats[int(t)] = x
-        return cls(np.asarray(problem_id, dtype=object), np.asarray(correct, dtype=bool), feats,
-                   np.asarray(top1 if top1 is not None else np.full(n, np.nan), dtype=np.float64))
+        if streams is not None and len(streams) != n:
+            raise ValueError(f"{len(streams)} stream-summary rows for {n} trajectories")
+        return cls(np.asarray(problem_id, dtype=object), np.asarray(correct, dtype=bool),
+                   _stack(vectors, n, anchors, "anchor vectors"),
+                   np.asarray(top1 if top1 is not None else np.full(n, np.nan), dtype=np.float64),
+                   _stack(streams, n, anchors, "stream summaries") if streams is not None else {})
+
+    def arms(self) -> dict[str, dict[int, np.ndarray]]:
+        """The arms that have features, in table order: {arm: {t: [n, d]}}."""
+        present = {"hidden": self.features, "stream": self.streams}
+        return {a: present[a] for a in ARMS
+                if any(x.ndim == 2 and x.shape[1] > 0 for x in present[a].values())}
 
 
 def select_sets(problem_id: np.ndarray, correct: np.ndarray, seed: int = PROBE_SEED,
@@ -132,11 +176,11 @@ def oof_scores(x: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int = PRO
     return out
 
 
-def _decomposition_row(score_name: str, t: int | None, group: np.ndarray, y: np.ndarray,
+def _decomposition_row(arm: str, score_name: str, t: int | None, group: np.ndarray, y: np.ndarray,
                        s: np.ndarray, pooled: np.ndarray, within: np.ndarray,
                        n_boot: int) -> dict:
     """One table row: pooled AUROC on the pooled set, within AUROCs on the within set, CIs."""
-    row: dict = {"score": score_name, "t": t, "rows": int(y.size),
+    row: dict = {"arm": arm, "score": score_name, "t": t, "rows": int(y.size),
                  "pooled_rows": int(pooled.sum()), "within_rows": int(within.sum()),
                  "within_problems": len(set(group[within].tolist()))}
     for mask, stat_names, seed in (
@@ -159,41 +203,63 @@ def _decomposition_row(score_name: str, t: int | None, group: np.ndarray, y: np.
 
 @dataclass
 class ProbeTable:
-    """The study's table (one row per anchor, then the LOO reference) and the fidelity."""
+    """The study's table (per arm one row per anchor, then the LOO reference) and the fidelity."""
 
     table: object  # pandas DataFrame with TABLE_COLUMNS
     top1_mean: float
     top1_p10: float
-    scores: dict[int, np.ndarray]  # out-of-fold probe score per anchor (NaN: row not scored)
+    scores: dict[int, np.ndarray]  # hidden arm: out-of-fold score per anchor (NaN: not scored)
+    stream_scores: dict[int, np.ndarray] = field(default_factory=dict)  # the same, stream arm
+
+
+def _scored_rows(arms: Mapping[str, Mapping[int, np.ndarray]], t: int, keep: np.ndarray) -> np.ndarray:
+    """The rows every arm scores at t: analysed (pooled or within set) and with finite features
+    in each arm, so the arms share rows and therefore folds (the split depends on rows only)."""
+    have = keep.copy()
+    for feats in arms.values():
+        x = feats.get(t)
+        if x is not None and x.ndim == 2 and x.shape[1] > 0:
+            have &= np.isfinite(x).all(axis=1)
+    return have
 
 
 def probe_table(data: ProbeData, n_boot: int = N_BOOT,
                 progress: Callable[[str], None] | None = None) -> ProbeTable:
-    """Run the probe at every anchor of `data` and decompose its out-of-fold scores."""
+    """Run each arm's probe at every anchor of `data` and decompose its out-of-fold scores."""
     import pandas as pd
 
     pid, y = data.problem_id, data.correct.astype(np.int8)
     pooled, within = select_sets(pid, data.correct)
     keep = pooled | within
-    rows, scores = [], {}
-    for t, x in sorted(data.features.items()):
-        have = keep & ~np.isnan(x).any(axis=1) if x.size else np.zeros(y.size, dtype=bool)
-        scores[t] = np.full(y.size, np.nan)
-        if have.sum() < 2 or len(set(pid[have].tolist())) < 2 or np.unique(y[have]).size < 2:
+    arms = data.arms()
+    anchors = sorted(set(data.features) | set(data.streams))
+    rows: list[dict] = []
+    scores: dict[str, dict[int, np.ndarray]] = {arm: {} for arm in ARMS}
+    for arm, feats in (("hidden", data.features), ("stream", data.streams)):
+        if arm == "stream" and arm not in arms:
+            continue  # no streams given: the hidden arm alone
+        for t in anchors:
+            scores[arm][t] = np.full(y.size, np.nan)
+            x = feats.get(t)
+            have = (_scored_rows(arms, t, keep) if arm in arms and x is not None
+                    else np.zeros(y.size, dtype=bool))
+            if have.sum() < 2 or len(set(pid[have].tolist())) < 2 or np.unique(y[have]).size < 2:
+                if progress:
+                    progress(f"t={t} {arm}: {int(have.sum())} rows reach it, too few to fit a "
+                             "probe; skipped")
+                continue
+            s = oof_scores(x[have], y[have], pid[have])
+            scores[arm][t][have] = s
+            rows.append(_decomposition_row(arm, "probe", t, pid[have], y[have], s, pooled[have],
+                                           within[have], n_boot))
             if progress:
-                progress(f"t={t}: {int(have.sum())} rows reach it, too few to fit a probe; skipped")
-            continue
-        s = oof_scores(x[have], y[have], pid[have])
-        scores[t][have] = s
-        rows.append(_decomposition_row("probe", t, pid[have], y[have], s, pooled[have],
-                                       within[have], n_boot))
-        if progress:
-            r = rows[-1]
-            progress(f"t={t}: pooled {r['pooled']:.3f}, within {r['within_failure_weighted']:.3f}")
+                r = rows[-1]
+                progress(f"t={t} {arm}: pooled {r['pooled']:.3f}, "
+                         f"within {r['within_failure_weighted']:.3f}")
     loo = stats.loo_score(pid, y)
     ok = keep & np.isfinite(loo)
     if ok.any():
-        rows.append(_decomposition_row("loo", None, pid[ok], y[ok], loo[ok], pooled[ok],
+        rows.append(_decomposition_row("loo", "loo", None, pid[ok], y[ok], loo[ok], pooled[ok],
                                        within[ok], n_boot))
     table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     table["t"] = table["t"].astype("Int64")
@@ -202,12 +268,14 @@ def probe_table(data: ProbeData, n_boot: int = N_BOOT,
         table=table,
         top1_mean=float(top1.mean()) if top1.size else float("nan"),
         top1_p10=float(np.quantile(top1, 0.10)) if top1.size else float("nan"),
-        scores=scores,
+        scores=scores["hidden"],
+        stream_scores=scores["stream"],
     )
 
 
 def format_table(table) -> list[str]:  # table: pd.DataFrame
-    """The table as the study prints it: t, pooled [CI], within failure-w. [CI], pair-w. [CI], rows."""
+    """The table as the study prints it: t, arm, pooled [CI], within failure-w. [CI], pair-w.
+    [CI], rows (the hidden arm's rows, then the stream arm's, then the LOO reference)."""
 
     def cell(r, name: str) -> str:
         v, lo, hi = r[name], r.get(f"{name}_lo"), r.get(f"{name}_hi")
@@ -216,10 +284,12 @@ def format_table(table) -> list[str]:  # table: pd.DataFrame
         ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and np.isfinite(lo) else ""
         return f"{v:.3f}{ci}"
 
-    head = f"{'t':>6}  {'pooled [95% CI]':<24}{'within, failure-w. [CI]':<26}{'within, pair-w. [CI]':<26}{'rows':>6}"
+    head = (f"{'t':>6}  {'arm':<8}{'pooled [95% CI]':<24}{'within, failure-w. [CI]':<26}"
+            f"{'within, pair-w. [CI]':<26}{'rows':>6}")
     lines = [head]
     for _, r in table.iterrows():
         t = "LOO" if r["score"] == "loo" else str(int(r["t"]))
-        lines.append(f"{t:>6}  {cell(r, 'pooled'):<24}{cell(r, 'within_failure_weighted'):<26}"
+        lines.append(f"{t:>6}  {r['arm']:<8}{cell(r, 'pooled'):<24}"
+                     f"{cell(r, 'within_failure_weighted'):<26}"
                      f"{cell(r, 'within_pair_weighted'):<26}{int(r['rows']):>6}")
     return lines

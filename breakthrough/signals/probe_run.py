@@ -1,6 +1,8 @@
 """`bt probe`: read trajectories (a bt run, or an external dump), teacher-force each through its
-model for hidden states, run the probe dissection of `signals/probe.py`, write the table (CSV,
-parquet), a summary (JSON) and the pooled-vs-within figure (PNG).
+model for hidden states and the entropy / surprisal / top-1 probability streams (one forward),
+run the probe dissection of `signals/probe.py` on both arms (hidden-state anchor vectors and the
+stream summaries), write the table (CSV, parquet), a summary (JSON) and the pooled-vs-within
+figure (PNG, one panel per arm).
 
 Inputs, read and checked whole before any model is loaded or file written:
 * a bt run directory: its graded base traces and `bt sample` attempts (token ids and the cell's
@@ -203,18 +205,20 @@ def run_probe(path: Path, *, model: str | None = None, anchors: Sequence[int] = 
     from breakthrough.models.loading import load_model
 
     loaded = load_model(src.model, family=src.family)
-    vectors, top1 = [], []
+    vectors, streams, top1 = [], [], []
     for i, t in enumerate(src.trajectories):
         if t.prompt_ids is None:
             t.prompt_ids, t.generated_ids = tokenize_dump(loaded.tokenizer, t.prompt or "",
                                                           t.completion or "")
         tf = teacher_force(loaded.model, t.prompt_ids, t.generated_ids, max_tokens)
         vectors.append(probe.anchor_vectors(tf.hidden, anchors))
+        streams.append(probe.stream_summaries(tf.entropy, tf.surprisal, tf.top1_probability, anchors))
         top1.append(tf.top1_agreement)
         if progress and (i + 1) % 50 == 0:
             progress(f"forced {i + 1}/{len(src.trajectories)} trajectories")
     data = probe.ProbeData.from_rows([t.problem_id for t in src.trajectories],
-                                     [t.correct for t in src.trajectories], vectors, anchors, top1)
+                                     [t.correct for t in src.trajectories], vectors, anchors, top1,
+                                     streams)
     result = probe.probe_table(data, n_boot=bootstrap, progress=progress)
     files = _write(out, result, src, anchors, max_tokens, bootstrap)
     return ProbeRun(result, out, files, src.notes, len(src.trajectories), src.model)
@@ -231,6 +235,7 @@ def _write(out: Path, result: probe.ProbeTable, src: Source, anchors: Sequence[i
         "anchors": list(map(int, anchors)), "max_tokens": max_tokens, "bootstrap": bootstrap,
         "seeds": {"folds_pca_pooled": probe.PROBE_SEED, "within_bootstrap": probe.WITHIN_BOOT_SEED},
         "pooled_per_problem": probe.POOLED_PER_PROBLEM, "mid_band": list(probe.MID_BAND),
+        "stream_features": list(probe.STREAM_SUMMARIES),
         "top1_agreement_mean": _finite(result.top1_mean), "top1_agreement_p10": _finite(result.top1_p10),
         "table": json.loads(result.table.to_json(orient="records")),
     }
@@ -243,36 +248,45 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+ARM_TITLES = {"hidden": "Hidden-state probe", "stream": "Stream-summary probe"}
+
+
 def _figure(table, path: Path) -> None:
-    """Pooled vs within-problem AUROC over the anchor t, with bootstrap bands and the LOO line."""
+    """Pooled vs within-problem AUROC over the anchor t, with bootstrap bands and the LOO line:
+    one panel per probe arm in the table (hidden, then stream), on a shared AUROC axis so the
+    arms compare at a glance."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    rows = table[table["score"] == "probe"]
-    t = rows["t"].astype(float).to_numpy()
-    for name, label, style in (("pooled", "pooled", "-"),
-                               ("within_failure_weighted", "within, failure-weighted", "-"),
-                               ("within_pair_weighted", "within, pair-weighted", "--")):
-        if len(rows):
-            (line,) = ax.plot(t, rows[name].astype(float), style, marker="o", label=label)
-            ax.fill_between(t, rows[f"{name}_lo"].astype(float), rows[f"{name}_hi"].astype(float),
-                            color=line.get_color(), alpha=0.15)
+    arms = [a for a in probe.ARMS if (table["arm"] == a).any()] or ["hidden"]
+    fig, axes = plt.subplots(1, len(arms), figsize=(6.4 * len(arms), 4.0), sharey=True,
+                             squeeze=False)
     loo = table[table["score"] == "loo"]
-    if len(loo) and math.isfinite(loo["pooled"].iloc[0]):
-        ax.axhline(loo["pooled"].iloc[0], color="grey", linestyle=":", label="LOO pass rate, pooled")
-    ax.axhline(0.5, color="black", linewidth=0.6)
-    if len(rows):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(t, [str(int(v)) for v in t])
-        ax.minorticks_off()
-    ax.set_xlabel("anchor t (generated tokens)")
-    ax.set_ylabel("AUROC")
-    ax.set_ylim(0, 1)
-    ax.set_title("Hidden-state probe: pooled vs within-problem")
-    ax.legend(fontsize=8, loc="lower left")
+    for arm, ax in zip(arms, axes[0]):
+        rows = table[(table["score"] == "probe") & (table["arm"] == arm)]
+        t = rows["t"].astype(float).to_numpy()
+        for name, label, style in (("pooled", "pooled", "-"),
+                                   ("within_failure_weighted", "within, failure-weighted", "-"),
+                                   ("within_pair_weighted", "within, pair-weighted", "--")):
+            if len(rows):
+                (line,) = ax.plot(t, rows[name].astype(float), style, marker="o", label=label)
+                ax.fill_between(t, rows[f"{name}_lo"].astype(float),
+                                rows[f"{name}_hi"].astype(float), color=line.get_color(), alpha=0.15)
+        if len(loo) and math.isfinite(loo["pooled"].iloc[0]):
+            ax.axhline(loo["pooled"].iloc[0], color="grey", linestyle=":",
+                       label="LOO pass rate, pooled")
+        ax.axhline(0.5, color="black", linewidth=0.6)
+        if len(rows):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(t, [str(int(v)) for v in t])
+            ax.minorticks_off()
+        ax.set_xlabel("anchor t (generated tokens)")
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{ARM_TITLES[arm]}: pooled vs within-problem")
+        ax.legend(fontsize=8, loc="lower left")
+    axes[0][0].set_ylabel("AUROC")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -43,23 +43,33 @@ def test_probe_on_a_jsonl_dump_writes_the_table(dump, tiny_model_dir, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [
         "probe_figure.png", "probe_summary.json", "probe_table.csv", "probe_table.parquet"]
     table = pd.read_parquet(out / "probe_table.parquet")
-    assert list(table.score) == ["probe", "probe", "loo"]
-    assert list(table.t[:2]) == [4, 8]
+    assert list(table.arm) == ["hidden", "hidden", "stream", "stream", "loo"]
+    assert list(table.score) == ["probe"] * 4 + ["loo"]
+    assert list(table.t[:4]) == [4, 8, 4, 8]
     assert (table.rows == PROBLEMS * ATTEMPTS).all()
     loo = table.iloc[-1]
     assert loo.within_pair_weighted == 0.0 and loo.within_failure_weighted == 0.0
     for _, r in table.iterrows():
         assert 0.0 <= r.pooled <= 1.0 and r.pooled_lo <= r.pooled <= r.pooled_hi
     csv = pd.read_csv(out / "probe_table.csv")
-    assert np.allclose(csv.pooled, table.pooled)
+    assert np.allclose(csv.pooled, table.pooled) and list(csv.arm) == list(table.arm)
+    stream = table[table.arm == "stream"]
+    assert (stream.within_problems == table.within_problems.iloc[0]).all()
+    assert stream.within_failure_weighted.between(0, 1).all()
     summary = json.loads((out / "probe_summary.json").read_text())
     assert summary["trajectories"] == PROBLEMS * ATTEMPTS and summary["seeds"]["folds_pca_pooled"] == 20260831
     assert 0.0 <= summary["top1_agreement_mean"] <= 1.0
+    assert [r["arm"] for r in summary["table"]] == list(table.arm)
+    assert summary["stream_features"][0] == "stream_entropy_mean" and len(summary["stream_features"]) == 8
     assert (out / "probe_figure.png").read_bytes()[:4] == b"\x89PNG"
     lines = proc.stdout.splitlines()
     assert lines[0] == f"{PROBLEMS * ATTEMPTS} trajectories, model {tiny_model_dir}"
     assert lines[1].startswith("teacher-forcing fidelity: top-1 agreement ")
-    assert [ln.split()[0] for ln in lines[3:6]] == ["4", "8", "LOO"]
+    assert lines[2].split()[:2] == ["t", "arm"]
+    assert [ln.split()[:2] for ln in lines[3:8]] == [
+        ["4", "hidden"], ["8", "hidden"], ["4", "stream"], ["8", "stream"], ["LOO", "loo"]]
+    for ln, (_, r) in zip(lines[3:8], table.iterrows()):  # printed values are the table's
+        assert ln.split()[2] == f"{r.pooled:.3f}"
 
 
 def test_probe_on_a_run_reads_its_attempts(tiny_model, tiny_model_dir, tmp_path):
@@ -90,7 +100,8 @@ def test_probe_on_a_run_reads_its_attempts(tiny_model, tiny_model_dir, tmp_path)
     proc = run_bt("probe", run, "--anchors", "4", "--max-tokens", "8", "--bootstrap", "20")
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(run / "probe" / "probe_table.csv")
-    assert list(table.score) == ["probe", "loo"] and table.rows.iloc[0] == PROBLEMS * ATTEMPTS
+    assert list(table.arm) == ["hidden", "stream", "loo"] and list(table.score) == ["probe", "probe", "loo"]
+    assert (table.rows == PROBLEMS * ATTEMPTS).all()
     assert table.within_problems.iloc[0] == PROBLEMS  # 1 to 5 successes of 6: all mid-band
     again = run_bt("probe", run, "--model", tiny_model_dir, "--out", tmp_path / "other")
     assert_one_line_error(again, 2, "--model", "drop --model")

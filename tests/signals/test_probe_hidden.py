@@ -109,3 +109,49 @@ def test_a_pre_norm_inner_model_gets_its_final_norm_applied(tiny_model):
     normed = np.array(inner(ids))
     assert not np.allclose(np.array(pre(ids)), normed, atol=1e-3)  # pre-norm differs ...
     np.testing.assert_allclose(np.array(final_hidden(pre, ids)), normed, atol=1e-5)  # ... fixed
+
+
+def _numpy_streams(logits: np.ndarray, gen: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Entropy (nats), surprisal and top-1 probability of each row of full-vocabulary logits
+    ([n, V], row j predicting gen[j]), in float64 numpy."""
+    x = logits.astype(np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    logp = x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+    p = np.exp(logp)
+    return (-(p * logp).sum(axis=-1), -logp[np.arange(len(gen)), gen], p.max(axis=-1))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma4_text", "ministral3", "qwen3", "qwen3_5"])
+def test_teacher_forced_streams_equal_numpy_from_the_full_logits(tiny_model, architecture_models,
+                                                                 arch):
+    """protocol 9.8's streams from the one forward equal a direct computation from the model's
+    own full logits (its __call__, so Gemma's soft-capping and tied heads are included), read
+    at the rows that predict each generated token (position start + j - 1), also when forcing
+    stops at max_tokens."""
+    import mlx.core as mx
+
+    model = tiny_model.model if arch == "llama" else architecture_models[arch].model
+    prompt, gen = [2, 10, 11, 12], [13, 40, 15, 99, 17, 18, 250, 20]
+    p = len(prompt)
+    logits = np.array(model(mx.array([prompt + gen]))[0].astype(mx.float32))
+    entropy, surprisal, top1_prob = _numpy_streams(logits[p - 1: p - 1 + len(gen)], gen)
+    tf = teacher_force(model, prompt, gen)
+    for got, want in ((tf.entropy, entropy), (tf.surprisal, surprisal),
+                      (tf.top1_probability, top1_prob)):
+        assert got.shape == (len(gen),) and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # the streams read the row before each token, not the token's own row (an off-by-one
+    # would match this instead)
+    shifted = _numpy_streams(logits[p: p + len(gen)], gen)[1]
+    assert not np.allclose(tf.surprisal, shifted, atol=1e-3)
+    cut = teacher_force(model, prompt, gen, max_tokens=5)
+    np.testing.assert_allclose(cut.surprisal, surprisal[:5], rtol=1e-4, atol=1e-4)
+    assert cut.entropy.shape == cut.top1_probability.shape == (5,)
+    # entropy of a distribution over V tokens lies in (0, log V]; a probability in (0, 1]
+    assert (tf.entropy > 0).all() and (tf.entropy <= np.log(logits.shape[-1]) + 1e-4).all()
+    assert ((tf.top1_probability > 0) & (tf.top1_probability <= 1)).all()
+
+
+def test_an_empty_completion_gives_empty_streams(tiny_model):
+    tf = teacher_force(tiny_model.model, [2, 10, 11], [])
+    assert tf.entropy.shape == tf.surprisal.shape == tf.top1_probability.shape == (0,)
