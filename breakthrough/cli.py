@@ -52,6 +52,7 @@ COMMAND_MODULES = [
     "breakthrough.commands.auroc",
     "breakthrough.commands.signals",
     "breakthrough.commands.probe",
+    "breakthrough.commands.confirm",
     "breakthrough.commands.report",
     "breakthrough.commands.serve",
 ]

@@ -1,0 +1,101 @@
+"""`bt confirm RUN...`: protocol 9.5's confirmatory early-signal test (does the start of a base
+trajectory forecast the cell's outcome beyond the problem's difficulty?).
+
+Parses the options, calls `breakthrough.signals.confirm.run_confirm` and prints its results
+table. The labels are the ones `bt classify` wrote for the same runs (its default folder, or
+--labels); the summaries are `bt signals` tables (RUN/signals.parquet, or --signals)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from breakthrough.errors import BtError
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+def _print(report) -> None:  # report: signals.confirm.ConfirmReport
+    """The results table (9.5's layout), what was excluded and where the outputs are."""
+    from rich.console import Console
+    from rich.table import Table
+
+    s = report.summary
+    console = Console(width=160)
+    ex = s["excluded"]
+    console.print(f"{s['cells']['included']} of {s['cells']['labelled']} labelled cells at forecast "
+                  f"token {s['forecast_token']}; splits: {s['splits']['source']}")
+    console.print(f"excluded: {ex['short_base_run']} ({ex['rule']}; by split "
+                  f"{ex['short_base_run_by_split']}), {ex['no_base_run']} without a base run")
+    for note in s["notes"]:
+        console.print(f"note: {note}")
+    t = Table()
+    for col in ("endpoint", "variant", "test rows (problems)", "class 0/1", "baseline", "+early",
+                "ΔAUROC [95% CI]", "skipped", "OOF base/early", "result"):
+        t.add_column(col, justify="left" if col in ("endpoint", "variant", "result") else "right")
+    for r in report.results:
+        fit = r["status"] == "fit"
+        delta = (f"{r['delta_auroc']:+.4f} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]"
+                 if fit else "-")
+        oof = r["oof_auroc"]
+        t.add_row(r["endpoint"], r["variant"], f"{r['test_rows']} ({r['test_problems']})",
+                  f"{r['class_counts'][0]} / {r['class_counts'][1]}",
+                  _fmt(r["baseline_auroc"]), _fmt(r["early_auroc"]), delta,
+                  "-" if r["skipped_draws"] is None else str(r["skipped_draws"]),
+                  f"{_fmt(oof['baseline'])} / {_fmt(oof['early_blocks'])}",
+                  ("success" if r["success"] else "no success") if fit
+                  else f"not fit: {r['reason']}")
+    console.print(t)
+    console.print(f"wrote {report.json_path} and {report.csv_path}")
+
+
+def confirm(
+    runs: list[Path] = typer.Argument(..., help="Run directories (with store.sqlite) or folders "
+                                                "of them, as given to `bt classify`."),
+    signals: Optional[list[Path]] = typer.Option(
+        None, "--signals", help="`bt signals` table of each run, in the runs' order; repeat "
+                                "(default: RUN/signals.parquet)."),
+    labels: Optional[Path] = typer.Option(
+        None, "--labels", help="`bt classify` labels table (default: the one `bt classify RUN...` "
+                               "writes: RUN/classify/labels.parquet, or <common parent>/classify/)."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Output folder for confirm.json and confirm.csv (default: "
+                                  "beside the labels' classify folder, named confirm)."),
+    forecast_token: int = typer.Option(
+        512, "--forecast-token", help="Forecast point t: summaries of the base run's first t "
+                                      "tokens; cells whose base run is shorter are excluded "
+                                      "(protocol 9.5: 512; other values: the post-hoc sweep)."),
+    split_seed: Optional[int] = typer.Option(
+        None, "--split-seed", help="Assign train/validation/test by hashing problem ids with "
+                                   "this seed (54/18/17 of 89) instead of the cohort's `split`."),
+    draws: int = typer.Option(2000, "--draws", help="Problem-clustered bootstrap draws."),
+) -> None:
+    """Confirmatory early-signal test (protocol 9.5): ΔAUROC of baseline + 15 frozen summaries
+    over the difficulty baseline, on the test split, for the primary (base-run success) and
+    secondary (R(4096) >= 0.75) endpoints and their level-free variants."""
+    from breakthrough.signals.confirm import check_options  # pandas, sklearn: not at start-up
+
+    check_options(forecast_token, draws)
+    if labels is None or out is None:
+        from breakthrough.report.classify_outputs import default_out_dir
+
+        classify_dir = default_out_dir(runs)
+        labels = labels or classify_dir / "labels.parquet"
+        out = out or classify_dir.parent / "confirm"
+    if labels.suffix not in (".parquet", ".csv"):
+        raise BtError(f"--labels: expected a .parquet or .csv labels table, got {labels}")
+    if signals and any(p.suffix != ".parquet" for p in signals):
+        bad = next(p for p in signals if p.suffix != ".parquet")
+        raise BtError(f"--signals: expected a .parquet file, got {bad}")
+    from breakthrough.signals.confirm import run_confirm
+
+    _print(run_confirm(runs, labels, out, signals=signals, forecast_token=forecast_token,
+                       split_seed=split_seed, draws=draws))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("confirm")(confirm)

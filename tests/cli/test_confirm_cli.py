@@ -1,0 +1,112 @@
+"""`bt confirm` through the installed console script on a real run store: `bt signals` and
+`bt classify` write its inputs, it writes confirm.json / confirm.csv; a missing input or a bad
+option is one line, a non-zero exit and nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from bt_cli import assert_one_line_error, run_bt
+
+from breakthrough.protocol import DEFAULT
+from breakthrough.signals.confirm import hash_splits
+from breakthrough.store import RunStore, SampleRecord
+from breakthrough.tasks.grade import Grade
+
+PROBLEMS, TOKENS, SHORT = 30, 80, ("math_003", "math_017")
+
+
+def _grade(ok: bool) -> Grade:
+    return Grade(correct=ok, status="correct" if ok else "wrong", method="numeric",
+                 grader="math", version="t")
+
+
+def write_run(run):
+    """One model × PROBLEMS cells: a graded, instrumented base run each (TOKENS tokens; the
+    SHORT problems' only 40) whose surprisal decides its success, and 4 restarts at 4,096."""
+    rng = np.random.default_rng(7)
+    pids = [f"math_{i:03d}" for i in range(PROBLEMS)]
+    split_of = hash_splits(pids, 3)
+    recs, grades = [], []
+    with RunStore(run, create=True) as store:
+        store.update_manifest({"protocol": DEFAULT.to_dict()})
+        store.add_cells([{"cell_id": f"tiny:{p}", "model": "tiny", "prompt_ids": [1, 2, 3],
+                          "item": {"id": p, "family": "math", "stage": "t", "answer": "1",
+                                   "problem": f"Find $x$ if $x + {i} = {2 * i}$.",
+                                   "level": 1 + i % 5, "subject": "Algebra",
+                                   "split": split_of[p]}}
+                         for i, p in enumerate(pids)])
+        for i, p in enumerate(pids):
+            n = 40 if p in SHORT else TOKENS
+            hard = i % 2 == 1
+            lp = -(rng.random(n) * 0.5 + (2.0 if hard else 0.2)).astype(np.float32)
+            sig = {k: rng.random(n).astype(np.float32) for k in (
+                "normalized_entropy", "top1_top2_probability_margin",
+                "successive_js_divergence", "successive_kl_divergence")}
+            recs.append(SampleRecord(cell_id=f"tiny:{p}", kind="base", anchor=-1, budget=0,
+                                     branch=0, seed=11, prefix_len=0,
+                                     token_ids=np.arange(n, dtype=np.int32), text="x",
+                                     finish_reason="eos", logprobs=lp,
+                                     entropies=rng.random(n).astype(np.float32), signals=sig))
+            grades.append(_grade(not hard))
+            for b in range(4):
+                recs.append(SampleRecord(cell_id=f"tiny:{p}", kind="restart", anchor=-1,
+                                         budget=4096, branch=b, seed=b, prefix_len=0,
+                                         token_ids=np.array([1, 2], np.int32), text="x",
+                                         finish_reason="eos"))
+                grades.append(_grade(b < (i % 5)))
+        store.add_samples(recs, grades, reasoning_tokens={f"tiny:{p}": TOKENS for p in pids})
+    return run
+
+
+@pytest.fixture
+def run(tmp_path):
+    return write_run(tmp_path / "run")
+
+
+def test_missing_signals_is_one_line_and_writes_nothing(run):
+    proc = run_bt("confirm", run)
+    assert_one_line_error(proc, 2, "signals.parquet", f"bt signals {run}")
+    assert not (run / "confirm").exists()
+
+
+def test_confirm_on_a_real_run_writes_json_and_csv(run):
+    assert run_bt("signals", run, "--window", "64").returncode == 0
+    # refusals first: no labels yet, summaries over another window, a bad option
+    assert_one_line_error(run_bt("confirm", run, "--forecast-token", "64"), 2,
+                          "labels.parquet", "bt classify")
+    assert_one_line_error(run_bt("confirm", run), 2, "first 64 tokens",
+                          "--forecast-token 512", "bt signals RUN --window 512")
+    assert_one_line_error(run_bt("confirm", run, "--draws", "0"), 2, "--draws")
+    assert not (run / "confirm").exists()
+
+    proc = run_bt("classify", run, "--no-cell-pages")
+    assert proc.returncode == 0, proc.stderr
+    proc = run_bt("confirm", run, "--forecast-token", "64", "--draws", "200")
+    assert proc.returncode == 0, proc.stderr
+    out = run / "confirm"
+    report = json.loads((out / "confirm.json").read_text())
+    assert report["forecast_token"] == 64 and report["splits"]["source"] == "cohort"
+    assert report["cells"]["labelled"] == PROBLEMS
+    assert report["cells"]["included"] == report["cells"]["problems"] == PROBLEMS - 2
+    assert sum(report["cells"]["included_by_split"].values()) == PROBLEMS - 2
+    assert report["excluded"]["short_base_run"] == 2 and report["excluded"]["no_base_run"] == 0
+    assert report["endpoints"]["secondary_restart_budget"] == 4096
+    results = {(r["endpoint"], r["variant"]): r for r in report["results"]}
+    assert list(results) == [(e, v) for e in ("primary", "secondary")
+                             for v in ("main", "level-free")]
+    primary = results[("primary", "main")]
+    assert primary["status"] == "fit", primary["reason"]
+    assert primary["test_rows"] == sum(primary["class_counts"]) > 0
+    assert primary["trainval_rows"] + primary["test_rows"] == PROBLEMS - 2
+    assert primary["skipped_draws"] is not None and primary["draws"] == 200
+    # the base run's surprisal decides its success: out of fold, the summaries find it
+    assert primary["oof_auroc"]["early_blocks"] > 0.9 > primary["oof_auroc"]["baseline"]
+    table = pd.read_csv(out / "confirm.csv")
+    assert list(table.endpoint) == ["primary", "primary", "secondary", "secondary"]
+    assert table.loc[0, "early_auroc"] == pytest.approx(primary["early_auroc"])
+    assert "primary" in proc.stdout and "wrote" in proc.stdout
+    assert not list(out.glob("*.tmp"))
