@@ -67,9 +67,9 @@ def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tup
 
     prompts = _prompts(loaded, batch, 200)
     max_tokens = [steps * 3 + 20] * batch
-    if way == "bt":
+    if way.startswith("bt"):
         gen = SeededBatchGenerator(loaded.model, completion_batch_size=batch, prefill_batch_size=8)
-        samplers = [RowSpec(1000 + i, sampling) for i in range(batch)]
+        samplers = [RowSpec(1000 + i, sampling, instrument=way == "bt+instr") for i in range(batch)]
     else:
         gen = BatchGenerator(loaded.model, completion_batch_size=batch, prefill_batch_size=8)
         samplers = [make_sampler(temp=sampling.temperature, top_p=sampling.top_p,
@@ -83,7 +83,7 @@ def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tup
     for _ in range(steps):
         t0 = time.perf_counter()
         responses = gen.next_generated()
-        if way != "bt":
+        if way == "per-row":
             _per_row_stats(responses)
         step_times.append(time.perf_counter() - t0)
     gb = gen._generation_batch
@@ -97,6 +97,9 @@ def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tup
         fwd_times.append(time.perf_counter() - t0)
     gen.close()
     return statistics.median(step_times), statistics.median(fwd_times)
+
+
+WAYS = ("per-row", "bt", "bt+instr")
 
 
 def main() -> None:
@@ -114,9 +117,9 @@ def main() -> None:
     print(f"{'batch':>5} {'way':>8} {'step ms':>9} {'forward ms':>11} {'other ms':>9} {'other %':>8}"
           f" {'tok/s':>8}")
     for batch in (int(b) for b in args.batches.split(",")):
-        res: dict[str, list[tuple[float, float]]] = {"per-row": [], "bt": []}
+        res: dict[str, list[tuple[float, float]]] = {w: [] for w in WAYS}
         for _ in range(args.rounds):
-            for way in ("per-row", "bt"):
+            for way in WAYS:
                 res[way].append(profile(loaded, batch, args.steps, way, sampling))
         for way, vals in res.items():
             step = statistics.median(v[0] for v in vals)

@@ -21,6 +21,7 @@ version's code."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import mlx.core as mx
@@ -30,13 +31,15 @@ from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBat
 from breakthrough.engine.sampling import (
     HIDDEN_FIELDS,
     RowParams,
-    full_distribution_np,
+    RowSettingsNp,
+    draw_np,
+    draw_stats_np,
     hidden_signals,
     hidden_signals_np,
     row_keys,
     row_params,
+    row_settings_np,
     sample_step,
-    sample_step_np,
     token_signals,
     token_signals_np,
     top_logprobs,
@@ -49,9 +52,11 @@ class RowSpec:
     """One row's identity for the batched sampler: seed, sampling and its next token's index
     (token k of a row is drawn with the key of (seed, k), whatever batch it is in)."""
 
-    __slots__ = ("seed", "sampling", "step", "top", "instrument", "prev", "prev_hidden")
+    __slots__ = ("seed", "sampling", "step", "top", "instrument", "prev", "prev_hidden",
+                 "hidden_stride", "hidden_rows")
 
-    def __init__(self, seed: int, sampling: Sampling, top: int = 0, instrument: bool = False):
+    def __init__(self, seed: int, sampling: Sampling, top: int = 0, instrument: bool = False,
+                 hidden_stride: int = 0):
         self.seed = int(seed) & 0xFFFFFFFF
         self.sampling = sampling
         self.step = 0
@@ -61,6 +66,12 @@ class RowSpec:
         self.instrument = bool(instrument)
         self.prev = None
         self.prev_hidden = None  # this row's previous final-normalised hidden state
+        # Keep the final-normalised hidden vector (float16) of every `hidden_stride`-th token
+        # (0: none): `hidden_rows` gets (k, vector) for token index k = 0, stride, 2 stride...,
+        # the state whose logits drew token k (protocol 2.2's recorder). Rows may run one token
+        # past the row's end (the step ahead); the reader drops indices >= its token count.
+        self.hidden_stride = max(0, int(hidden_stride))
+        self.hidden_rows: list = []
 
     def __call__(self, logprobs):  # pragma: no cover - the batched step never calls it
         raise RuntimeError("RowSpec is drawn by SeededGenerationBatch, not called per row")
@@ -100,6 +111,45 @@ def forward_with_hidden(model, inputs, cache):
     return logits, h[:, -1, :]
 
 
+_WORKER: ThreadPoolExecutor | None = None
+
+
+def _stats_worker() -> ThreadPoolExecutor:
+    """The one thread that computes CPU steps' statistics, in submission order (a row's
+    transition fields need its previous step's state, so the order matters)."""
+    global _WORKER
+    if _WORKER is None:
+        _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bt-step-stats")
+    return _WORKER
+
+
+class _CpuStats:
+    """One CPU step's statistics (sampling.draw_stats_np, the instrumentation, the top
+    log-probs) from its logits and draw; called on the stats worker. Holds the MLX logits so
+    that the numpy view `x` of their memory stays valid."""
+
+    __slots__ = ("logits", "x", "draw", "k", "specs", "instrument", "hidden", "top")
+
+    def __init__(self, logits, x, draw, k, specs, instrument, hidden, top):
+        self.logits, self.x, self.draw, self.k = logits, x, draw, k
+        self.specs, self.instrument, self.hidden, self.top = specs, instrument, hidden, top
+
+    def __call__(self) -> tuple:
+        x, specs, hidden = self.x, self.specs, self.hidden
+        stats, full = draw_stats_np(x, self.draw, self.k)
+        if self.instrument:
+            signals, states = token_signals_np(x, self.draw.tokens, [s.prev for s in specs], full)
+            if hidden is not None:
+                hid = hidden_signals_np(hidden, [s.prev_hidden for s in specs])
+            else:
+                hid = np.full((len(specs), len(HIDDEN_FIELDS)), np.nan, dtype=np.float32)
+            stats = np.concatenate([stats, signals, hid], axis=1)
+            for i, (s, state) in enumerate(zip(specs, states)):
+                s.prev = state if s.instrument else None
+                s.prev_hidden = hidden[i] if s.instrument and hidden is not None else None
+        return (stats,) + (top_logprobs_np(x, self.top) if self.top > 0 else ())
+
+
 class SeededGenerationBatch(GenerationBatch):
     """`GenerationBatch` whose step draws all rows in one call (rows' samplers are RowSpecs)."""
 
@@ -113,6 +163,16 @@ class SeededGenerationBatch(GenerationBatch):
             self._params_key = key
         return self._params
 
+    _settings_key: tuple = ()
+    _settings: RowSettingsNp | None = None
+
+    def _settings_np(self, specs: list[RowSpec], vocab: int) -> RowSettingsNp:
+        key = tuple(s.sampling for s in specs) + (vocab,)  # compared by value
+        if self._settings is None or key != self._settings_key:
+            self._settings = row_settings_np([s.sampling for s in specs], vocab)
+            self._settings_key = key
+        return self._settings
+
     def _step(self) -> tuple[list[int], list[Any]]:
         self._current_tokens = self._next_tokens
         self._current_logprobs = self._next_logprobs
@@ -122,41 +182,40 @@ class SeededGenerationBatch(GenerationBatch):
 
         specs: list[RowSpec] = self.samplers
         instrument = any(s.instrument for s in specs)
+        keep_hidden = [s.hidden_stride > 0 and s.step % s.hidden_stride == 0 for s in specs]
         hidden = None
-        if instrument:
+        if instrument or any(keep_hidden):
             logits, hidden = forward_with_hidden(self.model, inputs[:, None], self.prompt_cache)
         else:
             logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
         keys = row_keys([s.seed for s in specs], [s.step for s in specs])
+        if hidden is not None and any(keep_hidden):
+            for i, s in enumerate(specs):
+                if keep_hidden[i]:
+                    s.hidden_rows.append((s.step, hidden[i].astype(mx.float16)))
         for s in specs:
             s.step += 1
         top = max((s.top for s in specs), default=0)
         bundle: tuple
         if mx.default_device() == mx.cpu:
             # MLX's CPU exp / argpartition are scalar: the vocabulary-sized work runs in numpy
-            # on a view of the evaluated logits (same definition, sampling.sample_step_np).
+            # on a view of the evaluated logits (same definition as sampling.sample_step). Only
+            # the draw is on the path of the next forward; the statistics and instrumentation
+            # run on a worker thread beside that forward and are read one step later.
             logits = logits.astype(mx.float32)
+            hidden_np = None
             if hidden is not None:
                 hidden = hidden.astype(mx.float32)
                 mx.eval(logits, hidden)
-                hidden = np.asarray(hidden)
+                hidden_np = np.asarray(hidden)
             else:
                 mx.eval(logits)
             x = np.asarray(logits)
-            full = full_distribution_np(x)
-            tok, stats = sample_step_np(x, keys, [s.sampling for s in specs], full)
-            if instrument:
-                signals, states = token_signals_np(x, tok, [s.prev for s in specs], full)
-                if hidden is not None:
-                    hid = hidden_signals_np(hidden, [s.prev_hidden for s in specs])
-                else:
-                    hid = np.full((len(specs), len(HIDDEN_FIELDS)), np.nan, dtype=np.float32)
-                stats = np.concatenate([stats, signals, hid], axis=1)
-                for i, (s, state) in enumerate(zip(specs, states)):
-                    s.prev = state if s.instrument else None
-                    s.prev_hidden = hidden[i] if s.instrument and hidden is not None else None
-            bundle = (stats,) + (top_logprobs_np(x, top) if top > 0 else ())
-            tokens = mx.array(tok.astype(np.uint32))
+            settings = self._settings_np(specs, x.shape[1])
+            draw = draw_np(x, keys, settings)
+            job = _CpuStats(logits, x, draw, settings.k, list(specs), instrument, hidden_np, top)
+            bundle = (_stats_worker().submit(job),)
+            tokens = mx.array(draw.tokens.astype(np.uint32))
         else:
             tokens, stats = sample_step(logits, mx.array(keys),
                                         self._row_params(specs, logits.shape[-1]))
@@ -190,9 +249,10 @@ class SeededGenerationBatch(GenerationBatch):
         mx.async_eval(tokens, *[a for a in bundle if isinstance(a, mx.array)])
 
         current = self._current_logprobs
-        bundles = list({id(b): b for b, _ in current}.values())
-        mx.eval(inputs, *[a for b in bundles for a in b if isinstance(a, mx.array)])
-        lists = {id(b): [a.tolist() for a in b] for b in bundles}
+        bundles = {id(b): b for b, _ in current}
+        arrays = {k: b[0].result() if isinstance(b[0], Future) else b for k, b in bundles.items()}
+        mx.eval(inputs, *[a for b in arrays.values() for a in b if isinstance(a, mx.array)])
+        lists = {k: [a.tolist() for a in b] for k, b in arrays.items()}
         # Per row: [log-prob, entropy, sampling entropy, *SIGNAL_FIELDS, *HIDDEN_FIELDS when
         # instrumented]
         # (+ [top ids], [top log-probs]).

@@ -6,7 +6,8 @@ little (issue 15). Here one call handles all rows, with per-row parameters as ar
 
 Randomness is counter-based and keyed by the row's identity, never by its batch slot: the noise
 for token id v at generated-token index k of a row with seed s is
-    u = fmix32(row_key(s, k) ^ v * 0x9E3779B1),   g = -log(-log(u))   (a Gumbel draw)
+    h = fmix32(row_key(s, k) ^ v * 0x9E3779B1),  u = ((h >> 9) + 1/2) / 2**23,
+    g = -log(-log(u))   (a Gumbel draw)
 (`fmix32` is MurmurHash3's 32-bit finaliser; `row_key` mixes s and k the same way on the host).
 A row's draw therefore depends only on (seed, k, its own logits): the same alone and in any
 batch, and the same whether its prompt came from a reused cache or a fresh prefill.
@@ -30,13 +31,16 @@ import numpy as np
 
 from breakthrough.protocol import Sampling
 
-SAMPLER_ID = "gumbel-fmix32-v1"
+SAMPLER_ID = "gumbel-fmix32-v2"
 """Names the randomness scheme; part of the engine identity (a run never mixes two schemes)."""
 
 _GOLDEN = 0x9E3779B1
 _STEP_MUL = 0x85EBCA77
 _SEED_SALT = 0x7F4A7C15
-_U24 = float(2.0**-24)
+_U23 = float(2.0**-23)
+# The uniform draw uses the hash's top 23 bits: (j + 0.5) / 2**23 is exact in float32 and lies in
+# (0, 1). (v1 used 24 bits, where (2**24 - 0.5) / 2**24 rounds to 1.0 in float32: a Gumbel draw
+# of +inf, about once in 2**24 candidates, that could pick a filtered-out token.)
 
 
 def fmix32(x):
@@ -62,7 +66,7 @@ def gumbel_noise(keys, ids):
 
     x = ids.astype(mx.uint32) * mx.array(_GOLDEN, dtype=mx.uint32)
     x = fmix32(x ^ keys[:, None])
-    u = ((x >> 8).astype(mx.float32) + 0.5) * _U24  # in (0, 1), never 0 or 1
+    u = ((x >> 9).astype(mx.float32) + 0.5) * _U23  # in (0, 1), never 0 or 1
     return -mx.log(-mx.log(u))
 
 
@@ -210,39 +214,22 @@ def top_logprobs(logits, k: int):
 # are scalar (measured: exp over 32 x 49,152 floats 40 ms, numpy 0.5 ms; argpartition 34 ms),
 # so on CPU the step's vocabulary-sized work is done in numpy on a view of the logits.
 
-_CHUNK = 256
-
-
-def _top_candidates_np(x: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the k largest entries of each row of x [n, V], unsorted (k < V). The k-th
-    largest chunk maximum bounds the k-th largest entry from below, so only the entries at or
-    above it (few) are partitioned."""
-    n, vocab = x.shape
-    chunks = vocab // _CHUNK
-    if chunks < 2 * k:
-        return np.argpartition(-x, k - 1, axis=-1)[:, :k]
-    cmax = x[:, : chunks * _CHUNK].reshape(n, chunks, _CHUNK).max(-1)
-    if chunks * _CHUNK < vocab:
-        cmax = np.concatenate([cmax, x[:, chunks * _CHUNK :].max(-1, keepdims=True)], axis=1)
-    floor = np.partition(cmax, cmax.shape[1] - k, axis=-1)[:, cmax.shape[1] - k]
-    out = np.empty((n, k), dtype=np.int64)
-    for r in range(n):
-        ids = np.flatnonzero(x[r] >= floor[r])
-        vals = x[r, ids]
-        out[r] = ids[np.argpartition(-vals, k - 1)[:k]] if len(ids) > k else ids
-    return out
-
-
 def full_distribution_np(x: np.ndarray) -> tuple:
     """(max [n, 1], exp(x - max) [n, V], sum of it [n, 1], log-sum-exp [n, 1], entropy [n],
     {k: top-k candidate ids of all rows}) of the full distributions of float32 logits x [n, V]:
     computed once per step, shared by the sampler and the instrumentation (the candidate search
-    too: `_top_candidates` caches it per k, the same ids whoever asks first)."""
+    too: `_top_candidates` caches it per k, the same ids whoever asks first).
+
+    The entropy is log S - sum(e (x - max)) / S: relative to the max, so that no two large
+    numbers cancel in float32, and summed row by row (numpy's pairwise sum), so that a row's
+    value does not depend on the batch it is in."""
     m = x.max(-1, keepdims=True)
-    e = np.exp(x - m)
+    d = x - m
+    e = np.exp(d)
     s = e.sum(-1, keepdims=True, dtype=np.float64).astype(np.float32)
     lse = m + np.log(s)
-    ent = np.maximum(lse[:, 0] - np.einsum("ij,ij->i", e, x) / s[:, 0], 0.0)
+    np.multiply(d, e, out=d)
+    ent = np.maximum(np.log(s[:, 0]) - d.sum(-1) / s[:, 0], 0.0)
     return m, e, s, lse, ent, {}
 
 
@@ -255,56 +242,196 @@ def _top_candidates(x: np.ndarray, k: int, tops: dict | None) -> np.ndarray:
     return tops[k]
 
 
-def sample_step_np(logits: np.ndarray, keys: np.ndarray, samplings: Sequence[Sampling],
-                   full: tuple | None = None):
-    """`sample_step` on a float32 numpy array [n, V] (MLX's CPU device); the same definition:
-    same candidate set, same hashed Gumbel noise. `full`: `full_distribution_np(logits)` when
-    already computed. Returns (tokens int64 [n], stats [n, 3])."""
-    x = np.asarray(logits, dtype=np.float32)
+@dataclass(frozen=True)
+class RowSettingsNp:
+    """The rows' sampling settings as numpy columns, built once per batch composition."""
+
+    sampled: np.ndarray  # indices of the rows drawn by sampling (temperature > 0)
+    k: int  # candidates per sampled row: the largest effective top-k (vocab when unbounded)
+    ks: np.ndarray  # int [r, 1] each sampled row's own top-k
+    top_p: np.ndarray  # float32 [r, 1]
+    min_p: np.ndarray  # float32 [r, 1]
+    temperature: np.ndarray  # float32 [r, 1]
+    all_sampled: bool
+
+
+def row_settings_np(samplings: Sequence[Sampling], vocab: int) -> RowSettingsNp:
+    """`RowSettingsNp` of rows with these samplings over a vocabulary of `vocab` tokens."""
+    sampled = [r for r, sm in enumerate(samplings) if sm.temperature > 0]
+    chosen = [samplings[r] for r in sampled]
+    ks = [sm.top_k if 0 < sm.top_k < vocab else vocab for sm in chosen]
+
+    def col(values, dtype):
+        return np.asarray(values, dtype=dtype).reshape(-1, 1)
+
+    return RowSettingsNp(
+        sampled=np.asarray(sampled, dtype=np.int64), k=max(ks) if ks else 0,
+        ks=col(ks, np.int64), top_p=col([sm.top_p for sm in chosen], np.float32),
+        min_p=col([sm.min_p for sm in chosen], np.float32),
+        temperature=col([sm.temperature for sm in chosen], np.float32),
+        all_sampled=len(sampled) == len(samplings))
+
+
+_SEARCH_CHUNK = 64
+_BOUND_SLACK = 1e-5  # relative margin under which a top-p bound is not trusted (float rounding)
+
+
+def _chunked_top(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Search the k largest entries of each row of x [n, V] (k < V) through group maxima.
+
+    The first G * W columns (W = _SEARCH_CHUNK, G = V // W) form G groups of W columns,
+    group g = columns g, g + G, g + 2G, ... (strided, so the group maxima are W elementwise
+    maxima of contiguous slices, not G short reductions); the last V - G * W columns are always
+    searched. Returns (ids [n, k] unsorted, row max [n, 1], lower [n], upper [n], others) where,
+    with S = sum_v exp(x_v - max) and S_k its part over the k ids: S_k + lower <= S <= S_k +
+    upper + others * (the k-th largest probability, relative to the max). Why: the k largest
+    entries lie in the k groups with the largest maxima, so only those are partitioned, and the
+    other groups' maxima bound the rest of the mass from both sides without a pass of exp over
+    the vocabulary (the sampler's top-p needs S only when the bounds straddle its cut)."""
     n, vocab = x.shape
-    m, e, s, lse, ent, tops = full if full is not None else full_distribution_np(x)
+    w = _SEARCH_CHUNK
+    groups = vocab // w
+    rows = np.arange(n)[:, None]
+    body = x[:, : groups * w].reshape(n, w, groups)
+    gmax = body.max(axis=1)  # [n, groups]
+    best = np.argpartition(-gmax, k - 1, axis=-1)[:, :k]  # [n, k]
+    cols = (np.arange(w)[None, None, :] * groups + best[:, :, None]).reshape(n, k * w)
+    vals = np.take(np.ascontiguousarray(x).ravel(), cols + rows * vocab)
+    if groups * w < vocab:
+        rest = vocab - groups * w
+        vals = np.concatenate([vals, x[:, groups * w:]], axis=1)
+        cols = np.concatenate([cols, np.broadcast_to(np.arange(groups * w, vocab), (n, rest))], axis=1)
+    pick = np.argpartition(-vals, k - 1, axis=-1)[:, :k]
+    ids = np.take_along_axis(cols, pick, axis=-1)
+    top = vals.max(-1, keepdims=True)
+    outside = gmax.copy()
+    outside[rows, best] = -np.inf
+    with np.errstate(under="ignore"):
+        mass = np.exp(outside - top).sum(-1)  # one entry (the max) of each unsearched group
+    return ids, top, mass, mass * w, vals.shape[1] - k
+
+
+def _top_candidates_np(x: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the k largest entries of each row of x [n, V], unsorted."""
+    if 2 * k > x.shape[1] // _SEARCH_CHUNK:
+        return np.argpartition(-x, k - 1, axis=-1)[:, :k]
+    return _chunked_top(x, k)[0]
+
+
+@dataclass
+class Draw:
+    """One step's drawn tokens and what its statistics need from the draw."""
+
+    tokens: np.ndarray  # int64 [n]
+    sampled: np.ndarray  # indices of the rows drawn by sampling
+    scaled: np.ndarray | None  # float32 [r, k]: kept candidates' temperature-scaled logits, -inf for the rest
+    top_ids: np.ndarray | None  # int [n, k]: every row's top-k candidate ids (all rows sampled), for reuse
+
+
+def _exact_mass(x: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """S = sum_v exp(x_v - top) of each row of x [r, V] (float64 accumulation)."""
+    return np.exp(x - top).sum(-1, dtype=np.float64)
+
+
+def draw_np(x: np.ndarray, keys: np.ndarray, settings: RowSettingsNp) -> Draw:
+    """The tokens of one step on float32 logits x [n, V]: the part of `sample_step_np` the next
+    forward pass waits for (candidates, filters, hashed Gumbel-max). Every quantity is per row,
+    so a row's token is the same alone and in any batch."""
+    n, vocab = x.shape
     tokens = x.argmax(-1)
-    s_ent = np.zeros(n, dtype=np.float32)
-    sampled = [r for r in range(n) if samplings[r].temperature > 0]
-    if sampled:
-        ks = [samplings[r].top_k if 0 < samplings[r].top_k < vocab else vocab for r in sampled]
-        k = max(ks)
-        rows = np.asarray(sampled)
-        xs = x[rows]
-        if k >= vocab:
-            idx = np.broadcast_to(np.arange(vocab), xs.shape)
-        elif len(sampled) == n:  # every row sampled (the usual case): the step's shared search
-            idx = _top_candidates(x, k, tops)
+    if not len(settings.sampled):
+        return Draw(tokens, settings.sampled, None, None)
+    rows = settings.sampled
+    xs = x if settings.all_sampled else x[rows]
+    k = settings.k
+    bounds = None
+    if k >= vocab:
+        idx = np.broadcast_to(np.arange(vocab), xs.shape)
+        top = xs.max(-1, keepdims=True)
+    elif 2 * k > vocab // _SEARCH_CHUNK:
+        idx = np.argpartition(-xs, k - 1, axis=-1)[:, :k]
+        top = xs.max(-1, keepdims=True)
+    else:
+        idx, top, lower, upper, others = _chunked_top(xs, k)
+        bounds = (lower, upper, others)
+    cand = np.take_along_axis(xs, idx, axis=-1)
+    order = np.argsort(-cand, axis=-1, kind="stable")
+    idx = np.take_along_axis(idx, order, axis=-1)
+    rel = np.take_along_axis(cand, order, axis=-1) - top  # log-probs + lse - max
+    keep = np.arange(k)[None, :] < settings.ks
+    top_p = settings.top_p
+    cut = (top_p > 0.0) & (top_p < 1.0)
+    if cut.any():
+        # Top-p on the full distribution: keep a token while the mass ranked above it is
+        # < top_p, i.e. before < top_p * S with S the row's whole (max-relative) mass.
+        probs = np.exp(rel)
+        before = np.cumsum(probs, axis=-1) - probs
+        limit = top_p.astype(np.float64)
+        if bounds is None:
+            mass = probs.sum(-1) if k >= vocab else _exact_mass(xs, top)
+            keep &= (before < limit * mass[:, None]) | ~cut
         else:
-            idx = _top_candidates_np(xs, k)
-        cand = np.take_along_axis(xs, idx, axis=-1)
-        order = np.argsort(-cand, axis=-1, kind="stable")
-        idx = np.take_along_axis(idx, order, axis=-1)
-        cand = np.take_along_axis(cand, order, axis=-1) - lse[rows]
-        keep = np.arange(k)[None, :] < np.asarray(ks)[:, None]
-        probs = np.exp(cand)
-        mass_before = np.cumsum(probs, axis=-1) - probs
-        top_p = np.asarray([samplings[r].top_p for r in sampled], dtype=np.float32)[:, None]
-        keep &= (mass_before < top_p) | (top_p >= 1.0) | (top_p <= 0.0)
-        min_p = np.asarray([samplings[r].min_p for r in sampled], dtype=np.float32)[:, None]
-        if (min_p > 0).any():
-            with np.errstate(divide="ignore"):
-                floor = cand[:, :1] + np.log(min_p)
-            keep &= (cand >= floor) | (min_p <= 0.0)
-        temp = np.asarray([samplings[r].temperature for r in sampled], dtype=np.float32)[:, None]
-        scaled = np.where(keep, cand / temp, -np.inf).astype(np.float32)
-        with np.errstate(over="ignore"):
-            h = fmix32((idx.astype(np.uint32) * np.uint32(_GOLDEN)) ^ keys[rows][:, None])
-        u = ((h >> 8).astype(np.float32) + 0.5) * np.float32(_U24)
-        g = -np.log(-np.log(u))
-        choice = np.argmax(scaled + g, axis=-1)
-        tokens[rows] = idx[np.arange(len(rows)), choice]
+            lower, upper, others = bounds
+            known = probs.sum(-1)
+            lo = (known + lower)[:, None] * limit
+            hi = (known + upper + others * probs[:, -1])[:, None] * limit
+            sure_keep = before < lo * (1.0 - _BOUND_SLACK)
+            sure_drop = before >= hi * (1.0 + _BOUND_SLACK)
+            unsure = (~sure_keep & ~sure_drop & keep & cut).any(-1)
+            decided = sure_keep
+            if unsure.any():
+                u = np.flatnonzero(unsure)
+                mass = _exact_mass(xs[u], top[u])
+                decided = decided.copy()
+                decided[u] = before[u] < limit[u] * mass[:, None]
+            keep &= decided | ~cut
+    min_p = settings.min_p
+    if (min_p > 0).any():
+        with np.errstate(divide="ignore"):
+            floor = rel[:, :1] + np.log(min_p)
+        keep &= (rel >= floor) | (min_p <= 0.0)
+    scaled = np.where(keep, rel / settings.temperature, -np.inf).astype(np.float32)
+    with np.errstate(over="ignore"):
+        h = fmix32((idx.astype(np.uint32) * np.uint32(_GOLDEN)) ^ keys[rows][:, None])
+    u01 = ((h >> 9).astype(np.float32) + 0.5) * np.float32(_U23)
+    choice = np.argmax(scaled - np.log(-np.log(u01)), axis=-1)
+    tokens[rows] = idx[np.arange(len(rows)), choice]
+    top_ids = idx if settings.all_sampled and k < vocab else None
+    return Draw(tokens, rows, scaled, top_ids)
+
+
+def draw_stats_np(x: np.ndarray, draw: Draw, k: int = 0) -> tuple[np.ndarray, tuple]:
+    """(stats float32 [n, 3]: chosen log-prob, full entropy, sampling entropy; the step's
+    `full_distribution_np` tuple) of a `Draw` on logits x: the part of the step that nothing
+    waits for (run beside the next forward pass). `k`: the draw's candidate count, so that the
+    instrumentation reuses its top-k ids."""
+    n = x.shape[0]
+    full = full_distribution_np(x)
+    if draw.top_ids is not None and k:
+        full[5][k] = draw.top_ids
+    lse, ent = full[3], full[4]
+    s_ent = np.zeros(n, dtype=np.float32)
+    if draw.scaled is not None:
+        scaled = draw.scaled
         top = scaled.max(-1, keepdims=True)
         logq = scaled - (top + np.log(np.exp(scaled - top).sum(-1, keepdims=True)))
         with np.errstate(invalid="ignore"):
-            s_ent[rows] = -np.where(keep, np.exp(logq) * logq, 0.0).sum(-1)
-    chosen = x[np.arange(n), tokens] - lse[:, 0]
-    return tokens, np.stack([chosen, ent, s_ent], axis=1).astype(np.float32)
+            s_ent[draw.sampled] = -np.where(np.isfinite(scaled), np.exp(logq) * logq, 0.0).sum(-1)
+    chosen = x[np.arange(n), draw.tokens] - lse[:, 0]
+    return np.stack([chosen, ent, s_ent], axis=1).astype(np.float32), full
+
+
+def sample_step_np(logits: np.ndarray, keys: np.ndarray, samplings: Sequence[Sampling],
+                   full: tuple | None = None):
+    """`sample_step` on a float32 numpy array [n, V] (MLX's CPU device); the same definition:
+    same candidate set, same hashed Gumbel noise. (`full` is accepted for callers that already
+    computed `full_distribution_np`; the draw does not need it.) Returns (tokens int64 [n],
+    stats [n, 3])."""
+    x = np.asarray(logits, dtype=np.float32)
+    settings = row_settings_np(samplings, x.shape[1])
+    draw = draw_np(x, keys, settings)
+    stats, _ = draw_stats_np(x, draw, settings.k)
+    return draw.tokens, stats
 
 
 def top_logprobs_np(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -335,6 +462,7 @@ SIGNAL_FIELDS: tuple[str, ...] = (
     "probability_tail_mass",  # 1 - (mass of the TAIL_K most likely tokens)
     "effective_vocabulary_size",  # exp(entropy)
     "surprisal",  # -log p(sampled token)
+    "sampled_token_regret",  # log p_1 - log p(sampled token): 0 when the most likely was drawn
     "successive_kl_divergence",  # KL(p_t || p_{t-1}), nats
     "successive_js_divergence",  # JS(p_t, p_{t-1}), nats
 )
@@ -372,18 +500,20 @@ def token_signals_np(x: np.ndarray, tokens: np.ndarray, prev: Sequence,
     out[:, 4] = tp[:, :5].sum(-1)
     out[:, 5] = np.maximum(1.0 - tp[:, :TAIL_K].sum(-1), 0.0)
     out[:, 6] = np.exp(ent)
-    out[:, 7] = lse[:, 0] - x[np.arange(n), np.asarray(tokens, dtype=np.int64)]
+    chosen = x[np.arange(n), np.asarray(tokens, dtype=np.int64)]
+    out[:, 7] = lse[:, 0] - chosen
+    out[:, 8] = np.maximum(tl[:, 0] - chosen, 0.0)
     states = []
     for i in range(n):
         states.append((p[i], x[i], float(lse[i, 0]), float(ent[i])))
         if prev[i] is None or prev[i][0].shape[0] != vocab:
             continue
         q, x_q, lse_q, h_q = prev[i]
-        out[i, 8] = max(-float(ent[i]) - float(np.dot(p[i], x_q)) + lse_q, 0.0)
+        out[i, 9] = max(-float(ent[i]) - float(np.dot(p[i], x_q)) + lse_q, 0.0)
         pq = p[i] + q
         pq += np.float32(1e-30)  # log(0) guard (exp underflow); shifts JS by < 1e-27 nats
         h_mid = float(np.log(2.0)) - 0.5 * float(np.dot(pq, np.log(pq)))
-        out[i, 9] = max(h_mid - 0.5 * (float(ent[i]) + h_q), 0.0)
+        out[i, 10] = max(h_mid - 0.5 * (float(ent[i]) + h_q), 0.0)
     return out, states
 
 
@@ -405,6 +535,7 @@ def token_signals(logits, tokens, prev):
             mx.sum(tp[:, :5], axis=-1), mx.maximum(1.0 - mx.sum(tp[:, :TAIL_K], axis=-1), 0.0),
             mx.exp(ent),
             -mx.take_along_axis(logp, tokens[:, None].astype(mx.int32), axis=-1)[:, 0]]
+    cols.append(mx.maximum(cols[-1] + (tl[:, 0] - (x - logp)[:, 0]), 0.0))  # regret: surprisal - (-log p_1)
     nan = mx.full((x.shape[0],), float("nan"))
     if prev is None:
         cols += [nan, nan]

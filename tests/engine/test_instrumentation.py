@@ -54,6 +54,7 @@ def _direct(logits: np.ndarray, tokens: list[int]) -> dict[str, np.ndarray]:
         "probability_tail_mass": 1.0 - ps[:, :TAIL_K].sum(-1),
         "effective_vocabulary_size": np.exp(ent),
         "surprisal": -logp[np.arange(n), tokens],
+        "sampled_token_regret": logp.max(-1) - logp[np.arange(n), tokens],
         "successive_kl_divergence": kl,
         "successive_js_divergence": js,
     }
@@ -139,7 +140,8 @@ def test_mlx_and_numpy_definitions_agree():
                                   (mx.array(q), mx.array([r is not None for r in prev_rows])))
     np.testing.assert_allclose(np.array(got), want, rtol=1e-4, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(np.array(got_logp), np.stack([st[1] - st[2] for st in states]), atol=1e-5)
-    assert np.isnan(want[1, 8]) and np.isfinite(want[0, 8])
+    kl = SIGNAL_FIELDS.index("successive_kl_divergence")
+    assert np.isnan(want[1, kl]) and np.isfinite(want[0, kl])
 
 
 def test_signals_travel_through_a_branch_like_logprobs(tiny_model_dir):

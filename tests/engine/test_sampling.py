@@ -175,3 +175,56 @@ def test_chunked_top_candidates_are_the_top_k():
         for r in range(5):
             kth = np.sort(x[r])[-k]
             assert len(set(got[r].tolist())) == k and np.all(x[r, got[r]] >= kth)
+
+
+def _top_p_keep_by_definition(row: np.ndarray, k: int, top_p: float) -> np.ndarray:
+    """mlx-lm's order in float64 from the full row: the k most likely tokens, each kept while
+    the probability mass ranked above it is < top_p."""
+    x = row.astype(np.float64)
+    p = np.exp(x - x.max())
+    p /= p.sum()
+    srt = np.sort(p)[::-1][:k]
+    return (np.cumsum(srt) - srt) < top_p
+
+
+@pytest.mark.parametrize("top1_mass", [0.5, 0.90, 0.9499, 0.9501, 0.99])
+def test_top_p_decided_from_group_bounds_or_the_exact_mass(monkeypatch, top1_mass):
+    """The numpy draw decides top-p from bounds on the vocabulary's mass and computes the exact
+    mass only for rows whose bounds straddle the cut; either way the kept set is the
+    definition's. Flat rows are decided by the bounds alone; a row whose top token holds
+    ~0.95 of the mass (the protocol's top_p) needs the exact mass."""
+    from breakthrough.engine import sampling as S
+
+    vocab, k = 49152, 20
+    rng = np.random.default_rng(11)
+    row = rng.normal(size=vocab).astype(np.float32)
+    rest = np.exp(row.astype(np.float64)).sum()
+    row[123] = np.float32(np.log(top1_mass / (1 - top1_mass) * rest))  # p(123) = top1_mass
+    flat = rng.normal(size=(3, vocab)).astype(np.float32) * np.float32([[0.3], [1.0], [2.0]])
+    calls = []
+    exact = S._exact_mass
+    monkeypatch.setattr(S, "_exact_mass", lambda xs, top: calls.append(len(xs)) or exact(xs, top))
+    sampling = Sampling(temperature=0.6, top_p=0.95, top_k=k)
+    for x in (flat, np.concatenate([flat, row[None]])):
+        calls.clear()
+        n = len(x)
+        draw = S.draw_np(x, S.row_keys(range(n), [0] * n), S.row_settings_np([sampling] * n, vocab))
+        for r in range(n):
+            kept = np.isfinite(draw.scaled[r])
+            assert np.array_equal(kept, _top_p_keep_by_definition(x[r], k, 0.95)), r
+        if n == 3:
+            assert calls == []  # flat rows: the bounds decide
+        elif abs(top1_mass - 0.95) < 1e-3:
+            assert calls == [1]  # only the borderline row pays for the exact mass
+
+
+def test_uniform_draw_never_reaches_one():
+    """The Gumbel draw -log(-log u) is finite for every hash value: u < 1 even for the largest
+    one (v1's 24-bit draw rounded it to 1.0 in float32, a +inf that could pick a filtered
+    token)."""
+    from breakthrough.engine import sampling as S
+
+    h = np.array([0, 0xFFFFFFFF, 0xFFFFFE00, 0x1FF], dtype=np.uint32)
+    u = ((h >> 9).astype(np.float32) + 0.5) * np.float32(S._U23)
+    assert np.all(u > 0) and np.all(u < 1)
+    assert np.all(np.isfinite(-np.log(-np.log(u))))
