@@ -7,7 +7,7 @@ arrives while others decode joins the batch at the next step; the source says "n
 while rows are in flight and blocks only when none is). The HTTP side is starlette on uvicorn.
 
 Request (vLLM's fields): `prompt` (a list of token ids; text prompts are refused), `max_tokens`,
-`temperature`, `top_p`, `top_k`, `min_p`, `seed` (the row's own threefry randomness: exactly the
+`temperature`, `top_p`, `top_k`, `min_p`, `seed` (the row's own hashed-Gumbel randomness: exactly the
 local MLX backend's tokens for the same seed), `n` = 1, `logprobs` (<= 20), `stop_token_ids`,
 `prompt_logprobs` (scores the prompt), `return_tokens_as_token_ids`, `return_token_ids`. And
 `bt`, what vLLM's format cannot carry: `stop_sequences` (multi-token, as token ids), the reuse
