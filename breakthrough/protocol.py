@@ -17,6 +17,13 @@ from breakthrough.errors import BtError
 TASK_INSTRUCTION = "Solve the problem carefully. Put only the final answer inside \\boxed{}."
 DEFAULT_SYSTEM = "You are a careful mathematical assistant."
 
+# Protocol 2.2: every base trajectory stores the float16 final-normalised hidden vectors of every
+# 8th generated token (`hidden_state_stride: 8`). Not a `Protocol` constant: it changes what is
+# stored, never what is generated, so it is recorded beside the protocol in a run's manifest
+# (`hidden_stride`, an identity field: a run never mixes strides) and older runs keep their
+# protocol digest.
+HIDDEN_STRIDE = 8
+
 
 @dataclass(frozen=True)
 class Sampling:

@@ -6,13 +6,25 @@ whole batch or none of it (protocol 8.1's "complete marker" for free). A unique 
 identity differs from the request is refused, never mixed (protocol 8.2).
 
 Tables: manifest (key → JSON value), cells, samples (token ids, segment codes, per-token
-log-probs and entropies as packed arrays), grades (beside samples, with grader version).
+log-probs and entropies as packed arrays), grades (beside samples, with grader version),
+signals (per-token instrumentation), errors, and hidden_vectors: the index of the per-trajectory
+hidden-vector files (protocol 2.2's hidden_states.npz) kept outside SQLite under `RUN/hidden/`.
+
+Hidden vectors: megabytes per trajectory, so not in the rows. `hidden/<sample_id>.npz` (arrays
+`token_index` int32 and `hidden` float16) is written atomically (temp file, fsync, rename) inside
+the sample's transaction, before it commits; its row (size and sha256 of the file: protocol 8.1's
+complete.json) commits with the sample. A kill between the rename and the commit leaves a file no
+row names (an orphan): the next sample committed takes that id and replaces it, and
+`remove_orphan_hidden` (run by `bt base` / `bt sample` before generating) removes any other;
+`verify_hidden` checks every file against its row and lists orphans.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -41,7 +53,9 @@ IDENTITY_FIELDS = (
     "prompt_version",
     "continue_answer_budget",
     "engine",
+    "hidden_stride",  # stored hidden vectors (protocol 2.2): every Nth token, 0 none
 )
+HIDDEN_DIR = "hidden"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifest (
@@ -100,6 +114,15 @@ CREATE TABLE IF NOT EXISTS signals (
     names      TEXT NOT NULL,
     data       BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS hidden_vectors (
+    sample_id  INTEGER PRIMARY KEY REFERENCES samples(sample_id),
+    path       TEXT NOT NULL,
+    rows       INTEGER NOT NULL,
+    dim        INTEGER NOT NULL,
+    stride     INTEGER NOT NULL,
+    bytes      INTEGER NOT NULL,
+    sha256     TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS errors (
     error_id   INTEGER PRIMARY KEY,
     cell_id    TEXT NOT NULL,
@@ -132,6 +155,10 @@ class SampleRecord:
     # per-token instrumentation (GenResult.signals: name -> float32 per newly generated token);
     # stored beside the sample in table `signals` (float32 [fields, tokens], names in order)
     signals: dict[str, np.ndarray] | None = None
+    # GenResult.hidden: (token indices int32 [m], float16 vectors [m, d]) of every
+    # `hidden_stride`-th token; stored in RUN/hidden/<sample_id>.npz, indexed in hidden_vectors
+    hidden: tuple[np.ndarray, np.ndarray] | None = None
+    hidden_stride: int = 0
     elapsed_s: float | None = None
     peak_mem_mb: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -147,6 +174,67 @@ def _pack(arr: np.ndarray | None, dtype: str) -> bytes | None:
 
 def _unpack(blob: bytes | None, dtype: str) -> np.ndarray:
     return np.frombuffer(blob or b"", dtype=dtype)
+
+
+def _hidden_payload(rec: SampleRecord) -> bytes | None:
+    """The .npz bytes of a record's hidden vectors (None without any), refused in one line when
+    they cannot be what the engine recorded: checked before the transaction writes anything."""
+    if rec.hidden is None:
+        return None
+    index = np.ascontiguousarray(rec.hidden[0], dtype="<i4")
+    vectors = np.ascontiguousarray(rec.hidden[1], dtype="<f2")
+    where = f"hidden vectors of {rec.cell_id} {rec.kind} branch {rec.branch}"
+    if index.ndim != 1 or vectors.ndim != 2 or len(index) != len(vectors):
+        raise BtError(f"{where}: expected indices [m] and vectors [m, d], got {index.shape} and "
+                      f"{vectors.shape}")
+    if not isinstance(rec.hidden_stride, (int, np.integer)) or rec.hidden_stride < 1:
+        raise BtError(f"{where}: hidden_stride must be a positive integer, got {rec.hidden_stride!r}")
+    if len(index) and (index.min() < 0 or index.max() >= len(rec.token_ids)):
+        raise BtError(f"{where}: token index {int(index.max())} outside the {len(rec.token_ids)} "
+                      "generated tokens")
+    buf = io.BytesIO()
+    np.savez(buf, token_index=index, hidden=vectors)
+    return buf.getvalue()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """`data` to `path` so that a kill at any moment leaves the old file or the whole new one
+    (protocol 8.1: temp file, fsync, rename, then the folder's entry made durable)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a platform without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class HiddenCheck:
+    """What `RunStore.verify_hidden` found: rows checked, one line per row whose file is missing
+    or does not match its recorded size and sha256, and the files under hidden/ that no row
+    names (orphans of a kill between a file's rename and its sample's commit, or temp files)."""
+
+    checked: int
+    problems: list[str]
+    orphans: list[Path]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.orphans
 
 
 def _checksum(rec: SampleRecord, token_blob: bytes) -> str:
@@ -347,9 +435,12 @@ class RunStore:
         Samples whose key already exists are skipped, so a rerun after a crash never duplicates.
         Returns the number of samples inserted."""
         grades = list(grades) if grades is not None else [None] * len(records)
+        payloads = [_hidden_payload(rec) for rec in records]  # refused before anything is written
+        if any(p is not None for p in payloads):
+            (self.run_dir / HIDDEN_DIR).mkdir(exist_ok=True)
         inserted = 0
         with self.transaction() as c:
-            for rec, grade in zip(records, grades, strict=True):
+            for rec, grade, payload in zip(records, grades, payloads, strict=True):
                 tok = _pack(rec.token_ids, "<i4")
                 cur = c.execute(
                     "INSERT OR IGNORE INTO samples(cell_id, kind, anchor, budget, branch, seed,"
@@ -387,11 +478,104 @@ class RunStore:
                     data = np.stack([np.asarray(rec.signals[k], dtype="<f4") for k in names])
                     c.execute("INSERT INTO signals(sample_id, names, data) VALUES (?,?,?)",
                               (cur.lastrowid, json.dumps(names), data.tobytes()))
+                if payload is not None:
+                    self._write_hidden(c, int(cur.lastrowid), rec, payload)
                 if grade is not None:
                     self._write_grade(c, cur.lastrowid, grade)
             for cell_id, n in (reasoning_tokens or {}).items():
                 c.execute("UPDATE cells SET reasoning_tokens=? WHERE cell_id=?", (n, cell_id))
         return inserted
+
+    def _write_hidden(self, c: sqlite3.Connection, sample_id: int, rec: SampleRecord,
+                      payload: bytes) -> None:
+        """The sample's hidden-vector file, durable before its row (and the sample) commit:
+        a kill after this leaves at worst an orphan file, never a row without its file."""
+        rel = f"{HIDDEN_DIR}/{sample_id}.npz"
+        _write_atomic(self.run_dir / rel, payload)
+        vectors = rec.hidden[1]  # type: ignore[index]
+        c.execute("INSERT INTO hidden_vectors(sample_id, path, rows, dim, stride, bytes,"
+                  " sha256) VALUES (?,?,?,?,?,?,?)",
+                  (sample_id, rel, int(vectors.shape[0]), int(vectors.shape[1]),
+                   int(rec.hidden_stride), len(payload), hashlib.sha256(payload).hexdigest()))
+
+    # ---- hidden vectors ---------------------------------------------------------------------
+    def _hidden_index(self, sample_id: int | None = None) -> dict[int, tuple[str, int, int, int, int, str]]:
+        """sample id -> (path, rows, dim, stride, bytes, sha256) of every stored file, or of
+        `sample_id`'s (none in a store made before the table existed)."""
+        if "hidden_vectors" not in self._tables():
+            return {}
+        sql = "SELECT sample_id, path, rows, dim, stride, bytes, sha256 FROM hidden_vectors"
+        rows = (self.conn.execute(sql + " ORDER BY sample_id") if sample_id is None
+                else self.conn.execute(sql + " WHERE sample_id=?", (int(sample_id),)))
+        return {int(r[0]): tuple(r[1:]) for r in rows}  # type: ignore[misc]
+
+    def hidden_table(self):  # -> pd.DataFrame
+        """One row per sample with stored hidden vectors: sample_id, path (relative to the run
+        directory), rows, dim, stride, bytes, sha256."""
+        import pandas as pd
+
+        cols = ["sample_id", "path", "rows", "dim", "stride", "bytes", "sha256"]
+        return pd.DataFrame([(sid, *v) for sid, v in self._hidden_index().items()], columns=cols)
+
+    def hidden_vectors(self, sample_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """(token indices int32 [m], float16 vectors [m, d]) of one sample, read only after the
+        file matches its recorded size and sha256; a missing or damaged file is refused in one
+        line naming it."""
+        have = self._hidden_index(sample_id).get(int(sample_id))
+        if have is None:
+            raise BtError(f"{self.run_dir}: sample {sample_id} has no stored hidden vectors")
+        rel, rows, dim, _, size, sha = have
+        path = self.run_dir / rel
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise BtError(f"{path}: hidden vectors of sample {sample_id} cannot be read "
+                          f"({exc.strerror or exc})") from None
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise BtError(f"{path}: hidden vectors of sample {sample_id} do not match their "
+                          f"recorded checksum ({len(data):,} bytes, recorded {size:,}, sha256 "
+                          f"{hashlib.sha256(data).hexdigest()[:12]} vs {sha[:12]}); the file is "
+                          "damaged")
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            index, vectors = npz["token_index"], npz["hidden"]
+        if vectors.shape != (rows, dim) or index.shape != (rows,):
+            raise BtError(f"{path}: holds {vectors.shape} vectors, its row records ({rows}, {dim})")
+        return index, vectors
+
+    def _hidden_orphans(self, index: dict[int, tuple]) -> list[Path]:
+        folder = self.run_dir / HIDDEN_DIR
+        if not folder.is_dir():
+            return []
+        named = {self.run_dir / v[0] for v in index.values()}
+        return sorted(p for p in folder.iterdir() if p.is_file() and p not in named)
+
+    def verify_hidden(self) -> HiddenCheck:
+        """Every hidden_vectors row's file exists with its recorded size and sha256 (protocol
+        8.1's payload check), and every file under hidden/ is named by a row."""
+        index = self._hidden_index()
+        problems = []
+        for sid, (rel, _, _, _, size, sha) in index.items():
+            path = self.run_dir / rel
+            if not path.is_file():
+                problems.append(f"{path}: missing (hidden vectors of sample {sid})")
+                continue
+            data = path.read_bytes()
+            if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+                problems.append(f"{path}: does not match its recorded size and sha256 "
+                                f"(hidden vectors of sample {sid})")
+        return HiddenCheck(checked=len(index), problems=problems, orphans=self._hidden_orphans(index))
+
+    def remove_orphan_hidden(self) -> list[Path]:
+        """Remove the files under hidden/ that no committed row names (left by a kill between a
+        file's rename and its sample's commit). Done holding the store's write lock: files are
+        only written under it, so no other writer can be between its rename and its commit."""
+        if self.readonly:
+            raise BtError(f"{self.path}: opened read-only; cannot remove orphan hidden-vector files")
+        with self.transaction():
+            orphans = self._hidden_orphans(self._hidden_index())
+            for path in orphans:
+                path.unlink(missing_ok=True)
+        return orphans
 
     @staticmethod
     def _write_grade(c: sqlite3.Connection, sample_id: int, g: Grade) -> None:

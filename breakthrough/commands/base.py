@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from breakthrough.commands.options import (check_engine_options, count, backend_option,
-                                          endpoint_option, max_inflight_option, processed_logprobs_option)
+                                          endpoint_option, hidden_stride_for, hidden_stride_option,
+                                          max_inflight_option, processed_logprobs_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -44,11 +45,13 @@ def base(
     endpoint: str = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
+    hidden_stride: int = hidden_stride_option(),
 ) -> None:
     """Generate, grade and store one base solution per problem x model cell.
 
     Resumable: rerunning the same command generates only the cells that are missing. A run
-    directory made with another model, protocol, cohort or prompt is refused."""
+    directory made with another model, protocol, cohort, prompt or --hidden-stride is refused.
+    Each trace also stores every 8th token's hidden vector (protocol 2.2; see --hidden-stride)."""
     from rich.console import Console
 
     from breakthrough.engine import EngineSpec, http_options
@@ -73,6 +76,7 @@ def base(
         protocol=protocol,
         engine=EngineSpec(backend=backend, batch_size=batch_size, **remote), runs_dir=runs_dir, run=run,
         limit=limit, problems=problems, variant=prompt_variant,
+        hidden_stride=hidden_stride_for(hidden_stride, backend),
     )
     if dry_run:
         from breakthrough.pipeline.dry_run import plan_base

@@ -34,6 +34,32 @@ def processed_logprobs_option() -> typer.models.OptionInfo:
                              "(refused by default).")
 
 
+HIDDEN_STRIDE_HELP = (
+    "Store the final-normalised hidden vector (float16) of every Nth generated token of each "
+    "trajectory (protocol 2.2: 8; 0: store none) in RUN/hidden/<sample_id>.npz (arrays "
+    "token_index int32 and hidden float16 [rows, d]; size and sha256 in the store's "
+    "hidden_vectors table). Size: d x 2 bytes / N per token, i.e. 1,000 x d x 2 / N bytes per "
+    "1,000 tokens (d = 2,048, N = 8: 512 KB). Default: 8 on the mlx backends, 0 on vllm / "
+    "sglang (servers return no hidden states). A run never mixes strides.")
+
+
+def hidden_stride_option() -> typer.models.OptionInfo:
+    return typer.Option(None, "--hidden-stride", metavar="N", show_default=False,
+                        help=HIDDEN_STRIDE_HELP)
+
+
+def hidden_stride_for(value: int | None, backend: str) -> int:
+    """--hidden-stride as given, or when absent protocol 2.2's 8 on the in-process backends and
+    0 on the HTTP ones (which cannot return hidden states; asking them explicitly is refused by
+    the pipeline in one line)."""
+    from breakthrough.engine.contract import HTTP_BACKENDS  # numpy: not at `bt` start-up
+    from breakthrough.protocol import HIDDEN_STRIDE
+
+    if value is not None:
+        return value
+    return 0 if backend in HTTP_BACKENDS else HIDDEN_STRIDE
+
+
 def count(n: int, noun: str) -> str:
     """"1 problem", "2 problems": counts in messages agree with their nouns."""
     return f"{n:,} {noun}" + ("" if n == 1 else "s")

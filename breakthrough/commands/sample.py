@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 
 from breakthrough.commands.options import (backend_option, check_engine_options, count,
-                                          endpoint_option, max_inflight_option,
-                                          processed_logprobs_option)
+                                          endpoint_option, hidden_stride_for, hidden_stride_option,
+                                          max_inflight_option, processed_logprobs_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -36,11 +36,13 @@ def sample(
     endpoint: str = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
+    hidden_stride: int = hidden_stride_option(),
 ) -> None:
     """Generate, grade and store N seeded from-scratch attempts per problem x model.
 
     Attempt b of a cell has the seed of its identity (cell, b); every attempt is committed when it
-    finishes, so a killed run resumes with exactly the missing ones."""
+    finishes, so a killed run resumes with exactly the missing ones. Each attempt also stores
+    every 8th token's hidden vector (protocol 2.2; see --hidden-stride)."""
     from rich.console import Console
 
     from breakthrough.engine import EngineSpec, http_options
@@ -62,7 +64,8 @@ def sample(
     req = SampleRequest(cohort=cohort, models=tuple(m.strip() for m in model.split(",") if m.strip()),
                         attempts=attempts, protocol=protocol,
                         engine=EngineSpec(backend=backend, batch_size=batch_size, **remote),
-                        runs_dir=runs_dir, run=run, limit=limit, problems=problems)
+                        runs_dir=runs_dir, run=run, limit=limit, problems=problems,
+                        hidden_stride=hidden_stride_for(hidden_stride, backend))
     if dry_run:
         typer.echo("\n".join(plan_sample(req)))
         return

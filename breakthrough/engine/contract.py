@@ -61,6 +61,9 @@ class GenRequest:
     follows: hint: the key of a request of an earlier `generate` call on the same engine whose
         prompt + generated tokens this prompt starts with.
     keep_state: hint: a later request will name this one in `follows`.
+    hidden_stride: also return the final-normalised hidden vector of every `hidden_stride`-th
+        generated token (protocol 2.2 stores every 8th; 0: none). Only in-process backends can:
+        an HTTP backend refuses a request that asks for them.
     """
 
     key: str
@@ -72,6 +75,7 @@ class GenRequest:
     shared_prefix: SharedPrefix | None = field(default=None, compare=False, repr=False)
     follows: str | None = None
     keep_state: bool = False
+    hidden_stride: int = 0
 
 
 @dataclass
@@ -103,6 +107,10 @@ class GenResult:
         token; plus `sampling.HIDDEN_FIELDS` of the final-normalised hidden state), computed
         in the decode step from the full distribution; None where the backend
         does not instrument (HTTP backends, or the MLX engine with `instrument=False`).
+    hidden: (token indices int32 [m], vectors float16 [m, d]) when the request asked for
+        `hidden_stride` > 0: indices 0, stride, 2 stride, ... < len(tokens), and row i the
+        final-normalised hidden state whose logits drew token `indices[i]` (for token k >= 1 the
+        position that reads token k - 1; for token 0 the prompt's last position). None otherwise.
     """
 
     key: str
@@ -121,6 +129,7 @@ class GenResult:
     top_logprobs: np.ndarray | None = None
     endpoint: str = ""
     signals: dict[str, np.ndarray] | None = None
+    hidden: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def route_key(request: GenRequest) -> str:
@@ -189,9 +198,12 @@ BACKENDS: tuple[str, ...] = ("mlx", "mlx-fresh", "vllm", "sglang")
 HTTP_BACKENDS: tuple[str, ...] = ("vllm", "sglang")
 
 
-def check_request(req: GenRequest, keys: set[str]) -> None:
+def check_request(req: GenRequest, keys: set[str], *, hidden_states: bool = True) -> None:
     """What every backend refuses before generating: a key used twice in one `generate` call
-    (results are matched back by key), an empty prompt, a non-positive token budget."""
+    (results are matched back by key), an empty prompt, a non-positive token budget, a
+    `hidden_stride` that is not an integer >= 0, and hidden vectors asked of a backend that
+    cannot return them (`hidden_states=False`: the HTTP backends, which see only token ids and
+    log-probs)."""
     if req.key in keys:
         raise BtError(f"duplicate request key {req.key!r} in one generate call")
     keys.add(req.key)
@@ -199,3 +211,10 @@ def check_request(req: GenRequest, keys: set[str]) -> None:
         raise BtError(f"request {req.key!r} has an empty prompt")
     if req.max_tokens <= 0:
         raise BtError(f"request {req.key!r}: max_tokens must be > 0")
+    stride = req.hidden_stride
+    if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 0:
+        raise BtError(f"request {req.key!r}: hidden_stride must be an integer >= 0, got {stride!r}")
+    if stride > 0 and not hidden_states:
+        raise BtError(f"request {req.key!r} asks for hidden vectors (hidden_stride {stride}); "
+                      "an HTTP backend cannot return hidden states: use --backend mlx or "
+                      "--hidden-stride 0")

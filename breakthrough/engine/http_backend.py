@@ -20,6 +20,10 @@ What is exact and what is not (recorded per run in `identity()`):
     else NaN;
   * full-distribution entropy: only (lower, upper) bounds from the top-20 (GenResult.
     entropy_bounds; `entropies` is NaN), except from bt serve, which reports the exact values;
+  * instrumentation (GenResult.signals, protocol 2.2): the fields the top-20 determine exactly
+    (margins, top-1 / top-5 / tail mass, surprisal, sampled-token regret); NaN for the
+    entropy-based and successive KL / JS fields and for the hidden-state fields (a server shows
+    no hidden states: a request for hidden vectors is refused);
   * seeds: per request; vLLM honours them; SGLang only in its deterministic-inference mode;
     bt serve gives exactly the local MLX backend's tokens."""
 
@@ -38,6 +42,7 @@ import numpy as np
 from breakthrough.engine import topk_stats, wire
 from breakthrough.engine.contract import GenRequest, GenResult, check_request, route_key
 from breakthrough.engine.fleet import Fleet
+from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
 from breakthrough.engine.http_client import Endpoint, EndpointDown, RequestFailed, RetryPolicy
 from breakthrough.errors import BtError
 from breakthrough.protocol import Sampling
@@ -248,7 +253,7 @@ class HttpEngine:
                     if req is None:  # nothing ready now: ask again after the next result
                         waiting = True
                         break
-                    check_request(req, keys)
+                    check_request(req, keys, hidden_states=False)  # no hidden vectors over HTTP
                     futures.add(self._pool.submit(self._one, req))
                 if not futures:
                     if exhausted:
@@ -364,4 +369,5 @@ def completion_result(req: GenRequest, comp: wire.Completion, eos_ids: frozenset
         entropies=ent, sampling_entropies=sent, finish_reason=finish, elapsed_s=0.0,
         prompt_tokens=len(req.prompt), cached_tokens=int(bt.get("cached_tokens", comp.cached_tokens)),
         entropy_bounds=bounds, top_ids=top_ids, top_logprobs=top_lps,
+        signals=topk_stats.topk_signals(tops, lps, SIGNAL_FIELDS + HIDDEN_FIELDS),
     )

@@ -22,7 +22,9 @@ They are thus comparable between greedy and sampled rows. With `instrument=True`
 each result also carries the protocol 2.2 per-token fields (`GenResult.signals`,
 `sampling.SIGNAL_FIELDS`) and the hidden-state fields (`sampling.HIDDEN_FIELDS`: of the final-
 normalised hidden state, read from the model's final norm during the same forward), computed in
-the same decode step: no second forward pass.
+the same decode step: no second forward pass. A request with `hidden_stride` N > 0 also gets
+the final-normalised hidden vectors of tokens 0, N, 2N, ... (`GenResult.hidden`, float16; the
+state whose logits drew each token), taken from that same forward.
 
 Reuse (the hints of the engine contract). A request with a `shared_prefix` starts from a cache of
 that sequence cut back to the request's prompt (one prefill per shared prefix, see
@@ -35,7 +37,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -44,6 +46,8 @@ from breakthrough.engine.prefix_cache import PrefixCache, cache_bytes, cache_len
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
+if TYPE_CHECKING:  # batch_step imports mlx at its top; this module imports it only to generate
+    from breakthrough.engine.batch_step import RowSpec
 
 _noticed = False
 
@@ -79,11 +83,15 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class _Row:
-    __slots__ = ("req", "tokens", "logprobs", "entropies", "sampling_entropies", "t0", "cached",
-                 "top", "signals")
+    """One request in flight: what its responses have delivered so far, and its `RowSpec`
+    (`spec`), whose `hidden_rows` collect the kept hidden vectors (`hidden_stride`)."""
 
-    def __init__(self, req: GenRequest, cached: int):
+    __slots__ = ("req", "spec", "tokens", "logprobs", "entropies", "sampling_entropies", "t0",
+                 "cached", "top", "signals", "hidden_scheduled")
+
+    def __init__(self, req: GenRequest, spec: "RowSpec", cached: int):
         self.req = req
+        self.spec = spec
         self.cached = cached
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
@@ -91,7 +99,34 @@ class _Row:
         self.sampling_entropies: list[float] = []
         self.top: list[tuple[list[int], list[float]]] = []
         self.signals: list[list[float]] = []
+        self.hidden_scheduled = 0  # spec.hidden_rows[:n] are evaluated or being evaluated
         self.t0 = time.perf_counter()
+
+    def schedule_hidden(self) -> list:
+        """The kept vectors not yet handed to MLX's evaluation. Each is a lazy float16 slice of
+        its step's whole [rows, d] hidden state; evaluating it promptly (asynchronously, so the
+        decode pipeline does not stall) lets that buffer go, so a long row holds d x 2 bytes per
+        kept token, not a batch's state per kept step."""
+        new = [v for _, v in self.spec.hidden_rows[self.hidden_scheduled:]]
+        self.hidden_scheduled = len(self.spec.hidden_rows)
+        return new
+
+    def hidden(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(token indices int32 [m], vectors float16 [m, d]) of the kept vectors of this row's
+        tokens (a row may have run one step past its last token: that vector is dropped); None
+        when the request asked for none."""
+        if self.spec.hidden_stride <= 0:
+            return None
+        import mlx.core as mx
+
+        kept = [(k, v) for k, v in self.spec.hidden_rows if k < len(self.tokens)]
+        if not kept:
+            raise BtError(f"request {self.req.key!r}: hidden vectors were asked for (hidden_stride "
+                          f"{self.spec.hidden_stride}) but the model's final norm could not be read")
+        stacked = mx.stack([v for _, v in kept])
+        mx.eval(stacked)
+        return (np.asarray([k for k, _ in kept], dtype=np.int32),
+                np.array(stacked, dtype=np.float16))
 
 
 class MlxEngine:
@@ -277,22 +312,26 @@ class MlxEngine:
                     new.append(req)
                 if new:
                     starts = [self._start(r) for r in new]
+                    specs = [RowSpec(r.seed, r.sampling, self.top_logprobs, self.instrument,
+                                     hidden_stride=r.hidden_stride) for r in new]
                     uids = gen.insert(
                         [feed for _, feed in starts],
                         max_tokens=[int(r.max_tokens) for r in new],
                         caches=[cache for cache, _ in starts],
-                        samplers=[RowSpec(r.seed, r.sampling, self.top_logprobs, self.instrument)
-                                  for r in new],
+                        samplers=specs,
                         stop_sequences=[self._stop(r) for r in new],
                     )
-                    for uid, r, (_, feed) in zip(uids, new, starts):
-                        rows[uid] = _Row(r, len(r.prompt) - len(feed))
+                    for uid, r, spec, (_, feed) in zip(uids, new, specs, starts):
+                        rows[uid] = _Row(r, spec, len(r.prompt) - len(feed))
                         self.prefill_tokens += len(feed)
                 if not rows:
                     if exhausted:
                         break
                     raise BtError("the request source had nothing ready while no row was in flight")
                 responses = gen.next_generated()
+                lazy = [v for row in rows.values() for v in row.schedule_hidden()]
+                if lazy:
+                    mx.async_eval(*lazy)
                 if not responses:
                     continue
                 for resp in responses:
@@ -349,6 +388,7 @@ class MlxEngine:
             top_ids=np.asarray([t[0] for t in row.top], dtype=np.int32) if row.top else None,
             top_logprobs=np.asarray([t[1] for t in row.top], dtype=np.float32) if row.top else None,
             signals=self._signals(row) if self.instrument else None,
+            hidden=row.hidden(),
         )
 
     @staticmethod

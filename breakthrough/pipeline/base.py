@@ -4,7 +4,12 @@ The base phase reads like protocol section 2: for every problem x model cell wit
 trace, one prefill of the chat prompt, sampling up to `base_max_tokens` with seed 11, stop only
 at EOS; segment the tokens (3.2), grade the whole decoded text (7), store everything. Each
 finished sample is committed on its own, so a kill loses at most the samples in flight and a
-rerun resumes with exactly the missing cells."""
+rerun resumes with exactly the missing cells.
+
+Hidden vectors (protocol 2.2): with `hidden_stride` N > 0 (the study's 8) every trace also
+stores the float16 final-normalised hidden vectors of its tokens 0, N, 2N, ... in
+RUN/hidden/<sample_id>.npz, committed with the sample (store.RunStore.add_samples). The stride
+is part of the run's identity (manifest `hidden_stride`): a resume with another is refused."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from breakthrough.engine import EngineSpec, make_engine
+from breakthrough.engine import HTTP_BACKENDS, EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest, GenResult
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
@@ -26,7 +31,7 @@ from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.pipeline.branches import request_facts
 from breakthrough.pipeline.manifest import (cell_id, check_engine, record_throughput,
                                              refuse_changed_run, request_identity, run_manifest)
-from breakthrough.protocol import Protocol
+from breakthrough.protocol import HIDDEN_STRIDE, Protocol
 from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.cohorts import cohort_digest, load_cohort
 from breakthrough.tasks.family import family_of, make_grader, user_message
@@ -63,13 +68,35 @@ def base_cells(loaded: Any, rows: Sequence[dict], protocol: Protocol, variant: s
     return cells
 
 
+def check_hidden_stride(stride: int, backend: str) -> int:
+    """--hidden-stride: an integer >= 0, and 0 on a backend that cannot return hidden states
+    (the HTTP servers); refused in one line before anything is loaded or written."""
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 0:
+        raise BtError(f"--hidden-stride: expected an integer >= 0 (0: store no hidden vectors), "
+                      f"got {stride!r}")
+    if stride > 0 and backend in HTTP_BACKENDS:
+        raise BtError(f"--hidden-stride {stride}: the {backend} backend cannot return hidden "
+                      "states; use --backend mlx, or --hidden-stride 0 to store none")
+    return stride
+
+
+def with_hidden_stride(identity: dict, stride: int) -> dict:
+    """A manifest (or request identity) with the run's hidden-vector stride, an identity field:
+    a run's trajectories all store the same tokens' vectors. (A run made before the field
+    existed records the stride of its first resumed request; its earlier samples have no rows
+    in hidden_vectors.)"""
+    return {**identity, "hidden_stride": int(stride)}
+
+
 def commit_trajectory(store: RunStore, grader: Any, loaded: Any, res: GenResult, item: dict, *,
                       cell_id: str, kind: str, budget: int, branch: int, seed: int,
-                      reasoning_tokens: bool = False) -> tuple[SampleRecord, Any] | None:
+                      reasoning_tokens: bool = False,
+                      hidden_stride: int = 0) -> tuple[SampleRecord, Any] | None:
     """One finished whole-trajectory request (a base trace, an attempt): segmented (3.2), graded
     on its whole text (7) and committed on its own, so a kill loses only rows in flight. A request
     a remote backend gave up on becomes an error row instead (None): the run goes on and a rerun
-    retries it. With `reasoning_tokens`, the cell's reasoning length is stored too (base traces)."""
+    retries it. With `reasoning_tokens`, the cell's reasoning length is stored too (base traces).
+    Its hidden vectors (`res.hidden`, asked for with `hidden_stride`) are committed with it."""
     if res.error or res.finish_reason == "error":
         store.add_error(cell_id, res.key, str(res.error or "generation failed"), res.endpoint or "")
         return None
@@ -82,7 +109,11 @@ def commit_trajectory(store: RunStore, grader: Any, loaded: Any, res: GenResult,
         entropies=res.entropies, sampling_entropies=res.sampling_entropies, signals=res.signals,
         elapsed_s=res.elapsed_s, peak_mem_mb=res.peak_memory_bytes / 2**20,
         extra={"prompt_tokens": res.prompt_tokens, **request_facts([res])},
+        hidden=res.hidden if hidden_stride > 0 else None, hidden_stride=hidden_stride,
     )
+    if hidden_stride > 0 and res.hidden is None:
+        raise BtError(f"{res.key}: the engine returned no hidden vectors (hidden_stride "
+                      f"{hidden_stride}); it cannot record them")
     grade = grader.grade(text, item, res.finish_reason)
     store.add_samples([rec], [grade],
                       reasoning_tokens={cell_id: reasoning_length(segments)} if reasoning_tokens else None)
@@ -99,21 +130,25 @@ def run_base(
     protocol: Protocol,
     engine: EngineSpec = EngineSpec(),
     variant: str = "plain",
+    hidden_stride: int = 0,
     on_start: Callable[[int, Any], None] | None = None,
     on_sample: Callable[[SampleRecord, Any], None] | None = None,
 ) -> BaseReport:
     """Generate, segment, grade and store the missing base traces of `rows` for one model,
-    on the engine `engine` names.
+    on the engine `engine` names, with the hidden vectors of every `hidden_stride`-th token.
 
     `on_start(n_todo, engine)` and `on_sample(record, grade)` let the CLI drive a progress bar."""
     family = family_of(rows)
+    check_hidden_stride(hidden_stride, engine.backend)
     cells = base_cells(loaded, rows, protocol, variant)  # refuses a long prompt before any write
     gen = make_engine(engine, loaded)
     store = RunStore(run_dir, create=True)
     try:
-        store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, cohort_digest, variant,
-                                           gen.identity()))
+        store.ensure_manifest(with_hidden_stride(
+            run_manifest(loaded, rows, protocol, cohort, cohort_digest, variant, gen.identity()),
+            hidden_stride))
         check_engine(store, gen)
+        store.remove_orphan_hidden()  # files a kill left between their rename and their commit
         store.add_cells(cells)
         done = {key[0] for key in store.existing_keys("base")}
         todo = [c for c in cells if c["cell_id"] not in done]
@@ -127,6 +162,7 @@ def run_base(
                 max_tokens=protocol.base_max_tokens,
                 seed=protocol.base_seed,
                 sampling=protocol.sampling,
+                hidden_stride=hidden_stride,
             )
             for c in todo
         )
@@ -139,7 +175,7 @@ def run_base(
                 cell = by_id[res.key]
                 done = commit_trajectory(store, grader, loaded, res, cell["item"], cell_id=res.key,
                                          kind="base", budget=0, branch=0, seed=protocol.base_seed,
-                                         reasoning_tokens=True)
+                                         reasoning_tokens=True, hidden_stride=hidden_stride)
                 if done is None:
                     report.failed += 1
                     continue
@@ -189,6 +225,7 @@ class BaseRequest:
     limit: int | None = None
     problems: str | None = None
     variant: str = "plain"
+    hidden_stride: int = HIDDEN_STRIDE  # protocol 2.2: every 8th token's hidden vector; 0 none
 
 
 def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None,
@@ -205,6 +242,7 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
         raise BtError("--max-tokens must be >= 1")
     if req.engine.batch_size < 1:
         raise BtError("--batch-size must be >= 1")
+    check_hidden_stride(req.hidden_stride, req.engine.backend)
     all_rows = load_cohort(req.cohort)
     digest = cohort_digest(all_rows)
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
@@ -217,7 +255,8 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
         else:
             run_name = f"{cohort_name}-{ident.alias}"
         run_dir = req.runs_dir / run_name
-        refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, req.variant))
+        refuse_changed_run(run_dir, with_hidden_stride(
+            request_identity(ident, rows, req.protocol, digest, req.variant), req.hidden_stride))
         loaded = load_model(name)
         base_cells(loaded, rows, req.protocol, req.variant)  # a too-long prompt: refused before any output
         ctx = loaded.config.get("max_position_embeddings")
@@ -229,7 +268,8 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
         def run(on_start=None, on_sample=None, loaded=loaded, run_dir=run_dir):
             return run_base(loaded=loaded, rows=rows, cohort=cohort_name, cohort_digest=digest,
                             run_dir=run_dir, protocol=req.protocol, engine=req.engine,
-                            variant=req.variant, on_start=on_start, on_sample=on_sample)
+                            variant=req.variant, hidden_stride=req.hidden_stride,
+                            on_start=on_start, on_sample=on_sample)
 
         reports.append(drive(run) if drive else run())
     return reports

@@ -14,7 +14,11 @@ Where attempts live: their own run directory, `RUNS/attempts/COHORT-MODEL` by de
 `RUNS/screens/COHORT-MODEL`). Not the `bt base` run: the attempt cap is part of the protocol
 digest (a run never mixes protocols), and one level below `runs/` keeps `bt continue` and
 `bt classify runs/` (which read run directories directly under the folder they are given) from
-treating attempts as cells to continue."""
+treating attempts as cells to continue.
+
+Hidden vectors: with `hidden_stride` N > 0 (bt sample's default, protocol 2.2's 8) each attempt
+also stores the float16 final-normalised hidden vectors of its tokens 0, N, 2N, ... in
+RUN/hidden/<sample_id>.npz, committed with it (see pipeline.base); screens store none."""
 
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ from breakthrough.engine import EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model, model_identity
-from breakthrough.pipeline.base import base_cells, commit_trajectory, select_rows
+from breakthrough.pipeline.base import (base_cells, check_hidden_stride, commit_trajectory,
+                                        select_rows, with_hidden_stride)
 from breakthrough.pipeline.manifest import (check_engine, record_throughput, refuse_changed_run,
                                              request_identity, run_manifest)
 from breakthrough.protocol import Protocol
@@ -57,6 +62,9 @@ class SampleRequest:
     problems: str | None = None
     seeds: tuple[int, ...] | None = None  # explicit seed of attempt b (screens); else attempt_seed
     subdir: str = "attempts"
+    # store every Nth token's hidden vector (0: none; `bt sample` passes protocol 2.2's 8,
+    # screens keep the 0 here: they only count successes)
+    hidden_stride: int = 0
 
 
 @dataclass
@@ -93,6 +101,7 @@ def check_request(req: SampleRequest) -> None:
         raise BtError(f"--seeds: {len(req.seeds)} seeds for {req.attempts} attempts")
     if not req.models:
         raise BtError("--model: no model named")
+    check_hidden_stride(req.hidden_stride, req.engine.backend)
 
 
 def run_dir_for(req: SampleRequest, cohort_name: str, alias: str) -> Path:
@@ -123,20 +132,24 @@ def _accepts_attempts(store: RunStore) -> None:
 
 def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, run_dir: Path,
                attempts: int, protocol: Protocol, engine: EngineSpec = EngineSpec(),
-               seeds: tuple[int, ...] | None = None,
+               seeds: tuple[int, ...] | None = None, hidden_stride: int = 0,
                on_start: Callable[[int, Any], None] | None = None,
                on_sample: Callable[[SampleRecord, Any], None] | None = None) -> SampleReport:
     """Generate, segment, grade and store the missing attempts 0..N-1 of every row's cell for
-    one loaded model; each attempt is committed when it finishes."""
+    one loaded model (with the hidden vectors of every `hidden_stride`-th token); each attempt
+    is committed when it finishes."""
     family = family_of(rows)
+    check_hidden_stride(hidden_stride, engine.backend)
     cells = base_cells(loaded, rows, protocol, "plain")  # a too-long prompt: refused before any write
     gen = make_engine(engine, loaded)
     store = RunStore(run_dir, create=True)
     try:
         _accepts_attempts(store)
-        store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, digest, "plain",
-                                           gen.identity()))
+        store.ensure_manifest(with_hidden_stride(
+            run_manifest(loaded, rows, protocol, cohort, digest, "plain", gen.identity()),
+            hidden_stride))
         check_engine(store, gen)
+        store.remove_orphan_hidden()  # files a kill left between their rename and their commit
         _refuse_other_seeds(store, lambda c, b: seed_of(c, b, seeds) if seeds is None or b < len(seeds)
                             else -1)
         store.update_manifest({"attempts": {"kind": KIND, "max_tokens": protocol.base_max_tokens,
@@ -154,7 +167,8 @@ def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, r
                 requests.append(GenRequest(key=key, prompt=c["prompt_ids"],
                                            max_tokens=protocol.base_max_tokens,
                                            seed=seed_of(c["cell_id"], b, seeds),
-                                           sampling=protocol.sampling))
+                                           sampling=protocol.sampling,
+                                           hidden_stride=hidden_stride))
         report = SampleReport(run_dir=run_dir, model=loaded.alias, todo=len(requests),
                               skipped=len(cells) * attempts - len(requests))
         if on_start:
@@ -166,7 +180,8 @@ def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, r
                 cell, branch = by_key[res.key]
                 done = commit_trajectory(store, grader, loaded, res, cell["item"], cell_id=cell["cell_id"],
                                          kind=KIND, budget=protocol.base_max_tokens, branch=branch,
-                                         seed=seed_of(cell["cell_id"], branch, seeds))
+                                         seed=seed_of(cell["cell_id"], branch, seeds),
+                                         hidden_stride=hidden_stride)
                 if done is None:
                     report.failed += 1
                     continue
@@ -200,7 +215,8 @@ def sample_runs(req: SampleRequest, *, announce: Callable[[str], None] | None = 
     for name in req.models:  # every model checked before any is loaded or written
         ident = model_identity(name)
         run_dir = run_dir_for(req, cohort_name, ident.alias)
-        refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, "plain"))
+        refuse_changed_run(run_dir, with_hidden_stride(
+            request_identity(ident, rows, req.protocol, digest, "plain"), req.hidden_stride))
         planned.append((name, run_dir))
     reports = []
     for name, run_dir in planned:
@@ -212,7 +228,8 @@ def sample_runs(req: SampleRequest, *, announce: Callable[[str], None] | None = 
         def run(on_start=None, on_sample=None, loaded=loaded, run_dir=run_dir):
             return run_sample(loaded=loaded, rows=rows, cohort=cohort_name, digest=digest,
                               run_dir=run_dir, attempts=req.attempts, protocol=req.protocol,
-                              engine=req.engine, seeds=req.seeds, on_start=on_start,
+                              engine=req.engine, seeds=req.seeds,
+                              hidden_stride=req.hidden_stride, on_start=on_start,
                               on_sample=on_sample)
 
         reports.append(drive(run) if drive else run())

@@ -6,8 +6,8 @@ Why a table per run: protocol 9.5's confirmatory test joins these summaries with
 The series are the engine's per-token instrumentation (GenResult.signals, stored by
 RunStore); `entropy` and `surprisal` also come from the stored entropies and log-probs, so runs
 made before the instrumentation existed still get their entropy / surprisal summaries (the
-others are NaN). The hidden-state series (hidden_norm, relative_l2_step, cosine_drift) are not
-recorded yet, so their three summaries are NaN."""
+others are NaN). The hidden-state series (hidden_norm, relative_l2_step, cosine_drift) are
+recorded by the MLX backend; HTTP backends cannot see hidden states, so there they are NaN."""
 
 from __future__ import annotations
 
