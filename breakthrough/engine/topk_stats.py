@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from breakthrough.engine.sampling import TAIL_K
 from breakthrough.protocol import Sampling
 
 
@@ -87,3 +88,35 @@ def max_logprob_difference(a: Mapping[int, float], b: Mapping[int, float]) -> fl
     if not shared:
         return float("inf")
     return max(abs(float(a[t]) - float(b[t])) for t in shared)
+
+
+def topk_signals(tops: Sequence[Mapping[int, float]], chosen: Sequence[float],
+                 names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The protocol 2.2 per-token fields (`names`, in `sampling.SIGNAL_FIELDS` order) that a
+    server's top-k raw log-probs determine exactly, one float32 array per name; NaN for those
+    it cannot (the entropy and what depends on it, and the successive KL / JS divergences,
+    which need whole distributions). `tops[j]`: {token id: log-prob} of step j (k >= 5; the
+    tail mass is exact for k >= 20 = the tail's definition); `chosen[j]`: the sampled token's
+    log-prob. Log-prob differences equal logit differences (one normaliser per step)."""
+    n = len(chosen)
+    out = {name: np.full(n, np.nan, dtype=np.float32) for name in names}
+    for j, (top, lp) in enumerate(zip(tops, chosen)):
+        vals = np.sort(np.asarray([v for v in top.values() if math.isfinite(v)], dtype=np.float64))[::-1]
+        if vals.size < 2:
+            continue
+        p = np.exp(vals)
+        fields = {
+            "top1_top2_logit_margin": vals[0] - vals[1],
+            "top1_top2_probability_margin": p[0] - p[1],
+            "top1_probability": p[0],
+            "surprisal": -float(lp),
+            "sampled_token_regret": max(vals[0] - float(lp), 0.0),
+        }
+        if vals.size >= 5:
+            fields["top5_probability_mass"] = p[:5].sum()
+        if vals.size >= TAIL_K:
+            fields["probability_tail_mass"] = max(1.0 - p[:TAIL_K].sum(), 0.0)
+        for name, value in fields.items():
+            if name in out:
+                out[name][j] = value
+    return out

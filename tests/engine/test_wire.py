@@ -49,6 +49,13 @@ def test_recorded_vllm_and_sglang_answers_give_the_same_result() -> None:
     # The protocol's top-k is 20: the sampling entropy is exact, and below ln(20).
     assert np.isfinite(v.sampling_entropies).all()
     assert (v.sampling_entropies <= math.log(20) + 1e-5).all()
+    # The instrumentation a top-20 determines: surprisal, regret, margins; NaN where it cannot.
+    for name in ("surprisal", "sampled_token_regret", "top1_probability", "probability_tail_mass"):
+        np.testing.assert_array_equal(v.signals[name], s.signals[name])
+    np.testing.assert_allclose(v.signals["surprisal"], -v.logprobs, rtol=1e-6)
+    np.testing.assert_allclose(v.signals["top1_probability"], np.exp(v.top_logprobs[:, 0]), rtol=1e-5)
+    assert (v.signals["sampled_token_regret"] >= 0).all()
+    assert np.isnan(v.signals["successive_js_divergence"]).all() and np.isnan(v.signals["hidden_norm"]).all()
     # Each sampled token's logprob is the one its step's top list gives it (raw, same numbers).
     for i, tok in enumerate(v.tokens):
         row = v.top_ids[i].tolist()
@@ -160,3 +167,28 @@ def test_sampling_entropy_is_unknown_without_top_k_and_zero_when_greedy() -> Non
     lp = [-1.0, -2.0, -3.0]
     assert math.isnan(topk_stats.sampling_entropy(lp, Sampling(temperature=0.6, top_k=0)))
     assert topk_stats.sampling_entropy(lp, Sampling(temperature=0.0)) == 0.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_topk_signals_equal_the_full_distribution_definitions(seed: int) -> None:
+    """What a server's top-20 determines equals the full-distribution instrumentation of the
+    MLX backend (sampling.token_signals_np); the rest is NaN, never a guess."""
+    from breakthrough.engine.sampling import SIGNAL_FIELDS, token_signals_np
+    from breakthrough.engine.topk_stats import topk_signals
+
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(6, 500)) * 3).astype(np.float32)
+    tokens = rng.integers(0, 500, size=6)
+    full, _ = token_signals_np(x, tokens, [None] * 6)
+    logp = x.astype(np.float64) - np.log(np.exp(x.astype(np.float64)).sum(-1, keepdims=True))
+    tops = [{int(i): float(logp[j, i]) for i in np.argsort(-logp[j])[:20]} for j in range(6)]
+    chosen = [float(logp[j, tokens[j]]) for j in range(6)]
+    got = topk_signals(tops, chosen, SIGNAL_FIELDS)
+    exact = ("top1_top2_logit_margin", "top1_top2_probability_margin", "top1_probability",
+             "top5_probability_mass", "probability_tail_mass", "surprisal", "sampled_token_regret")
+    for name in SIGNAL_FIELDS:
+        col = SIGNAL_FIELDS.index(name)
+        if name in exact:
+            np.testing.assert_allclose(got[name], full[:, col], rtol=1e-4, atol=1e-5, err_msg=name)
+        else:
+            assert np.isnan(got[name]).all(), name
