@@ -153,23 +153,16 @@ class _CpuStats:
 class SeededGenerationBatch(GenerationBatch):
     """`GenerationBatch` whose step draws all rows in one call (rows' samplers are RowSpecs)."""
 
-    _params_key: tuple = ()
-    _params: RowParams | None = None
-
-    def _row_params(self, specs: list[RowSpec], vocab: int) -> RowParams:
-        key = tuple(s.sampling for s in specs) + (vocab,)  # compared by value
-        if self._params is None or key != self._params_key:
-            self._params = row_params([s.sampling for s in specs], vocab)
-            self._params_key = key
-        return self._params
-
     _settings_key: tuple = ()
-    _settings: RowSettingsNp | None = None
+    _settings: RowParams | RowSettingsNp | None = None
 
-    def _settings_np(self, specs: list[RowSpec], vocab: int) -> RowSettingsNp:
-        key = tuple(s.sampling for s in specs) + (vocab,)  # compared by value
+    def _row_settings(self, specs: list[RowSpec], vocab: int, build):
+        """`build(samplings, vocab)` (sampling.row_params for MLX, row_settings_np for numpy),
+        rebuilt only when the rows' samplings change: rows come and go between steps, but most
+        steps see the same batch."""
+        key = (build, vocab) + tuple(s.sampling for s in specs)  # compared by value
         if self._settings is None or key != self._settings_key:
-            self._settings = row_settings_np([s.sampling for s in specs], vocab)
+            self._settings = build([s.sampling for s in specs], vocab)
             self._settings_key = key
         return self._settings
 
@@ -211,14 +204,14 @@ class SeededGenerationBatch(GenerationBatch):
             else:
                 mx.eval(logits)
             x = np.asarray(logits)
-            settings = self._settings_np(specs, x.shape[1])
+            settings = self._row_settings(specs, x.shape[1], row_settings_np)
             draw = draw_np(x, keys, settings)
             job = _CpuStats(logits, x, draw, settings.k, list(specs), instrument, hidden_np, top)
             bundle = (_stats_worker().submit(job),)
             tokens = mx.array(draw.tokens.astype(np.uint32))
         else:
             tokens, stats = sample_step(logits, mx.array(keys),
-                                        self._row_params(specs, logits.shape[-1]))
+                                        self._row_settings(specs, logits.shape[-1], row_params))
             if instrument:
                 prev = None
                 if any(s.prev is not None for s in specs):
