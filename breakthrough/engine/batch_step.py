@@ -125,14 +125,28 @@ def _stats_worker() -> ThreadPoolExecutor:
 
 class _CpuStats:
     """One CPU step's statistics (sampling.draw_stats_np, the instrumentation, the top
-    log-probs) from its logits and draw; called on the stats worker. Holds the MLX logits so
-    that the numpy view `x` of their memory stays valid."""
+    log-probs) from its logits and draw. Holds the MLX logits so that the numpy view `x` of
+    their memory stays valid.
 
-    __slots__ = ("logits", "x", "draw", "k", "specs", "instrument", "hidden", "top")
+    `start()` hands it to the stats worker; the next step calls it just before it blocks in
+    the forward pass's evaluation (which releases the GIL), so the worker's Python never
+    competes with the step's own bookkeeping for the GIL. `result()` waits for it (or runs it
+    here if it was never started)."""
+
+    __slots__ = ("logits", "x", "draw", "k", "specs", "instrument", "hidden", "top", "future")
 
     def __init__(self, logits, x, draw, k, specs, instrument, hidden, top):
         self.logits, self.x, self.draw, self.k = logits, x, draw, k
         self.specs, self.instrument, self.hidden, self.top = specs, instrument, hidden, top
+        self.future: Future | None = None
+
+    def start(self) -> None:
+        if self.future is None:
+            self.future = _stats_worker().submit(self)
+
+    def result(self) -> tuple:
+        self.start()
+        return self.future.result()  # type: ignore[union-attr]
 
     def __call__(self) -> tuple:
         x, specs, hidden = self.x, self.specs, self.hidden
@@ -181,6 +195,9 @@ class SeededGenerationBatch(GenerationBatch):
             logits, hidden = forward_with_hidden(self.model, inputs[:, None], self.prompt_cache)
         else:
             logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
+        for job in {id(b[0]): b[0] for b, _ in self._current_logprobs
+                    if isinstance(b[0], _CpuStats)}.values():
+            job.start()  # the previous step's statistics, beside this forward
         keys = row_keys([s.seed for s in specs], [s.step for s in specs])
         if hidden is not None and any(keep_hidden):
             for i, s in enumerate(specs):
@@ -207,7 +224,7 @@ class SeededGenerationBatch(GenerationBatch):
             settings = self._row_settings(specs, x.shape[1], row_settings_np)
             draw = draw_np(x, keys, settings)
             job = _CpuStats(logits, x, draw, settings.k, list(specs), instrument, hidden_np, top)
-            bundle = (_stats_worker().submit(job),)
+            bundle = (job,)
             tokens = mx.array(draw.tokens.astype(np.uint32))
         else:
             tokens, stats = sample_step(logits, mx.array(keys),
@@ -243,7 +260,7 @@ class SeededGenerationBatch(GenerationBatch):
 
         current = self._current_logprobs
         bundles = {id(b): b for b, _ in current}
-        arrays = {k: b[0].result() if isinstance(b[0], Future) else b for k, b in bundles.items()}
+        arrays = {k: b[0].result() if isinstance(b[0], _CpuStats) else b for k, b in bundles.items()}
         mx.eval(inputs, *[a for b in arrays.values() for a in b if isinstance(a, mx.array)])
         lists = {k: [a.tolist() for a in b] for k, b in arrays.items()}
         # Per row: [log-prob, entropy, sampling entropy, *SIGNAL_FIELDS, *HIDDEN_FIELDS when
