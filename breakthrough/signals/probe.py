@@ -16,6 +16,8 @@ Every AUROC, decomposition and bootstrap is `breakthrough.stats`; the probe is s
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -160,7 +162,12 @@ def oof_scores(x: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int = PRO
     folds = StratifiedGroupKFold(n_splits=min(N_FOLDS, n_groups), shuffle=True, random_state=seed)
     out = np.full(y.size, np.nan)
     codes, _ = stats.encode_groups(groups)
-    for train, test in folds.split(x, y, codes):
+    with warnings.catch_warnings():
+        # Folds by problem cannot all hold both classes when one class is rare; that case is
+        # handled below and reported once by bt probe, not as sklearn's per-split warning.
+        warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
+        splits = list(folds.split(x, y, codes))
+    for train, test in splits:
         if np.unique(y[train]).size < 2:
             out[test] = float(y[train].mean())
             continue

@@ -221,7 +221,17 @@ def run_probe(path: Path, *, model: str | None = None, anchors: Sequence[int] = 
                                      streams)
     result = probe.probe_table(data, n_boot=bootstrap, progress=progress)
     files = _write(out, result, src, anchors, max_tokens, bootstrap)
-    return ProbeRun(result, out, files, src.notes, len(src.trajectories), src.model)
+    notes = list(src.notes)
+    outcomes = [bool(t.correct) for t in src.trajectories]
+    rarer = min(sum(outcomes), len(outcomes) - sum(outcomes))
+    if rarer < probe.N_FOLDS:
+        forms = ("success", "successes") if sum(outcomes) == rarer else ("failure", "failures")
+        kind = forms[rarer != 1]
+        notes.append(f"only {rarer} {kind} among "
+                     f"{len(outcomes)} trajectories (fewer than the {probe.N_FOLDS} folds): a fold "
+                     "whose training rows hold one class scores its rows with that class's rate, "
+                     "so the AUROCs say little")
+    return ProbeRun(result, out, files, notes, len(src.trajectories), src.model)
 
 
 def _write(out: Path, result: probe.ProbeTable, src: Source, anchors: Sequence[int],

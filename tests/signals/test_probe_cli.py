@@ -157,3 +157,20 @@ def test_probe_on_a_math128_folder_grades_with_math_verify(tmp_path, tiny_model_
     # successes 1, 2, 3 of 4: every problem mid-band, so all 12 rows are analysed
     assert table.rows.iloc[0] == 12 and table.within_problems.iloc[0] == 3
     assert table.within_pair_weighted.iloc[-1] == 0.0  # LOO, from the math-verify grades
+
+
+def test_a_rare_class_is_one_note_not_sklearn_warnings(tiny_model_dir, tmp_path):
+    """One success in 12 attempts: folds by problem cannot all hold both classes; bt probe says
+    so once and keeps sklearn's per-split warnings out of the user's terminal."""
+    path = tmp_path / "rare.jsonl"
+    with open(path, "w") as fh:
+        for p in range(3):
+            for k in range(4):
+                ok = p == 0 and k == 0
+                fh.write(json.dumps({"problem_id": f"q{p}", "prompt": f"Compute {p} * {k}.",
+                                     "completion": _completion(p, k, ok), "correct": ok}) + "\n")
+    proc = run_bt("probe", path, "--model", tiny_model_dir, "--anchors", "4",
+                  "--max-tokens", "8", "--bootstrap", "20")
+    assert proc.returncode == 0, proc.stderr
+    assert "bt: note: only 1 success among 12 trajectories" in proc.stderr
+    assert "Warning" not in proc.stderr
