@@ -19,10 +19,11 @@ Both sides run in this process, so both use the same BLAS (see `breakthrough/eng
 `BT_BLAS=reference` measures MLX's bundled one). Repeats alternate bt / reference so machine load
 hits both alike; prints tok/s of each, the ratio per repeat and the median.
 
-Measured on the 2-core CI-class CPU while other jobs loaded it (load average 5-13), OpenBLAS,
-2026-11-30: tiny model bt 202.7 / 709.3 tok/s vs reference 45.3 / 58.9 tok/s -> 4.48x and
-12.04x (median 8.26x); deep model (1 repeat) bt 90.7 vs 18.4 tok/s -> 4.92x (163.6 s vs 805.4 s),
-14,848 tokens on each side. Before issue 15 (same workload): 1.67x tiny, 1.53x deep.
+Measured on the 2-core CI-class CPU, OpenBLAS, 2026-11-30 (after the CPU step's worker thread):
+tiny model, idle machine: bt 967.1 / 959.6 tok/s vs reference 112.9 / 111.5 tok/s -> 8.56x and
+8.61x; deep model, while the test suite ran beside it for part of the time: bt 205.8 / 295.9 vs
+32.6 / 56.5 tok/s -> 6.31x and 5.23x (median 5.77x), 14,848 tokens on each side. Before issue 15
+(same workload): 1.67x tiny, 1.53x deep.
 
     .venv/bin/python bench/continue_throughput.py                       # tiny: 4 layers, width 128
     .venv/bin/python bench/continue_throughput.py --model deep          # 8 layers, width 384

@@ -4,17 +4,34 @@
 log-prob, full-distribution entropy, sampling entropy), evaluation and mlx-lm's Python
 bookkeeping. Issue 15's goal: at most 10 % of the step at batch 32 on the tiny model.
 
-Two ways of running the same step, measured in the same run:
-  * bt: `engine.batch_step.SeededBatchGenerator`, one batched seeded sampler for all rows;
+Three ways of running the same step, measured in the same run:
+  * bt: `engine.batch_step.SeededBatchGenerator`, one batched seeded sampler for all rows, with
+    the log-prob and the two entropies per token;
+  * bt+instr: the same with the protocol 2.2 instrumentation (bt's default);
   * per-row (before issue 15): mlx-lm's stock `BatchGenerator` with one `make_sampler` object per
     row (so one Python sampler call per row per step) and the full-vocabulary statistics
     evaluated per step from the stacked log-prob rows, as bt's engine did.
 Step time: the median over `--steps` calls of `next_generated()`; forward time: the median of
 `model(tokens, cache)` plus its evaluation on the same batch state. Rounds alternate.
 
-Measured (tiny model, OpenBLAS, loaded 2-core machine, 2 rounds x 30 steps): step / other at
-batch 1: per-row 10.4 ms / 58 %, bt 9.0 ms / 1 %; batch 8: 122.6 ms / 86 %, bt 18.3 ms / 29 %;
-batch 32: 391.6 ms / 93 %, bt 19.5 ms / 22 % (4.3 ms; the goal of 10 % is not reached yet).
+On CPU, bt's step draws the tokens on the forward's path and computes the statistics on a worker
+thread beside the next forward.
+
+Measured 2026-11-30 on the idle 2-core CPU, OpenBLAS, `--rounds 3 --steps 30` (tiny) and
+`--model deep --rounds 2 --steps 20`; other = step - forward, as % of the step:
+
+    model  batch   per-row            bt                 bt+instr
+    tiny       1   7.96 ms / 67 %     3.01 ms / 18 %     3.13 ms / 27 %
+    tiny       8   48.6 ms / 91 %     5.83 ms / 28 %     6.28 ms / 31 %
+    tiny      32   183.8 ms / 95 %    12.25 ms / 32 %    13.84 ms / 41 %
+    deep       1   18.0 ms / 31 %     11.2 ms / 12 %     13.3 ms / 18 %
+    deep       8   65.3 ms / 67 %     23.1 ms / 9 %      22.8 ms / 13 %
+    deep      32   219.8 ms / 83 %    44.1 ms / 16 %     46.3 ms / 22 %
+
+Issue 15's goal (other <= 10 % at batch 32 on the tiny model) is not reached: the exact
+per-token statistics need one exp pass over the 49,152-way distribution of every row (about
+1.3-1.7 ms of a core at batch 32, numpy; MLX's CPU exp is scalar, 14 ms), and the tiny model's
+forward (8 ms) keeps both cores busy, so work beside it still lengthens it (8 -> 10 ms measured).
 
     .venv/bin/python bench/decode_profile.py                  # tiny: 4 layers, width 128
     .venv/bin/python bench/decode_profile.py --model deep     # 8 layers, width 384
