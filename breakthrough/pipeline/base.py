@@ -80,14 +80,6 @@ def check_hidden_stride(stride: int, backend: str) -> int:
     return stride
 
 
-def with_hidden_stride(identity: dict, stride: int) -> dict:
-    """A manifest (or request identity) with the run's hidden-vector stride, an identity field:
-    a run's trajectories all store the same tokens' vectors. (A run made before the field
-    existed records the stride of its first resumed request; its earlier samples have no rows
-    in hidden_vectors.)"""
-    return {**identity, "hidden_stride": int(stride)}
-
-
 def commit_trajectory(store: RunStore, grader: Any, loaded: Any, res: GenResult, item: dict, *,
                       cell_id: str, kind: str, budget: int, branch: int, seed: int,
                       reasoning_tokens: bool = False,
@@ -144,9 +136,8 @@ def run_base(
     gen = make_engine(engine, loaded)
     store = RunStore(run_dir, create=True)
     try:
-        store.ensure_manifest(with_hidden_stride(
-            run_manifest(loaded, rows, protocol, cohort, cohort_digest, variant, gen.identity()),
-            hidden_stride))
+        store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, cohort_digest, variant,
+                                           gen.identity(), hidden_stride))
         check_engine(store, gen)
         store.remove_orphan_hidden()  # files a kill left between their rename and their commit
         store.add_cells(cells)
@@ -255,8 +246,8 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
         else:
             run_name = f"{cohort_name}-{ident.alias}"
         run_dir = req.runs_dir / run_name
-        refuse_changed_run(run_dir, with_hidden_stride(
-            request_identity(ident, rows, req.protocol, digest, req.variant), req.hidden_stride))
+        refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, req.variant,
+                                                     req.hidden_stride))
         loaded = load_model(name)
         base_cells(loaded, rows, req.protocol, req.variant)  # a too-long prompt: refused before any output
         ctx = loaded.config.get("max_position_embeddings")

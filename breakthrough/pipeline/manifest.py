@@ -37,12 +37,17 @@ def cell_id(alias: str, problem_id: str) -> str:
 
 
 def request_identity(model: Any, rows: Sequence[dict], protocol: Protocol, cohort_digest: str,
-                     variant: str) -> dict:
+                     variant: str, hidden_stride: int | None = None) -> dict:
     """The identity fields of a `bt base` request that are known before the weights are loaded
     (`model` is a `LoadedModel` or a `loading.ModelIdentity`), plus the whole protocol so a
-    refusal can name the constant that differs."""
+    refusal can name the constant that differs.
+
+    `hidden_stride` (bt base, bt sample: the stored hidden vectors' stride, protocol 2.2) is an
+    identity field: a run's trajectories all store the same tokens' vectors. A run made before
+    the field existed records the stride of its first resumed request; its earlier samples have
+    no rows in hidden_vectors. None: the request stores no vectors and says nothing of them."""
     family = family_of(rows)
-    return {
+    identity = {
         "model_id": model.model_id,
         "model_revision": model.revision,
         "task_family": family,
@@ -51,15 +56,20 @@ def request_identity(model: Any, rows: Sequence[dict], protocol: Protocol, cohor
         "cohort_digest": cohort_digest,
         "prompt_version": protocol.prompt_version if family == "math" else f"{protocol.prompt_version}/{variant}",
     }
+    if hidden_stride is not None:
+        identity["hidden_stride"] = int(hidden_stride)
+    return identity
 
 
 def run_manifest(loaded: Any, rows: Sequence[dict], protocol: Protocol, cohort: str,
-                 cohort_digest: str, variant: str, engine: dict[str, Any] | None = None) -> dict:
+                 cohort_digest: str, variant: str, engine: dict[str, Any] | None = None,
+                 hidden_stride: int | None = None) -> dict:
     """What defines the run (identity fields, see store.IDENTITY_FIELDS) plus what documents it.
     `cohort_digest` is of the whole cohort file, so --limit/--problems subsets share one run;
-    `engine` is the engine's `identity()` (recorded by the first generation when absent)."""
+    `engine` is the engine's `identity()` (recorded by the first generation when absent);
+    `hidden_stride` as in `request_identity`."""
     manifest = {
-        **request_identity(loaded, rows, protocol, cohort_digest, variant),
+        **request_identity(loaded, rows, protocol, cohort_digest, variant, hidden_stride),
         "model_alias": loaded.alias,
         "family": loaded.family.name,
         "cohort": cohort,

@@ -33,7 +33,7 @@ from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model, model_identity
 from breakthrough.pipeline.base import (base_cells, check_hidden_stride, commit_trajectory,
-                                        select_rows, with_hidden_stride)
+                                        select_rows)
 from breakthrough.pipeline.manifest import (check_engine, record_throughput, refuse_changed_run,
                                              request_identity, run_manifest)
 from breakthrough.protocol import Protocol
@@ -145,9 +145,8 @@ def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, r
     store = RunStore(run_dir, create=True)
     try:
         _accepts_attempts(store)
-        store.ensure_manifest(with_hidden_stride(
-            run_manifest(loaded, rows, protocol, cohort, digest, "plain", gen.identity()),
-            hidden_stride))
+        store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, digest, "plain",
+                                           gen.identity(), hidden_stride))
         check_engine(store, gen)
         store.remove_orphan_hidden()  # files a kill left between their rename and their commit
         _refuse_other_seeds(store, lambda c, b: seed_of(c, b, seeds) if seeds is None or b < len(seeds)
@@ -215,8 +214,8 @@ def sample_runs(req: SampleRequest, *, announce: Callable[[str], None] | None = 
     for name in req.models:  # every model checked before any is loaded or written
         ident = model_identity(name)
         run_dir = run_dir_for(req, cohort_name, ident.alias)
-        refuse_changed_run(run_dir, with_hidden_stride(
-            request_identity(ident, rows, req.protocol, digest, "plain"), req.hidden_stride))
+        refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, "plain",
+                                                     req.hidden_stride))
         planned.append((name, run_dir))
     reports = []
     for name, run_dir in planned:
