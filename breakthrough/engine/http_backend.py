@@ -369,5 +369,5 @@ def completion_result(req: GenRequest, comp: wire.Completion, eos_ids: frozenset
         entropies=ent, sampling_entropies=sent, finish_reason=finish, elapsed_s=0.0,
         prompt_tokens=len(req.prompt), cached_tokens=int(bt.get("cached_tokens", comp.cached_tokens)),
         entropy_bounds=bounds, top_ids=top_ids, top_logprobs=top_lps,
-        signals=topk_stats.topk_signals(tops, lps, SIGNAL_FIELDS + HIDDEN_FIELDS),
+        signals=topk_stats.topk_signals(top_lps, lps, SIGNAL_FIELDS + HIDDEN_FIELDS),
     )

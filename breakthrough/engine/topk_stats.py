@@ -90,33 +90,35 @@ def max_logprob_difference(a: Mapping[int, float], b: Mapping[int, float]) -> fl
     return max(abs(float(a[t]) - float(b[t])) for t in shared)
 
 
-def topk_signals(tops: Sequence[Mapping[int, float]], chosen: Sequence[float],
+def topk_signals(top_logprobs: np.ndarray, chosen: Sequence[float],
                  names: Sequence[str]) -> dict[str, np.ndarray]:
     """The protocol 2.2 per-token fields (`names`, in `sampling.SIGNAL_FIELDS` order) that a
     server's top-k raw log-probs determine exactly, one float32 array per name; NaN for those
     it cannot (the entropy and what depends on it, and the successive KL / JS divergences,
-    which need whole distributions). `tops[j]`: {token id: log-prob} of step j (k >= 5; the
-    tail mass is exact for k >= 20 = the tail's definition); `chosen[j]`: the sampled token's
-    log-prob. Log-prob differences equal logit differences (one normaliser per step)."""
-    n = len(chosen)
-    out = {name: np.full(n, np.nan, dtype=np.float32) for name in names}
-    for j, (top, lp) in enumerate(zip(tops, chosen)):
-        vals = np.sort(np.asarray([v for v in top.values() if math.isfinite(v)], dtype=np.float64))[::-1]
-        if vals.size < 2:
-            continue
-        p = np.exp(vals)
+    which need whole distributions). `top_logprobs` [n, k]: each step's k largest log-probs,
+    descending, -inf where the server reported fewer (a step with fewer than 2 gets NaN
+    throughout; top-5 mass needs 5, the tail mass TAIL_K = 20); `chosen[j]`: the sampled
+    token's log-prob. Log-prob differences equal logit differences (one normaliser per step)."""
+    lp = np.asarray(top_logprobs, dtype=np.float64).reshape(len(chosen), -1)
+    if lp.shape[1] < 2:
+        lp = np.pad(lp, ((0, 0), (0, 2 - lp.shape[1])), constant_values=-np.inf)
+    reported = np.isfinite(lp).sum(-1)
+    p = np.exp(lp)  # 0 where nothing was reported
+    lp_chosen = np.asarray(chosen, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
         fields = {
-            "top1_top2_logit_margin": vals[0] - vals[1],
-            "top1_top2_probability_margin": p[0] - p[1],
-            "top1_probability": p[0],
-            "surprisal": -float(lp),
-            "sampled_token_regret": max(vals[0] - float(lp), 0.0),
+            "top1_top2_logit_margin": lp[:, 0] - lp[:, 1],
+            "top1_top2_probability_margin": p[:, 0] - p[:, 1],
+            "top1_probability": p[:, 0],
+            "surprisal": -lp_chosen,
+            "sampled_token_regret": np.maximum(lp[:, 0] - lp_chosen, 0.0),
+            "top5_probability_mass": np.where(reported >= 5, p[:, :5].sum(-1), np.nan),
+            "probability_tail_mass": np.where(reported >= TAIL_K,
+                                              np.maximum(1.0 - p[:, :TAIL_K].sum(-1), 0.0), np.nan),
         }
-        if vals.size >= 5:
-            fields["top5_probability_mass"] = p[:5].sum()
-        if vals.size >= TAIL_K:
-            fields["probability_tail_mass"] = max(1.0 - p[:TAIL_K].sum(), 0.0)
-        for name, value in fields.items():
-            if name in out:
-                out[name][j] = value
+    out = {}
+    for name in names:
+        value = fields.get(name)
+        col = np.full(len(lp), np.nan) if value is None else np.where(reported >= 2, value, np.nan)
+        out[name] = col.astype(np.float32)
     return out
