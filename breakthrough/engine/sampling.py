@@ -311,11 +311,22 @@ def _chunked_top(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return ids, top, mass, mass * w, vals.shape[1] - k
 
 
+def _candidate_search(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, tuple | None]:
+    """(ids [n, k] of each row's k largest entries, unsorted; row max [n, 1]; the mass bounds of
+    `_chunked_top` as (lower, upper, others), or None where the search was not by groups: the
+    whole vocabulary (k >= V), or too few groups for k (a plain partition))."""
+    vocab = x.shape[1]
+    if k >= vocab:
+        return np.broadcast_to(np.arange(vocab), x.shape), x.max(-1, keepdims=True), None
+    if 2 * k > vocab // _SEARCH_CHUNK:
+        return np.argpartition(-x, k - 1, axis=-1)[:, :k], x.max(-1, keepdims=True), None
+    ids, top, lower, upper, others = _chunked_top(x, k)
+    return ids, top, (lower, upper, others)
+
+
 def _top_candidates_np(x: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the k largest entries of each row of x [n, V], unsorted."""
-    if 2 * k > x.shape[1] // _SEARCH_CHUNK:
-        return np.argpartition(-x, k - 1, axis=-1)[:, :k]
-    return _chunked_top(x, k)[0]
+    """Ids of the k largest entries of each row of x [n, V], unsorted (all ids when k >= V)."""
+    return _candidate_search(x, k)[0]
 
 
 @dataclass
@@ -344,16 +355,7 @@ def draw_np(x: np.ndarray, keys: np.ndarray, settings: RowSettingsNp) -> Draw:
     rows = settings.sampled
     xs = x if settings.all_sampled else x[rows]
     k = settings.k
-    bounds = None
-    if k >= vocab:
-        idx = np.broadcast_to(np.arange(vocab), xs.shape)
-        top = xs.max(-1, keepdims=True)
-    elif 2 * k > vocab // _SEARCH_CHUNK:
-        idx = np.argpartition(-xs, k - 1, axis=-1)[:, :k]
-        top = xs.max(-1, keepdims=True)
-    else:
-        idx, top, lower, upper, others = _chunked_top(xs, k)
-        bounds = (lower, upper, others)
+    idx, top, bounds = _candidate_search(xs, k)
     cand = np.take_along_axis(xs, idx, axis=-1)
     order = np.argsort(-cand, axis=-1, kind="stable")
     idx = np.take_along_axis(idx, order, axis=-1)
@@ -421,12 +423,9 @@ def draw_stats_np(x: np.ndarray, draw: Draw, k: int = 0) -> tuple[np.ndarray, tu
     return np.stack([chosen, ent, s_ent], axis=1).astype(np.float32), full
 
 
-def sample_step_np(logits: np.ndarray, keys: np.ndarray, samplings: Sequence[Sampling],
-                   full: tuple | None = None):
+def sample_step_np(logits: np.ndarray, keys: np.ndarray, samplings: Sequence[Sampling]):
     """`sample_step` on a float32 numpy array [n, V] (MLX's CPU device); the same definition:
-    same candidate set, same hashed Gumbel noise. (`full` is accepted for callers that already
-    computed `full_distribution_np`; the draw does not need it.) Returns (tokens int64 [n],
-    stats [n, 3])."""
+    same candidate set, same hashed Gumbel noise. Returns (tokens int64 [n], stats [n, 3])."""
     x = np.asarray(logits, dtype=np.float32)
     settings = row_settings_np(samplings, x.shape[1])
     draw = draw_np(x, keys, settings)
@@ -440,7 +439,7 @@ def top_logprobs_np(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
     k = min(int(k), x.shape[-1])
     m = x.max(-1, keepdims=True)
     lse = m + np.log(np.exp(x - m).sum(-1, keepdims=True))
-    idx = _top_candidates_np(x, k) if k < x.shape[-1] else np.broadcast_to(np.arange(x.shape[-1]), x.shape)
+    idx = _top_candidates_np(x, k)
     vals = np.take_along_axis(x, idx, axis=-1)
     order = np.argsort(-vals, axis=-1, kind="stable")
     return (np.take_along_axis(idx, order, axis=-1).astype(np.int32),
@@ -489,7 +488,7 @@ def token_signals_np(x: np.ndarray, tokens: np.ndarray, prev: Sequence,
     m, e, s, lse, ent, tops = full if full is not None else full_distribution_np(x)
     p = e / s
     k = min(max(TAIL_K, 5), vocab)
-    top = _top_candidates(x, k, tops) if k < vocab else np.broadcast_to(np.arange(vocab), x.shape)
+    top = _top_candidates(x, k, tops)
     tl = -np.sort(-np.take_along_axis(x, top, axis=-1), axis=-1)
     tp = np.exp(tl - lse)
     out = np.full((n, len(SIGNAL_FIELDS)), np.nan, dtype=np.float32)
