@@ -68,7 +68,8 @@ class RowSpec:
         self.prev_hidden = None  # this row's previous final-normalised hidden state
         # Keep the final-normalised hidden vector (float16) of every `hidden_stride`-th token
         # (0: none): `hidden_rows` gets (k, vector) for token index k = 0, stride, 2 stride...,
-        # the state whose logits drew token k (protocol 2.2's recorder). Rows may run one token
+        # the state whose logits drew token k (protocol 2.2's recorder), evaluated with its step
+        # so that the step's whole [rows, d] state is not kept alive by a lazy slice. Rows may run one token
         # past the row's end (the step ahead); the reader drops indices >= its token count.
         self.hidden_stride = max(0, int(hidden_stride))
         self.hidden_rows: list = []
@@ -199,10 +200,12 @@ class SeededGenerationBatch(GenerationBatch):
                     if isinstance(b[0], _CpuStats)}.values():
             job.start()  # the previous step's statistics, beside this forward
         keys = row_keys([s.seed for s in specs], [s.step for s in specs])
+        kept = []  # this step's kept vectors, evaluated with the step (their buffer then goes)
         if hidden is not None and any(keep_hidden):
             for i, s in enumerate(specs):
                 if keep_hidden[i]:
-                    s.hidden_rows.append((s.step, hidden[i].astype(mx.float16)))
+                    kept.append(hidden[i].astype(mx.float16))
+                    s.hidden_rows.append((s.step, kept[-1]))
         for s in specs:
             s.step += 1
         top = max((s.top for s in specs), default=0)
@@ -256,7 +259,7 @@ class SeededGenerationBatch(GenerationBatch):
         # Start the next step's tokens and statistics, then read the current ones (as mlx-lm).
         self._next_tokens = tokens
         self._next_logprobs = [(bundle, i) for i in range(len(specs))]
-        mx.async_eval(tokens, *[a for a in bundle if isinstance(a, mx.array)])
+        mx.async_eval(tokens, *[a for a in bundle if isinstance(a, mx.array)], *kept)
 
         current = self._current_logprobs
         bundles = {id(b): b for b, _ in current}

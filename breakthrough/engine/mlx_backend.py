@@ -87,7 +87,7 @@ class _Row:
     (`spec`), whose `hidden_rows` collect the kept hidden vectors (`hidden_stride`)."""
 
     __slots__ = ("req", "spec", "tokens", "logprobs", "entropies", "sampling_entropies", "t0",
-                 "cached", "top", "signals", "hidden_scheduled")
+                 "cached", "top", "signals")
 
     def __init__(self, req: GenRequest, spec: "RowSpec", cached: int):
         self.req = req
@@ -99,17 +99,7 @@ class _Row:
         self.sampling_entropies: list[float] = []
         self.top: list[tuple[list[int], list[float]]] = []
         self.signals: list[list[float]] = []
-        self.hidden_scheduled = 0  # spec.hidden_rows[:n] are evaluated or being evaluated
         self.t0 = time.perf_counter()
-
-    def schedule_hidden(self) -> list:
-        """The kept vectors not yet handed to MLX's evaluation. Each is a lazy float16 slice of
-        its step's whole [rows, d] hidden state; evaluating it promptly (asynchronously, so the
-        decode pipeline does not stall) lets that buffer go, so a long row holds d x 2 bytes per
-        kept token, not a batch's state per kept step."""
-        new = [v for _, v in self.spec.hidden_rows[self.hidden_scheduled:]]
-        self.hidden_scheduled = len(self.spec.hidden_rows)
-        return new
 
     def hidden(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(token indices int32 [m], vectors float16 [m, d]) of the kept vectors of this row's
@@ -329,9 +319,6 @@ class MlxEngine:
                         break
                     raise BtError("the request source had nothing ready while no row was in flight")
                 responses = gen.next_generated()
-                lazy = [v for row in rows.values() for v in row.schedule_hidden()]
-                if lazy:
-                    mx.async_eval(*lazy)
                 if not responses:
                     continue
                 for resp in responses:
