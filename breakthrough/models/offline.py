@@ -240,7 +240,7 @@ def convert_gguf(src: Path, out: Path, weights: str = "q4") -> Path:
     dequantizes every quantized layer (exactly: the affine triples) and stores float32."""
     import mlx.core as mx
     import mlx.nn as nn
-    from mlx_lm.utils import _get_classes, save_model
+    from mlx_lm.utils import _get_classes
 
     meta = _fields(src)
     arch = meta.get("general.architecture")
@@ -313,12 +313,7 @@ def convert_gguf(src: Path, out: Path, weights: str = "q4") -> Path:
         mx.eval(model.parameters())
         cfg.pop("quantization", None)
         cfg.pop("quantization_config", None)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_model(out, model)
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    tok = build_tokenizer(meta)
-    tok.save_pretrained(str(out))
+    out = save_model_folder(out, model, cfg, build_tokenizer(meta))
     (out / MARKER).write_text(
         json.dumps(
             {
@@ -349,6 +344,19 @@ def conversion_identity(folder: Path) -> str | None:
 # Tiny random-weight model (tests, quick demos)
 
 
+def save_model_folder(out: Path | str, model, cfg: dict, tokenizer) -> Path:
+    """An mlx-lm model folder at `out`: the weights (mlx-lm's `save_model`), `config.json` and
+    the tokenizer's files; what `mlx_lm.load` and `bt` read back."""
+    from mlx_lm.utils import save_model
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_model(out, model)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    tokenizer.save_pretrained(str(out))
+    return out
+
+
 def write_tiny_model(
     out: Path,
     tokenizer=None,
@@ -364,7 +372,6 @@ def write_tiny_model(
     from the GGUF). Float32 weights; decodes in well under a millisecond per token."""
     import mlx.core as mx
     from mlx_lm.models import llama
-    from mlx_lm.utils import save_model
 
     tok = tokenizer if tokenizer is not None else tokenizer_from_gguf()
     vocab = len(tok)
@@ -389,9 +396,4 @@ def write_tiny_model(
     # spread enough that sampled rows differ (a tied head just repeats the input token).
     model.lm_head.weight = mx.random.normal(model.lm_head.weight.shape) * 0.4
     mx.eval(model.parameters())
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_model(out, model)
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    tok.save_pretrained(str(out))
-    return out
+    return save_model_folder(out, model, cfg, tok)

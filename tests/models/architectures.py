@@ -19,10 +19,11 @@ chat templates come from (and their licences): tests/models/templates/README.md.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from breakthrough.models.offline import save_model_folder
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -160,7 +161,7 @@ def write_architecture(out: Path, arch: Architecture, base_tokenizer: Any, *, se
     head): bench/long_trace.py silences EOS and the close marker so the base trace runs the full
     16,384 thinking tokens."""
     import mlx.core as mx
-    from mlx_lm.utils import _get_classes, save_model
+    from mlx_lm.utils import _get_classes
 
     tok = architecture_tokenizer(base_tokenizer, arch)
     vocab = len(tok)
@@ -181,11 +182,7 @@ def write_architecture(out: Path, arch: Architecture, base_tokenizer: Any, *, se
     for t in silence:
         head.weight[tok.convert_tokens_to_ids(t)] = 0.0
     mx.eval(model.parameters())
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_model(out, model)
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    tok.save_pretrained(str(out))
+    out = save_model_folder(out, model, cfg, tok)
     if arch.family == "ministral3":
         (out / "SYSTEM_PROMPT.txt").write_text(MINISTRAL_SYSTEM_PROMPT)
     return out
