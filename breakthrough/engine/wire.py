@@ -222,13 +222,19 @@ def _triples(rows: Any, what: str) -> list[tuple[float, int]]:
     return out
 
 
-def parse_sglang(body: Any) -> Completion:
-    """A `/generate` answer (one prompt, return_logprob) as a `Completion`."""
+def _sglang_answer(body: Any) -> tuple[dict, dict]:
+    """(answer, its meta_info) of a `/generate` body for one prompt (SGLang may wrap it in a
+    one-element list)."""
     if isinstance(body, list) and len(body) == 1:
         body = body[0]
     if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
         raise MalformedResponse("the response has no meta_info object")
-    meta = body["meta_info"]
+    return body, body["meta_info"]
+
+
+def parse_sglang(body: Any) -> Completion:
+    """A `/generate` answer (one prompt, return_logprob) as a `Completion`."""
+    body, meta = _sglang_answer(body)
     out_lp = _triples(meta.get("output_token_logprobs"), "output_token_logprobs")
     ids = body.get("output_ids")
     if ids is None:
@@ -257,11 +263,7 @@ def parse_sglang(body: Any) -> Completion:
 
 def parse_sglang_prompt_logprobs(body: Any) -> list[dict[int, float]]:
     """meta_info.input_token_logprobs / input_top_logprobs as {token id: logprob} per position."""
-    if isinstance(body, list) and len(body) == 1:
-        body = body[0]
-    if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
-        raise MalformedResponse("the response has no meta_info object")
-    meta = body["meta_info"]
+    _, meta = _sglang_answer(body)
     own = _triples(meta.get("input_token_logprobs"), "input_token_logprobs")
     tops = meta.get("input_top_logprobs") or [None] * len(own)
     out = []
