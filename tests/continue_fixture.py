@@ -21,6 +21,10 @@ from breakthrough.store import RunStore, SampleRecord
 
 FILLER = " the cat sat on the mat and then"
 
+# A: box after ~100 reasoning tokens (crossing at 128, bisection to 96/112);
+# B: box after ~200 of ~260 (crossing only at the final anchor 256: censored -> A1 top-up).
+TWO_CELLS = {"pA": (100, 200), "pB": (200, 50)}
+
 
 def trace_with_box(loaded, before: int, after: int) -> list[int]:
     """<think> + ~before filler tokens + \\boxed{7} + ~after filler tokens + </think> + text."""
@@ -54,3 +58,10 @@ def make_run(run_dir: Path, model_dir: Path, layout: dict[str, tuple[int, int]])
                            text=decode(loaded.tokenizer, toks), finish_reason="eos", segments=seg)
         store.add_samples([rec], reasoning_tokens={cid: reasoning_length(seg)})
     return store
+
+
+def two_cell_run(root: Path, model_dir: Path) -> Path:
+    """ROOT/runs/fx: the `TWO_CELLS` run (store closed), the pipeline tests' common fixture."""
+    run_dir = root / "runs" / "fx"
+    make_run(run_dir, model_dir, TWO_CELLS).close()
+    return run_dir

@@ -21,18 +21,8 @@ from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore
 from breakthrough.tasks.grade import Grade
 
-from continue_fixture import make_run
-
-# A: box after ~100 reasoning tokens (crossing at 128, bisection to 96/112);
-# B: box after ~200 of ~260 (crossing only at the final anchor 256: censored -> A1 top-up).
-LAYOUT = {"pA": (100, 200), "pB": (200, 50)}
+# The `fixture_run` fixture (tests/pipeline/conftest.py): continue_fixture.TWO_CELLS.
 ARGS = ["--budget", "8", "--answer-budget", "4", "--restarts", "8,16", "--anchors", "64,128,256"]
-
-
-@pytest.fixture()
-def fixture_run(tmp_path: Path, tiny_model_dir: Path) -> Path:
-    make_run(tmp_path / "runs" / "fx", tiny_model_dir, LAYOUT).close()
-    return tmp_path / "runs" / "fx"
 
 
 def _frames(run: Path):

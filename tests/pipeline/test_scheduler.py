@@ -11,22 +11,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
 from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore
-
-from continue_fixture import make_run
-
-LAYOUT = {"pA": (100, 200), "pB": (200, 50)}
-
-
-@pytest.fixture()
-def fixture_run(tmp_path: Path, tiny_model_dir: Path) -> Path:
-    make_run(tmp_path / "runs" / "fx", tiny_model_dir, LAYOUT).close()
-    return tmp_path / "runs" / "fx"
 
 
 def _samples(run: Path):
