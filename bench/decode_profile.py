@@ -96,6 +96,24 @@ def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tup
         gen.next_generated()
     for _ in range(3):
         gen.next_generated()
+    gb = gen._generation_batch
+
+    def forwards(n: int) -> list[float]:
+        # The bare forward on the batch's state (it appends to the cache like a step: the
+        # tokens it leaves there are not the rows' own, which only the timing here reads).
+        tokens = gb._next_tokens
+        mx.eval(tokens)
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            logits = loaded.model(tokens[:, None], cache=gb.prompt_cache)[:, -1, :]
+            mx.eval(logits)
+            times.append(time.perf_counter() - t0)
+        return times
+
+    # Forwards before and after the steps: the cache grows by one position per call, so their
+    # median is the forward at the steps' middle length.
+    fwd_times = forwards(steps // 2)
     step_times = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -103,17 +121,52 @@ def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tup
         if way == "per-row":
             _per_row_stats(responses)
         step_times.append(time.perf_counter() - t0)
+    fwd_times += forwards(steps - steps // 2)
+    gen.close()
+    return statistics.median(step_times), statistics.median(fwd_times)
+
+
+def beside(loaded, batch: int, steps: int, sampling: Sampling) -> tuple[float, float, float]:
+    """(forward alone, forward with the step's statistics job on a second thread, the job
+    alone) in seconds, medians at one batch state: how much the statistics that bt runs beside
+    the next forward lengthen it on this machine."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import mlx.core as mx
+    import numpy as np
+
+    from breakthrough.engine import sampling as smp
+    from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
+
+    gen = SeededBatchGenerator(loaded.model, completion_batch_size=batch, prefill_batch_size=8)
+    gen.insert(_prompts(loaded, batch, 200), max_tokens=[steps * 3 + 20] * batch,
+               samplers=[RowSpec(1000 + i, sampling) for i in range(batch)])
+    while len(gen._generation_batch) < batch:
+        gen.next_generated()
     gb = gen._generation_batch
     tokens = gb._next_tokens
     mx.eval(tokens)
-    fwd_times = []
-    for _ in range(steps):
+    x = np.array(loaded.model(tokens[:, None], cache=gb.prompt_cache)[:, -1, :].astype(mx.float32))
+    settings = smp.row_settings_np([sampling] * batch, x.shape[1])
+    draw = smp.draw_np(x, smp.row_keys(range(batch), [0] * batch), settings)
+
+    def job() -> float:
         t0 = time.perf_counter()
-        logits = loaded.model(tokens[:, None], cache=gb.prompt_cache)[:, -1, :]
-        mx.eval(logits)
-        fwd_times.append(time.perf_counter() - t0)
+        smp.draw_stats_np(x, draw, settings.k)
+        return time.perf_counter() - t0
+
+    alone, together, job_times = [], [], []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for i in range(2 * steps):  # alternate, so the growing cache hits both alike
+            logits = loaded.model(tokens[:, None], cache=gb.prompt_cache)[:, -1, :]
+            t0 = time.perf_counter()
+            future = pool.submit(job) if i % 2 else None
+            mx.eval(logits)
+            (together if future else alone).append(time.perf_counter() - t0)
+            if future:
+                job_times.append(future.result())
     gen.close()
-    return statistics.median(step_times), statistics.median(fwd_times)
+    return statistics.median(alone), statistics.median(together), statistics.median(job_times)
 
 
 WAYS = ("per-row", "bt", "bt+instr")
@@ -127,6 +180,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of both ways")
+    ap.add_argument("--beside", action="store_true",
+                    help="also measure how much bt's statistics job lengthens a forward it runs beside")
     args = ap.parse_args()
     loaded = load_model(build_model(args.model), family="qwen" if args.model in MODELS else None)
     sampling = Sampling()
@@ -144,6 +199,11 @@ def main() -> None:
             other = max(step - fwd, 0.0)
             print(f"{batch:5d} {way:>8} {1e3 * step:9.2f} {1e3 * fwd:11.2f} {1e3 * other:9.2f}"
                   f" {100 * other / step:7.1f}% {batch / step:8.0f}", flush=True)
+        if args.beside:
+            alone, together, job = beside(loaded, batch, args.steps, sampling)
+            print(f"{batch:5d} forward alone {1e3 * alone:.2f} ms, with the statistics job beside it"
+                  f" {1e3 * together:.2f} ms (+{1e3 * (together - alone):.2f}); the job alone"
+                  f" {1e3 * job:.2f} ms", flush=True)
 
 
 if __name__ == "__main__":
