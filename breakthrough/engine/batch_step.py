@@ -151,7 +151,7 @@ class _CpuStats:
 
     def __call__(self) -> tuple:
         x, specs, hidden = self.x, self.specs, self.hidden
-        stats, full = draw_stats_np(x, self.draw, self.k)
+        stats, full = draw_stats_np(x, self.draw, self.k, keep_probs=self.instrument)
         if self.instrument:
             signals, states = token_signals_np(x, self.draw.tokens, [s.prev for s in specs], full)
             if hidden is not None:

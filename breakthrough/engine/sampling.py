@@ -231,9 +231,10 @@ class FullDistribution(NamedTuple):
     lse: np.ndarray  # float32 [n, 1]: log-sum-exp of the logits, max + log S
     entropy: np.ndarray  # float32 [n], nats
     tops: dict  # {k: top-k candidate ids [n, k] of all rows}, filled by whoever searches first
+    probs: np.ndarray | None = None  # float32 [n, V]: the probabilities, when asked for
 
 
-def full_distribution_np(x: np.ndarray) -> FullDistribution:
+def full_distribution_np(x: np.ndarray, keep_probs: bool = False) -> FullDistribution:
     """The `FullDistribution` of float32 logits x [n, V]: computed once per step, shared by the
     sampler's statistics and the instrumentation (the candidate search too: `_top_candidates`
     caches it per k in `tops`, the same ids whoever asks first).
@@ -241,7 +242,8 @@ def full_distribution_np(x: np.ndarray) -> FullDistribution:
     The entropy is log S - sum(e (x - max)) / S with e = exp(x - max): relative to the max, so
     that no two large numbers cancel in float32. Rows go through in blocks of `_STATS_BLOCK`
     whose temporaries stay in cache, and every sum is numpy's pairwise sum of one row, so a
-    row's values do not depend on the batch it is in."""
+    row's values do not depend on the batch it is in. `keep_probs`: also keep e / S (the
+    instrumentation's p) from the block while it is in cache, instead of a second exp pass."""
     n, vocab = x.shape
     m = x.max(-1, keepdims=True)
     s = np.empty(n, dtype=np.float32)
@@ -249,15 +251,18 @@ def full_distribution_np(x: np.ndarray) -> FullDistribution:
     rows = min(n, _STATS_BLOCK)
     d_buf = np.empty((rows, vocab), dtype=np.float32)
     e_buf = np.empty((rows, vocab), dtype=np.float32)
+    probs = np.empty((n, vocab), dtype=np.float32) if keep_probs else None
     for i in range(0, n, rows):
         j = min(i + rows, n)
         d = np.subtract(x[i:j], m[i:j], out=d_buf[: j - i])
         e = np.exp(d, out=e_buf[: j - i])
         s[i:j] = e.sum(-1)
         t[i:j] = np.multiply(d, e, out=d).sum(-1)
+        if probs is not None:
+            np.divide(e, s[i:j, None], out=probs[i:j])
     log_s = np.log(s)
     ent = np.maximum(log_s - t / s, 0.0)
-    return FullDistribution(m, s[:, None], m + log_s[:, None], ent, {})
+    return FullDistribution(m, s[:, None], m + log_s[:, None], ent, {}, probs)
 
 
 def _top_candidates(x: np.ndarray, k: int, tops: dict | None) -> np.ndarray:
@@ -430,13 +435,14 @@ def draw_np(x: np.ndarray, keys: np.ndarray, settings: RowSettingsNp) -> Draw:
     return Draw(tokens, rows, scaled, top_ids)
 
 
-def draw_stats_np(x: np.ndarray, draw: Draw, k: int = 0) -> tuple[np.ndarray, FullDistribution]:
+def draw_stats_np(x: np.ndarray, draw: Draw, k: int = 0,
+                  keep_probs: bool = False) -> tuple[np.ndarray, FullDistribution]:
     """(stats float32 [n, 3]: chosen log-prob, full entropy, sampling entropy; the step's
     `full_distribution_np` tuple) of a `Draw` on logits x: the part of the step that nothing
     waits for (run beside the next forward pass). `k`: the draw's candidate count, so that the
-    instrumentation reuses its top-k ids."""
+    instrumentation reuses its top-k ids; `keep_probs`: keep the probabilities for it too."""
     n = x.shape[0]
-    full = full_distribution_np(x)
+    full = full_distribution_np(x, keep_probs)
     if draw.top_ids is not None and k:
         full.tops[k] = draw.top_ids
     lse, ent = full.lse, full.entropy
@@ -513,9 +519,9 @@ def token_signals_np(x: np.ndarray, tokens: np.ndarray, prev: Sequence,
     `token_signals` (MLX), in numpy for MLX's CPU device."""
     x = np.asarray(x, dtype=np.float32)
     n, vocab = x.shape
-    full = full if full is not None else full_distribution_np(x)
+    full = full if full is not None else full_distribution_np(x, keep_probs=True)
     lse, ent, tops = full.lse, full.entropy, full.tops
-    p = np.exp(x - lse)
+    p = full.probs if full.probs is not None else np.exp(x - lse)
     k = min(max(TAIL_K, 5), vocab)
     top = _top_candidates(x, k, tops)
     tl = -np.sort(-np.take_along_axis(x, top, axis=-1), axis=-1)
