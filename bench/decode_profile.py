@@ -12,26 +12,44 @@ Three ways of running the same step, measured in the same run:
     row (so one Python sampler call per row per step) and the full-vocabulary statistics
     evaluated per step from the stacked log-prob rows, as bt's engine did.
 Step time: the median over `--steps` calls of `next_generated()`; forward time: the median of
-`model(tokens, cache)` plus its evaluation on the same batch state. Rounds alternate.
+`model(tokens, cache)` plus its evaluation on the same batch, timed half before and half after
+the steps (the cache grows by one position per call, so the median sits at the steps' middle
+length). Rounds alternate the ways. `--beside` also times the bare forward alone and with bt's
+statistics job (`sampling.draw_stats_np`) running on a second thread, as bt's step runs it.
 
 On CPU, bt's step draws the tokens on the forward's path and computes the statistics on a worker
 thread beside the next forward.
 
-Measured 2026-11-30 on the idle 2-core CPU, OpenBLAS, `--rounds 3 --steps 30` (tiny) and
-`--model deep --rounds 2 --steps 20`; other = step - forward, as % of the step:
+Measured 2026-11-30 on the idle 2-core CPU, OpenBLAS, `--rounds 3 --steps 30 --beside` (tiny)
+and `--model deep --rounds 2 --steps 20 --beside`; other = step - forward, as % of the step:
 
     model  batch   per-row            bt                 bt+instr
-    tiny       1   7.96 ms / 67 %     3.01 ms / 18 %     3.13 ms / 27 %
-    tiny       8   48.6 ms / 91 %     5.83 ms / 28 %     6.28 ms / 31 %
-    tiny      32   183.8 ms / 95 %    12.25 ms / 32 %    13.84 ms / 41 %
-    deep       1   18.0 ms / 31 %     11.2 ms / 12 %     13.3 ms / 18 %
-    deep       8   65.3 ms / 67 %     23.1 ms / 9 %      22.8 ms / 13 %
-    deep      32   219.8 ms / 83 %    44.1 ms / 16 %     46.3 ms / 22 %
+    tiny       1   8.05 ms / 66 %     3.61 ms / 34 %     3.96 ms / 38 %
+    tiny       8   50.9 ms / 91 %     6.53 ms / 30 %     6.63 ms / 33 %
+    tiny      32   187.7 ms / 95 %    11.54 ms / 27 %    13.69 ms / 38 %
+    deep       1   16.7 ms / 33 %     12.5 ms / 7 %      12.4 ms / 7 %
+    deep       8   67.6 ms / 69 %     23.9 ms / 13 %     23.2 ms / 15 %
+    deep      32   228.8 ms / 83 %    46.5 ms / 14 %     50.5 ms / 19 %
 
-Issue 15's goal (other <= 10 % at batch 32 on the tiny model) is not reached: the exact
-per-token statistics need one exp pass over the 49,152-way distribution of every row (about
-1.3-1.7 ms of a core at batch 32, numpy; MLX's CPU exp is scalar, 14 ms), and the tiny model's
-forward (8 ms) keeps both cores busy, so work beside it still lengthens it (8 -> 10 ms measured).
+(The same run of the previous commit's engine, tiny batch 32: bt 12.67 ms / 31 %, bt+instr
+14.25 ms / 39 %. At batch 1 the split is within the noise: a few tenths of a ms.)
+
+Issue 15's goal (other <= 10 % at batch 32 on the tiny model) is not reached, and on this
+machine it cannot be with the exact per-token statistics:
+  * what stays on the forward's path is the draw (about 1.0-1.4 ms at batch 32: one pass over
+    32 x 49,152 freshly written logits for the group maxima, then the candidates) and a few
+    tenths of a ms of mlx-lm's and bt's Python;
+  * the statistics (one exp pass over every row's distribution and its sums: 1.7 ms of a core)
+    run beside the next forward, but `--beside` shows that at batch 32 they lengthen it by
+    about their own duration (tiny: 7.75 -> 9.62 ms for a 1.80 ms job; deep: 38.7 -> 40.6 ms
+    for 1.83 ms), whereas at batch 8 they overlap almost freely (4.09 -> 4.23 ms for 0.51 ms).
+    The delay does not depend on when the job starts within the forward, on the BLAS thread
+    count, or on the statistics' block size (measured with /tmp scripts, not kept), so the
+    second core is not free at batch 32 on this VM;
+  * so the floor is about draw + statistics = 2.7-3 ms on a 7.5-8.5 ms forward: 25-30 %.
+MLX's own CPU exp is scalar (14 ms for the same pass), so moving the statistics into the
+forward's graph is slower. On Apple silicon or CUDA the draw and the statistics are part of the
+step's MLX graph (`sampling.sample_step`) and this split is the one to measure there.
 
     .venv/bin/python bench/decode_profile.py                  # tiny: 4 layers, width 128
     .venv/bin/python bench/decode_profile.py --model deep     # 8 layers, width 384

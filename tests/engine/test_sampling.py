@@ -228,3 +228,27 @@ def test_uniform_draw_never_reaches_one():
     u = ((h >> 9).astype(np.float32) + 0.5) * np.float32(S._U23)
     assert np.all(u > 0) and np.all(u < 1)
     assert np.all(np.isfinite(-np.log(-np.log(u))))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 7])
+def test_full_distribution_blocks_equal_float64_and_each_row_alone(rows):
+    """`full_distribution_np` works through the rows in blocks (`_STATS_BLOCK`) with float32
+    sums: on a real-size vocabulary its log-sum-exp, entropy and kept probabilities equal a
+    float64 computation, for row counts that do not fill the last block, and every row's values
+    are bit-identical to that row computed alone (the batch must not change a row's numbers)."""
+    from breakthrough.engine.sampling import full_distribution_np
+
+    x = np.asarray(_logits(rows, vocab=49_152, seed=11, scale=3.0))
+    full = full_distribution_np(x, keep_probs=True)
+    x64 = x.astype(np.float64)
+    lse = np.log(np.exp(x64 - x64.max(-1, keepdims=True)).sum(-1, keepdims=True)) + x64.max(-1, keepdims=True)
+    p = np.exp(x64 - lse)
+    np.testing.assert_allclose(full.lse, lse, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(full.entropy, -(p * (x64 - lse)).sum(-1), rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(full.probs, p, rtol=1e-4, atol=1e-9)
+    assert full.probs.shape == x.shape and full.tops == {}
+    for r in range(rows):
+        alone = full_distribution_np(x[r:r + 1], keep_probs=True)
+        assert alone.lse[0, 0] == full.lse[r, 0] and alone.entropy[0] == full.entropy[r]
+        assert np.array_equal(alone.probs[0], full.probs[r])
+    assert full_distribution_np(x).probs is None  # only kept when asked for
