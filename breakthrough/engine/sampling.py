@@ -227,9 +227,7 @@ same; all 32 rows at once was slower."""
 class FullDistribution(NamedTuple):
     """One step's full next-token distributions (temperature 1, no filter), per row."""
 
-    max: np.ndarray  # float32 [n, 1]: the largest logit
-    mass: np.ndarray  # float32 [n, 1]: S = sum_v exp(x_v - max)
-    lse: np.ndarray  # float32 [n, 1]: log-sum-exp of the logits, max + log S
+    lse: np.ndarray  # float32 [n, 1]: log-sum-exp of the logits
     entropy: np.ndarray  # float32 [n], nats
     tops: dict  # {k: top-k candidate ids [n, k] of all rows}, filled by whoever searches first
     probs: np.ndarray | None = None  # float32 [n, V]: the probabilities, when asked for
@@ -263,7 +261,7 @@ def full_distribution_np(x: np.ndarray, keep_probs: bool = False) -> FullDistrib
             np.divide(e, s[i:j, None], out=probs[i:j])
     log_s = np.log(s)
     ent = np.maximum(log_s - t / s, 0.0)
-    return FullDistribution(m, s[:, None], m + log_s[:, None], ent, {}, probs)
+    return FullDistribution(m + log_s[:, None], ent, {}, probs)
 
 
 def _top_candidates(x: np.ndarray, k: int, tops: dict | None) -> np.ndarray:
