@@ -92,6 +92,16 @@ def _per_row_stats(responses):
     return chosen.tolist(), ent.tolist()
 
 
+def _filled(generator_class, loaded, batch: int, steps: int, samplers: list):
+    """A generator of `generator_class` (mlx-lm's BatchGenerator or bt's) with `batch` rows of
+    200-token prompts prefilled, each with room for the steps to be timed."""
+    gen = generator_class(loaded.model, completion_batch_size=batch, prefill_batch_size=8)
+    gen.insert(_prompts(loaded, batch, 200), max_tokens=[steps * 3 + 20] * batch, samplers=samplers)
+    while len(gen._generation_batch) < batch:  # prefill every row
+        gen.next_generated()
+    return gen
+
+
 def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tuple[float, float]:
     """(median step seconds, median forward seconds) of one way at one batch size."""
     import mlx.core as mx
@@ -100,18 +110,13 @@ def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tup
 
     from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
 
-    prompts = _prompts(loaded, batch, 200)
-    max_tokens = [steps * 3 + 20] * batch
     if way.startswith("bt"):
-        gen = SeededBatchGenerator(loaded.model, completion_batch_size=batch, prefill_batch_size=8)
-        samplers = [RowSpec(1000 + i, sampling, instrument=way == "bt+instr") for i in range(batch)]
+        gen = _filled(SeededBatchGenerator, loaded, batch, steps,
+                      [RowSpec(1000 + i, sampling, instrument=way == "bt+instr") for i in range(batch)])
     else:
-        gen = BatchGenerator(loaded.model, completion_batch_size=batch, prefill_batch_size=8)
-        samplers = [make_sampler(temp=sampling.temperature, top_p=sampling.top_p,
-                                 top_k=sampling.top_k, min_p=sampling.min_p) for _ in range(batch)]
-    gen.insert(prompts, max_tokens=max_tokens, samplers=samplers)
-    while len(gen._generation_batch) < batch:  # prefill every row
-        gen.next_generated()
+        gen = _filled(BatchGenerator, loaded, batch, steps,
+                      [make_sampler(temp=sampling.temperature, top_p=sampling.top_p,
+                                    top_k=sampling.top_k, min_p=sampling.min_p) for _ in range(batch)])
     for _ in range(3):
         gen.next_generated()
     gb = gen._generation_batch
@@ -156,11 +161,8 @@ def beside(loaded, batch: int, steps: int, sampling: Sampling) -> tuple[float, f
     from breakthrough.engine import sampling as smp
     from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
 
-    gen = SeededBatchGenerator(loaded.model, completion_batch_size=batch, prefill_batch_size=8)
-    gen.insert(_prompts(loaded, batch, 200), max_tokens=[steps * 3 + 20] * batch,
-               samplers=[RowSpec(1000 + i, sampling) for i in range(batch)])
-    while len(gen._generation_batch) < batch:
-        gen.next_generated()
+    gen = _filled(SeededBatchGenerator, loaded, batch, steps,
+                  [RowSpec(1000 + i, sampling) for i in range(batch)])
     gb = gen._generation_batch
     tokens = gb._next_tokens
     mx.eval(tokens)
