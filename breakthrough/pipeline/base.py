@@ -30,7 +30,8 @@ from breakthrough.models.tokens import decode
 from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.pipeline.branches import request_facts
 from breakthrough.pipeline.manifest import (cell_id, check_engine, record_throughput,
-                                             refuse_changed_run, request_identity, run_manifest)
+                                             refuse_changed_run, request_identity, run_manifest,
+                                             run_name)
 from breakthrough.protocol import HIDDEN_STRIDE, Protocol
 from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.cohorts import cohort_digest, load_cohort
@@ -241,11 +242,7 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
     reports = []
     for name in req.models:
         ident = model_identity(name)  # from the files: a differing run is refused before loading
-        if req.run:
-            run_name = f"{req.run}-{ident.alias}" if len(req.models) > 1 else req.run
-        else:
-            run_name = f"{cohort_name}-{ident.alias}"
-        run_dir = req.runs_dir / run_name
+        run_dir = req.runs_dir / run_name(req.run, req.models, cohort_name, ident.alias)
         refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, req.variant,
                                                      req.hidden_stride))
         loaded = load_model(name)

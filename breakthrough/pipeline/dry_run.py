@@ -17,7 +17,7 @@ from breakthrough.classify.plan import bisection_midpoint
 from breakthrough.models.loading import model_alias
 from breakthrough.pipeline.base import BaseRequest, select_rows
 from breakthrough.pipeline.cells import plan_cell
-from breakthrough.pipeline.manifest import machine_name, record_continuation_protocol
+from breakthrough.pipeline.manifest import machine_name, record_continuation_protocol, run_name
 from breakthrough.protocol import Protocol
 from breakthrough.store import STORE_FILE, RunStore
 from breakthrough.tasks.cohorts import load_cohort
@@ -110,11 +110,7 @@ def plan_base(req: BaseRequest) -> list[RunPlan]:
     plans = []
     for name in req.models:
         alias = model_alias(name)
-        if req.run:
-            run_name = f"{req.run}-{alias}" if len(req.models) > 1 else req.run
-        else:
-            run_name = f"{cohort_name}-{alias}"
-        run_dir = req.runs_dir / run_name
+        run_dir = req.runs_dir / run_name(req.run, req.models, cohort_name, alias)
         done: set[str] = set()
         if (run_dir / STORE_FILE).exists():
             with RunStore(run_dir, readonly=True) as store:

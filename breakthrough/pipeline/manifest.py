@@ -36,6 +36,14 @@ def cell_id(alias: str, problem_id: str) -> str:
     return f"{alias}:{problem_id}"
 
 
+def run_name(run: str | None, models: Sequence[str], cohort_name: str, alias: str) -> str:
+    """The run directory's name for one model of a `bt base` / `bt sample` request: --run, or
+    RUN-MODEL when several models share it; without --run, COHORT-MODEL."""
+    if run:
+        return f"{run}-{alias}" if len(models) > 1 else run
+    return f"{cohort_name}-{alias}"
+
+
 def request_identity(model: Any, rows: Sequence[dict], protocol: Protocol, cohort_digest: str,
                      variant: str, hidden_stride: int | None = None) -> dict:
     """The identity fields of a `bt base` request that are known before the weights are loaded

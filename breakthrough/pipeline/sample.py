@@ -35,7 +35,7 @@ from breakthrough.models.loading import load_model, model_identity
 from breakthrough.pipeline.base import (base_cells, check_hidden_stride, commit_trajectory,
                                         select_rows)
 from breakthrough.pipeline.manifest import (check_engine, record_throughput, refuse_changed_run,
-                                             request_identity, run_manifest)
+                                             request_identity, run_manifest, run_name)
 from breakthrough.protocol import Protocol
 from breakthrough.seeds import attempt_seed
 from breakthrough.store import RunStore, SampleRecord
@@ -106,11 +106,7 @@ def check_request(req: SampleRequest) -> None:
 
 def run_dir_for(req: SampleRequest, cohort_name: str, alias: str) -> Path:
     """RUNS/SUBDIR/COHORT-MODEL, or RUNS/SUBDIR/RUN (RUN-MODEL with several models)."""
-    if req.run:
-        name = f"{req.run}-{alias}" if len(req.models) > 1 else req.run
-    else:
-        name = f"{cohort_name}-{alias}"
-    return req.runs_dir / req.subdir / name
+    return req.runs_dir / req.subdir / run_name(req.run, req.models, cohort_name, alias)
 
 
 def _refuse_other_seeds(store: RunStore, want: Callable[[str, int], int]) -> None:
