@@ -44,28 +44,27 @@ def test_help_is_plain_and_reflowed(path):
             assert len(line) >= 45, (path, line)
 
 
-def test_output_paths_are_o_out_everywhere():
-    out_options = {}
+def _options_named(opt: str) -> dict:
+    """{command path: its click parameter} of every command that has option `opt`."""
+    found = {}
     for path in COMMANDS:
         cmd = typer.main.get_command(app)
         for name in path:
             cmd = cmd.commands[name]
         for param in cmd.params:
-            if "--out" in param.opts:
-                out_options[" ".join(path)] = set(param.opts)
+            if opt in param.opts:
+                found[" ".join(path)] = param
+    return found
+
+
+def test_output_paths_are_o_out_everywhere():
+    out_options = {path: set(param.opts) for path, param in _options_named("--out").items()}
     assert {"export", "auroc", "classify", "cohorts build"} <= set(out_options)
     assert all(opts == {"-o", "--out"} for opts in out_options.values()), out_options
 
 
 def test_batch_size_means_one_thing():
-    helps = {}
-    for path in COMMANDS:
-        cmd = typer.main.get_command(app)
-        for name in path:
-            cmd = cmd.commands[name]
-        for param in cmd.params:
-            if "--batch-size" in param.opts:
-                helps[" ".join(path)] = param.help
+    helps = {path: param.help for path, param in _options_named("--batch-size").items()}
     assert {"base", "continue"} <= set(helps), helps
     # one meaning: the rows (sequences) generated together at most, everywhere
     assert all(h.startswith("Rows") and "generated together" in h for h in helps.values()), helps
