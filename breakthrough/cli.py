@@ -28,8 +28,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """`bt --version`: the package version (the one a run's engine identity records)."""
+    if value:
+        from breakthrough import __version__
+
+        typer.echo(f"bt {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print bt's version and exit."),
+) -> None:
     """breakthrough: prefix-value vs budget-fit experiments on reasoning traces.
 
     Pipeline: bt base (one long solution per problem x model) -> bt continue (budgeted
@@ -77,7 +89,9 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo(exc.format_message())
         raise SystemExit(0) from None
     except UsageError as exc:
-        where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+        # "bt base: No such option ..."; at the top level the "bt: error:" prefix says it already
+        where = (f"{exc.ctx.command_path}: "
+                 if exc.ctx is not None and exc.ctx.command_path != "bt" else "")
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
         _fail(f"{where}{exc.format_message()}{hint}", exc.exit_code)
     except ClickException as exc:

@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from breakthrough import __version__
 from breakthrough.engine import topk_stats, wire
 from breakthrough.engine.contract import GenRequest, GenResult, check_request, route_key
 from breakthrough.engine.fleet import Fleet
@@ -166,7 +167,7 @@ class HttpEngine:
             raise BtError(f"--endpoint: no endpoint answers: {'; '.join(self.fleet.notes)}")
         bt_serve = first["identity"]["server"] == "bt-serve"
         self._identity = {
-            "backend": self.backend, **first["identity"],
+            "backend": self.backend, "bt": __version__, **first["identity"],
             "token_ids": "exact", "finish_reasons": "exact",
             "logprobs": logprobs,
             "entropies": "exact (bt serve)" if bt_serve else f"bounds from top-{wire.TOP_LOGPROBS}",

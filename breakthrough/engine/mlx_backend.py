@@ -182,12 +182,13 @@ class MlxEngine:
             except metadata.PackageNotFoundError:
                 return "absent"
 
+        from breakthrough import __version__
         from breakthrough.engine.blas import blas_name
         from breakthrough.engine.sampling import SAMPLER_ID
 
         # The sampler's randomness scheme and the BLAS (last bits of CPU float matmuls) are part
         # of what produced the tokens.
-        return {"backend": "mlx" if self.reuse_prefixes else "mlx-fresh",
+        return {"backend": "mlx" if self.reuse_prefixes else "mlx-fresh", "bt": __version__,
                 "mlx": version("mlx"), "mlx_lm": version("mlx-lm"),
                 "sampler": SAMPLER_ID, "blas": blas_name()}
 

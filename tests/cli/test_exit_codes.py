@@ -23,6 +23,17 @@ def test_unknown_command_and_option_are_usage_errors():
     assert_one_line_error(run_bt("status", "--nosuch"), 2, "--nosuch")
 
 
+def test_version_and_top_level_usage_error_without_a_doubled_prefix():
+    import breakthrough
+
+    proc = run_bt("--version")
+    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, f"bt {breakthrough.__version__}", "")
+    line = assert_one_line_error(run_bt("--nosuch"), 2, "--nosuch")
+    assert line.startswith("bt: error: No such option"), line  # not "bt: error: bt: ..."
+    line = assert_one_line_error(run_bt("status", "--nosuch"), 2)
+    assert line.startswith("bt: error: bt status: No such option"), line
+
+
 def test_plain_bt_prints_help_without_traceback():
     proc = run_bt()
     assert proc.returncode == 0, proc.stderr
