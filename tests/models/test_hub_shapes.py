@@ -16,6 +16,8 @@ from mlx.utils import tree_flatten
 from bt_cli import run_bt
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import load_model
+from breakthrough.models.segments import FINAL_ANSWER, SOLUTION, SPECIAL, segment_ids
+from breakthrough.models.segments import THINKING as THINKING_CODE
 from breakthrough.protocol import DEFAULT_SYSTEM
 from breakthrough.store import RunStore
 from models.hub_checkpoints import HUB_FILES, SHAPES, _revision
@@ -84,7 +86,17 @@ RENDERED = {
 FAMILY = {"gemma4-e4b": "gemma4", "ministral3-3b": "ministral3", "qwen3-4b": "qwen"}
 # (open, close) marker ids in the published vocabularies (Qwen3's are renumbered, see SHAPES)
 MARKER_IDS = {"gemma4-e4b": ([100], [101]), "ministral3-3b": ([34], [35])}
-EOS = {"gemma4-e4b": {"<eos>", "<turn|>"}, "ministral3-3b": {"</s>"}, "qwen3-4b": {"<|im_end|>"}}
+# EOS ids bt stops on: mlx-lm reads generation_config.json's eos_token_id over config.json's
+# (Gemma-4: <eos>, <turn|> and <|tool_response>; Qwen3: <|im_end|> and <|endoftext|>), and the
+# tokenizer's EOS joins them (protocol 1.5)
+EOS = {"gemma4-e4b": {"<eos>", "<turn|>", "<|tool_response>"}, "ministral3-3b": {"</s>"},
+       "qwen3-4b": {"<|im_end|>", "<|endoftext|>"}}
+
+
+TRACE = {"gemma4-e4b": "<|channel>thought\nx=2<channel|>So \\boxed{4}<turn|>",
+         "ministral3-3b": "[THINK]x=2[/THINK]So \\boxed{4}</s>",
+         "qwen3-4b": "<think>\nx=2\n</think>\n\nSo \\boxed{4}<|im_end|>"}
+THINKING = {"gemma4-e4b": "\nx=2", "ministral3-3b": "x=2", "qwen3-4b": "\nx=2\n"}
 
 
 @pytest.mark.parametrize("alias", list(SHAPES))
@@ -103,7 +115,7 @@ def test_bt_loads_each_alias_as_the_study_did(hub_models, alias):
                           and m.group_size == 64 for m in linear)
     tok = loaded.tokenizer
     # EOS: the union of the tokenizer's and the config's (protocol 1.5) holds the published ones
-    assert {tok.convert_tokens_to_ids(t) for t in EOS[alias]} <= set(loaded.eos_ids)
+    assert {tok.convert_tokens_to_ids(t) for t in EOS[alias]} == set(loaded.eos_ids)
     ids = build_prompt_ids(tok, loaded.family, "What is 2+2?")
     assert tok.decode(ids) == RENDERED[alias]
     fam = loaded.family
@@ -113,6 +125,12 @@ def test_bt_loads_each_alias_as_the_study_did(hub_models, alias):
         assert (open_ids[:1], close_ids) == MARKER_IDS[alias]
     if alias == "ministral3-3b":
         assert fam.system_message == SYSTEM_PROMPT
+    # a reasoning trace as the model writes it, segmented on the real marker tokens
+    trace = loaded.encode(TRACE[alias])
+    seg = segment_ids(tok, trace, fam)
+    runs = [int(c) for i, c in enumerate(seg) if i == 0 or c != seg[i - 1]]
+    assert runs == [SPECIAL, THINKING_CODE, SPECIAL, SOLUTION, FINAL_ANSWER], seg
+    assert tok.decode([t for t, c in zip(trace, seg) if c == THINKING_CODE]) == THINKING[alias]
 
 
 def test_a_runs_hub_id_finds_ministrals_system_prompt_in_the_source_repo(hub_home, monkeypatch):
