@@ -12,8 +12,9 @@ Ministral the source repository's `SYSTEM_PROMPT.txt`. The sizes are tiny (hidde
 layers) and the tokenizer is byte-level with the real special tokens (at their real ids for
 Gemma and Ministral), so the whole cache builds in about a second.
 
-Each model lands in `$HF_HOME/hub/models--ORG--NAME/snapshots/<rev>/` with `refs/main`, exactly
-where `huggingface-cli download` puts it, so `bt` finds it with HF_HUB_OFFLINE=1. Where each
+Each model lands in `$HF_HOME/hub/models--ORG--NAME/snapshots/<rev>/` (symlinks into `blobs/`)
+with `refs/main`, exactly as `huggingface-cli download` leaves it, so `bt` finds it with
+HF_HUB_OFFLINE=1. Where each
 shape comes from: tests/models/hub/README.md."""
 
 from __future__ import annotations
@@ -331,6 +332,17 @@ def write_checkpoint(snap: Path, shape: HubShape, *, seed: int = 0) -> Path:
     return snap
 
 
+def _as_blobs(snap: Path) -> None:
+    """Move the snapshot's files into the repository's `blobs/` (named by content hash) and leave
+    relative symlinks, the layout `huggingface-cli download` leaves on Linux and macOS."""
+    blobs = snap.parent.parent / "blobs"
+    blobs.mkdir(exist_ok=True)
+    for f in sorted(p for p in snap.iterdir() if p.is_file() and not p.is_symlink()):
+        blob = blobs / hashlib.sha256(f.read_bytes()).hexdigest()
+        f.replace(blob)
+        f.symlink_to(Path("..") / ".." / "blobs" / blob.name)
+
+
 def write_hub_cache(hf_home: Path, aliases: tuple[str, ...] = tuple(SHAPES)) -> dict[str, Path]:
     """Build the tiny checkpoints of `aliases` into the HF cache at `hf_home` (and Ministral's
     source repository with its SYSTEM_PROMPT.txt): alias -> snapshot folder."""
@@ -339,9 +351,11 @@ def write_hub_cache(hf_home: Path, aliases: tuple[str, ...] = tuple(SHAPES)) -> 
         shape = SHAPES[alias]
         snap = _snapshot_dir(hf_home, shape.repo, _revision(shape))
         out[alias] = write_checkpoint(snap, shape)
+        _as_blobs(snap)
         if shape.source_repo:
             src = _snapshot_dir(hf_home, shape.source_repo, hashlib.sha1(
                 f"bt-test:{shape.source_repo}".encode()).hexdigest())
             for name, path in shape.source_files.items():
                 (src / name).write_bytes(path.read_bytes())
+            _as_blobs(src)
     return out

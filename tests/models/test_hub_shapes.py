@@ -39,9 +39,10 @@ def test_the_cache_holds_each_repository_as_published(hub_home, alias):
     shape = SHAPES[alias]
     snap = _snapshot(hub_home, shape.repo)
     assert snap.name == _revision(shape)
+    files = {p.name: p for p in snap.iterdir()}
     assert {"config.json", "model.safetensors", "model.safetensors.index.json", "tokenizer.json",
-            "tokenizer_config.json", "chat_template.jinja", "generation_config.json"} <= {
-        p.name for p in snap.iterdir()}
+            "tokenizer_config.json", "chat_template.jinja", "generation_config.json"} <= set(files)
+    assert all(p.is_symlink() and p.resolve().parent.name == "blobs" for p in files.values())
     cfg = json.loads((snap / "config.json").read_text())
     assert cfg["quantization"] == QUANT and cfg["quantization_config"] == QUANT
     weights = mx.load(str(snap / "model.safetensors"))
