@@ -269,8 +269,8 @@ def _snapshot_dir(hf_home: Path, repo: str, rev: str) -> Path:
 
 
 def _extra_tensors(shape: HubShape) -> dict:
-    """The vision / audio tensors of the real repository (random), quantized where mlx-vlm's
-    conversion quantizes them: a quantized linear is stored as weight (uint32) + scales + biases."""
+    """Random vision / audio tensors under the real repository's prefixes, some 4-bit (stored as
+    weight (uint32) + scales + biases), some float: the wrapper's `sanitize` must drop both."""
     import mlx.core as mx
 
     out = {}
