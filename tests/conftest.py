@@ -98,3 +98,40 @@ def architecture_models(architecture_dirs):
             return self[name]
 
     return _Models()
+
+
+@pytest.fixture(scope="session")
+def hub_home(tmp_path_factory):
+    """A Hugging Face home whose cache holds tiny 4-bit checkpoints shaped like the study's hub
+    repositories (tests/models/hub_checkpoints.py), one per registry alias, plus Ministral's
+    source repository with its SYSTEM_PROMPT.txt. Pass it as HF_HOME to the installed `bt`."""
+    from models.hub_checkpoints import write_hub_cache
+
+    home = tmp_path_factory.mktemp("hf-home")
+    write_hub_cache(home)
+    return home
+
+
+@pytest.fixture(scope="session")
+def hub_models(hub_home):
+    """`LoadedModel` of each registry alias, loaded by bt from the tiny hub cache (4-bit)."""
+    import huggingface_hub.constants as hf_constants
+
+    from breakthrough.models.loading import load_model
+    from models.hub_checkpoints import SHAPES
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hf_constants, "HF_HUB_CACHE", str(hub_home / "hub"))
+        return {alias: load_model(alias) for alias in SHAPES}
+
+
+FLOAT_AND_4BIT = ("float", "gemma4-e4b", "ministral3-3b", "qwen3-4b")
+
+
+@pytest.fixture(params=FLOAT_AND_4BIT)
+def float_or_4bit(request):
+    """The tiny float32 llama, then each hub-shaped 4-bit checkpoint (the study's path): the
+    engine's guarantees are held on both."""
+    if request.param == "float":
+        return request.getfixturevalue("tiny_model")
+    return request.getfixturevalue("hub_models")[request.param]

@@ -16,7 +16,13 @@ from typing import Any
 from breakthrough.errors import BtError
 from breakthrough.models import hub, offline
 from breakthrough.models.families import FAMILIES, Family, detect_family
-from breakthrough.models.registry import OFFLINE_DEFAULT, REGISTRY, ModelSpec, resolve
+from breakthrough.models.registry import (
+    OFFLINE_DEFAULT,
+    REGISTRY,
+    ModelSpec,
+    resolve,
+    spec_for_repo,
+)
 from breakthrough.models.tokens import encode_text
 
 
@@ -76,7 +82,10 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
     else:
         fam = detect_family(tokenizer)
     if fam.name == "ministral3" and not fam.system_message:
-        fam = replace(fam, system_message=_read_system_prompt(folder, spec))
+        # a hub id a registry alias names (what a run's manifest records) has that alias's
+        # source checkpoint too, where SYSTEM_PROMPT.txt lives when the 4-bit repo lacks it
+        source = spec or spec_for_repo(name)
+        fam = replace(fam, system_message=_read_system_prompt(folder, source))
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,

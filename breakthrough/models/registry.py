@@ -53,6 +53,12 @@ def resolve(name: str) -> tuple[ModelSpec | None, str]:
     return None, name
 
 
+def spec_for_repo(repo: str) -> ModelSpec | None:
+    """The registry spec whose hub id is `repo`: a run's manifest records the hub id, not the
+    alias, so `bt continue` / `bt probe` find the alias's source checkpoint through it."""
+    return next((s for s in REGISTRY.values() if s.repo == repo and not s.offline), None)
+
+
 def list_models() -> list[dict]:
     """Registry rows for `bt models list`: alias, repo, family, whether available locally."""
     rows = []

@@ -22,7 +22,8 @@ MAX_TOKENS = 12  # a multiple of the stride: the step ahead computes token 12's 
 def _eos(model) -> list[int]:
     """An EOS id the random head practically never draws (the last vocabulary id is a special
     token of the tiny architectures), so rows run to max_tokens."""
-    return [int(model.args.vocab_size) - 1] if hasattr(model, "args") else [1]
+    lm = getattr(model, "language_model", model)  # a multimodal wrapper's text model
+    return [int(lm.args.vocab_size) - 1] if hasattr(lm, "args") else [1]
 
 
 def _teacher_forced(model, prompt: list[int], tokens: list[int]) -> np.ndarray:
@@ -43,9 +44,11 @@ def _generate(engine: MlxEngine, reqs: list[GenRequest]) -> dict:
     return {r.key: r for r in engine.generate(reqs)}
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "gemma4_text"])
-def test_recorded_vectors_are_the_states_that_drew_each_kept_token(architecture_models, arch):
-    model = architecture_models[arch].model
+@pytest.mark.parametrize("arch", ["qwen3", "gemma4_text", "gemma4-e4b", "ministral3-3b"])
+def test_recorded_vectors_are_the_states_that_drew_each_kept_token(request, arch):
+    """Float architectures and the 4-bit hub-shaped checkpoints (multimodal wrappers)."""
+    models = request.getfixturevalue("hub_models" if "-" in arch else "architecture_models")
+    model = models[arch].model
     req = GenRequest("h", PROMPT, MAX_TOKENS, seed=7, hidden_stride=STRIDE)
     res = _generate(MlxEngine(model, _eos(model), batch_size=1), [req])["h"]
     n = len(res.tokens)

@@ -69,13 +69,15 @@ def _full_logits(tm, prompt, tokens) -> np.ndarray:
 
 
 def _final_hidden(tm, prompt, tokens) -> np.ndarray:
-    """Teacher-forced final-normalised hidden states (the tiny llama's inner model ends with its
-    norm) at the positions whose logits gave each generated token."""
+    """Teacher-forced final-normalised hidden states at the positions whose logits gave each
+    generated token (the inner transformer of a multimodal wrapper too)."""
     import mlx.core as mx
 
+    from breakthrough.models.hidden_states import final_hidden, text_model
+
     ids = mx.array([list(prompt) + list(tokens)])
-    out = tm.model.model(ids)[0, len(prompt) - 1 : len(prompt) - 1 + len(tokens)].astype(mx.float32)
-    return np.array(out)
+    out = final_hidden(text_model(tm.model)[1], ids)
+    return np.array(out[0, len(prompt) - 1 : len(prompt) - 1 + len(tokens)].astype(mx.float32))
 
 
 def _direct_hidden(h: np.ndarray) -> dict[str, np.ndarray]:
@@ -89,7 +91,9 @@ def _direct_hidden(h: np.ndarray) -> dict[str, np.ndarray]:
     return {"hidden_norm": norm, "relative_l2_step": step, "cosine_drift": drift}
 
 
-def test_every_field_equals_direct_numpy_from_full_logits(tiny_model):
+def test_every_field_equals_direct_numpy_from_full_logits(float_or_4bit):
+    """On the float llama and on each 4-bit hub-shaped checkpoint."""
+    tiny_model = float_or_4bit
     eng = MlxEngine.from_loaded(tiny_model, batch_size=4)
     prompts = [_prompt(tiny_model, i) for i in range(3)]
     reqs = [GenRequest(f"r{i}", p, 12, seed=40 + i) for i, p in enumerate(prompts)]
@@ -109,7 +113,8 @@ def test_every_field_equals_direct_numpy_from_full_logits(tiny_model):
         np.testing.assert_allclose(res.signals["surprisal"], -res.logprobs, atol=1e-5)
 
 
-def test_signals_alone_equal_in_a_batch_and_switch_changes_no_token(tiny_model):
+def test_signals_alone_equal_in_a_batch_and_switch_changes_no_token(float_or_4bit):
+    tiny_model = float_or_4bit
     prompts = [_prompt(tiny_model, i) for i in range(8)]
     reqs = [GenRequest(f"r{i}", p, 10, seed=70 + i) for i, p in enumerate(prompts)]
     batch = {r.key: r for r in MlxEngine.from_loaded(tiny_model, batch_size=8).generate(reqs)}

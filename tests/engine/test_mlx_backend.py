@@ -28,7 +28,8 @@ def _one(engine, req):
     return res
 
 
-def test_same_request_alone_and_in_batch_of_8(tiny_model):
+def test_same_request_alone_and_in_batch_of_8(float_or_4bit):
+    tiny_model = float_or_4bit  # the float llama and each 4-bit hub-shaped checkpoint
     eng = MlxEngine.from_loaded(tiny_model, batch_size=8)
     prompts = _prompts(tiny_model, 8)
     reqs = [GenRequest(f"r{i}", prompts[i], 24, seed=1000 + i) for i in range(8)]
@@ -114,11 +115,14 @@ def test_finish_reasons(tiny_model):
     assert eo.finish_reason == "eos" and eo.tokens == ref.tokens[: first + 1]
 
 
-def test_reuse_hints_never_change_tokens(tiny_model):
+def test_reuse_hints_never_change_tokens(float_or_4bit):
     """A shared prefix (one prefill, cut back per request) and `follows` (continue a kept live
     state) give the tokens of a fresh prefill, greedy and sampled; the engine counts what it
-    reused."""
+    reused. On the float llama and on each 4-bit hub-shaped checkpoint (Gemma-4's rotating and
+    KV-shared layers included)."""
     from breakthrough.engine.contract import SharedPrefix
+
+    tiny_model = float_or_4bit
 
     prompt = _prompts(tiny_model, 2)[1]
     extra = tiny_model.encode(" and some more reasoning text here")
