@@ -295,7 +295,11 @@ def _figure(table, path: Path) -> None:
         ax.set_xlabel("anchor t (generated tokens)")
         ax.set_ylim(0, 1)
         ax.set_title(f"{ARM_TITLES[arm]}: pooled vs within-problem")
-        ax.legend(fontsize=8, loc="lower left")
+        if ax.get_legend_handles_labels()[0]:  # nothing drawn (no defined AUROC): no legend
+            ax.legend(fontsize=8, loc="lower left")
+        else:
+            ax.text(0.5, 0.5, "no defined AUROC (one outcome class)", ha="center",
+                    va="center", transform=ax.transAxes, fontsize=9, color="grey")
     axes[0][0].set_ylabel("AUROC")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

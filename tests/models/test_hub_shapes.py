@@ -189,6 +189,7 @@ def test_the_readme_first_day_path_on_the_hub_shaped_checkpoints(hub_home, tmp_p
     assert len(pd.read_parquet(attempts / "signals.parquet")) == 6
     proc = bt("probe", attempts, "--anchors", "4", "--max-tokens", "8", "--bootstrap", "20")
     assert "6 trajectories, model mlx-community/gemma-4-e4b-it-4bit" in proc.stdout
+    assert "Warning" not in proc.stderr, proc.stderr  # e.g. an empty figure legend
     table = pd.read_csv(attempts / "probe" / "probe_table.csv")
     assert (table.rows == 6).all()
 
