@@ -52,6 +52,10 @@ RAW_TOLERANCE = 0.05  # nats: generation vs prompt-scored log-probs of one posit
 PROBE_SAMPLING = Sampling(temperature=0.5, top_p=1.0, top_k=5, min_p=0.0)
 
 
+class _ProbeFailed(Exception):
+    """An endpoint that answered its identity probe failed to generate one token."""
+
+
 def probe_ids(vocab_size: int, n: int = 24) -> list[int]:
     """A fixed, model-independent sequence of valid ids for the startup log-prob check."""
     span = max(2, min(int(vocab_size), 32000))
@@ -71,6 +75,7 @@ class HttpEngine:
         max_inflight: int = 0,
         accept_processed_logprobs: bool = False,
         policy: RetryPolicy = RetryPolicy(),
+        api_key: str | None = None,
     ) -> None:
         if backend not in ("vllm", "sglang"):
             raise BtError(f"--backend: {backend!r} is not an HTTP backend (vllm, sglang)")
@@ -93,7 +98,8 @@ class HttpEngine:
         self.cached_by_cell: dict[str, int] = {}
         self.errors = 0
         self._lock = threading.Lock()
-        self.fleet = Fleet([Endpoint(u, policy, max_inflight or DEFAULT_INFLIGHT) for u in urls])
+        self.fleet = Fleet([Endpoint(u, policy, max_inflight or DEFAULT_INFLIGHT, api_key=api_key)
+                            for u in urls])
         self._identity: dict[str, Any] = {}
         try:
             self._connect(max_inflight)
@@ -160,8 +166,8 @@ class HttpEngine:
         for ep in self.fleet.alive():
             try:
                 logprobs = self._check_raw_logprobs(ep)
-            except EndpointDown as exc:  # answered the identity probe, then went away
-                self.fleet.mark_dead(ep, str(exc))
+            except (EndpointDown, _ProbeFailed) as exc:  # answered the identity probe, then
+                self.fleet.mark_dead(ep, str(exc))        # went away or never generates
         if not self.fleet.alive():
             raise BtError(f"--endpoint: no endpoint answers: {'; '.join(self.fleet.notes)}")
         bt_serve = first["identity"]["server"] == "bt-serve"
@@ -196,6 +202,9 @@ class HttpEngine:
         req = GenRequest(key="bt-logprob-probe", prompt=ids, max_tokens=1, seed=0, sampling=PROBE_SAMPLING)
         try:
             comp = ep.post(self._path(), self._body(ep, req), self._parse)
+        except RequestFailed as exc:  # e.g. answers /v1/models but no POST within the deadline
+            raise _ProbeFailed(f"a one-token probe request failed: {exc}") from None
+        try:
             if not comp.tokens:
                 raise RequestFailed("the probe generated no token")
             tok = comp.tokens[0]
