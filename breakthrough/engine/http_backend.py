@@ -147,6 +147,11 @@ class HttpEngine:
         for ep in self.fleet.endpoints:
             try:
                 described[ep.url] = self._describe(ep)
+            except httpx.HTTPStatusError as exc:
+                ep.alive = False
+                code = exc.response.status_code
+                failures.append(f"{ep.url} (HTTP {code}" + (": missing or wrong API key; pass "
+                                "--api-key KEY or BT_API_KEY)" if code in (401, 403) else ")"))
             except (httpx.HTTPError, ValueError, AttributeError, KeyError, TypeError) as exc:
                 ep.alive = False
                 failures.append(f"{ep.url} ({type(exc).__name__}: {str(exc)[:80] or 'no answer'})")
