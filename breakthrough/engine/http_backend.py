@@ -284,14 +284,18 @@ class HttpEngine:
     def _one(self, req: GenRequest) -> GenResult:
         t0 = time.perf_counter()
         cell = route_key(req)
+        down = ""
         while True:
             ep = self.fleet.route(cell)
             if ep is None:
-                return self._failed(req, "no endpoint answers", t0, "")
+                why = down or "every endpoint stopped answering: " + ", ".join(
+                    e.url for e in self.fleet.endpoints)
+                return self._failed(req, f"no endpoint answers ({why})", t0, "")
             try:
                 comp = ep.post(self._path(), self._body(ep, req), self._parse)
             except EndpointDown as exc:
                 self.fleet.mark_dead(ep, str(exc))
+                down = str(exc)
                 continue
             except RequestFailed as exc:
                 return self._failed(req, str(exc), t0, ep.url)

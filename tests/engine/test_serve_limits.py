@@ -19,7 +19,9 @@ import pytest
 from bt_cli import assert_one_line_error, run_bt
 from engine.serve_procs import bt_serve
 
-from breakthrough.engine.serve import BadRequest, is_loopback, parse_completion_request
+from breakthrough.engine.http_backend import HttpEngine
+from breakthrough.engine.serve import BadRequest, check_access, is_loopback, parse_completion_request
+from breakthrough.errors import BtError
 
 KEY = "test-key-21"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -125,26 +127,28 @@ def test_a_full_queue_is_429_and_gone_clients_stop_generating(server, client) ->
     assert r.status_code == 200 and 1 <= len(r.json()["choices"][0]["token_ids"]) <= 4
 
 
-def test_bt_base_sends_the_key(tmp_path: Path, tiny_model_dir: Path, server) -> None:
-    args = ["base", "--cohort", "demo", "--limit", "1", "--model", tiny_model_dir, "--runs-dir", tmp_path,
-            "--run", "r", "--max-tokens", "8", "--backend", "vllm", "--endpoint", server.url]
-    proc = run_bt(*args, timeout=180)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("bt: error:")]
-    assert "HTTP 401" in line and "--api-key" in line and not (tmp_path / "r").exists()
-    proc = run_bt(*args, timeout=180, BT_API_KEY=KEY)
+def test_bt_clients_need_and_send_the_key(tmp_path: Path, tiny_model, tiny_model_dir: Path, server) -> None:
+    vocab = int(tiny_model.config["vocab_size"])
+    with pytest.raises(BtError, match="HTTP 401: missing or wrong API key; pass --api-key"):
+        HttpEngine("vllm", [server.url], tiny_model.eos_ids, vocab)
+    proc = run_bt("base", "--cohort", "demo", "--limit", "1", "--model", tiny_model_dir, "--runs-dir", tmp_path,
+                  "--run", "r", "--max-tokens", "8", "--backend", "vllm", "--endpoint", server.url,
+                  timeout=180, BT_API_KEY=KEY)
     assert proc.returncode == 0, proc.stderr
     assert KEY not in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "example.org"])
-def test_a_non_loopback_bind_needs_allow_remote_and_a_key(tmp_path: Path, host: str) -> None:
+def test_a_non_loopback_bind_needs_allow_remote_and_a_key(tmp_path: Path) -> None:
     absent = tmp_path / "absent-model"  # refused before the model would be looked for
-    res = run_bt("serve", "--host", host, "--port", "0", "--model", absent, timeout=60)
-    assert_one_line_error(res, 2, f"--host {host}", "--allow-remote")
-    res = run_bt("serve", "--host", host, "--port", "0", "--model", absent, "--allow-remote",
+    res = run_bt("serve", "--host", "0.0.0.0", "--port", "0", "--model", absent, timeout=60)
+    assert_one_line_error(res, 2, "--host 0.0.0.0", "--allow-remote")
+    res = run_bt("serve", "--host", "example.org", "--port", "0", "--model", absent, "--allow-remote",
                  timeout=60, BT_SERVE_API_KEY="")
-    assert_one_line_error(res, 2, "needs an API key", "BT_SERVE_API_KEY")
+    assert_one_line_error(res, 2, "--host example.org", "needs an API key", "BT_SERVE_API_KEY")
+    with pytest.raises(BtError, match="--api-key"):
+        check_access("0.0.0.0", True, "two words")
+    check_access("0.0.0.0", True, KEY)  # both given: allowed (not bound here)
+    check_access("127.0.0.1", False, None)
 
 
 def test_loopback_names() -> None:
