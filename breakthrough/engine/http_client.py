@@ -2,11 +2,13 @@
 
 Documented behaviour of one POST (`Endpoint.post`), with `RetryPolicy(attempts, backoff_s,
 max_backoff_s, timeout_s)` (`--retries N` is attempts N + 1, `--request-timeout` is timeout_s):
-  * every request has a deadline, `policy.deadline_s` after it starts: all its attempts, the
-    back-offs between them and the wait for a free in-flight slot fit in it. An attempt gets
-    at most `timeout_s` (connecting, sending, and each read of the answer), and the answer is
-    read as a stream so a server that trickles bytes is cut at the first read past the
-    attempt's time; no back-off starts that would end past the deadline;
+  * every request has a deadline on each endpoint, `policy.deadline_s` after it starts: all its
+    attempts, the back-offs between them and the wait for a free in-flight slot fit in it (a
+    request the fleet re-routes from a dead endpoint starts afresh there). An attempt gets
+    at most `timeout_s` (connecting, sending, and each read of the answer, and never more
+    than what is left of the deadline), and the answer is read as a stream so a server that
+    trickles bytes is cut at the first read that ends past the attempt's time (so a request
+    ends at most one read after its deadline); no attempt or back-off starts past it;
   * a connection error (refused, reset, the server died mid-answer) is retried with exponential
     backoff; when every attempt failed this way the endpoint is considered down
     (`EndpointDown`): the fleet marks it dead and re-routes the request's cell;
@@ -150,7 +152,8 @@ class Endpoint:
                     path, body, min(policy.timeout_s, max(0.001, deadline - time.monotonic())))
             except (httpx.TimeoutException, _Late) as exc:
                 connection_only = False
-                last = f"no answer within {policy.timeout_s:g}s ({type(exc).__name__.lstrip('_')})"
+                how = "the answer still arriving" if isinstance(exc, _Late) else type(exc).__name__
+                last = f"no answer within {policy.timeout_s:g}s ({how})"
                 continue
             except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError,
                     httpx.WriteError, httpx.CloseError) as exc:

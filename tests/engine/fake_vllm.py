@@ -7,6 +7,8 @@ Modes (`fake.mode`, changeable while it runs):
   "malformed"         a truncated JSON body;
   "hang"              the answer comes after `hang_s` seconds;
   "flaky"             one 500, then ok;
+  "busy"              429 with Retry-After: 0 (bt serve's full queue);
+  "trickle"           the answer comes one byte every 0.2 s (each read is quick, the whole is not);
   "silent"            /v1/models answers, no POST is ever answered (until close: bounded);
   "silent-after-probe" the startup probes are answered (a one-token generation and the
                       prompt scores), every later POST is not.
@@ -86,11 +88,33 @@ class FakeVllm:
                     fake.mode, mode = "ok", "500"
                 if mode == "500":
                     return self._send(500, b'{"error": "boom"}')
+                if mode == "busy":
+                    self.send_response(429)
+                    self.send_header("Retry-After", "0")
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    return self.wfile.write(b"{}")
                 if mode == "malformed":
                     return self._send(200, b'{"choices": [ {"text": ')
                 if mode == "hang":
                     fake.closed.wait(fake.hang_s)
+                if mode == "trickle":
+                    return self._trickle(json.dumps(COMPLETION).encode())
                 self._send(200, json.dumps(COMPLETION).encode())
+
+            def _trickle(self, body: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    for i in range(len(body)):
+                        if fake.closed.wait(0.2):
+                            return
+                        self.wfile.write(body[i:i + 1])
+                        self.wfile.flush()
+                except OSError:  # the client gave up and closed the connection
+                    return
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
