@@ -21,7 +21,7 @@ cell: what a fleet routed here).
 
 Limits, so one client cannot stop the server for the others: a prompt or prompt + max_tokens
 beyond the model's context (`--max-model-len`, default the model's own) is a 400 naming the
-limit; at most `batch_size + max_queue` requests are accepted at once, more get 429 with
+limit, a body over 16 MiB a 413 (read no further); at most `batch_size + max_queue` requests are accepted at once, more get 429 with
 Retry-After (bt's client retries it); a client that disconnects has its row dropped at the next
 step. Access: a non-loopback bind needs `allow_remote` and an API key (checked before the model
 loads); with a key every route but /health needs `Authorization: Bearer KEY`, else 401."""
@@ -33,6 +33,7 @@ import concurrent.futures
 import hmac
 import ipaddress
 import itertools
+import json
 import queue
 import socket
 import threading
@@ -49,6 +50,7 @@ from breakthrough.protocol import Sampling
 MAX_TOP = 20
 MAX_QUEUE = 64  # requests accepted beyond the batch's rows (`bt serve --max-queue`)
 DISCONNECT_POLL_S = 0.25  # how often a waiting request checks that its client is still there
+MAX_BODY_BYTES = 16 * 2**20  # a request body is read up to this (413 beyond): ~2M token ids
 
 
 def is_loopback(host: str) -> bool:
@@ -389,7 +391,8 @@ class _ClientGone(Exception):
     """The client disconnected while its request waited or generated."""
 
 
-ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 429: "TooManyRequestsError"}
+ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 413: "PayloadTooLargeError",
+               429: "TooManyRequestsError"}
 
 
 class BearerAuth:
@@ -444,11 +447,23 @@ def build_app(server: MlxServer, model_name: str, *, api_key: str | None = None,
                 server.cancel(job)
                 raise _ClientGone()
 
+    async def read_json(request: Request) -> Any:
+        """The JSON body, read at most MAX_BODY_BYTES far (None beyond: 413)."""
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                return None
+            chunks.append(chunk)
+        return json.loads(b"".join(chunks))
+
     async def completions(request: Request):
         try:
-            body = await request.json()
+            body = await read_json(request)
         except ValueError:
             return error(400, "the body is not JSON")
+        if body is None:
+            return error(413, f"the body exceeds {MAX_BODY_BYTES:,} bytes")
         try:
             job, opts = parse_completion_request(body, names, server.vocab, max_len)
         except BadRequest as exc:

@@ -1,8 +1,8 @@
 """A running `bt serve` (installed console script, tiny model, 127.0.0.1, stopped by PID) keeps
 its limits (issue 21, items 10 and 11): a prompt or max_tokens beyond the model's context is a
-400 naming the limit; with --batch-size 1 --max-queue 1 a third request at once gets 429 with
-Retry-After; clients that disconnect have their rows dropped (generation stops); it keeps
-serving good requests afterwards. With an API key every route but /health needs the bearer
+400 naming the limit, a body over 16 MiB a 413; with --batch-size 1 --max-queue 1 a third
+request at once gets 429 with Retry-After; clients that disconnect have their rows dropped
+(generation stops); it keeps serving good requests afterwards. With an API key every route but /health needs the bearer
 token (401), and bt's client sends it (--api-key / BT_API_KEY). A non-loopback --host without
 --allow-remote and a key is refused in one line before anything binds or loads."""
 
@@ -20,7 +20,8 @@ from bt_cli import assert_one_line_error, run_bt
 from engine.serve_procs import bt_serve
 
 from breakthrough.engine.http_backend import HttpEngine
-from breakthrough.engine.serve import BadRequest, check_access, is_loopback, parse_completion_request
+from breakthrough.engine.serve import (MAX_BODY_BYTES, BadRequest, check_access, is_loopback,
+                                       parse_completion_request)
 from breakthrough.errors import BtError
 
 KEY = "test-key-21"
@@ -73,6 +74,12 @@ def test_requests_without_the_bearer_token_get_401(server, client) -> None:
 def test_prompts_beyond_the_context_are_400s(client, body, words) -> None:
     r = client.post("/v1/completions", json=body, headers=AUTH)
     assert r.status_code == 400 and words in r.json()["message"], r.text
+
+
+def test_an_oversized_body_is_413(client) -> None:
+    r = client.post("/v1/completions", content=b" " * (MAX_BODY_BYTES + 1),
+                    headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 413 and "16,777,216 bytes" in r.json()["message"]
 
 
 def test_the_context_rule_is_prompt_plus_max_tokens() -> None:
