@@ -112,22 +112,28 @@ def _run_with_progress(console, run):
     state: dict = {"solved": 0}
     rate = TokensPerSecond()
 
-    with Progress(
+    progress = Progress(
         TextColumn("[bold]base[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
         rate, TextColumn("solved {task.fields[solved]}"), TimeElapsedColumn(),
         TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
-    ) as progress:
+    )
+    # Drawn from on_start on: a refusal before it (e.g. no endpoint answers) stays one line.
+    try:
         task = progress.add_task("base", total=None, solved=0)
 
         def on_start(n: int, engine) -> None:
             rate.attach(engine)
             progress.update(task, total=n)
+            progress.start()
 
         def on_sample(rec, grade) -> None:
             state["solved"] += int(bool(grade and grade.correct))
             progress.update(task, advance=1, solved=state["solved"])
 
         rep = run(on_start, on_sample)
+    finally:
+        if progress.live.is_started:
+            progress.stop()
     if rep.skipped:
         console.print(f"{count(rep.skipped, 'cell')} already done (resumed)")
     return rep

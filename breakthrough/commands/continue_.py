@@ -116,9 +116,11 @@ def _with_progress(console, run):
 
     rate = TokensPerSecond()
 
-    with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("samples"), rate, TimeElapsedColumn(), TextColumn("ETA"),
-                  TimeRemainingColumn(), console=console) as progress:
+    progress = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("samples"), rate, TimeElapsedColumn(), TextColumn("ETA"),
+                        TimeRemainingColumn(), console=console)
+    # Drawn from on_start on: a refusal before it (e.g. no endpoint answers) stays one line.
+    try:
         tasks = {}
 
         def on_start(totals: dict, engine) -> None:
@@ -126,11 +128,15 @@ def _with_progress(console, run):
             tasks["probes"] = progress.add_task("probes", total=totals["probes"])
             for phase in ("refinement", "restarts", "topups"):
                 tasks[phase] = progress.add_task(phase, total=None)
+            progress.start()
 
         def on_sample(phase: str, n: int) -> None:
             progress.update(tasks[phase], advance=n)
 
         return run(on_start, on_sample)
+    finally:
+        if progress.live.is_started:
+            progress.stop()
 
 
 def register(app: typer.Typer) -> None:

@@ -173,8 +173,9 @@ class HttpEngine:
                 logprobs = self._check_raw_logprobs(ep)
             except (EndpointDown, _ProbeFailed) as exc:  # answered the identity probe, then
                 self.fleet.mark_dead(ep, str(exc))        # went away or never generates
+                failures.append(str(exc) if str(exc).startswith(ep.url) else f"{ep.url}: {exc}")
         if not self.fleet.alive():
-            raise BtError(f"--endpoint: no endpoint answers: {'; '.join(self.fleet.notes)}")
+            raise BtError(f"--endpoint: no endpoint answers: {'; '.join(failures)}")
         bt_serve = first["identity"]["server"] == "bt-serve"
         self._identity = {
             "backend": self.backend, **first["identity"],
@@ -208,7 +209,7 @@ class HttpEngine:
         try:
             comp = ep.post(self._path(), self._body(ep, req), self._parse)
         except RequestFailed as exc:  # e.g. answers /v1/models but no POST within the deadline
-            raise _ProbeFailed(f"a one-token probe request failed: {exc}") from None
+            raise _ProbeFailed(f"{exc} (the one-token startup probe)") from None
         try:
             if not comp.tokens:
                 raise RequestFailed("the probe generated no token")
