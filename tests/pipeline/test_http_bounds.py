@@ -76,6 +76,7 @@ def test_a_silent_endpoint_ends_bt_base_in_one_line(tmp_path: Path, tiny_model_d
     assert "no endpoint answers" in line and f.url in line
     assert "no answer within 1s" in line and "after 2 attempts" in line  # --retries 1: 2 attempts
     assert posts == 2
+    assert len(proc.stderr.splitlines()) == 2  # the run's announcement, the error: no progress bar
     assert not (tmp_path / "r").exists()  # nothing written
 
 
