@@ -8,7 +8,9 @@ import typer
 
 from breakthrough.commands.options import (check_engine_options, count, backend_option,
                                           endpoint_option, hidden_stride_for, hidden_stride_option,
-                                          max_inflight_option, processed_logprobs_option)
+                                          max_inflight_option, processed_logprobs_option,
+                                          request_timeout_option, retries_option, api_key_option,
+                                          EXIT_FAILURES)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -45,6 +47,9 @@ def base(
     endpoint: str = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
+    request_timeout: float = request_timeout_option(),
+    retries: int = retries_option(),
+    api_key: str = api_key_option(),
     hidden_stride: int = hidden_stride_option(),
 ) -> None:
     """Generate, grade and store one base solution per problem x model cell.
@@ -60,7 +65,8 @@ def base(
 
     console = Console(stderr=True)
     check_engine_options(backend, batch_size)
-    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs)
+    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
+                          request_timeout, retries, api_key)
     protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens, base_seed=seed,
                                       max_prompt_tokens=max_prompt_tokens).validate()
     if limit is not None and limit < 1:
@@ -92,6 +98,8 @@ def base(
                           "(stored in the run's errors table); rerun to retry them")
         for note in rep.notes:
             console.print(f"note: {note}")
+    if any(rep.failed for rep in reports):
+        raise typer.Exit(EXIT_FAILURES)  # finished with failures: the run is incomplete
 
 
 def _run_with_progress(console, run):
@@ -104,22 +112,28 @@ def _run_with_progress(console, run):
     state: dict = {"solved": 0}
     rate = TokensPerSecond()
 
-    with Progress(
+    progress = Progress(
         TextColumn("[bold]base[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
         rate, TextColumn("solved {task.fields[solved]}"), TimeElapsedColumn(),
         TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
-    ) as progress:
+    )
+    # Drawn from on_start on: a refusal before it (e.g. no endpoint answers) stays one line.
+    try:
         task = progress.add_task("base", total=None, solved=0)
 
         def on_start(n: int, engine) -> None:
             rate.attach(engine)
             progress.update(task, total=n)
+            progress.start()
 
         def on_sample(rec, grade) -> None:
             state["solved"] += int(bool(grade and grade.correct))
             progress.update(task, advance=1, solved=state["solved"])
 
         rep = run(on_start, on_sample)
+    finally:
+        if progress.live.is_started:
+            progress.stop()
     if rep.skipped:
         console.print(f"{count(rep.skipped, 'cell')} already done (resumed)")
     return rep

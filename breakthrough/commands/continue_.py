@@ -8,7 +8,9 @@ import typer
 
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
 from breakthrough.commands.options import (check_engine_options, count, backend_option,
-                                          endpoint_option, max_inflight_option, processed_logprobs_option)
+                                          endpoint_option, max_inflight_option, processed_logprobs_option,
+                                          request_timeout_option, retries_option, api_key_option,
+                                          EXIT_FAILURES)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -44,6 +46,9 @@ def continue_(
     endpoint: str = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
+    request_timeout: float = request_timeout_option(),
+    retries: int = retries_option(),
+    api_key: str = api_key_option(),
 ) -> None:
     """Probe every base trace (anchors, 2 rounds of bisection), run restarts and the top-ups.
 
@@ -58,7 +63,8 @@ def continue_(
     console = Console(stderr=True)
     rules = parse_topup(topup)
     check_engine_options(backend, batch_size, memory_gb)
-    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs)
+    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
+                          request_timeout, retries, api_key)
     settings = dict(budget=budget, answer_budget=answer_budget, samples=samples, restart_samples=samples,
                     topup_samples=2 * samples, restart_budgets=_ints(restarts, "--restarts"),
                     anchors=_ints(anchors, "--anchors"), tau=tau)
@@ -73,6 +79,7 @@ def continue_(
         for plan in plan_continue(dirs, settings):
             typer.echo("\n".join(plan.lines()))
         return
+    failed = False
     for rep in continue_runs(dirs, settings, opts, progress=lambda run_dir, man: _announce(console, run_dir, man, topup),
                              drive=lambda run: _with_progress(console, run)):
         console.print(
@@ -82,10 +89,13 @@ def continue_(
             f"{rep.generated_tokens:,} generated in {rep.elapsed_s:.1f}s"
         )
         if rep.failed_cells:
+            failed = True
             console.print(f"{rep.run_dir.name}: {count(rep.failed_cells, 'cell')} stopped on request "
                           "errors (stored in the run's errors table); rerun to retry them")
         for note in rep.notes:
             console.print(f"note: {note}")
+    if failed:
+        raise typer.Exit(EXIT_FAILURES)  # finished with failures: the runs are incomplete
 
 
 def _announce(console, run_dir: Path, man: dict, topup: str) -> None:
@@ -106,9 +116,11 @@ def _with_progress(console, run):
 
     rate = TokensPerSecond()
 
-    with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("samples"), rate, TimeElapsedColumn(), TextColumn("ETA"),
-                  TimeRemainingColumn(), console=console) as progress:
+    progress = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("samples"), rate, TimeElapsedColumn(), TextColumn("ETA"),
+                        TimeRemainingColumn(), console=console)
+    # Drawn from on_start on: a refusal before it (e.g. no endpoint answers) stays one line.
+    try:
         tasks = {}
 
         def on_start(totals: dict, engine) -> None:
@@ -116,11 +128,15 @@ def _with_progress(console, run):
             tasks["probes"] = progress.add_task("probes", total=totals["probes"])
             for phase in ("refinement", "restarts", "topups"):
                 tasks[phase] = progress.add_task(phase, total=None)
+            progress.start()
 
         def on_sample(phase: str, n: int) -> None:
             progress.update(tasks[phase], advance=n)
 
         return run(on_start, on_sample)
+    finally:
+        if progress.live.is_started:
+            progress.stop()
 
 
 def register(app: typer.Typer) -> None:

@@ -28,6 +28,34 @@ def max_inflight_option() -> typer.models.OptionInfo:
                                 "else 16).")
 
 
+REQUEST_TIMEOUT_S = 600.0  # the defaults of EngineSpec.request_timeout_s and .retries
+RETRIES = 2
+
+
+def request_timeout_option() -> typer.models.OptionInfo:
+    return typer.Option(REQUEST_TIMEOUT_S, "--request-timeout", metavar="SECONDS",
+                        help="--backend vllm|sglang: seconds one attempt of a request may take "
+                             "(connecting, sending, each read of the answer) before it is "
+                             "retried; a request's deadline is (--retries + 1) x SECONDS plus the "
+                             "back-offs (0.5 s, 1 s, 2 s ... at most 8 s; with the defaults 1,801.5 "
+                             "s), after which its cell is stored as failed and a rerun retries it.")
+
+
+def retries_option() -> typer.models.OptionInfo:
+    return typer.Option(RETRIES, "--retries", metavar="N",
+                        help="--backend vllm|sglang: further attempts of a request after a "
+                             "connection error, timeout, 5xx / 429 answer or malformed body "
+                             "(0: one attempt only); all within the request's deadline.")
+
+
+def api_key_option() -> typer.models.OptionInfo:
+    return typer.Option(None, "--api-key", metavar="KEY", envvar="BT_API_KEY", show_envvar=True,
+                        show_default=False,
+                        help="--backend vllm|sglang: send `Authorization: Bearer KEY` with every "
+                             "request (a `bt serve --api-key`, or a vLLM --api-key). Prefer the "
+                             "environment variable: a command line is visible to other users.")
+
+
 def processed_logprobs_option() -> typer.models.OptionInfo:
     return typer.Option(False, "--accept-processed-logprobs",
                         help="Use a server whose log-probs are taken after temperature / top-k "
@@ -58,6 +86,11 @@ def hidden_stride_for(value: int | None, backend: str) -> int:
     if value is not None:
         return value
     return 0 if backend in HTTP_BACKENDS else HIDDEN_STRIDE
+
+
+# `bt base|continue|sample` ended, but some requests failed (an HTTP backend gave up on them;
+# they are stored in the run's errors table): the run is incomplete, a rerun retries exactly those.
+EXIT_FAILURES = 3
 
 
 def count(n: int, noun: str) -> str:

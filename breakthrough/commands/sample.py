@@ -9,7 +9,9 @@ import typer
 
 from breakthrough.commands.options import (backend_option, check_engine_options, count,
                                           endpoint_option, hidden_stride_for, hidden_stride_option,
-                                          max_inflight_option, processed_logprobs_option)
+                                          max_inflight_option, processed_logprobs_option,
+                                          request_timeout_option, retries_option, api_key_option,
+                                          EXIT_FAILURES)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -36,6 +38,9 @@ def sample(
     endpoint: str = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
+    request_timeout: float = request_timeout_option(),
+    retries: int = retries_option(),
+    api_key: str = api_key_option(),
     hidden_stride: int = hidden_stride_option(),
 ) -> None:
     """Generate, grade and store N seeded from-scratch attempts per problem x model.
@@ -51,7 +56,8 @@ def sample(
 
     console = Console(stderr=True)
     check_engine_options(backend, batch_size)
-    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs)
+    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
+                          request_timeout, retries, api_key)
     if limit is not None and limit < 1:
         raise BtError(f"--limit: expected a positive integer, got {limit}")
     if max_tokens < 1:
@@ -69,12 +75,16 @@ def sample(
     if dry_run:
         typer.echo("\n".join(plan_sample(req)))
         return
+    failed = False
     for rep in sample_runs(req, announce=console.print):
         typer.echo(f"{rep.run_dir}: {count(rep.generated, 'attempt')} generated "
                    f"({rep.tokens:,} tokens, {rep.solved} solved), {rep.skipped} already done"
                    + (f", {rep.failed} failed on request errors (rerun to retry)" if rep.failed else ""))
+        failed = failed or bool(rep.failed)
         for note in rep.notes:
             console.print(f"note: {note}")
+    if failed:
+        raise typer.Exit(EXIT_FAILURES)  # finished with failures: the run is incomplete
 
 
 def register(app: typer.Typer) -> None:

@@ -19,9 +19,11 @@ def parse_endpoints(text: str | None) -> tuple[str, ...]:
 
 
 def http_options(backend: str, endpoint: str | None, max_inflight: int,
-                 accept_processed_logprobs: bool) -> dict[str, Any]:
-    """The HTTP fields of an `EngineSpec` from `--endpoint`, `--max-inflight` and
-    `--accept-processed-logprobs`, checked without touching the network (one-line BtError)."""
+                 accept_processed_logprobs: bool, request_timeout: float = 600.0, retries: int = 2,
+                 api_key: str | None = None) -> dict[str, Any]:
+    """The HTTP fields of an `EngineSpec` from `--endpoint`, `--max-inflight`,
+    `--accept-processed-logprobs`, `--request-timeout`, `--retries` and `--api-key`, checked
+    without touching the network (one-line BtError)."""
     endpoints = parse_endpoints(endpoint)
     if backend in HTTP_BACKENDS and not endpoints:
         raise BtError(f"--backend {backend} needs --endpoint URL[,URL...] (e.g. http://127.0.0.1:8000)")
@@ -34,8 +36,21 @@ def http_options(backend: str, endpoint: str | None, max_inflight: int,
         raise BtError("--endpoint: the same URL is given twice")
     if max_inflight < 0:
         raise BtError(f"--max-inflight: expected 0 (the server's limit) or a positive integer, got {max_inflight}")
+    if not (0 < request_timeout <= MAX_REQUEST_TIMEOUT_S):  # also refuses nan
+        raise BtError(f"--request-timeout: expected seconds in (0, {MAX_REQUEST_TIMEOUT_S:g}], "
+                      f"got {request_timeout:g}")
+    if not 0 <= retries <= MAX_RETRIES:
+        raise BtError(f"--retries: expected an integer in [0, {MAX_RETRIES}], got {retries}")
+    if backend in HTTP_BACKENDS and api_key and (any(c.isspace() for c in api_key) or not api_key.isprintable()):
+        raise BtError("--api-key: expected a key without spaces or control characters")
     return {"endpoints": endpoints, "max_inflight": max_inflight,
-            "accept_processed_logprobs": bool(accept_processed_logprobs)}
+            "accept_processed_logprobs": bool(accept_processed_logprobs),
+            "request_timeout_s": float(request_timeout), "retries": int(retries),
+            "api_key": (api_key or None) if backend in HTTP_BACKENDS else None}
+
+
+MAX_REQUEST_TIMEOUT_S = 86400.0  # a day: beyond it a hung server is not worth waiting for
+MAX_RETRIES = 100
 
 
 def make_engine(spec: EngineSpec, loaded: Any) -> Engine:
@@ -67,4 +82,5 @@ def _http_engine(spec: EngineSpec, loaded: Any) -> Engine:
     return HttpEngine(spec.backend, spec.endpoints, loaded.eos_ids, vocab,
                       max_inflight=spec.max_inflight,
                       accept_processed_logprobs=spec.accept_processed_logprobs,
-                      policy=RetryPolicy(timeout_s=spec.request_timeout_s))
+                      policy=RetryPolicy(attempts=spec.retries + 1, timeout_s=spec.request_timeout_s),
+                      api_key=spec.api_key)

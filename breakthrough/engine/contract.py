@@ -182,7 +182,10 @@ class EngineSpec:
     max_inflight: requests in flight per endpoint (0: the server's reported limit, else 16).
     accept_processed_logprobs: use a server whose log-probs are taken after temperature / top-k
         (refused by default: they would not be the model's distribution).
-    request_timeout_s: seconds one HTTP request may take before it is retried.
+    request_timeout_s: seconds one attempt of an HTTP request may take before it is retried.
+    retries: further attempts after a failed one (a request's deadline bounds them all:
+        `http_client.RetryPolicy.deadline_s`).
+    api_key: sent as `Authorization: Bearer KEY` (never recorded, printed or shown by repr).
     """
 
     backend: str = "mlx"
@@ -192,6 +195,8 @@ class EngineSpec:
     max_inflight: int = 0
     accept_processed_logprobs: bool = False
     request_timeout_s: float = 600.0
+    retries: int = 2
+    api_key: str | None = field(default=None, repr=False)
 
 
 BACKENDS: tuple[str, ...] = ("mlx", "mlx-fresh", "vllm", "sglang")

@@ -53,6 +53,10 @@ RAW_TOLERANCE = 0.05  # nats: generation vs prompt-scored log-probs of one posit
 PROBE_SAMPLING = Sampling(temperature=0.5, top_p=1.0, top_k=5, min_p=0.0)
 
 
+class _ProbeFailed(Exception):
+    """An endpoint that answered its identity probe failed to generate one token."""
+
+
 def probe_ids(vocab_size: int, n: int = 24) -> list[int]:
     """A fixed, model-independent sequence of valid ids for the startup log-prob check."""
     span = max(2, min(int(vocab_size), 32000))
@@ -72,6 +76,7 @@ class HttpEngine:
         max_inflight: int = 0,
         accept_processed_logprobs: bool = False,
         policy: RetryPolicy = RetryPolicy(),
+        api_key: str | None = None,
     ) -> None:
         if backend not in ("vllm", "sglang"):
             raise BtError(f"--backend: {backend!r} is not an HTTP backend (vllm, sglang)")
@@ -94,7 +99,8 @@ class HttpEngine:
         self.cached_by_cell: dict[str, int] = {}
         self.errors = 0
         self._lock = threading.Lock()
-        self.fleet = Fleet([Endpoint(u, policy, max_inflight or DEFAULT_INFLIGHT) for u in urls])
+        self.fleet = Fleet([Endpoint(u, policy, max_inflight or DEFAULT_INFLIGHT, api_key=api_key)
+                            for u in urls])
         self._identity: dict[str, Any] = {}
         try:
             self._connect(max_inflight)
@@ -142,6 +148,11 @@ class HttpEngine:
         for ep in self.fleet.endpoints:
             try:
                 described[ep.url] = self._describe(ep)
+            except httpx.HTTPStatusError as exc:
+                ep.alive = False
+                code = exc.response.status_code
+                failures.append(f"{ep.url} (HTTP {code}" + (": missing or wrong API key; pass "
+                                "--api-key KEY or BT_API_KEY)" if code in (401, 403) else ")"))
             except (httpx.HTTPError, ValueError, AttributeError, KeyError, TypeError) as exc:
                 ep.alive = False
                 failures.append(f"{ep.url} ({type(exc).__name__}: {str(exc)[:80] or 'no answer'})")
@@ -161,10 +172,11 @@ class HttpEngine:
         for ep in self.fleet.alive():
             try:
                 logprobs = self._check_raw_logprobs(ep)
-            except EndpointDown as exc:  # answered the identity probe, then went away
-                self.fleet.mark_dead(ep, str(exc))
+            except (EndpointDown, _ProbeFailed) as exc:  # answered the identity probe, then
+                self.fleet.mark_dead(ep, str(exc))        # went away or never generates
+                failures.append(str(exc) if str(exc).startswith(ep.url) else f"{ep.url}: {exc}")
         if not self.fleet.alive():
-            raise BtError(f"--endpoint: no endpoint answers: {'; '.join(self.fleet.notes)}")
+            raise BtError(f"--endpoint: no endpoint answers: {'; '.join(failures)}")
         bt_serve = first["identity"]["server"] == "bt-serve"
         self._identity = {
             "backend": self.backend, "bt": __version__, **first["identity"],
@@ -197,6 +209,9 @@ class HttpEngine:
         req = GenRequest(key="bt-logprob-probe", prompt=ids, max_tokens=1, seed=0, sampling=PROBE_SAMPLING)
         try:
             comp = ep.post(self._path(), self._body(ep, req), self._parse)
+        except RequestFailed as exc:  # e.g. answers /v1/models but no POST within the deadline
+            raise _ProbeFailed(f"{exc} (the one-token startup probe)") from None
+        try:
             if not comp.tokens:
                 raise RequestFailed("the probe generated no token")
             tok = comp.tokens[0]
@@ -271,14 +286,18 @@ class HttpEngine:
     def _one(self, req: GenRequest) -> GenResult:
         t0 = time.perf_counter()
         cell = route_key(req)
+        down = ""
         while True:
             ep = self.fleet.route(cell)
             if ep is None:
-                return self._failed(req, "no endpoint answers", t0, "")
+                why = down or "every endpoint stopped answering: " + ", ".join(
+                    e.url for e in self.fleet.endpoints)
+                return self._failed(req, f"no endpoint answers ({why})", t0, "")
             try:
                 comp = ep.post(self._path(), self._body(ep, req), self._parse)
             except EndpointDown as exc:
                 self.fleet.mark_dead(ep, str(exc))
+                down = str(exc)
                 continue
             except RequestFailed as exc:
                 return self._failed(req, str(exc), t0, ep.url)

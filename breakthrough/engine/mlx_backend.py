@@ -35,6 +35,7 @@ reference procedure's cost."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
@@ -165,6 +166,34 @@ class MlxEngine:
         self._kept: dict[str, tuple[list[int], list]] = {}
         self._max_kept = kept_states or 2 * self.batch_size
         self._kv_bytes: float | None = None
+        # Keys of rows to drop before their end (`cancel`: bt serve's client went away).
+        self._cancelled: set[str] = set()
+        self._cancel_lock = threading.Lock()
+
+    def cancel(self, key: str) -> None:
+        """Stop generating the in-flight row of request `key` (from any thread): at the next
+        step it leaves the batch and `generate` yields its result so far with finish_reason
+        "error" and error "cancelled". A key that is not in flight is ignored."""
+        with self._cancel_lock:
+            self._cancelled.add(key)
+
+    def _drop_cancelled(self, gen, rows: dict) -> list[GenResult]:
+        with self._cancel_lock:
+            keys, self._cancelled = self._cancelled, set()
+        uids = [uid for uid, row in rows.items() if row.req.key in keys]
+        if not uids:
+            return []
+        gen.remove(uids)
+        dropped = []
+        for uid in uids:
+            row = rows.pop(uid)
+            dropped.append(GenResult(
+                key=row.req.key, tokens=row.tokens, logprobs=np.asarray(row.logprobs, dtype=np.float32),
+                entropies=np.asarray(row.entropies, dtype=np.float32),
+                sampling_entropies=np.asarray(row.sampling_entropies, dtype=np.float32),
+                finish_reason="error", elapsed_s=time.perf_counter() - row.t0,
+                prompt_tokens=len(row.req.prompt), cached_tokens=row.cached, error="cancelled"))
+        return dropped
 
     @classmethod
     def from_loaded(cls, loaded, **kwargs) -> "MlxEngine":
@@ -289,6 +318,8 @@ class MlxEngine:
         ready: deque[GenResult] = deque()
         try:
             while True:
+                if self._cancelled:
+                    yield from self._drop_cancelled(gen, rows)
                 # Refill free slots.
                 new: list[GenRequest] = []
                 while not exhausted and len(rows) + len(new) < self.batch_size:

@@ -17,13 +17,23 @@ Answer: vLLM's completion object; each choice also has `bt` with the exact full-
 `entropies`, the `sampling_entropies`, bt's `finish_reason` and `cached_tokens`; the usage has
 `prompt_tokens_details.cached_tokens`. GET /v1/models, /version (says "server": "bt-serve",
 its limit `max_running_requests`), /health, /metrics (Prometheus text), /bt/cells (requests per
-cell: what a fleet routed here)."""
+cell: what a fleet routed here).
+
+Limits, so one client cannot stop the server for the others: a prompt or prompt + max_tokens
+beyond the model's context (`--max-model-len`, default the model's own) is a 400 naming the
+limit, a body over 16 MiB a 413 (read no further); at most `batch_size + max_queue` requests are accepted at once, more get 429 with
+Retry-After (bt's client retries it); a client that disconnects has its row dropped at the next
+step. Access: a non-loopback bind needs `allow_remote` and an API key (checked before the model
+loads); with a key every route but /health needs `Authorization: Bearer KEY`, else 401."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hmac
+import ipaddress
 import itertools
+import json
 import queue
 import socket
 import threading
@@ -38,7 +48,35 @@ from breakthrough.errors import BtError
 from breakthrough.protocol import Sampling
 
 MAX_TOP = 20
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
+MAX_QUEUE = 64  # requests accepted beyond the batch's rows (`bt serve --max-queue`)
+DISCONNECT_POLL_S = 0.25  # how often a waiting request checks that its client is still there
+MAX_BODY_BYTES = 16 * 2**20  # a request body is read up to this (413 beyond): ~2M token ids
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches (127.0.0.0/8, ::1, "localhost"); any
+    other name or address, including 0.0.0.0 and a host name, is treated as remote."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_access(host: str, allow_remote: bool, api_key: str | None) -> None:
+    """A bind other machines can reach needs the explicit opt-in and an API key (one line)."""
+    if api_key is not None and (not api_key or any(c.isspace() for c in api_key)
+                                or not api_key.isprintable()):
+        raise BtError("--api-key: expected a non-empty key without spaces or control characters")
+    if is_loopback(host):
+        return
+    if not allow_remote:
+        raise BtError(f"--host {host}: other machines could reach this server; pass "
+                      "--allow-remote (with --api-key KEY or BT_SERVE_API_KEY) to listen there")
+    if not api_key:
+        raise BtError(f"--host {host} --allow-remote needs an API key: --api-key KEY or "
+                      "BT_SERVE_API_KEY (clients send it with --api-key or BT_API_KEY)")
 
 
 class BadRequest(ValueError):
@@ -57,6 +95,8 @@ class Job:
     client_follows: str | None = None
     cell: str = ""
     extras: dict[str, Any] = field(default_factory=dict)
+    cancelled: bool = False  # the client went away (MlxServer.cancel)
+    engine_key: str | None = None  # the engine's key once the generation thread took it
 
 
 def _version(name: str) -> str:
@@ -69,11 +109,17 @@ def _version(name: str) -> str:
 class MlxServer:
     """The generation thread and what it counts; `submit(job)` returns a Future."""
 
-    def __init__(self, loaded: Any, batch_size: int = 8, kept_states: int = 4096) -> None:
+    def __init__(self, loaded: Any, batch_size: int = 8, kept_states: int = 4096,
+                 max_queue: int = MAX_QUEUE) -> None:
         from breakthrough.engine.mlx_backend import MlxEngine
 
         self.loaded = loaded
         self.batch_size = batch_size
+        self.max_queue = max_queue
+        self.accepted = 0  # requests taken and not yet answered (the HTTP side counts them)
+        self.refused_busy = 0
+        self.cancelled = 0
+        self._lock = threading.Lock()
         self.engine = MlxEngine(loaded.model, loaded.eos_ids, batch_size=batch_size,
                                 kept_states=4 * batch_size, shared_prefixes=max(4, batch_size))
         self.engine.top_logprobs = MAX_TOP
@@ -97,6 +143,18 @@ class MlxServer:
     def stop(self) -> None:
         self._q.put(None)
 
+    def full(self) -> bool:
+        return self.accepted >= self.batch_size + self.max_queue
+
+    def cancel(self, job: Job) -> None:
+        """The client of `job` went away: drop it from the queue, or its row from the batch."""
+        with self._lock:
+            job.cancelled = True
+            key = job.engine_key
+            self.cancelled += 1
+        if key is not None:
+            self.engine.cancel(key)
+
     # -- the generation thread -----------------------------------------------------------------
     def _source(self, jobs: dict[str, Job]):
         while True:
@@ -114,6 +172,11 @@ class MlxServer:
                     job.future.set_exception(exc)
                 continue
             key = f"r{next(self._ids)}"
+            with self._lock:
+                if job.cancelled:  # its client left while it waited
+                    job.future.set_result(None)
+                    continue
+                job.engine_key = key
             follows = self._kept.pop(job.client_follows, None) if job.client_follows else None
             jobs[key] = job
             self._inflight += 1
@@ -126,6 +189,9 @@ class MlxServer:
                 for res in self.engine.generate(self._source(jobs)):
                     self._inflight -= 1
                     job = jobs.pop(res.key)
+                    if res.finish_reason == "error":  # cancelled: nobody waits for it
+                        job.future.set_result(None)
+                        continue
                     if job.request.keep_state and job.client_key:
                         self._kept[job.client_key] = res.key
                         while len(self._kept) > self._max_kept:
@@ -196,9 +262,11 @@ def _ids(v: Any, name: str, vocab: int, allow_empty: bool = False) -> list[int]:
     return list(v)
 
 
-def parse_completion_request(body: Any, model_names: tuple[str, ...], vocab: int) -> tuple[Job, dict]:
+def parse_completion_request(body: Any, model_names: tuple[str, ...], vocab: int,
+                             max_len: int = 0) -> tuple[Job, dict]:
     """A `/v1/completions` body as a Job (or BadRequest naming the field); the dict holds the
-    answer options (logprobs, token-id keys, prompt_logprobs)."""
+    answer options (logprobs, token-id keys, prompt_logprobs). With `max_len` (the context),
+    prompt + max_tokens must fit in it, as vLLM's max_model_len."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     model = body.get("model")
@@ -207,6 +275,9 @@ def parse_completion_request(body: Any, model_names: tuple[str, ...], vocab: int
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
         prompt = prompt[0]
+    if max_len and isinstance(prompt, list) and len(prompt) >= max_len:  # before reading the ids
+        raise BadRequest(f"prompt: {len(prompt):,} tokens do not fit the model's context of "
+                         f"{max_len:,} tokens (prompt + max_tokens must fit)")
     prompt = _ids(prompt, "prompt", vocab)
     for name, ok in (("n", lambda v: v in (None, 1)), ("best_of", lambda v: v in (None, 1)),
                      ("stream", lambda v: not v), ("echo", lambda v: not v),
@@ -231,6 +302,9 @@ def parse_completion_request(body: Any, model_names: tuple[str, ...], vocab: int
         sp = bt["shared_prefix"]
         if not isinstance(sp, dict) or not isinstance(sp.get("key"), str):
             raise BadRequest("bt.shared_prefix: expected {key, ids, starts}")
+        if max_len and isinstance(sp.get("ids"), list) and len(sp["ids"]) > max_len:
+            raise BadRequest(f"bt.shared_prefix.ids: {len(sp['ids']):,} tokens exceed the model's "
+                             f"context of {max_len:,} tokens")
         shared = SharedPrefix(key=sp["key"], ids=tuple(_ids(sp.get("ids"), "bt.shared_prefix.ids", vocab)),
                               starts=tuple(_ids(sp.get("starts") or [], "bt.shared_prefix.starts",
                                                 len(sp.get("ids") or []) + 1, True)))
@@ -239,8 +313,12 @@ def parse_completion_request(body: Any, model_names: tuple[str, ...], vocab: int
     for name, v in (("bt.key", client_key), ("bt.follows", follows)):
         if v is not None and not isinstance(v, str):
             raise BadRequest(f"{name}: expected a string")
+    max_tokens = _int(body, "max_tokens", 16, 1, None)
+    if max_len and len(prompt) + max_tokens > max_len:
+        raise BadRequest(f"max_tokens: {max_tokens:,} after a {len(prompt):,}-token prompt exceed "
+                         f"the model's context of {max_len:,} tokens (at most {max_len - len(prompt):,})")
     req = GenRequest(
-        key="pending", prompt=prompt, max_tokens=_int(body, "max_tokens", 16, 1, None),
+        key="pending", prompt=prompt, max_tokens=max_tokens,
         seed=_int(body, "seed", 0, None, None) & 0xFFFFFFFF, stop_sequences=tuple(stops),
         sampling=sampling, shared_prefix=shared, keep_state=bool(bt.get("keep_state")),
     )
@@ -309,42 +387,108 @@ def render_completion(res: GenResult, req: GenRequest, opts: dict, model: str, t
                       "prompt_tokens_details": {"cached_tokens": int(res.cached_tokens)}}}
 
 
-def build_app(server: MlxServer, model_name: str):
-    """The starlette application around `server`."""
+class _ClientGone(Exception):
+    """The client disconnected while its request waited or generated."""
+
+
+ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 413: "PayloadTooLargeError",
+               429: "TooManyRequestsError"}
+
+
+class BearerAuth:
+    """ASGI middleware: every route but /health needs `Authorization: Bearer KEY` (401)."""
+
+    def __init__(self, app: Any, api_key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope.get("path") != "/health":
+            got = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(got, self.expected):
+                from starlette.responses import JSONResponse
+
+                resp = JSONResponse({"object": "error", "message": "missing or wrong API key "
+                                     "(send Authorization: Bearer KEY)", "type": ERROR_TYPES[401],
+                                     "code": 401}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+                await resp(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def build_app(server: MlxServer, model_name: str, *, api_key: str | None = None,
+              max_model_len: int = 0):
+    """The starlette application around `server`: prompts checked against `max_model_len`
+    (0: the model's own context), a bearer token required when `api_key` is given."""
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, PlainTextResponse
+    from starlette.responses import JSONResponse, PlainTextResponse, Response
     from starlette.routing import Route
 
     loaded = server.loaded
     names = tuple(dict.fromkeys((model_name, loaded.alias, loaded.model_id)))
-    max_len = int(loaded.config.get("max_position_embeddings") or 0)
+    max_len = int(max_model_len or loaded.config.get("max_position_embeddings") or 0)
 
-    def error(status: int, message: str) -> JSONResponse:
-        kind = "BadRequestError" if status == 400 else "InternalServerError"
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        kind = ERROR_TYPES.get(status, "InternalServerError")
         return JSONResponse({"object": "error", "message": message, "type": kind, "code": status},
-                            status_code=status)
+                            status_code=status, headers=headers)
+
+    async def answer(job: Job, request: Request) -> Any:
+        """The job's result, waited for while the client is still connected."""
+        fut = asyncio.wrap_future(server.submit(job))
+        while True:
+            done, _ = await asyncio.wait({fut}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return fut.result()
+            if await request.is_disconnected():
+                server.cancel(job)
+                raise _ClientGone()
+
+    async def read_json(request: Request) -> Any:
+        """The JSON body, read at most MAX_BODY_BYTES far (None beyond: 413)."""
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                return None
+            chunks.append(chunk)
+        return json.loads(b"".join(chunks))
 
     async def completions(request: Request):
         try:
-            body = await request.json()
+            body = await read_json(request)
         except ValueError:
             return error(400, "the body is not JSON")
+        if body is None:
+            return error(413, f"the body exceeds {MAX_BODY_BYTES:,} bytes")
         try:
-            job, opts = parse_completion_request(body, names, server.vocab)
+            job, opts = parse_completion_request(body, names, server.vocab, max_len)
         except BadRequest as exc:
             return error(400, str(exc))
+        if server.full():
+            server.refused_busy += 1
+            return error(429, f"bt serve is busy: {server.accepted} requests accepted (batch "
+                         f"{server.batch_size} + --max-queue {server.max_queue}); retry later",
+                         headers={"Retry-After": "1"})
+        server.accepted += 1  # the event loop's thread only: no lock needed
         try:
             scored = None
             if opts["prompt_logprobs"] is not None:
                 sjob = Job(future=concurrent.futures.Future(), score_ids=list(job.request.prompt),
                            score_top=opts["prompt_logprobs"])
-                scored = await asyncio.wrap_future(server.submit(sjob))
-            res = await asyncio.wrap_future(server.submit(job))
+                scored = await answer(sjob, request)
+            res = await answer(job, request)
+        except _ClientGone:
+            return Response(status_code=499)  # nobody reads it: the client is gone
         except BtError as exc:
             return error(400, str(exc))
         except Exception as exc:  # noqa: BLE001 - the engine failed: the client may retry
             return error(500, f"{type(exc).__name__}: {exc}")
+        finally:
+            server.accepted -= 1
         return JSONResponse(render_completion(res, job.request, opts, model_name, loaded.tokenizer,
                                               frozenset(loaded.eos_ids), scored))
 
@@ -368,7 +512,10 @@ def build_app(server: MlxServer, model_name: str):
                  f"bt_prompt_tokens_total {server.prompt_tokens}",
                  f"bt_cached_prompt_tokens_total {server.cached_tokens}",
                  f"bt_prefill_tokens_total {e.prefill_tokens}",
-                 f"bt_generation_tokens_total {e.generated_tokens}"]
+                 f"bt_generation_tokens_total {e.generated_tokens}",
+                 f"bt_requests_accepted {server.accepted}",
+                 f"bt_requests_refused_busy_total {server.refused_busy}",
+                 f"bt_requests_cancelled_total {server.cancelled}"]
         return PlainTextResponse("\n".join(lines) + "\n")
 
     async def cells(request: Request):
@@ -378,7 +525,7 @@ def build_app(server: MlxServer, model_name: str):
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/models", models), Route("/version", version), Route("/health", health),
         Route("/metrics", metrics), Route("/bt/cells", cells),
-    ])
+    ], middleware=[Middleware(BearerAuth, api_key=api_key)] if api_key else None)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -397,9 +544,11 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, batch_size: int = 8,
-          announce=print) -> None:
+          announce=print, *, allow_remote: bool = False, api_key: str | None = None,
+          max_queue: int = MAX_QUEUE, max_model_len: int = 0) -> None:
     """Load `model`, listen on host:port and serve until interrupted. `announce(line)` gets the
-    URL once the socket listens (before that, connections wait in the backlog)."""
+    URL once the socket listens (before that, connections wait in the backlog). Every option
+    is checked, and the socket bound, before the model loads."""
     import uvicorn
 
     from breakthrough.models.loading import load_model
@@ -408,14 +557,21 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, batch_size: int
         raise BtError("--batch-size must be >= 1")
     if not 0 <= port <= 65535:
         raise BtError(f"--port: {port} is not a TCP port")
+    if max_queue < 0:
+        raise BtError(f"--max-queue: expected 0 or a positive integer, got {max_queue}")
+    if max_model_len < 0:
+        raise BtError(f"--max-model-len: expected 0 (the model's context) or a positive integer, "
+                      f"got {max_model_len}")
+    check_access(host, allow_remote, api_key)
     sock = listening_socket(host, port)  # before loading: a taken port fails at once
     try:
         loaded = load_model(model)
-        server = MlxServer(loaded, batch_size=batch_size)
-        app = build_app(server, model)
+        server = MlxServer(loaded, batch_size=batch_size, max_queue=max_queue)
+        app = build_app(server, model, api_key=api_key, max_model_len=max_model_len)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        where = "" if host in LOOPBACK else " (reachable from other machines)"
+        where = "" if is_loopback(host) else " (reachable from other machines)"
+        where += "; bearer token required" if api_key else ""
         announce(f"bt serve: {loaded.alias} at http://{shown}:{bound}{where}; Ctrl-C stops")
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         uvicorn.Server(config).run(sockets=[sock])

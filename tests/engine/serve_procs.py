@@ -31,9 +31,16 @@ class ServeProc:
     def pid(self) -> int:
         return self.proc.pid
 
-    def get_json(self, path: str) -> dict:
-        with urllib.request.urlopen(self.url + path, timeout=10) as resp:  # loopback only
+    def get_json(self, path: str, headers: dict[str, str] | None = None) -> dict:
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=10) as resp:  # loopback only
             return json.loads(resp.read())
+
+    def metrics(self, headers: dict[str, str] | None = None) -> dict[str, float]:
+        """/metrics as {name: value}."""
+        req = urllib.request.Request(self.url + "/metrics", headers=headers or {})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return {k: float(v) for k, v in (line.split() for line in resp.read().decode().splitlines())}
 
     def kill(self) -> None:
         """SIGKILL: the server dies mid-request, as a crashed machine would."""
@@ -51,10 +58,11 @@ class ServeProc:
                 self.proc.wait(timeout=10)
 
 
-def _start(model_dir: Path, batch_size: int) -> ServeProc:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+def _start(model_dir: Path, batch_size: int, extra: tuple[str, ...] = (),
+           env_extra: dict[str, str] | None = None) -> ServeProc:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
     proc = subprocess.Popen([BT, "serve", "--model", str(model_dir), "--port", "0",
-                             "--batch-size", str(batch_size)],
+                             "--batch-size", str(batch_size), *extra],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env)
     sel = selectors.DefaultSelector()
@@ -85,12 +93,14 @@ def _start(model_dir: Path, batch_size: int) -> ServeProc:
 
 
 @contextmanager
-def bt_serve(model_dir: Path, n: int = 1, batch_size: int = 4):
-    """`n` bt serve processes of `model_dir`; yields their ServeProcs; always stops them."""
+def bt_serve(model_dir: Path, n: int = 1, batch_size: int = 4, extra: tuple[str, ...] = (),
+             env: dict[str, str] | None = None):
+    """`n` bt serve processes of `model_dir` (`extra` options, `env` added to the environment);
+    yields their ServeProcs; always stops them."""
     procs: list[ServeProc] = []
     try:
         for _ in range(n):
-            procs.append(_start(model_dir, batch_size))
+            procs.append(_start(model_dir, batch_size, extra, env))
         yield procs
     finally:
         for p in procs:
