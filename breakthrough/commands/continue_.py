@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -44,6 +45,13 @@ def continue_(
     endpoint: str = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
+    add_budget: Optional[int] = typer.Option(
+        None, "--add-budget", help="Add a second probe arm at this continuation budget B2 "
+        "(protocol 3.6, A2: e.g. 4096 beside the run's B=1024): the trajectories with a "
+        "non-instant T_F event are re-probed at every anchor up to their stability anchor, "
+        "with the identical branch seeds; stored with B2, recorded in the run's manifest as an "
+        "arm; the run's B, restarts and top-ups are untouched. Uses the run's stored protocol "
+        "(the protocol options above are not read)."),
 ) -> None:
     """Probe every base trace (anchors, 2 rounds of bisection), run restarts and the top-ups.
 
@@ -56,6 +64,10 @@ def continue_(
     from breakthrough.store import run_dirs
 
     console = Console(stderr=True)
+    if add_budget is not None:
+        _add_budget(console, runs or [runs_dir], add_budget, dry_run, backend, endpoint,
+                    max_inflight, accept_processed_logprobs, batch_size, memory_gb)
+        return
     rules = parse_topup(topup)
     check_engine_options(backend, batch_size, memory_gb)
     remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs)
@@ -84,6 +96,38 @@ def continue_(
         if rep.failed_cells:
             console.print(f"{rep.run_dir.name}: {count(rep.failed_cells, 'cell')} stopped on request "
                           "errors (stored in the run's errors table); rerun to retry them")
+        for note in rep.notes:
+            console.print(f"note: {note}")
+
+
+def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend: str,
+                endpoint: str, max_inflight: int, accept_processed_logprobs: bool,
+                batch_size: int, memory_gb: float) -> None:
+    """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm)."""
+    from breakthrough.engine import EngineSpec, http_options
+    from breakthrough.pipeline.budget_arm import add_budget_runs
+    from breakthrough.store import run_dirs
+
+    if budget < 1:
+        raise BtError(f"--add-budget: expected a positive number of tokens, got {budget}")
+    if dry_run:
+        raise BtError("--add-budget: --dry-run is not available for a second probe arm; "
+                      "run without --dry-run")
+    check_engine_options(backend, batch_size, memory_gb)
+    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs)
+    engine = EngineSpec(backend=backend, batch_size=batch_size,
+                        memory_budget_bytes=int(memory_gb * 2**30), **remote)
+
+    def announce(run_dir: Path, man: dict) -> None:
+        console.print(f"[bold]{run_dir.name}[/]: probe arm at B={budget} beside the run's "
+                      f"probes, {count(man['base_traces'], 'base trace')} of "
+                      f"{man.get('model_alias')}")
+
+    for rep in add_budget_runs(run_dirs(paths), budget, engine, progress=announce,
+                               drive=lambda run: _with_progress(console, run)):
+        console.print(f"{rep.run_dir.name}: arm B={budget}: {count(rep.cells, 'cell')}, "
+                      f"{count(rep.samples['probes'], 'probe sample')}; "
+                      f"{rep.generated_tokens:,} tokens generated in {rep.elapsed_s:.1f}s")
         for note in rep.notes:
             console.print(f"note: {note}")
 
