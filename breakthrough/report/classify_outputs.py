@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from breakthrough.classify.frames import Band, ClassifyResult, classify_frames
+from breakthrough.classify.frames import Band, ClassifyResult, classify_frames, extra_summary
 from breakthrough.classify.plan import PlanItem
 from breakthrough.classify.summary import summarize
 from breakthrough.report import figures as F
@@ -37,7 +37,9 @@ from breakthrough.report.cell_details import CellDetail, cell_details
 from breakthrough.report.cell_figure import cell_svg
 from breakthrough.store import RunStore, run_dirs
 
-TABLES = ("labels", "curves", "probe_cells", "restart_cells")
+TABLES = ("labels", "curves", "probe_cells", "restart_cells", "label_hardening",
+          "topup_resolution", "arms", "a2")
+OPTIONAL_TABLES = ("arms", "a2")  # written when a run holds a second probe arm
 
 
 @dataclass
@@ -159,6 +161,16 @@ def _combined(results: dict[str, ClassifyResult]) -> dict[str, pd.DataFrame]:
             for k, v in frames.items()}
 
 
+def _per_model(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Counts of several runs summed per model (and stage): two runs of one model are one
+    model's trajectories."""
+    if frame.empty:
+        return frame
+    frame = frame.drop(columns=["run"], errors="ignore")
+    out = frame.groupby(keys, sort=False).sum(min_count=1).reset_index()
+    return out[frame.columns]
+
+
 def cell_page_path(out: Path, run: str, cell_id: str, multi: bool) -> Path:
     """cells/SLUG.html for one run; cells/RUN/SLUG.html when several runs share a report (the
     same cell id can appear in two runs)."""
@@ -217,7 +229,12 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
                              "regime_counts": r.summary.get("regime_counts", {}),
                              "protocol": r.summary.get("protocol")}
                        for run, r in results.items()}
-    files = [f for k in TABLES for f in write_table(combined[k], out / k)]
+    for k, keys in (("label_hardening", ["model", "when"]), ("topup_resolution", ["model"])):
+        combined[k] = _per_model(combined[k], keys)
+    summary.update(extra_summary(combined["a2"], combined["label_hardening"],
+                                 combined["topup_resolution"]))
+    files = [f for k in TABLES if k not in OPTIONAL_TABLES or len(combined[k])
+             for f in write_table(combined[k], out / k)]
     chosen = pd.concat([plan_frame(r.plan, run) for run, r in results.items()],
                        ignore_index=True)
     chosen.to_csv(out / "plan.csv", index=False)
@@ -230,7 +247,8 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     summary_path = write_json(out / "summary.json", summary)
     budgets = restart_budgets(results)
     figs = F.all_figures(labels, combined["probe_cells"], out / "figures", tau=protocol.tau,
-                         target=protocol.topup_samples, budgets=budgets)
+                         target=protocol.topup_samples, budgets=budgets,
+                         hardening=combined["label_hardening"], a2=combined["a2"])
     index = out / "index.html"
     pages: dict[tuple[str, str], Path] = {}
     if cell_pages:

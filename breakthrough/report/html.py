@@ -161,6 +161,18 @@ def _summary_block(summary: Mapping) -> str:
             f"disagreements: {len(summary.get('conservative_disagreements', []))}; cross-model "
             f"agreement: {html.escape(str(summary.get('cross_model_agreement', {}).get('text')))}"
             "</p>")
+    hard = summary.get("label_hardening")
+    if hard:
+        parts.append("<h2>Label hardening</h2><p class='note'>Trajectories per category before "
+                     "the top-ups (canonical 4-branch rates, A1 annotated) and after them (the "
+                     "chosen --topup rules).</p>" + table(pd.DataFrame(hard)))
+    for b2, v in (summary.get("a2") or {}).items():
+        parts.append(f"<h2>Second probe arm B = {html.escape(str(b2))} (A2)</h2><p>"
+                     f"{v['trajectories']} trajectories re-probed; first crossings earlier by "
+                     f"≥ 2B: {v['earlier_by_2b']}; no crossing at B = {html.escape(str(b2))}: "
+                     f"{v['no_crossing_at_b2']}; median shift "
+                     f"{fmt(v['median_shift_steps'])} anchor steps; verdict: "
+                     f"<b>{html.escape(v['verdict'])}</b> ({html.escape(v['rule'])}).</p>")
     plans = summary.get("plans")
     if plans:
         frame = pd.DataFrame([{"rule": k, **{x: v[x] for x in ("items", "probe", "restart",

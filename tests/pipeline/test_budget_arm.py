@@ -20,7 +20,7 @@ def _probes(run: Path):
         return s.samples_frame(arrays=False, kind="probe"), s.manifest()
 
 
-def test_add_budget_probes_the_a2_targets_at_b2_with_the_same_seeds(fixture_run: Path) -> None:
+def test_add_budget_probes_the_a2_targets_at_b2_with_the_same_seeds(fixture_run: Path, tmp_path) -> None:
     assert CliRunner().invoke(app, ["continue", str(fixture_run), *ARGS]).exit_code == 0
     before, man0 = _probes(fixture_run)
     res = CliRunner().invoke(app, ["continue", str(fixture_run), "--add-budget", "32"])
@@ -48,6 +48,24 @@ def test_add_budget_probes_the_a2_targets_at_b2_with_the_same_seeds(fixture_run:
     # a rerun adds nothing
     assert CliRunner().invoke(app, ["continue", str(fixture_run), "--add-budget", "32"]).exit_code == 0
     assert len(_probes(fixture_run)[0]) == len(after)
+    # `bt classify` labels each arm and writes the A2 comparison, its figure and its summary
+    import pandas as pd
+
+    from breakthrough.report.classify_outputs import classify_runs
+
+    rep = classify_runs([fixture_run], tmp_path / "c", draws=2, cell_pages=False)
+    arms = pd.read_csv(tmp_path / "c" / "arms.csv")
+    assert sorted(set(arms["budget"])) == [8, 32]
+    assert set(arms.loc[arms["budget"] == 32, "problem_id"]) == {"pA"}
+    a2 = pd.read_csv(tmp_path / "c" / "a2.csv")
+    assert len(a2) == 1 and a2.loc[0, "first_crossing_1"] == a2.loc[0, "first_crossing_2"]
+    assert a2.loc[0, "shift_tokens"] == 0 and a2.loc[0, "level"] == 1
+    assert rep.summary["a2"]["32"]["verdict"] == "construct supported"
+    assert (tmp_path / "c" / "figures" / "budget_falsification.png").stat().st_size > 1000
+    assert "Second probe arm B = 32" in (tmp_path / "c" / "index.html").read_text()
+    # the primary labels read B = 8 only
+    labels = pd.read_csv(tmp_path / "c" / "labels.csv").set_index("problem_id")
+    assert labels.loc["pA", "regime"] == "prefix_limited"
     # the run's own B is refused, in one line, nothing written
     proc = run_bt("continue", fixture_run, "--add-budget", "8")
     assert_one_line_error(proc, 2, "--add-budget 8", "B=8")
