@@ -33,7 +33,7 @@ from breakthrough.classify.plan import PlanItem
 from breakthrough.classify.summary import summarize
 from breakthrough.report import figures as F
 from breakthrough.report import html as H
-from breakthrough.report.cell_details import CellDetail, cell_details
+from breakthrough.report.cell_details import CellDetail, cell_details, problem_line, problem_text
 from breakthrough.report.cell_figure import cell_svg
 from breakthrough.store import RunStore, run_dirs
 
@@ -76,6 +76,7 @@ def classify_runs(runs: Sequence[Path], out: Path | None = None, *,
     under `out` (default `default_out_dir(runs)`)."""
     results: dict[str, ClassifyResult] = {}
     details: dict[str, dict[str, CellDetail]] = {}
+    problems: dict[str, dict[str, str | None]] = {}
     for d in run_dirs(runs):
         name, i = d.name, 2
         while name in results:
@@ -84,15 +85,17 @@ def classify_runs(runs: Sequence[Path], out: Path | None = None, *,
             protocol = store.protocol()
             samples = store.samples_frame(arrays=False)
             cells = store.cells_frame()
-            items = store.items() if cell_pages else {}
+            items = store.items()
         results[name] = classify_frames(samples, cells, protocol=protocol, topup=topup, tau=tau,
                                         delta=delta, prior=prior, band=band, draws=draws,
                                         seed=seed)
         if cell_pages:
             details[name] = cell_details(samples, items,
                                          dict(zip(cells["cell_id"], cells["answer"])))
+        problems[name] = {cid: problem_line(problem_text(item)) for cid, item in items.items()}
     out_dir = default_out_dir(runs) if out is None else Path(out)
-    paths = write_outputs(results, out_dir, cell_pages=cell_pages, details=details)
+    paths = write_outputs(results, out_dir, cell_pages=cell_pages, details=details,
+                          problems=problems)
     return ClassifyReport(out_dir=out_dir, index=paths["index"], summary=paths["summary_obj"],
                           results=results, paths=paths)
 
@@ -204,7 +207,8 @@ def restart_budgets(results: Mapping[str, ClassifyResult]) -> list[int]:
 
 def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
                   cell_pages: bool = True,
-                  details: Mapping[str, Mapping[str, CellDetail]] | None = None
+                  details: Mapping[str, Mapping[str, CellDetail]] | None = None,
+                  problems: Mapping[str, Mapping[str, str | None]] | None = None
                   ) -> dict[str, Any]:
     """Write tables, summary, plans, figures and the one HTML report for the runs (name →
     result) under out_dir; `details` (run → cell_id → CellDetail) fills the cell pages'
@@ -258,7 +262,11 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     names = list(results)
     title = f"bt classify: {names[0]}" if len(names) == 1 else \
         f"bt classify: {len(names)} runs ({', '.join(names)})"
-    H.write_report(index, title=title, labels=labels, restart_budgets=budgets, figures=figs,
+    shown = labels
+    if problems and len(labels) and "run" in labels.columns:  # the index names each problem
+        shown = labels.assign(problem_text=[(problems.get(r) or {}).get(c) for r, c in
+                                            zip(labels["run"], labels["cell_id"])])
+    H.write_report(index, title=title, labels=shown, restart_budgets=budgets, figures=figs,
                    summary=summary, cell_pages=pages, plan=chosen,
                    files=files + [summary_path, out / "plan.csv", out / "plan.json"])
     return {"index": index, "summary": summary_path, "tables": files, "figures": figs,

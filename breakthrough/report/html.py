@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from breakthrough.report.cell_details import CellDetail
+from breakthrough.report.cell_details import CellDetail, shown_text
 from breakthrough.report.names import field_name, finish_name, regime_name
 
 STYLE = """
@@ -80,7 +80,7 @@ def fmt(v, col: str | None = None) -> str:
     return html.escape(str(v))
 
 
-LEFT = ("cell_id", "regime", "run", "model", "stage", "kind", "reason", "extracted", "verdict",
+LEFT = ("cell_id", "problem_text", "regime", "run", "model", "stage", "kind", "reason", "extracted", "verdict",
         "finish_reason", "problem_id", "subject", "position")
 
 
@@ -131,7 +131,7 @@ def cells_columns(labels: pd.DataFrame, restart_budgets: Sequence[int]) -> list[
     """The columns of the cells table: identity, regime and T_F, R(C) for each of the runs'
     restart budgets, advantage, T_V at each δ the labels hold, agreement and survival."""
     tv = sorted(c for c in labels.columns if re.fullmatch(r"t_v_d\d{3}", c))
-    return (["run", "cell_id", "stage", "level", "regime", "t_f", "interval_lower",
+    return (["run", "cell_id", "problem_text", "stage", "level", "regime", "t_f", "interval_lower",
              "interval_upper", "final_anchor", "final_rate"]
             + [f"R_{c}" for c in sorted(restart_budgets)]
             + ["max_advantage", *tv, "t_v_cons", "conservative_agrees", "terminal_a1_anchor",
@@ -231,7 +231,7 @@ def _trace_html(detail: CellDetail, curve: pd.DataFrame, tau: float) -> str:
         marks.setdefault(min(off, len(text)), []).append(a)
     out, pos = [], 0
     for off in sorted(marks):
-        out.append(html.escape(text[pos:off]))
+        out.append(html.escape(shown_text(text[pos:off])))
         for a in sorted(marks[off]):
             k, n = rates.get(a, (0, 0))
             solved = n and k / n >= tau - 1e-9
@@ -239,7 +239,7 @@ def _trace_html(detail: CellDetail, curve: pd.DataFrame, tau: float) -> str:
                        f"title='cut at anchor t = {a}: {k} of {n} continuations solved'>"
                        f"✂ t={a:,} · {k}/{n}</mark>")
         pos = off
-    out.append(html.escape(text[pos:]))
+    out.append(html.escape(shown_text(text[pos:])))
     return f"<pre class='trace'>{''.join(out)}</pre>"
 
 
@@ -256,7 +256,7 @@ def _branches_html(branches: pd.DataFrame) -> str:
             continue
         rows = []
         for r in g.to_dict(orient="records"):
-            text = str(r["continuation"] or "")
+            text = shown_text(str(r["continuation"] or ""))
             tail = ("…" if len(text) > BRANCH_TAIL else "") + text[-BRANCH_TAIL:]
             v = str(r["verdict"])
             rows.append(f"<tr><td>{fmt(r[key])}</td><td>{r['branch']}</td>"

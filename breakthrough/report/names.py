@@ -47,6 +47,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "cell_id": ("cell", "cell (model:problem)"),
     "model": ("model", "model"),
     "problem_id": ("problem", "problem id"),
+    "problem_text": ("problem", "the problem (its start; the cell page holds all of it)"),
     "stage": ("stage", "cohort stage"),
     "level": ("level", "MATH difficulty level"),
     "subject": ("subject", "subject"),

@@ -202,8 +202,10 @@ def test_one_report_per_call_with_the_cells_table_first(classified):
     assert [h for h in head if h.startswith("R(")] == ["R(8)", "R(16)"]
     assert "R(1,024)" not in (out / "index.html").read_text()
     assert {r[0] for r in rows} == {"tiny-llama:pA", "tiny-llama:pB"}
-    assert head[3] == "regime" and {r[3] for r in rows} == {"prefix-limited",
+    assert head[4] == "regime" and {r[4] for r in rows} == {"prefix-limited",
                                                             "terminal (A1 replication)"}
+    # the run index names the problem of each cell (issue 23)
+    assert head[1] == "problem" and {r[1] for r in rows} == {"What is 3+4?"}
     html = (out / "index.html").read_text()
     assert f"href='cells/{slug('tiny-llama:pA')}.html'" in html
     assert f"href='../index.html'" in _cell(classified, "pA")

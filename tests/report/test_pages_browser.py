@@ -102,7 +102,7 @@ def test_report_page_renders_with_visible_figures(browser, server, tmp_path):
     images = page.evaluate("""() => Array.from(document.images).map(i => ({
         src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0,
         w: i.getBoundingClientRect().width, h: i.getBoundingClientRect().height}))""")
-    assert len(images) == 5
+    assert len(images) == 6  # the five of protocol 10 and label hardening
     for img in images:
         assert img["ok"] and img["w"] > 200 and img["h"] > 100, img
     for i in range(len(images)):
