@@ -157,16 +157,20 @@ def cross_model(labels: pd.DataFrame) -> Headline | None:
         return None
     agree = compared = 0
     per: dict[str, int] = {}
-    for _, g in labels.groupby("problem_id"):
+    rows = []
+    for pid, g in labels.groupby("problem_id"):
         if g["model"].nunique() < 2:
             continue
         compared += 1
-        classes = set(g["regime"].map(lambda r: collapse_regime(r, "agreement")))
-        if len(classes) == 1:
+        cls = dict(zip(g["model"], g["regime"].map(lambda r: collapse_regime(r, "agreement"))))
+        same = len(set(cls.values())) == 1
+        rows.append({"problem_id": pid, **{model_name(m): c for m, c in sorted(cls.items())},
+                     "agree": same})
+        if same:
             agree += 1
-            c = classes.pop()
+            c = next(iter(cls.values()))
             per[c] = per.get(c, 0) + 1
-    table = pd.DataFrame([{"class": c, "problems agreeing": n} for c, n in sorted(per.items())])
+    table = pd.DataFrame(rows)
     models = ", ".join(model_name(m) for m in _models(labels))
     s = (f"Collapsed cross-model agreement ({models}): {agree}/{compared} problems"
          + (f" ({', '.join(f'{n} {c}' for c, n in sorted(per.items()))})." if per else "."))
