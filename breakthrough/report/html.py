@@ -259,15 +259,18 @@ def _branches_html(branches: pd.DataFrame) -> str:
             text = shown_text(str(r["continuation"] or ""))
             tail = ("…" if len(text) > BRANCH_TAIL else "") + text[-BRANCH_TAIL:]
             v = str(r["verdict"])
-            rows.append(f"<tr><td>{fmt(r[key])}</td><td>{r['branch']}</td>"
+            arm = f"<td>{fmt(r['budget'])}</td>" if kind == "probe" else ""
+            rows.append(f"<tr><td>{fmt(r[key])}</td>{arm}<td>{r['branch']}</td>"
                         f"<td class='l'>{fmt(r['extracted'])}</td>"
                         f"<td class='l v-{v.replace(' ', '-')}'>{html.escape(v)}</td>"
                         f"<td class='l'>{html.escape(finish_name(r['finish_reason']))}</td>"
                         f"<td class='text'>{html.escape(tail)}</td></tr>")
         first = field_name(key)
         what = "text after the cut (its end)" if kind == "probe" else "text (its end)"
+        arm_head = "<th title='continuation budget B of the probe arm'>B</th>" \
+            if kind == "probe" else ""
         parts.append(f"<h3>{heading}</h3><table class='branches {kind}'><tr><th>"
-                     f"{html.escape(first)}</th><th>branch</th><th class='l'>extracted answer"
+                     f"{html.escape(first)}</th>{arm_head}<th>branch</th><th class='l'>extracted answer"
                      f"</th><th class='l'>verdict</th><th class='l'>finish</th>"
                      f"<th class='l'>{what}</th></tr>{''.join(rows)}</table>")
     return "".join(parts)

@@ -136,7 +136,7 @@ def _missing(labels: pd.DataFrame, found: Mapping[str, Any], runs: str,
     elif labels["model"].nunique() < 2:
         out.append(Missing("cross-model agreement (9.1)",
                            f"the runs hold one model ({model_name(labels['model'].iloc[0])})",
-                           "bt base --models gemma4-e4b,ministral3-3b …; bt continue RUN-…; "
+                           "bt base --cohort COHORT --model gemma4-e4b,ministral3-3b; bt continue; "
                            "then list both runs"))
     if "dose_response" not in found and len(labels):
         out.append(Missing("restart dose-response (9.2)", "fewer than two restart budgets "

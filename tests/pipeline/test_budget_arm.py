@@ -77,3 +77,17 @@ def test_add_budget_before_any_probe_is_refused(fixture_run: Path) -> None:
     assert_one_line_error(proc, 2, "bt continue")
     with RunStore(fixture_run, readonly=True) as s:
         assert "probe_arms" not in s.manifest()
+
+
+def test_add_budget_option_refusals_before_any_read(tmp_path: Path) -> None:
+    import pytest
+    from rich.console import Console
+
+    from breakthrough.commands.continue_ import _add_budget
+    from breakthrough.errors import BtError
+
+    args = ("mlx", "", 4, False, 8, 1.0)
+    with pytest.raises(BtError, match="--add-budget: expected a positive"):
+        _add_budget(Console(), [tmp_path], 0, False, *args)
+    with pytest.raises(BtError, match="--dry-run"):
+        _add_budget(Console(), [tmp_path], 4096, True, *args)
