@@ -28,7 +28,7 @@ from breakthrough.protocol import Protocol
 ARM_COLUMNS = ["cell_id", "model", "problem_id", "budget", "n_anchors", "first_crossing",
                "event_observed", "t_f", "interval_lower", "interval_upper", "censoring_time"]
 A2_COLUMNS = ["cell_id", "model", "problem_id", "level", "budget_1", "budget_2",
-              "anchors_2", "first_crossing_1", "first_crossing_2", "shift_tokens",
+              "anchors_2", "last_anchor_2", "first_crossing_1", "first_crossing_2", "shift_tokens",
               "shift_steps", "earlier_by_2b"]
 RULE_TEXT = ("targets: a T_F event at B (canonical rates) whose interval ends beyond the "
              "instant bound; re-probed: every probed anchor up to the stability anchor")
@@ -110,11 +110,11 @@ def a2_table(primary: pd.DataFrame, second: pd.DataFrame, *, budget_1: int, budg
         rows.append({"cell_id": cell, "model": model, "problem_id": pid,
                      "level": None if level is None or pd.isna(level) else int(level),
                      "budget_1": int(budget_1), "budget_2": int(budget_2),
-                     "anchors_2": len(c2), "first_crossing_1": f1, "first_crossing_2": f2,
+                     "anchors_2": len(c2), "last_anchor_2": max(c2), "first_crossing_1": f1, "first_crossing_2": f2,
                      "shift_tokens": shift, "shift_steps": steps,
                      "earlier_by_2b": shift is not None and shift <= -2 * budget_1})
     frame = pd.DataFrame(rows, columns=A2_COLUMNS)
-    for col in ("level", "first_crossing_1", "first_crossing_2", "shift_tokens"):
+    for col in ("level", "last_anchor_2", "first_crossing_1", "first_crossing_2", "shift_tokens"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
     frame["shift_steps"] = pd.to_numeric(frame["shift_steps"], errors="coerce").astype(float)
     return frame

@@ -384,7 +384,8 @@ def label_hardening(hardening: pd.DataFrame, models: Sequence[str] | None = None
 def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
     """Per A2 trajectory (protocol 3.6): the first τ-crossing anchor at B1 (ring) and at B2
     (dot), log2 anchor axis, rows "index (L level)" (index: the row of a2.csv, 1-based); a
-    trajectory without a crossing at B2 gets a cross at the last anchor the arm probed."""
+    trajectory without a crossing at B2 gets a cross at the last anchor the arm probed
+    (`last_anchor_2`)."""
     order = list(models) if models is not None else (
         sorted(map(str, a2["model"].unique())) if len(a2) else [])
     present = _present(order, a2) if len(a2) else []
@@ -398,7 +399,11 @@ def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
     from matplotlib.ticker import FuncFormatter
 
     a2 = a2.reset_index(drop=True).assign(index=lambda f: f.index + 1)
+    if "last_anchor_2" not in a2.columns:
+        a2 = a2.assign(last_anchor_2=a2["first_crossing_1"])
+    nocross = a2["first_crossing_2"].isna()
     vals = [float(v) for c in ("first_crossing_1", "first_crossing_2") for v in a2[c].dropna()]
+    vals += [float(v) for v in a2.loc[nocross, "last_anchor_2"].dropna()]
     lo = 2.0 ** (math.floor(math.log2(min(vals))) - 1) if vals else 8.0
     hi = 2.0 ** (math.ceil(math.log2(max(vals))) + 1) if vals else 1024.0
     b1 = int(a2["budget_1"].iloc[0])
@@ -412,8 +417,9 @@ def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
                            edgecolors="#1f77b4", linewidths=1.6, zorder=3)
             if not pd.isna(r.first_crossing_2):
                 ax.scatter([float(r.first_crossing_2)], [y], s=25, color="#d62728", zorder=4)
-            else:
-                ax.scatter([hi / 2], [y], marker="x", color="#d62728", zorder=4)
+            elif not pd.isna(r.last_anchor_2):
+                ax.scatter([float(r.last_anchor_2)], [y], marker="x", s=60, color="#d62728",
+                           zorder=4)
         names = [f"{int(r.index)} (L{int(r.level)})" if not pd.isna(r.level) else str(int(r.index))
                  for r in g.itertuples()]
         ax.set_yticks(ys, names, fontsize=8)
@@ -423,16 +429,17 @@ def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
         ax.set_xlim(lo, hi)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.set_xlabel("first τ-crossing anchor t (reasoning tokens)")
-        ax.set_title(f"{m}: {len(g)} trajectories", fontsize=9)
+        ax.set_title(f"{m}: {len(g)} trajector{'y' if len(g) == 1 else 'ies'}", fontsize=9)
     b2 = ", ".join(f"{b:,}" for b in b2s)
     handles = [Line2D([], [], marker="o", ls="", markerfacecolor="none", markeredgecolor="#1f77b4",
                       ms=9, label=f"B = {b1:,}"),
                Line2D([], [], marker="o", ls="", color="#d62728", ms=5, label=f"B = {b2}"),
-               Line2D([], [], marker="x", ls="", color="#d62728", label=f"no crossing at B = {b2}")]
+               Line2D([], [], marker="x", ls="", color="#d62728",
+                      label=f"no crossing at B = {b2} (at its last anchor)")]
     axes[-1].legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
                     frameon=False)
     fig.suptitle("Continuation-budget falsification (A2): first τ-crossing per trajectory",
-                 fontsize=10)
+                 fontsize=10, y=1.0 + 0.3 / fig.get_figheight())  # above the panel titles
     return fig
 
 

@@ -46,15 +46,16 @@ def test_budget_falsification_rings_dots_and_rows():
         {"model": "ministral3-3b", "level": 2, "budget_1": 1024, "budget_2": 4096,
          "first_crossing_1": 768, "first_crossing_2": 16},
         {"model": "ministral3-3b", "level": 5, "budget_1": 1024, "budget_2": 4096,
-         "first_crossing_1": 512, "first_crossing_2": None}])
+         "first_crossing_1": 512, "first_crossing_2": None, "last_anchor_2": 1024}])
     fig = F.budget_falsification(F.shown(a2))
     gemma, ministral = fig.axes[:2]
     assert [t.get_text() for t in gemma.get_yticklabels()] == ["1 (L4)"]
     assert [t.get_text() for t in ministral.get_yticklabels()] == ["2 (L2)", "3 (L5)"]
     pts = [(tuple(c.get_offsets()[0]), c.get_sizes()[0]) for c in ministral.collections]
-    rings = sorted(xy for xy, s in pts if s > 50)
+    rings = sorted(xy for xy, s in pts if s > 80)
     assert rings == [(512.0, 1.0), (768.0, 0.0)]
     assert ((16.0, 0.0), 25.0) in [(xy, s) for xy, s in pts]
+    assert ((1024.0, 1.0), 60.0) in [(xy, s) for xy, s in pts]  # no crossing: its last anchor
     lo, hi = ministral.get_xlim()
     assert lo <= 8 and hi >= 1536 and hi <= 4096  # from the data, not 16,384
     _outside(fig)
