@@ -216,7 +216,8 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
     budgets = sorted({int(c) for r in cl.results.values() for c in r.protocol.restart_budgets})
     confirm_doc = _read_json(confirm_dir / "confirm.json")
     sweep_doc = _read_json(confirm_dir / "sweep.json")
-    probe_docs = {str(p): d for p in probe_dirs if (d := _read_json(p / PROBE_SUMMARY))}
+    probe_docs = {f"{p.parent.name}/{p.name}": d for p in probe_dirs
+                  if (d := _read_json(p / PROBE_SUMMARY))}
 
     heads = [h for h in (
         HL.regime_summary(labels),
