@@ -50,7 +50,9 @@ def _print(report) -> None:  # report: signals.confirm.ConfirmReport
                   ("success" if r["success"] else "no success") if fit
                   else f"not fit: {r['reason']}")
     console.print(t)
-    console.print(f"wrote {report.json_path} and {report.csv_path}")
+    forest = report.json_path.parent / "figures" / "confirmatory_forest.png"
+    console.print(f"wrote {report.json_path} and {report.csv_path}"
+                  + (f"; figure {forest}" if forest.is_file() else ""))
 
 
 def _print_sweep(sweep) -> None:  # sweep: signals.confirm.SweepReport
