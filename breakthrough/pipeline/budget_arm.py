@@ -46,6 +46,9 @@ def arm_protocol(store: RunStore, budget: int) -> Protocol:
                       f"differ (the run's probes are at B={protocol.budget})")
     arm = protocol.with_overrides(budget=int(budget))
     arm.validate({"budget": "--add-budget"})
+    if arm.budget + arm.answer_budget >= arm.total_cap:
+        raise BtError(f"--add-budget {budget}: with the answer reserve {arm.answer_budget} it "
+                      f"leaves no room for a prefix within the total cap {arm.total_cap}")
     if probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol).empty:
         raise BtError(f"{store.run_dir}: no probes at B={protocol.budget} yet: run "
                       f"`bt continue {store.run_dir}` first (the arm re-probes its targets)")
