@@ -234,8 +234,19 @@ def test_real_run_study_page_references_only_files_that_exist(studied):
     assert (out / "classify" / "index.html").is_file()
 
 
-def test_study_cli_refuses_a_confirm_folder_without_results(tmp_path):
+def test_study_cli_writes_the_page_and_refuses_a_confirm_folder_without_results(tmp_path):
+    from typer.testing import CliRunner
+
+    from breakthrough.cli import app
+
     run = write_store(tmp_path / "runs" / "a", cell_spec())
     proc = run_bt("report", "study", run, "--confirm", tmp_path / "nothing")
     assert_one_line_error(proc, 2, "--confirm", "confirm.json")
     assert not (run / "study").exists()
+    res = CliRunner().invoke(app, ["report", "study", str(run), "--no-cell-pages", "--draws", "0"])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "Regime map (9.1): 5 cells (3 problems × 2 models)" in said
+    assert f"missing: continuation-budget falsification (3.6, A2): bt continue {run} --add-budget 4096" in said
+    assert (run / "study" / "index.html").is_file()
+    assert not (run / "study" / "classify" / "cells").exists()
