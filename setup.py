@@ -5,6 +5,8 @@ The repository keeps its cohorts at the top (`cohorts/*.jsonl` and the committed
 package name `breakthrough.builtin_cohorts` onto that folder makes setuptools copy the files into
 every wheel and sdist as package data, where `breakthrough.tasks.cohorts` finds them with
 `importlib.resources` after a normal (non-editable) install, from any working directory.
+The report's Jinja2 templates are package data too, declared here beside them (setuptools would
+let a [tool.setuptools.package-data] table in pyproject.toml replace this one).
 Everything else (metadata, dependencies, scripts) lives in pyproject.toml.
 """
 
@@ -18,5 +20,6 @@ setup(
               MATH_SOURCE],
     package_dir={BUILTIN_COHORTS: "cohorts"},
     package_data={BUILTIN_COHORTS: ["*.jsonl", "README.md"],
-                  MATH_SOURCE: ["*.jsonl", "*.json", "README.md"]},
+                  MATH_SOURCE: ["*.jsonl", "*.json", "README.md"],
+                  "breakthrough.report": ["templates/*.j2"]},  # bt report study's page
 )

@@ -8,11 +8,13 @@ run's store and writing tables, figures and HTML is `breakthrough.report.classif
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 import pandas as pd
 
+from breakthrough.classify.arms import a2_table, a2_verdict, arm_labels
+from breakthrough.classify.hardening import hardening_counts, topup_resolution
 from breakthrough.classify.panels import probe_panel, restart_panel
 from breakthrough.classify.plan import PlanItem, plan_next
 from breakthrough.classify.beta import PRIORS, describe_prior
@@ -40,6 +42,10 @@ class ClassifyResult:
     topup: str  # the chosen --topup rules, canonical text ("terminal,ambiguous", "none", ...)
     summary: dict  # summary.summarize(...) plus topup, posterior band, survival draws, protocol
     protocol: Protocol  # the run's protocol with any overrides: every label was made under it
+    arms: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (cell, B) when a 2nd arm exists
+    a2: pd.DataFrame = field(default_factory=pd.DataFrame)  # A2 comparison (arms.a2_table)
+    label_hardening: pd.DataFrame = field(default_factory=pd.DataFrame)  # hardening_counts
+    topup_resolution: pd.DataFrame = field(default_factory=pd.DataFrame)  # per model, 9.4
 
     @property
     def plan(self) -> list[PlanItem]:
@@ -108,7 +114,47 @@ def classify_frames(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
                    protocol=protocol.to_dict() | {
                        "scratch_budget": protocol.scratch_budget,
                        "budget_limited_at": protocol.budget_limited_at})
+    probe_cells = post(pp)
+    arms, a2 = second_arms(samples, pp, labels, protocol)
+    before = label_panels(pp, rp, cells, protocol=protocol, topup="terminal")
+    hardening = hardening_counts(before, labels)
+    resolution = topup_resolution(probe_cells, tau=protocol.tau, target=protocol.topup_samples,
+                                  canonical=protocol.samples)
+    summary.update(extra_summary(a2, hardening, resolution))
     return ClassifyResult(labels=labels if len(labels) else pd.DataFrame(),
                           curves=cell_curves(pp, rp, protocol=protocol, topup=chosen),
-                          probe_cells=post(pp), restart_cells=post(rp), plans=plans,
-                          topup=chosen, summary=summary, protocol=protocol)
+                          probe_cells=probe_cells, restart_cells=post(rp), plans=plans,
+                          topup=chosen, summary=summary, protocol=protocol, arms=arms, a2=a2,
+                          label_hardening=hardening, topup_resolution=resolution)
+
+
+def second_arms(samples: pd.DataFrame, primary: pd.DataFrame, labels: pd.DataFrame,
+                protocol: Protocol) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(arm labels, A2 comparison) when the run holds probes at a second budget (`bt continue
+    --add-budget`), else two empty frames: every arm labelled at its own B
+    (`arms.arm_labels`), each second arm compared with the primary one (`arms.a2_table`)."""
+    probes = samples[samples["kind"] == "probe"] if len(samples) else samples
+    budgets = sorted({int(b) for b in probes["budget"]}) if len(probes) else []
+    others = [b for b in budgets if b != protocol.budget]
+    if not others:
+        return pd.DataFrame(), pd.DataFrame()
+    panels = {protocol.budget: primary} | {b: probe_panel(samples, protocol, budget=b)
+                                           for b in others}
+    levels = dict(zip(labels["cell_id"], labels["level"])) \
+        if len(labels) and "level" in labels.columns else {}
+    a2 = pd.concat([a2_table(primary, panels[b], budget_1=protocol.budget, budget_2=b,
+                             tau=protocol.tau, levels=levels) for b in others],
+                   ignore_index=True)
+    return arm_labels(panels, protocol.tau), a2
+
+
+def extra_summary(a2: pd.DataFrame, hardening: pd.DataFrame,
+                  resolution: pd.DataFrame) -> dict:
+    """The summary entries of the second arms (A2 verdict per B2), label hardening and top-up
+    resolution (JSON-ready records)."""
+    out: dict = {}
+    if len(a2):
+        out["a2"] = {str(b): a2_verdict(g) for b, g in a2.groupby("budget_2")}
+    out["label_hardening"] = hardening.to_dict(orient="records")
+    out["topup_resolution"] = resolution.to_dict(orient="records")
+    return out

@@ -40,6 +40,13 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str) -> No
                       f"{summary.get('delta_sensitivity_counts')}; conservative disagreements: "
                       f"{len(summary.get('conservative_disagreements', []))}; cross-model "
                       f"agreement: {summary.get('cross_model_agreement', {}).get('text')}")
+    for b2, v in (summary.get("a2") or {}).items():
+        console.print(f"second probe arm B = {b2} (A2): re-probed {v['trajectories']}, "
+                      f"{v['earlier_by_2b']} earlier by >= 2B, median shift "
+                      f"{v['median_shift_steps']} anchor steps: {v['verdict']}")
+    for row in summary.get("label_hardening", []):
+        console.print(f"label hardening {row['model']} {row['when']}: " + ", ".join(
+            f"{c} {row[c]}" for c in ("instant", "interior", "A1 event", "censored")))
     plans = summary.get("plans", {})
     console.print("next work: " + "; ".join(
         f"--topup {rule}: {count(p['items'], 'item')} ({count(p['samples'], 'sample')})"

@@ -50,7 +50,34 @@ def _print(report) -> None:  # report: signals.confirm.ConfirmReport
                   ("success" if r["success"] else "no success") if fit
                   else f"not fit: {r['reason']}")
     console.print(t)
-    console.print(f"wrote {report.json_path} and {report.csv_path}")
+    forest = report.json_path.parent / "figures" / "confirmatory_forest.png"
+    console.print(f"wrote {report.json_path} and {report.csv_path}"
+                  + (f"; figure {forest}" if forest.is_file() else ""))
+
+
+def _print_sweep(sweep) -> None:  # sweep: signals.confirm.SweepReport
+    """One row per forecast point (9.5's post-hoc table) and where the outputs are."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=160)
+    t = Table(title="forecast-point sweep (main variant; * pre-registered)")
+    for col in ("t", "primary Δ [95% CI]", "n", "secondary Δ [95% CI]", "n "):
+        t.add_column(col, justify="right")
+
+    def cell(row, e: str) -> str:
+        if row.get(f"{e}_status") != "fit":
+            return "not fit"
+        return (f"{row[f'{e}_delta']:+.3f} [{_fmt(row[f'{e}_ci_low'])}, "
+                f"{_fmt(row[f'{e}_ci_high'])}]")
+
+    for row in sweep.table.to_dict(orient="records"):
+        t.add_row(f"{row['forecast_token']:,}" + ("*" if row["preregistered"] else ""),
+                  cell(row, "primary"), str(row.get("primary_n", "-")),
+                  cell(row, "secondary"), str(row.get("secondary_n", "-")))
+    console.print(t)
+    console.print(f"wrote {sweep.csv_path}, {sweep.json_path}, "
+                  + ", ".join(str(p) for p in sweep.figures.values()))
 
 
 def confirm(
@@ -65,10 +92,15 @@ def confirm(
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Output folder for confirm.json and confirm.csv (default: "
                                   "beside the labels' classify folder, named confirm)."),
-    forecast_token: int = typer.Option(
-        512, "--forecast-token", help="Forecast point t: summaries of the base run's first t "
-                                      "tokens; cells whose base run is shorter are excluded "
-                                      "(protocol 9.5: 512; other values: the post-hoc sweep)."),
+    forecast_token: str = typer.Option(
+        "512", "--forecast-token", help="Forecast point t: summaries of the base run's first t "
+                                        "tokens; cells whose base run is shorter are excluded "
+                                        "(protocol 9.5: 512). Several, comma-separated (e.g. "
+                                        "128,256,512,1024,2048): the post-hoc sweep in one call "
+                                        "(OUT/t_<t>/ per t, OUT/sweep.csv one row per t, the "
+                                        "sweep and forest figures in OUT/figures/); a run's "
+                                        "signals table is used where it holds window t, else "
+                                        "the summaries are computed from its store."),
     split_seed: Optional[int] = typer.Option(
         None, "--split-seed", help="Assign train/validation/test by hashing problem ids with "
                                    "this seed (54/18/17 of 89) instead of the cohort's `split`."),
@@ -77,9 +109,11 @@ def confirm(
     """Confirmatory early-signal test (protocol 9.5): ΔAUROC of baseline + 15 frozen summaries
     over the difficulty baseline, on the test split, for the primary (base-run success) and
     secondary (R(4096) >= 0.75) endpoints and their level-free variants."""
-    from breakthrough.signals.confirm import check_options  # pandas, sklearn: not at start-up
+    from breakthrough.signals.confirm import check_options, parse_forecast_tokens  # not at start-up
 
-    check_options(forecast_token, draws)
+    tokens = parse_forecast_tokens(forecast_token)
+    for t in tokens:
+        check_options(t, draws)
     if labels is None or out is None:
         from breakthrough.report.classify_outputs import default_out_dir
 
@@ -91,9 +125,15 @@ def confirm(
     if signals and any(p.suffix != ".parquet" for p in signals):
         bad = next(p for p in signals if p.suffix != ".parquet")
         raise BtError(f"--signals: expected a .parquet file, got {bad}")
+    if len(tokens) > 1:
+        from breakthrough.signals.confirm import run_confirm_sweep
+
+        _print_sweep(run_confirm_sweep(runs, labels, out, tokens=tokens, signals=signals,
+                                       split_seed=split_seed, draws=draws))
+        return
     from breakthrough.signals.confirm import run_confirm
 
-    _print(run_confirm(runs, labels, out, signals=signals, forecast_token=forecast_token,
+    _print(run_confirm(runs, labels, out, signals=signals, forecast_token=tokens[0],
                        split_seed=split_seed, draws=draws))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -49,6 +50,13 @@ def continue_(
     request_timeout: float = request_timeout_option(),
     retries: int = retries_option(),
     api_key: str = api_key_option(),
+    add_budget: Optional[int] = typer.Option(
+        None, "--add-budget", help="Add a second probe arm at this continuation budget B2 "
+        "(protocol 3.6, A2: e.g. 4096 beside the run's B=1024): the trajectories with a "
+        "non-instant T_F event are re-probed at every anchor up to their stability anchor, "
+        "with the identical branch seeds; stored with B2, recorded in the run's manifest as an "
+        "arm; the run's B, restarts and top-ups are untouched. Uses the run's stored protocol "
+        "(the protocol options above are not read)."),
 ) -> None:
     """Probe every base trace (anchors, 2 rounds of bisection), run restarts and the top-ups.
 
@@ -61,10 +69,14 @@ def continue_(
     from breakthrough.store import run_dirs
 
     console = Console(stderr=True)
-    rules = parse_topup(topup)
-    check_engine_options(backend, batch_size, memory_gb)
     remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
                           request_timeout, retries, api_key)
+    if add_budget is not None:
+        _add_budget(console, runs or [runs_dir], add_budget, dry_run, backend, remote,
+                    batch_size, memory_gb)
+        return
+    rules = parse_topup(topup)
+    check_engine_options(backend, batch_size, memory_gb)
     settings = dict(budget=budget, answer_budget=answer_budget, samples=samples, restart_samples=samples,
                     topup_samples=2 * samples, restart_budgets=_ints(restarts, "--restarts"),
                     anchors=_ints(anchors, "--anchors"), tau=tau)
@@ -96,6 +108,37 @@ def continue_(
             console.print(f"note: {note}")
     if failed:
         raise typer.Exit(EXIT_FAILURES)  # finished with failures: the runs are incomplete
+
+
+def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend: str,
+                remote: dict, batch_size: int, memory_gb: float) -> None:
+    """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
+    the HTTP backends' settings (`engine.http_options`)."""
+    from breakthrough.engine import EngineSpec
+    from breakthrough.pipeline.budget_arm import add_budget_runs
+    from breakthrough.store import run_dirs
+
+    if budget < 1:
+        raise BtError(f"--add-budget: expected a positive number of tokens, got {budget}")
+    if dry_run:
+        raise BtError("--add-budget: --dry-run is not available for a second probe arm; "
+                      "run without --dry-run")
+    check_engine_options(backend, batch_size, memory_gb)
+    engine = EngineSpec(backend=backend, batch_size=batch_size,
+                        memory_budget_bytes=int(memory_gb * 2**30), **remote)
+
+    def announce(run_dir: Path, man: dict) -> None:
+        console.print(f"[bold]{run_dir.name}[/]: probe arm at B={budget} beside the run's "
+                      f"probes, {count(man['base_traces'], 'base trace')} of "
+                      f"{man.get('model_alias')}")
+
+    for rep in add_budget_runs(run_dirs(paths), budget, engine, progress=announce,
+                               drive=lambda run: _with_progress(console, run)):
+        console.print(f"{rep.run_dir.name}: arm B={budget}: {count(rep.cells, 'cell')}, "
+                      f"{count(rep.samples['probes'], 'probe sample')}; "
+                      f"{rep.generated_tokens:,} tokens generated in {rep.elapsed_s:.1f}s")
+        for note in rep.notes:
+            console.print(f"note: {note}")
 
 
 def _announce(console, run_dir: Path, man: dict, topup: str) -> None:

@@ -1,7 +1,9 @@
 """`bt report ...`: reports over finished runs. `bt report uoo RUN...` prints the
-Uniqueness-of-Optimum leaderboard and count metrics.
+Uniqueness-of-Optimum leaderboard and count metrics; `bt report study RUN...` writes the one
+page across both halves of the study (figures, headline sentences, tables, what is missing).
 
-Parses the options, calls `breakthrough.report.uoo_report.uoo_report` and prints its tables."""
+Parses the options, calls `breakthrough.report.uoo_report.uoo_report` or
+`breakthrough.report.study.study_report` and prints what they return."""
 
 from __future__ import annotations
 
@@ -47,9 +49,45 @@ def uoo(
     _print(uoo_report(runs, cohort=cohort, variant=variant, ci=ci), Console(width=160))
 
 
+def study(
+    runs: list[Path] = typer.Argument(..., help="Run directories (or folders of them, e.g. "
+                                                "runs/*), every model of the study."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default "
+                                       "RUN/study, or <common parent>/study)."),
+    confirm: Optional[Path] = typer.Option(
+        None, "--confirm", help="`bt confirm` output folder (confirm.json, sweep.json, figures/; "
+                                "default: the `confirm` folder `bt confirm RUN...` writes)."),
+    probe: Optional[list[Path]] = typer.Option(
+        None, "--probe", help="`bt probe` output folder; repeat for several (default: RUN/probe "
+                              "of each run that has one)."),
+    draws: int = typer.Option(200, min=0, help="Posterior redraws for regime survival (as "
+                                               "`bt classify`)."),
+    seed: int = typer.Option(0, help="Seed of the posterior redraws."),
+    cell_pages: bool = typer.Option(True, help="Write one HTML page per cell (under "
+                                               "OUT/classify/cells)."),
+) -> None:
+    """One self-contained HTML page for the study: every figure of protocol 10 the runs have
+    data for, every headline number of protocol 9 as the sentence it supports (matched
+    compute, δ sensitivity, conservative and cross-model agreement, top-up resolution, label
+    hardening, T_V events, A2, probe dissection, the confirmatory result), their tables as
+    CSV/parquet, and what is missing with the command that would produce it."""
+    from breakthrough.report.study import study_report  # pandas, matplotlib: not at start-up
+
+    rep = study_report(runs, out, confirm=confirm, probes=probe, draws=draws, seed=seed,
+                       cell_pages=cell_pages)
+    console = Console(width=160)
+    for h in rep.headlines:
+        console.print(f"[bold]{h.title}[/bold]: {h.sentences[0]}", highlight=False)
+    for m in rep.missing:
+        console.print(f"missing: {m.what}: {m.command}", highlight=False)
+    console.print(f"report: {rep.index} ({len(rep.figures)} figures, {len(rep.tables) // 2} "
+                  f"tables)", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     report_app = typer.Typer(
         help="Reports over finished runs.", no_args_is_help=True, add_completion=False
     )
     report_app.command("uoo")(uoo)
+    report_app.command("study")(study)
     app.add_typer(report_app, name="report")

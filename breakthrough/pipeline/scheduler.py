@@ -143,13 +143,18 @@ class RunScheduler:
             done = {k[2:] for k in self.store.existing_keys(cell_id=plan.cell_id)}
             cell = CellState(plan, BranchRunner(self.engine, self.loaded, plan.prompt, plan.trace,
                                                 self.protocol, plan.shared_prefix()), done)
-            cell.steps = cell_steps(cell, self.protocol, self.tau, self.topup, self._panels(plan.cell_id))
+            cell.steps = self.program(cell)
             self.active.append(cell)
             changed = True
             self._advance(cell)
         if changed and self.active:
             longest = max(c.plan.longest_row(self.protocol) for c in self.active)
             self.rows_cap = max(1, self.engine.capacity(longest))
+
+    def program(self, cell: CellState) -> Iterator[tuple[str, list[Branch]]]:
+        """The cell's step program: the protocol's (`cell_steps`); `bt continue --add-budget`
+        runs another (pipeline.budget_arm)."""
+        return cell_steps(cell, self.protocol, self.tau, self.topup, self._panels(cell.plan.cell_id))
 
     def _panels(self, cell_id: str) -> Callable[[], tuple[Any, Any]]:
         def read():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -50,6 +51,26 @@ class CellDetail:
     cuts: dict[int, int] = field(default_factory=dict)  # anchor → character offset in base_text
     branches: pd.DataFrame = field(
         default_factory=lambda: pd.DataFrame(columns=BRANCH_COLUMNS))
+
+
+# Special tokens a tokenizer decodes into a trace's text (ChatML <|im_end|>, <|endoftext|>,
+# Llama-3 <|eot_id|>, Gemma <end_of_turn>, SentencePiece </s>, ...): kept in the store (the
+# text is what was generated), hidden from what a reader sees. <think> and </think> are the
+# reasoning markers, not noise: they stay.
+SPECIAL_TOKENS = re.compile(r"<\|[^<>|\s]{1,64}\|>|<(?:eos|bos|pad|unk|end_of_turn|start_of_turn|/s|s)>")
+
+
+def shown_text(text: str) -> str:
+    """A stored text as a reader sees it: special tokens removed (`SPECIAL_TOKENS`)."""
+    return SPECIAL_TOKENS.sub("", text)
+
+
+def problem_line(problem: str | None, limit: int = 90) -> str | None:
+    """The start of a problem on one line (the run index's "problem" column)."""
+    if not problem:
+        return None
+    line = " ".join(str(problem).split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
 def _missing(v: Any) -> bool:

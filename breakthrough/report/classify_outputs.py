@@ -28,16 +28,18 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from breakthrough.classify.frames import Band, ClassifyResult, classify_frames
+from breakthrough.classify.frames import Band, ClassifyResult, classify_frames, extra_summary
 from breakthrough.classify.plan import PlanItem
 from breakthrough.classify.summary import summarize
 from breakthrough.report import figures as F
 from breakthrough.report import html as H
-from breakthrough.report.cell_details import CellDetail, cell_details
+from breakthrough.report.cell_details import CellDetail, cell_details, problem_line, problem_text
 from breakthrough.report.cell_figure import cell_svg
 from breakthrough.store import RunStore, run_dirs
 
-TABLES = ("labels", "curves", "probe_cells", "restart_cells")
+TABLES = ("labels", "curves", "probe_cells", "restart_cells", "label_hardening",
+          "topup_resolution", "arms", "a2")
+OPTIONAL_TABLES = ("arms", "a2")  # written when a run holds a second probe arm
 
 
 @dataclass
@@ -74,6 +76,7 @@ def classify_runs(runs: Sequence[Path], out: Path | None = None, *,
     under `out` (default `default_out_dir(runs)`)."""
     results: dict[str, ClassifyResult] = {}
     details: dict[str, dict[str, CellDetail]] = {}
+    problems: dict[str, dict[str, str | None]] = {}
     for d in run_dirs(runs):
         name, i = d.name, 2
         while name in results:
@@ -82,15 +85,17 @@ def classify_runs(runs: Sequence[Path], out: Path | None = None, *,
             protocol = store.protocol()
             samples = store.samples_frame(arrays=False)
             cells = store.cells_frame()
-            items = store.items() if cell_pages else {}
+            items = store.items()
         results[name] = classify_frames(samples, cells, protocol=protocol, topup=topup, tau=tau,
                                         delta=delta, prior=prior, band=band, draws=draws,
                                         seed=seed)
         if cell_pages:
             details[name] = cell_details(samples, items,
                                          dict(zip(cells["cell_id"], cells["answer"])))
+        problems[name] = {cid: problem_line(problem_text(item)) for cid, item in items.items()}
     out_dir = default_out_dir(runs) if out is None else Path(out)
-    paths = write_outputs(results, out_dir, cell_pages=cell_pages, details=details)
+    paths = write_outputs(results, out_dir, cell_pages=cell_pages, details=details,
+                          problems=problems)
     return ClassifyReport(out_dir=out_dir, index=paths["index"], summary=paths["summary_obj"],
                           results=results, paths=paths)
 
@@ -159,6 +164,16 @@ def _combined(results: dict[str, ClassifyResult]) -> dict[str, pd.DataFrame]:
             for k, v in frames.items()}
 
 
+def _per_model(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Counts of several runs summed per model (and stage): two runs of one model are one
+    model's trajectories."""
+    if frame.empty:
+        return frame
+    frame = frame.drop(columns=["run"], errors="ignore")
+    out = frame.groupby(keys, sort=False).sum(min_count=1).reset_index()
+    return out[frame.columns]
+
+
 def cell_page_path(out: Path, run: str, cell_id: str, multi: bool) -> Path:
     """cells/SLUG.html for one run; cells/RUN/SLUG.html when several runs share a report (the
     same cell id can appear in two runs)."""
@@ -192,7 +207,8 @@ def restart_budgets(results: Mapping[str, ClassifyResult]) -> list[int]:
 
 def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
                   cell_pages: bool = True,
-                  details: Mapping[str, Mapping[str, CellDetail]] | None = None
+                  details: Mapping[str, Mapping[str, CellDetail]] | None = None,
+                  problems: Mapping[str, Mapping[str, str | None]] | None = None
                   ) -> dict[str, Any]:
     """Write tables, summary, plans, figures and the one HTML report for the runs (name →
     result) under out_dir; `details` (run → cell_id → CellDetail) fills the cell pages'
@@ -217,7 +233,12 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
                              "regime_counts": r.summary.get("regime_counts", {}),
                              "protocol": r.summary.get("protocol")}
                        for run, r in results.items()}
-    files = [f for k in TABLES for f in write_table(combined[k], out / k)]
+    for k, keys in (("label_hardening", ["model", "when"]), ("topup_resolution", ["model"])):
+        combined[k] = _per_model(combined[k], keys)
+    summary.update(extra_summary(combined["a2"], combined["label_hardening"],
+                                 combined["topup_resolution"]))
+    files = [f for k in TABLES if k not in OPTIONAL_TABLES or len(combined[k])
+             for f in write_table(combined[k], out / k)]
     chosen = pd.concat([plan_frame(r.plan, run) for run, r in results.items()],
                        ignore_index=True)
     chosen.to_csv(out / "plan.csv", index=False)
@@ -230,7 +251,8 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     summary_path = write_json(out / "summary.json", summary)
     budgets = restart_budgets(results)
     figs = F.all_figures(labels, combined["probe_cells"], out / "figures", tau=protocol.tau,
-                         target=protocol.topup_samples, budgets=budgets)
+                         target=protocol.topup_samples, budgets=budgets,
+                         hardening=combined["label_hardening"], a2=combined["a2"])
     index = out / "index.html"
     pages: dict[tuple[str, str], Path] = {}
     if cell_pages:
@@ -240,7 +262,11 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     names = list(results)
     title = f"bt classify: {names[0]}" if len(names) == 1 else \
         f"bt classify: {len(names)} runs ({', '.join(names)})"
-    H.write_report(index, title=title, labels=labels, restart_budgets=budgets, figures=figs,
+    shown = labels
+    if problems and len(labels) and "run" in labels.columns:  # the index names each problem
+        shown = labels.assign(problem_text=[(problems.get(r) or {}).get(c) for r, c in
+                                            zip(labels["run"], labels["cell_id"])])
+    H.write_report(index, title=title, labels=shown, restart_budgets=budgets, figures=figs,
                    summary=summary, cell_pages=pages, plan=chosen,
                    files=files + [summary_path, out / "plan.csv", out / "plan.json"])
     return {"index": index, "summary": summary_path, "tables": files, "figures": figs,

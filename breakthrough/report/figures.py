@@ -34,7 +34,9 @@ CLASS_COLORS = {
 }
 MODEL_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
 DPI = 100
-FIGURES = ("regime_map", "dose_response", "matched_compute", "topup_resolution", "swimmer")
+FIGURES = ("regime_map", "dose_response", "matched_compute", "topup_resolution", "swimmer",
+           "label_hardening")  # every `bt classify`
+ARM_FIGURES = ("budget_falsification",)  # runs with a second probe arm (--add-budget)
 
 
 def _figure(w: float, h: float):
@@ -265,10 +267,11 @@ def topup_resolution(probe_cells: pd.DataFrame, tau: float = 0.75, target: int =
     return fig
 
 
-def swimmer_range(labels: pd.DataFrame) -> tuple[float, float]:
-    """The anchor range of the swimmer plot (log2): from half the smallest anchor the labels
-    hold to twice the largest, so it follows the run's anchors."""
-    vals = []
+def swimmer_range(labels: pd.DataFrame, first_anchor: int | None = None) -> tuple[float, float]:
+    """The anchor range of the swimmer plot (log2): from half the first probed anchor (or, when
+    not given, the smallest anchor the labels hold) to twice the largest anchor, so it follows
+    the run's anchors (a run probed from t = 32 starts at 16, whatever its labels hold)."""
+    vals = [float(first_anchor)] if first_anchor else []
     for col in ("interval_lower", "interval_upper", "censoring_time", "final_anchor"):
         if col in labels.columns:
             vals += [float(v) for v in labels[col].dropna() if float(v) > 0]
@@ -279,9 +282,11 @@ def swimmer_range(labels: pd.DataFrame) -> tuple[float, float]:
     return lo, hi
 
 
-def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | None = None):
+def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | None = None,
+            first_anchor: int | None = None):
     """One row per trajectory: event intervals (lower → upper, log2 axis), censored rows as
-    arrows to the censoring anchor (pink when the final rate is ≥ τ: A1 candidates)."""
+    arrows from the first probed anchor (`first_anchor`, default the axis start) to the
+    censoring anchor (pink when the final rate is ≥ τ: A1 candidates)."""
     order = list(models) if models is not None else model_order(labels)
     present = _present(order, labels)
     n_max = max([int((labels["model"] == m).sum()) for m in present] or [1])
@@ -292,7 +297,8 @@ def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | Non
         return fig
     from matplotlib.ticker import FuncFormatter
 
-    floor, top = swimmer_range(labels)
+    floor, top = swimmer_range(labels, first_anchor)
+    start = float(first_anchor) if first_anchor else floor
     styles = {"instant event": "#4c72b0", "delayed event": "#c44e52",
               "censored": "#999", f"censored, last p ≥ {tau:g}": "#e377c2"}
     for ax, m in zip(axes, present):
@@ -313,10 +319,10 @@ def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | Non
                 ax.plot([up], [y], "|", color="black", ms=5)
             else:
                 n_cen += 1
-                end = float(r.censoring_time) if not pd.isna(r.censoring_time) else floor
+                end = float(r.censoring_time) if not pd.isna(r.censoring_time) else start
                 hot = r.final_rate is not None and not pd.isna(r.final_rate) and \
                     r.final_rate >= tau - 1e-9
-                ax.annotate("", xy=(end, y), xytext=(floor, y),
+                ax.annotate("", xy=(end, y), xytext=(min(start, end), y),
                             arrowprops={"arrowstyle": "->", "lw": 1, "color": styles[
                                 f"censored, last p ≥ {tau:g}" if hot else "censored"]})
             lvl = getattr(r, "level", None)
@@ -338,17 +344,135 @@ def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | Non
     return fig
 
 
+def label_hardening(hardening: pd.DataFrame, models: Sequence[str] | None = None):
+    """Per model: trajectories per category (instant / interior / A1 event / censored) before
+    and after the top-ups, as two stacked bars (appendix; counts from
+    `classify.hardening.hardening_counts`)."""
+    from breakthrough.classify.hardening import AFTER, BEFORE, CATEGORIES
+
+    order = list(models) if models is not None else (
+        sorted(map(str, hardening["model"].unique())) if len(hardening) else [])
+    present = _present(order, hardening) if len(hardening) else []
+    fig = _figure(3.4 * max(1, len(present)) + 1.6, 3.8)
+    axes = np.atleast_1d(fig.subplots(1, max(1, len(present)), squeeze=False)[0])
+    if not present:
+        _empty(axes[0], "no trajectories")
+        return fig
+    colors = dict(zip(CATEGORIES, ("#4c72b0", "#c44e52", "#dd8452", "#c8c8c8")))
+    top = float(hardening[list(CATEGORIES)].sum(axis=1).max())
+    for ax, m in zip(axes, present):
+        g = hardening[hardening["model"] == m].set_index("when")
+        bottom = np.zeros(2)
+        for c in CATEGORIES:
+            vals = np.array([int(g.loc[st, c]) if st in g.index else 0 for st in (BEFORE, AFTER)])
+            ax.bar([0, 1], vals, bottom=bottom, color=colors[c], label=c, width=0.6)
+            for x, (b0, v) in enumerate(zip(bottom, vals)):
+                if v:
+                    ax.text(x, b0 + v / 2, str(int(v)), ha="center", va="center", fontsize=8)
+            bottom += vals
+        ax.set_xticks([0, 1], [BEFORE, AFTER], fontsize=8)
+        ax.set_ylim(0, max(1.0, top) * 1.05)
+        _integer_axis(ax.yaxis)
+        ax.set_title(m, fontsize=9)
+    axes[0].set_ylabel("trajectories")
+    axes[-1].legend(*axes[-1].get_legend_handles_labels(), fontsize=8, loc="upper left",
+                    bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle("Label hardening: trajectory labels before vs after the top-ups", fontsize=10)
+    return fig
+
+
+def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
+    """Per A2 trajectory (protocol 3.6): the first τ-crossing anchor at B1 (ring) and at B2
+    (dot), log2 anchor axis, rows "index (L level)" (index: the row of a2.csv, 1-based); a
+    trajectory without a crossing at B2 gets a cross at the last anchor the arm probed
+    (`last_anchor_2`)."""
+    order = list(models) if models is not None else (
+        sorted(map(str, a2["model"].unique())) if len(a2) else [])
+    present = _present(order, a2) if len(a2) else []
+    n_max = max([int((a2["model"] == m).sum()) for m in present] or [1])
+    fig = _figure(5.5 * max(1, len(present)) + 1.8, 1.6 + 0.32 * n_max)
+    axes = np.atleast_1d(fig.subplots(1, max(1, len(present)), squeeze=False)[0])
+    if not present:
+        _empty(axes[0], "no second probe arm")
+        return fig
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter
+
+    a2 = a2.reset_index(drop=True).assign(index=lambda f: f.index + 1)
+    if "last_anchor_2" not in a2.columns:
+        a2 = a2.assign(last_anchor_2=a2["first_crossing_1"])
+    nocross = a2["first_crossing_2"].isna()
+    vals = [float(v) for c in ("first_crossing_1", "first_crossing_2") for v in a2[c].dropna()]
+    vals += [float(v) for v in a2.loc[nocross, "last_anchor_2"].dropna()]
+    lo = 2.0 ** (math.floor(math.log2(min(vals))) - 1) if vals else 8.0
+    hi = 2.0 ** (math.ceil(math.log2(max(vals))) + 1) if vals else 1024.0
+    b1 = int(a2["budget_1"].iloc[0])
+    b2s = sorted({int(b) for b in a2["budget_2"]})
+    for ax, m in zip(axes, present):
+        g = a2[a2["model"] == m]
+        ys = np.arange(len(g))
+        for y, r in zip(ys, g.itertuples()):
+            if not pd.isna(r.first_crossing_1):
+                ax.scatter([float(r.first_crossing_1)], [y], s=90, facecolors="none",
+                           edgecolors="#1f77b4", linewidths=1.6, zorder=3)
+            if not pd.isna(r.first_crossing_2):
+                ax.scatter([float(r.first_crossing_2)], [y], s=25, color="#d62728", zorder=4)
+            elif not pd.isna(r.last_anchor_2):
+                ax.scatter([float(r.last_anchor_2)], [y], marker="x", s=60, color="#d62728",
+                           zorder=4)
+        names = [f"{int(r.index)} (L{int(r.level)})" if not pd.isna(r.level) else str(int(r.index))
+                 for r in g.itertuples()]
+        ax.set_yticks(ys, names, fontsize=8)
+        ax.set_ylim(-0.6, len(g) - 0.4)
+        ax.invert_yaxis()
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(lo, hi)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.set_xlabel("first τ-crossing anchor t (reasoning tokens)")
+        ax.set_title(f"{m}: {len(g)} trajector{'y' if len(g) == 1 else 'ies'}", fontsize=9)
+    b2 = ", ".join(f"{b:,}" for b in b2s)
+    handles = [Line2D([], [], marker="o", ls="", markerfacecolor="none", markeredgecolor="#1f77b4",
+                      ms=9, label=f"B = {b1:,}"),
+               Line2D([], [], marker="o", ls="", color="#d62728", ms=5, label=f"B = {b2}"),
+               Line2D([], [], marker="x", ls="", color="#d62728",
+                      label=f"no crossing at B = {b2} (at its last anchor)")]
+    axes[-1].legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                    frameon=False)
+    fig.suptitle("Continuation-budget falsification (A2): first τ-crossing per trajectory",
+                 fontsize=10, y=1.0 + 0.3 / fig.get_figheight())  # above the panel titles
+    return fig
+
+
+def shown(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with each model alias replaced by its display name (`names.model_name`)."""
+    from breakthrough.report.names import model_name
+
+    if frame is None or not len(frame) or "model" not in frame.columns:
+        return frame
+    return frame.assign(model=frame["model"].map(model_name))
+
+
 def all_figures(labels: pd.DataFrame, probe_cells: pd.DataFrame, out_dir: str | Path, *,
-                budgets: Sequence[int], tau: float = 0.75, target: int = 8) -> dict[str, Path]:
-    """The five report figures as PNGs in out_dir (one model order for all); name → path.
-    `budgets`: the restart budgets of the runs (their stored protocols)."""
+                budgets: Sequence[int], tau: float = 0.75, target: int = 8,
+                hardening: pd.DataFrame | None = None,
+                a2: pd.DataFrame | None = None) -> dict[str, Path]:
+    """The report figures as PNGs in out_dir (one model order for all, models under their
+    display names); name → path. `budgets`: the restart budgets of the runs (their stored
+    protocols); the label-hardening figure is drawn when `hardening` has rows, the A2 budget
+    falsification when `a2` has rows (a run with a second probe arm)."""
     out_dir = Path(out_dir)
+    labels, probe_cells = shown(labels), shown(probe_cells)
     models = model_order(labels)
-    figs: Mapping[str, object] = {
+    first = int(probe_cells["anchor"].min()) if len(probe_cells) else None
+    figs: dict[str, object] = {
         "regime_map": regime_map(labels, models),
         "dose_response": dose_response(labels, budgets, tau, models),
         "matched_compute": matched_compute(labels, budgets, tau),
         "topup_resolution": topup_resolution(probe_cells, tau, target, models),
-        "swimmer": swimmer(labels, tau, models),
+        "swimmer": swimmer(labels, tau, models, first_anchor=first),
     }
+    if hardening is not None and len(hardening):
+        figs["label_hardening"] = label_hardening(shown(hardening), models)
+    if a2 is not None and len(a2):
+        figs["budget_falsification"] = budget_falsification(shown(a2), models)
     return {name: save(fig, out_dir / f"{name}.png") for name, fig in figs.items()}

@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from breakthrough.report.cell_details import CellDetail
+from breakthrough.report.cell_details import CellDetail, shown_text
 from breakthrough.report.names import field_name, finish_name, regime_name
 
 STYLE = """
@@ -80,7 +80,7 @@ def fmt(v, col: str | None = None) -> str:
     return html.escape(str(v))
 
 
-LEFT = ("cell_id", "regime", "run", "model", "stage", "kind", "reason", "extracted", "verdict",
+LEFT = ("cell_id", "problem_text", "regime", "run", "model", "stage", "kind", "reason", "extracted", "verdict",
         "finish_reason", "problem_id", "subject", "position")
 
 
@@ -131,7 +131,7 @@ def cells_columns(labels: pd.DataFrame, restart_budgets: Sequence[int]) -> list[
     """The columns of the cells table: identity, regime and T_F, R(C) for each of the runs'
     restart budgets, advantage, T_V at each δ the labels hold, agreement and survival."""
     tv = sorted(c for c in labels.columns if re.fullmatch(r"t_v_d\d{3}", c))
-    return (["run", "cell_id", "stage", "level", "regime", "t_f", "interval_lower",
+    return (["run", "cell_id", "problem_text", "stage", "level", "regime", "t_f", "interval_lower",
              "interval_upper", "final_anchor", "final_rate"]
             + [f"R_{c}" for c in sorted(restart_budgets)]
             + ["max_advantage", *tv, "t_v_cons", "conservative_agrees", "terminal_a1_anchor",
@@ -161,6 +161,18 @@ def _summary_block(summary: Mapping) -> str:
             f"disagreements: {len(summary.get('conservative_disagreements', []))}; cross-model "
             f"agreement: {html.escape(str(summary.get('cross_model_agreement', {}).get('text')))}"
             "</p>")
+    hard = summary.get("label_hardening")
+    if hard:
+        parts.append("<h2>Label hardening</h2><p class='note'>Trajectories per category before "
+                     "the top-ups (canonical 4-branch rates, A1 annotated) and after them (the "
+                     "chosen --topup rules).</p>" + table(pd.DataFrame(hard)))
+    for b2, v in (summary.get("a2") or {}).items():
+        parts.append(f"<h2>Second probe arm B = {html.escape(str(b2))} (A2)</h2><p>"
+                     f"{v['trajectories']} trajectories re-probed; first crossings earlier by "
+                     f"≥ 2B: {v['earlier_by_2b']}; no crossing at B = {html.escape(str(b2))}: "
+                     f"{v['no_crossing_at_b2']}; median shift "
+                     f"{fmt(v['median_shift_steps'])} anchor steps; verdict: "
+                     f"<b>{html.escape(v['verdict'])}</b> ({html.escape(v['rule'])}).</p>")
     plans = summary.get("plans")
     if plans:
         frame = pd.DataFrame([{"rule": k, **{x: v[x] for x in ("items", "probe", "restart",
@@ -219,7 +231,7 @@ def _trace_html(detail: CellDetail, curve: pd.DataFrame, tau: float) -> str:
         marks.setdefault(min(off, len(text)), []).append(a)
     out, pos = [], 0
     for off in sorted(marks):
-        out.append(html.escape(text[pos:off]))
+        out.append(html.escape(shown_text(text[pos:off])))
         for a in sorted(marks[off]):
             k, n = rates.get(a, (0, 0))
             solved = n and k / n >= tau - 1e-9
@@ -227,7 +239,7 @@ def _trace_html(detail: CellDetail, curve: pd.DataFrame, tau: float) -> str:
                        f"title='cut at anchor t = {a}: {k} of {n} continuations solved'>"
                        f"✂ t={a:,} · {k}/{n}</mark>")
         pos = off
-    out.append(html.escape(text[pos:]))
+    out.append(html.escape(shown_text(text[pos:])))
     return f"<pre class='trace'>{''.join(out)}</pre>"
 
 
@@ -244,18 +256,21 @@ def _branches_html(branches: pd.DataFrame) -> str:
             continue
         rows = []
         for r in g.to_dict(orient="records"):
-            text = str(r["continuation"] or "")
+            text = shown_text(str(r["continuation"] or ""))
             tail = ("…" if len(text) > BRANCH_TAIL else "") + text[-BRANCH_TAIL:]
             v = str(r["verdict"])
-            rows.append(f"<tr><td>{fmt(r[key])}</td><td>{r['branch']}</td>"
+            arm = f"<td>{fmt(r['budget'])}</td>" if kind == "probe" else ""
+            rows.append(f"<tr><td>{fmt(r[key])}</td>{arm}<td>{r['branch']}</td>"
                         f"<td class='l'>{fmt(r['extracted'])}</td>"
                         f"<td class='l v-{v.replace(' ', '-')}'>{html.escape(v)}</td>"
                         f"<td class='l'>{html.escape(finish_name(r['finish_reason']))}</td>"
                         f"<td class='text'>{html.escape(tail)}</td></tr>")
         first = field_name(key)
         what = "text after the cut (its end)" if kind == "probe" else "text (its end)"
+        arm_head = "<th title='continuation budget B of the probe arm'>B</th>" \
+            if kind == "probe" else ""
         parts.append(f"<h3>{heading}</h3><table class='branches {kind}'><tr><th>"
-                     f"{html.escape(first)}</th><th>branch</th><th class='l'>extracted answer"
+                     f"{html.escape(first)}</th>{arm_head}<th>branch</th><th class='l'>extracted answer"
                      f"</th><th class='l'>verdict</th><th class='l'>finish</th>"
                      f"<th class='l'>{what}</th></tr>{''.join(rows)}</table>")
     return "".join(parts)

@@ -23,6 +23,15 @@ REGIME_NAMES = {
     "unsolved_hard": "unsolved, hard",
 }
 
+# The study's display names of its models (protocol 10: "Gemma-4 E4B", "Ministral-3 3B"), by
+# registry alias; figures and the study page show these, tables keep the alias.
+MODEL_NAMES = {
+    "gemma4-e4b": "Gemma-4 E4B",
+    "ministral3-3b": "Ministral-3 3B",
+    "qwen3-4b": "Qwen3 4B",
+    "smollm2-135m": "SmolLM2 135M",
+}
+
 # How a sample ended (`finish_reason`: the engine's, and the branch phases').
 FINISH_NAMES = {
     "eos": "ended (EOS)",
@@ -38,6 +47,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "cell_id": ("cell", "cell (model:problem)"),
     "model": ("model", "model"),
     "problem_id": ("problem", "problem id"),
+    "problem_text": ("problem", "the problem (its start; the cell page holds all of it)"),
     "stage": ("stage", "cohort stage"),
     "level": ("level", "MATH difficulty level"),
     "subject": ("subject", "subject"),
@@ -139,3 +149,8 @@ def finish_name(reason: object) -> str:
 def regime_name(regime: object) -> str:
     """The human name of a fine regime label (an unknown one is returned as is)."""
     return REGIME_NAMES.get(str(regime), str(regime))
+
+
+def model_name(model: object) -> str:
+    """The display name of a model alias (an unknown alias is returned as is)."""
+    return MODEL_NAMES.get(str(model), str(model))

@@ -486,7 +486,8 @@ def _write_atomic(path: Path, write) -> None:
 def run_confirm(runs: Sequence[Path | str], labels: Path | str, out: Path | str, *,
                 signals: Sequence[Path | str] | None = None,
                 forecast_token: int = DEFAULT_FORECAST, split_seed: int | None = None,
-                draws: int = DEFAULT_DRAWS) -> ConfirmReport:
+                draws: int = DEFAULT_DRAWS,
+                signal_frames: Sequence[pd.DataFrame] | None = None) -> ConfirmReport:
     """`bt confirm RUN...`: read each run's signals table (default RUN/signals.parquet), the
     classify labels and the cohort rows of its store, build the feature table, evaluate every
     endpoint × variant and write OUT/confirm.json and OUT/confirm.csv atomically. Every check
@@ -498,8 +499,11 @@ def run_confirm(runs: Sequence[Path | str], labels: Path | str, out: Path | str,
     if len(paths) != len(dirs):
         raise BtError(f"--signals: {len(paths)} given for {len(dirs)} runs (give one table per "
                       f"run, in the runs' order)")
-    frames = [_read_signals(p, d, forecast_token).assign(run=n)
-              for p, d, n in zip(paths, dirs, names)]
+    if signal_frames is not None:  # a sweep's summaries at this t (run_confirm_sweep)
+        frames = [f.assign(run=n) for f, n in zip(signal_frames, names)]
+    else:
+        frames = [_read_signals(p, d, forecast_token).assign(run=n)
+                  for p, d, n in zip(paths, dirs, names)]
     label_frame = _read_labels(Path(labels), names)
     items: dict[tuple[str, str], dict] = {}
     for d, n in zip(dirs, names):
@@ -550,5 +554,142 @@ def run_confirm(runs: Sequence[Path | str], labels: Path | str, out: Path | str,
     _write_atomic(json_path, lambda p: p.write_text(text, encoding="utf-8"))
     frame = results_frame(results)
     _write_atomic(csv_path, lambda p: frame.to_csv(p, index=False))
+    if signal_frames is None:  # one forecast point: its forest figure beside its results
+        from breakthrough.signals.confirm_figures import forest_figure
+
+        forest_figure(results, forecast_token, out_dir / FIGURES_DIR / "confirmatory_forest.png")
     return ConfirmReport(results=results, summary=summary, json_path=json_path,
                          csv_path=csv_path)
+
+
+# ------------------------------------------------------------------ the forecast-point sweep
+
+SWEEP_JSON, SWEEP_CSV = "sweep.json", "sweep.csv"
+FIGURES_DIR = "figures"
+
+
+def parse_forecast_tokens(text: str) -> tuple[int, ...]:
+    """--forecast-token: one t or a comma-separated sweep (e.g. 128,256,512,1024,2048), each
+    at least 2, no repeats; returned sorted."""
+    try:
+        vals = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise BtError(f"--forecast-token: expected integers separated by commas, got {text!r}") from None
+    if not vals:
+        raise BtError(f"--forecast-token: expected at least one forecast point, got {text!r}")
+    if len(set(vals)) != len(vals):
+        raise BtError(f"--forecast-token: a forecast point is repeated in {text!r}")
+    for v in vals:
+        if v < 2:
+            raise BtError(f"--forecast-token: expected at least 2 tokens, got {v}")
+    return tuple(sorted(vals))
+
+
+def base_signals(run: Path, window: int) -> pd.DataFrame:
+    """The summaries of RUN's base trajectories over their first `window` tokens, computed from
+    the store as `bt signals RUN --window window` computes them (only base rows: the test reads
+    nothing else)."""
+    from breakthrough.signals.run_signals import ID_COLUMNS, trajectory_series
+    from breakthrough.signals.summaries import summarize
+
+    with RunStore(run, readonly=True) as store:
+        frame = store.samples_frame(kind="base", signals=True)
+    rows = []
+    for _, row in frame.iterrows():
+        series = trajectory_series(row)
+        ids = {c: row[c] for c in ID_COLUMNS if c in row.index}
+        ids["observed_token_count"] = int(min(len(series["entropy"]), window))
+        rows.append({**ids, "window": window, **summarize(series, window)})
+    return pd.DataFrame(rows, columns=[*ID_COLUMNS, "window", *FROZEN_SUMMARIES])
+
+
+def _signals_at(path: Path, run: Path, t: int) -> tuple[pd.DataFrame, str]:
+    """RUN's summaries at forecast point t for a sweep: its signals table when that holds
+    window t, else computed from the store; (frame, where they came from)."""
+    if path.is_file():
+        frame = pd.read_parquet(path)
+        windows = sorted(set(int(w) for w in frame.get("window", pd.Series(dtype=float)).dropna()))
+        if windows == [t]:
+            return _read_signals(path, run, t), str(path)
+    return base_signals(run, t), f"{run} (store, window {t})"
+
+
+def sweep_row(t: int, results: Sequence[Mapping[str, Any]], variant: str = "main") -> dict:
+    """One row of the sweep table (9.5's post-hoc table): per endpoint, Δ, its CI, the test
+    rows and the status of the `variant` results at forecast point t."""
+    row: dict[str, Any] = {"forecast_token": int(t), "preregistered": int(t) == DEFAULT_FORECAST}
+    for r in results:
+        if r["variant"] != variant:
+            continue
+        e = r["endpoint"]
+        row |= {f"{e}_delta": r["delta_auroc"], f"{e}_ci_low": r["ci"][0],
+                f"{e}_ci_high": r["ci"][1], f"{e}_n": r["test_rows"],
+                f"{e}_status": r["status"], f"{e}_success": r["success"]}
+    return row
+
+
+@dataclass
+class SweepReport:
+    """What `bt confirm --forecast-token t1,t2,...` computed and wrote."""
+
+    reports: dict[int, ConfirmReport]  # t → that forecast point's report (OUT/t_<t>/)
+    table: pd.DataFrame  # one row per t
+    json_path: Path
+    csv_path: Path
+    figures: dict[str, Path]
+
+
+def run_confirm_sweep(runs: Sequence[Path | str], labels: Path | str, out: Path | str, *,
+                      tokens: Sequence[int], signals: Sequence[Path | str] | None = None,
+                      split_seed: int | None = None, draws: int = DEFAULT_DRAWS) -> SweepReport:
+    """`bt confirm RUN... --forecast-token t1,t2,...`: the unchanged pipeline at every t (each
+    run's signals table when it holds window t, else the summaries computed from its store),
+    each t's confirm.json / confirm.csv under OUT/t_<t>/, the pre-registered t = 512's also at
+    OUT/confirm.{json,csv}; OUT/sweep.{json,csv} with one row per t; the sweep figure and the
+    confirmatory forest (at 512, else the first t) under OUT/figures/."""
+    from breakthrough.signals.confirm_figures import forest_figure, sweep_figure
+
+    for t in tokens:
+        check_options(int(t), draws)
+    dirs = run_dirs(runs)
+    paths = [Path(p) for p in signals] if signals else [d / SIGNALS_NAME for d in dirs]
+    if len(paths) != len(dirs):
+        raise BtError(f"--signals: {len(paths)} given for {len(dirs)} runs (give one table per "
+                      f"run, in the runs' order)")
+    _read_labels(Path(labels), run_names(dirs))  # refused before any work
+    out_dir = Path(out)
+    reports: dict[int, ConfirmReport] = {}
+    sources: dict[int, list[str]] = {}
+    for t in sorted(int(x) for x in tokens):
+        got = [_signals_at(p, d, t) for p, d in zip(paths, dirs)]
+        sources[t] = [src for _, src in got]
+        reports[t] = run_confirm(runs, labels, out_dir / f"t_{t}", forecast_token=t,
+                                 split_seed=split_seed, draws=draws,
+                                 signal_frames=[f for f, _ in got])
+    table = pd.DataFrame([sweep_row(t, r.results) for t, r in reports.items()])
+    main = DEFAULT_FORECAST if DEFAULT_FORECAST in reports else min(reports)
+    for name in (JSON_NAME, CSV_NAME):
+        src = getattr(reports[main], "json_path" if name == JSON_NAME else "csv_path")
+        _write_atomic(out_dir / name, lambda p, s=src: p.write_bytes(s.read_bytes()))
+    json_path, csv_path = out_dir / SWEEP_JSON, out_dir / SWEEP_CSV
+    negative = int(sum((table[f"{e}_delta"].dropna() < 0).sum() for e in ENDPOINTS
+                       if f"{e}_delta" in table))
+    estimates = int(sum(table[f"{e}_delta"].notna().sum() for e in ENDPOINTS
+                        if f"{e}_delta" in table))
+    doc = {"test": "protocol 9.5 post-hoc forecast-point sweep (same pipeline at every t)",
+           "forecast_tokens": list(reports), "preregistered": DEFAULT_FORECAST,
+           "variant": "main", "signals": {str(t): s for t, s in sources.items()},
+           "negative_estimates": negative, "estimates": estimates,
+           "ci_including_zero": int(sum(
+               ((table[f"{e}_ci_low"] <= 0) & (table[f"{e}_ci_high"] >= 0)).sum()
+               for e in ENDPOINTS if f"{e}_ci_low" in table)),
+           "rows": table.to_dict(orient="records"),
+           "reports": {str(t): str(r.json_path) for t, r in reports.items()}}
+    text = json.dumps(_clean(doc), indent=2) + "\n"
+    _write_atomic(json_path, lambda p: p.write_text(text, encoding="utf-8"))
+    _write_atomic(csv_path, lambda p: table.to_csv(p, index=False))
+    figs = {"prefix_sweep": sweep_figure(table, out_dir / FIGURES_DIR / "prefix_sweep.png"),
+            "confirmatory_forest": forest_figure(reports[main].results, main,
+                                                 out_dir / FIGURES_DIR / "confirmatory_forest.png")}
+    return SweepReport(reports=reports, table=table, json_path=json_path, csv_path=csv_path,
+                       figures=figs)

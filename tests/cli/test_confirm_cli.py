@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from bt_cli import assert_one_line_error, run_bt
 
+from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 from breakthrough.signals.confirm import hash_splits
 from breakthrough.store import RunStore, SampleRecord
@@ -109,4 +110,48 @@ def test_confirm_on_a_real_run_writes_json_and_csv(run):
     assert list(table.endpoint) == ["primary", "primary", "secondary", "secondary"]
     assert table.loc[0, "early_auroc"] == pytest.approx(primary["early_auroc"])
     assert "primary" in proc.stdout and "wrote" in proc.stdout
+    assert (out / "figures" / "confirmatory_forest.png").stat().st_size > 1000  # its forest
     assert not list(out.glob("*.tmp"))
+
+
+def test_forecast_token_sweep_in_one_call(run):
+    """`--forecast-token 32,64`: one row per t, each t's results beside it, the figures; the
+    summaries computed from the store at t = 64 give what `bt signals --window 64` gives."""
+    from breakthrough.report.classify_outputs import classify_runs
+    from breakthrough.signals.confirm import base_signals, parse_forecast_tokens
+    from breakthrough.signals.run_signals import run_signals
+
+    for bad, why in (("32,x", "integers"), ("64,64", "repeated"), ("1,64", "at least 2")):
+        with pytest.raises(BtError, match=why):
+            parse_forecast_tokens(bad)
+    classify_runs([run], draws=2, cell_pages=False)
+    proc = run_bt("confirm", run, "--forecast-token", "64,32", "--draws", "20")
+    assert proc.returncode == 0, proc.stderr
+    out = run / "confirm"
+    sweep = pd.read_csv(out / "sweep.csv")
+    assert list(sweep["forecast_token"]) == [32, 64] and not sweep["preregistered"].any()
+    for t in (32, 64):
+        rep = json.loads((out / f"t_{t}" / "confirm.json").read_text())
+        assert rep["forecast_token"] == t
+        prim = next(r for r in rep["results"] if (r["endpoint"], r["variant"]) == ("primary", "main"))
+        row = sweep[sweep["forecast_token"] == t].iloc[0]
+        assert row["primary_n"] == prim["test_rows"] and row["primary_status"] == prim["status"]
+        if prim["status"] == "fit":
+            assert row["primary_delta"] == pytest.approx(prim["delta_auroc"])
+            assert row["primary_ci_low"] == pytest.approx(prim["ci"][0])
+    # the base runs hold 80 tokens (2 hold 40): at t = 64 the 2 short ones are excluded
+    assert json.loads((out / "t_64" / "confirm.json").read_text())["excluded"]["short_base_run"] == 2
+    assert json.loads((out / "t_32" / "confirm.json").read_text())["excluded"]["short_base_run"] == 0
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["forecast_tokens"] == [32, 64] and len(doc["rows"]) == 2
+    for fig in ("prefix_sweep", "confirmatory_forest"):
+        assert (out / "figures" / f"{fig}.png").stat().st_size > 1000
+    assert "forecast-point sweep" in proc.stdout
+    # the summaries the sweep computes from the store are `bt signals --window 64`'s
+    path, _ = run_signals(run, window=64)
+    table = pd.read_parquet(path)
+    table = table[table["kind"] == "base"].set_index("sample_id").sort_index()
+    swept = base_signals(run, 64).set_index("sample_id").sort_index()
+    pd.testing.assert_frame_equal(swept[table.columns.intersection(swept.columns)],
+                                  table[table.columns.intersection(swept.columns)],
+                                  check_dtype=False)

@@ -76,6 +76,8 @@ def test_wheel_and_sdist_carry_the_builtin_cohorts_and_math_source(dists):
     for stem in BUILTIN:
         assert f"breakthrough/builtin_cohorts/{stem}.jsonl" in names
     assert f"breakthrough/builtin_cohorts/{MATH_SOURCE}" in names
+    templates = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "breakthrough" / "report" / "templates").glob("*.j2"))
+    assert templates and set(templates) <= names  # bt report study's page
     with tarfile.open(dists["sdist"]) as sd:
         members = {m.split("/", 1)[1] for m in sd.getnames() if "/" in m}
     assert {"setup.py", "pyproject.toml", f"cohorts/{MATH_SOURCE}",

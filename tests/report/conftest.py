@@ -34,3 +34,20 @@ def classified(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path]:
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return run, run / "classify"
+
+
+@pytest.fixture(scope="session")
+def studied(classified, tmp_path_factory) -> tuple[Path, Path]:
+    """(run dir, study dir): a copy of the real classified run with a second probe arm
+    (`bt continue --add-budget 32`), then `bt report study` on it."""
+    import shutil
+
+    from breakthrough.cli import app
+    from breakthrough.report.study import study_report
+
+    run = tmp_path_factory.mktemp("study") / "runs" / "fx"
+    shutil.copytree(classified[0], run, ignore=shutil.ignore_patterns("classify"))
+    res = CliRunner().invoke(app, ["continue", str(run), "--add-budget", "32"])
+    assert res.exit_code == 0, res.output
+    rep = study_report([run], draws=2, cell_pages=False)
+    return run, rep.out_dir

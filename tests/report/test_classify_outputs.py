@@ -128,14 +128,15 @@ def test_cut_points_are_where_the_continuations_leave_the_base_text(classified, 
 def test_cell_page_lists_every_branch_with_its_extracted_answer_and_verdict(classified):
     page = Tables(_cell(classified, "pA"))
     probes = page.table("probe")
-    assert probes[0][:5] == ["anchor t", "branch", "extracted answer", "verdict", "finish"]
-    assert {r[4] for r in probes[1:]} == {"answer window used up"}
+    assert probes[0][:6] == ["anchor t", "B", "branch", "extracted answer", "verdict", "finish"]
+    assert {r[5] for r in probes[1:]} == {"answer window used up"}
+    assert {r[1] for r in probes[1:]} == {"8"}  # the probe arm's budget
     by_anchor: dict[str, list] = {}
     for row in probes[1:]:
         by_anchor.setdefault(row[0], []).append(row)
     assert sorted(by_anchor, key=int) == ["64", "96", "112", "128", "256"]
-    assert all(r[2] == "7" and r[3] == "correct" for r in by_anchor["112"])
-    assert all(r[2] == "—" and r[3] == "no answer" for r in by_anchor["64"])
+    assert all(r[3] == "7" and r[4] == "correct" for r in by_anchor["112"])
+    assert all(r[3] == "—" and r[4] == "no answer" for r in by_anchor["64"])
     restarts = page.table("restart")
     assert restarts[0][0] == "budget C" and len(restarts) - 1 == 8  # 2 budgets x 4
     with RunStore(classified[0]) as store:
@@ -202,8 +203,10 @@ def test_one_report_per_call_with_the_cells_table_first(classified):
     assert [h for h in head if h.startswith("R(")] == ["R(8)", "R(16)"]
     assert "R(1,024)" not in (out / "index.html").read_text()
     assert {r[0] for r in rows} == {"tiny-llama:pA", "tiny-llama:pB"}
-    assert head[3] == "regime" and {r[3] for r in rows} == {"prefix-limited",
+    assert head[4] == "regime" and {r[4] for r in rows} == {"prefix-limited",
                                                             "terminal (A1 replication)"}
+    # the run index names the problem of each cell (issue 23)
+    assert head[1] == "problem" and {r[1] for r in rows} == {"What is 3+4?"}
     html = (out / "index.html").read_text()
     assert f"href='cells/{slug('tiny-llama:pA')}.html'" in html
     assert f"href='../index.html'" in _cell(classified, "pA")

@@ -37,7 +37,17 @@ def slug(cell_id: str) -> str:
 def server(classified):
     """http://127.0.0.1:PORT serving the report of the real classified run (conftest.py);
     stopped by its PID."""
-    report = classified[1]
+    yield from _serve(classified[1])
+
+
+@pytest.fixture(scope="module")
+def study_server(studied):
+    """http://127.0.0.1:PORT serving the `bt report study` folder of the real run."""
+    yield from _serve(studied[1])
+
+
+def _serve(report):
+    """A loopback http.server over `report` (yields its URL; stopped by its PID)."""
     proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind",
                              "127.0.0.1", "--directory", str(report)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -102,7 +112,7 @@ def test_report_page_renders_with_visible_figures(browser, server, tmp_path):
     images = page.evaluate("""() => Array.from(document.images).map(i => ({
         src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0,
         w: i.getBoundingClientRect().width, h: i.getBoundingClientRect().height}))""")
-    assert len(images) == 5
+    assert len(images) == 6  # the five of protocol 10 and label hardening
     for img in images:
         assert img["ok"] and img["w"] > 200 and img["h"] > 100, img
     for i in range(len(images)):
@@ -140,4 +150,22 @@ def test_cell_page_renders_its_plot_trace_and_branches(browser, server, tmp_path
     assert page.locator("table.branches.probe tr").count() > 1
     assert page.locator("dl.facts").inner_text().count("What is 3+4?") == 1
     page.screenshot(path=str(tmp_path / f"cell-{pid}.png"), full_page=True)
+    assert problems == []
+
+
+def test_study_page_renders_every_image_without_errors(browser, study_server, tmp_path):
+    page, problems = _open(browser, f"{study_server}/index.html")
+    assert page.title().startswith("Study report: 1 run")
+    images = page.evaluate("""() => Array.from(document.images).map(i => ({
+        src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0,
+        w: i.getBoundingClientRect().width}))""")
+    assert len(images) >= 6 and any(i["src"].endswith("budget_falsification.png") for i in images)
+    for img in images:
+        assert img["ok"] and img["w"] > 200, img
+    assert page.locator("p.sentence").count() >= 8
+    assert page.locator("table.missing tr").count() >= 2
+    page.screenshot(path=str(tmp_path / "study.png"), full_page=True)
+    page.locator("a[href='classify/index.html']").first.click()
+    page.wait_for_load_state("load")
+    assert page.title() == "bt classify: fx"
     assert problems == []

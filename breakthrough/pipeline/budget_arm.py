@@ -1,0 +1,163 @@
+"""`bt continue RUN --add-budget B2`: a second probe arm on the same base traces (protocol 3.6).
+
+The run's probes stay at its continuation budget B (never changed: `--budget` against a run
+made under another B is refused); this adds probes at B2 for the A2 targets
+(`classify.arms.arm_targets`: trajectories with a non-instant T_F event, every probed anchor
+up to the stability anchor), m branches each with the identical branch seeds (a sample's seed
+does not depend on B). Each probe is stored with its own budget, so the primary arm's panels
+and labels are untouched, and the arm is recorded in the run's manifest (`probe_arms`) beside
+the protocol. No restart and no top-up runs; a rerun completes the arm's missing samples only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from breakthrough.classify.arms import RULE_TEXT, arm_targets
+from breakthrough.classify.panels import probe_panel
+from breakthrough.engine import make_engine
+from breakthrough.engine.contract import EngineSpec
+from breakthrough.errors import BtError
+from breakthrough.models.loading import load_model
+from breakthrough.pipeline.branches import Branch, check_budget, close_tokens
+from breakthrough.pipeline.cell_loop import ContinueReport
+from breakthrough.pipeline.cells import plan_cell
+from breakthrough.pipeline.manifest import (check_engine, check_model, preflight_continue,
+                                             record_throughput)
+from breakthrough.pipeline.scheduler import CellState, RunScheduler, branches_for
+from breakthrough.protocol import Protocol
+from breakthrough.store import RunStore
+from breakthrough.tasks.family import family_of, make_grader
+
+ARMS_KEY = "probe_arms"
+
+
+def arm_protocol(store: RunStore, budget: int) -> Protocol:
+    """The run's protocol with B = `budget` (what the arm's branches run under), refused
+    before anything is written: a budget equal to the run's B, one that cannot run, a run
+    without primary-arm probes."""
+    protocol = store.protocol()
+    if budget == protocol.budget:
+        raise BtError(f"{store.run_dir}: --add-budget {budget} is the run's own B; the arm must "
+                      f"differ (the run's probes are at B={protocol.budget})")
+    arm = protocol.with_overrides(budget=int(budget))
+    arm.validate({"budget": "--add-budget"})
+    if arm.budget + arm.answer_budget >= arm.total_cap:
+        raise BtError(f"--add-budget {budget}: with the answer reserve {arm.answer_budget} it "
+                      f"leaves no room for a prefix within the total cap {arm.total_cap}")
+    if probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol).empty:
+        raise BtError(f"{store.run_dir}: no probes at B={protocol.budget} yet: run "
+                      f"`bt continue {store.run_dir}` first (the arm re-probes its targets)")
+    return arm
+
+
+def recorded_arms(manifest: dict) -> list[dict]:
+    """The run's probe arms as its manifest records them (the primary arm first)."""
+    return list(manifest.get(ARMS_KEY) or [])
+
+
+def _record_arm(store: RunStore, primary: Protocol, arm: Protocol, targets: dict[str, list[int]]) -> None:
+    arms = [a for a in recorded_arms(store.manifest()) if a.get("budget") != arm.budget]
+    if not any(a.get("role") == "primary" for a in arms):
+        arms.insert(0, {"budget": primary.budget, "role": "primary", "samples": primary.samples})
+    arms.append({"budget": arm.budget, "role": "A2 continuation-budget arm (protocol 3.6)",
+                 "samples": arm.samples, "seeds": "identical branch seeds (probe_seed)",
+                 "rule": RULE_TEXT, "targets": len(targets),
+                 "anchors": sum(len(v) for v in targets.values())})
+    store.update_manifest({ARMS_KEY: arms})
+
+
+class ArmScheduler(RunScheduler):
+    """The run's scheduler with one step per cell: its arm anchors at the arm's B."""
+
+    def program(self, cell: CellState) -> Iterator[tuple[str, list[Branch]]]:
+        p = self.protocol
+        yield "probes", [b for a in cell.plan.grid
+                         for b in branches_for(cell, p, "probe", a, range(p.samples))]
+
+
+def add_budget_run(run_dir: Path, loaded: Any, budget: int, engine_spec: EngineSpec, *,
+                   on_start: Callable[[dict, Any], None] | None = None,
+                   on_sample: Callable[[str, int], None] | None = None,
+                   max_active_cells: int = 3) -> ContinueReport:
+    """Probe one run's A2 targets at B = `budget` (see module doc)."""
+    report = ContinueReport(run_dir=run_dir)
+    t0 = time.perf_counter()
+    with RunStore(run_dir) as store:
+        check_model(store, loaded, run_dir)
+        primary = store.protocol()
+        arm = arm_protocol(store, budget)
+        targets = arm_targets(probe_panel(store.samples_frame(arrays=False, kind="probe"), primary),
+                              primary.tau, primary)
+        forced = len(close_tokens(loaded)[1])
+        base = store.samples_frame(kind="base")
+        cells = []
+        for rec in base.to_dict(orient="records"):
+            want = targets.get(rec["cell_id"])
+            if not want:
+                continue
+            item, prompt = store.cell_prompt(rec["cell_id"])
+            plan = plan_cell(rec["cell_id"], item, prompt, rec, arm, forced)
+            fits = [a for a in want if a <= plan.reasoning_tokens
+                    and check_budget(plan.cut(a), arm.budget, arm, forced)]
+            if len(fits) < len(want):
+                report.notes.append(f"{rec['cell_id']}: anchors {sorted(set(want) - set(fits))} "
+                                    f"leave no room for B={arm.budget} + the answer reserve")
+            if fits:
+                cells.append(replace(plan, grid=fits))
+        engine = make_engine(engine_spec, loaded)
+        if cells:
+            engine.capacity(max(c.longest_row(arm) for c in cells))
+        check_engine(store, engine)
+        _record_arm(store, primary, arm, targets)
+        if on_start:
+            on_start({"cells": len(cells),
+                      "probes": sum(len(c.grid) for c in cells) * arm.samples}, engine)
+        if not cells:
+            return report
+        grader = make_grader(family_of([c.item for c in cells]), run_dir)
+        try:
+            counts = ArmScheduler(store, loaded, engine, grader, cells, arm, tau=arm.tau,
+                                  topup=(), on_sample=on_sample,
+                                  max_active_cells=max_active_cells).run()
+        finally:
+            getattr(grader, "close", lambda: None)()
+        report.cells, report.failed_cells, report.samples = counts.cells, counts.failed_cells, counts.samples
+        report.trace_tokens = sum(len(c.prompt) + len(c.trace) for c in cells)
+        report.generated_tokens = engine.generated_tokens
+        report.prefill_tokens = engine.prefill_tokens
+        report.notes += list(getattr(engine, "notes", []))
+        record_throughput(store, "continue", engine.generated_tokens, time.perf_counter() - t0)
+    report.elapsed_s = time.perf_counter() - t0
+    return report
+
+
+def add_budget_runs(run_dirs: Sequence[Path], budget: int, engine_spec: EngineSpec, *,
+                    progress: Callable[[Path, dict], None] | None = None,
+                    drive: Callable[[Callable], ContinueReport] | None = None) -> list[ContinueReport]:
+    """`bt continue RUN... --add-budget B2`: check every run first (nothing is written or
+    loaded for a run that would be refused), then run each run's arm."""
+    for run_dir in run_dirs:
+        with RunStore(run_dir, readonly=True) as store:
+            preflight_continue(store, {}, engine_spec.backend)
+            arm_protocol(store, budget)
+    reports = []
+    for run_dir in run_dirs:
+        with RunStore(run_dir, readonly=True) as store:
+            man = store.manifest()
+            man = {**man, "protocol": {**man["protocol"], "budget": int(budget)},
+                   "base_traces": len(store.existing_keys("base"))}
+        if progress:
+            progress(run_dir, man)
+        loaded = load_model(man["model_id"], family=man.get("family"))
+
+        def run(on_start=None, on_sample=None, run_dir=run_dir, loaded=loaded):
+            return add_budget_run(run_dir, loaded, budget, engine_spec, on_start=on_start,
+                                  on_sample=on_sample)
+
+        reports.append(drive(run) if drive else run())
+    return reports

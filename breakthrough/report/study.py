@@ -1,0 +1,296 @@
+"""`bt report study RUN...`: one self-contained HTML page across both halves of the study.
+
+Reads every run (labels under its stored protocol, as `bt classify` makes them; written under
+OUT/classify with the per-cell pages), the results of `bt confirm` (OUT of `bt confirm`: by
+default the `confirm` folder beside the runs' classify folder) and of `bt probe` (RUN/probe by
+default), and writes:
+
+    OUT/index.html        the page: every headline number as the sentence it supports
+                          (`report.headlines`), its table, the figures the runs have data for,
+                          and what is missing with the command that would produce it
+    OUT/figures/*.png     the figures of protocol 10 the runs have data for
+    OUT/tables/*.{csv,parquet}   every table the page shows
+    OUT/headlines.json    every sentence and the numbers it holds
+    OUT/classify/         `bt classify`'s outputs for the same runs (cells table, cell pages)
+
+The page is rendered from a Jinja2 template (report/templates/study.html.j2), every value
+escaped; it needs nothing but its folder (no scripts, no network).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from breakthrough.errors import BtError
+from breakthrough.report import headlines as HL
+from breakthrough.report.classify_outputs import classify_runs, write_json, write_table
+from breakthrough.report.html import STYLE, fmt
+from breakthrough.report.names import field_name, model_name
+from breakthrough.store import run_dirs
+
+TEMPLATES = Path(__file__).parent / "templates"
+PROBE_SUMMARY, PROBE_FIGURE = "probe_summary.json", "probe_figure.png"
+
+# Protocol 10's figure list, in its order: name → caption.
+STUDY_FIGURES: dict[str, str] = {
+    "regime_map": "Regime map: collapsed class per problem and model, and class counts per model.",
+    "dose_response": "Restart dose-response: R(C) per non-instant cell and the share with R(C) ≥ τ.",
+    "matched_compute": "Matched compute: pooled prefix rate vs the matched restart R̂(t + B) per "
+                       "A1 terminal cell (* proxy comparisons).",
+    "topup_resolution": "Top-up resolution: pooled successes of the probe cells at 8 branches.",
+    "swimmer": "Swimmer plot: T_F intervals per trajectory; censored rows as arrows.",
+    "label_hardening": "Label hardening: trajectory categories before vs after the top-ups.",
+    "budget_falsification": "Continuation-budget falsification (A2): first τ-crossing per "
+                            "trajectory at B1 (ring) and B2 (dot).",
+    "probe_dissection": "Probe dissection: pooled vs within-problem AUROC per anchor (bt probe).",
+    "prefix_sweep": "Forecast-point sweep: ΔAUROC with its CI per t, primary and secondary "
+                    "(t = 512 starred).",
+    "confirmatory_forest": "Confirmatory test: test AUROCs and ΔAUROC for both endpoints.",
+}
+
+
+@dataclass
+class Missing:
+    """Something the study page cannot show yet: what, why, and the command that produces it."""
+
+    what: str
+    why: str
+    command: str
+
+
+@dataclass
+class StudyReport:
+    """What `bt report study` wrote."""
+
+    out_dir: Path
+    index: Path
+    headlines: list[HL.Headline]
+    figures: dict[str, Path]
+    tables: list[Path]
+    missing: list[Missing] = field(default_factory=list)
+
+
+def default_study_dir(runs: Sequence[Path]) -> Path:
+    """RUN/study for one run, else <common parent of the runs>/study."""
+    roots = [Path(r) for r in runs]
+    if len(roots) == 1:
+        return roots[0] / "study"
+    return Path(os.path.commonpath([str(p.resolve()) for p in roots])) / "study"
+
+
+def default_confirm_dir(runs: Sequence[Path]) -> Path:
+    """Where `bt confirm RUN...` writes by default: beside the runs' classify folder."""
+    from breakthrough.report.classify_outputs import default_out_dir
+
+    return default_out_dir(runs).parent / "confirm"
+
+
+def _read_json(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BtError(f"{path}: unreadable JSON ({exc})") from None
+
+
+def check_inputs(runs: Sequence[Path], confirm: Path | None,
+                 probes: Sequence[Path] | None) -> list[Path]:
+    """The run directories, refused before anything is written: no run, a --confirm folder
+    without confirm.json, a --probe folder without probe_summary.json."""
+    dirs = run_dirs(runs)
+    if confirm is not None and not (Path(confirm) / "confirm.json").is_file():
+        raise BtError(f"--confirm: {confirm} holds no confirm.json (the output folder of "
+                      f"`bt confirm`)")
+    for p in probes or []:
+        if not (Path(p) / PROBE_SUMMARY).is_file():
+            raise BtError(f"--probe: {p} holds no {PROBE_SUMMARY} (the output folder of `bt probe`)")
+    return dirs
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    return dst
+
+
+def _a2_table(classify_dir: Path) -> pd.DataFrame:
+    path = classify_dir / "a2.parquet"
+    return pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+
+
+def _missing(labels: pd.DataFrame, found: Mapping[str, Any], runs: str,
+             confirm_dir: Path) -> list[Missing]:
+    """Every headline or figure the runs hold no data for, and the command that produces it."""
+    out = []
+    if labels.empty:
+        out.append(Missing("labels (every number below)", "no run holds probed cells",
+                           f"bt base …; bt continue {runs}"))
+    elif labels["model"].nunique() < 2:
+        out.append(Missing("cross-model agreement (9.1)",
+                           f"the runs hold one model ({model_name(labels['model'].iloc[0])})",
+                           "bt base --cohort COHORT --model gemma4-e4b,ministral3-3b; bt continue; "
+                           "then list both runs"))
+    if "dose_response" not in found and len(labels):
+        out.append(Missing("restart dose-response (9.2)", "fewer than two restart budgets "
+                           "measured on non-instant cells",
+                           f"bt continue {runs} --restarts 1024,2048,4096,8192"))
+    if "matched_compute" not in found and len(labels):
+        out.append(Missing("matched compute (9.3)", "no cell has an A1 terminal event (a censored "
+                           "trajectory whose replicated final anchor reached τ)",
+                           f"bt continue {runs} --topup terminal,ambiguous"))
+    if "topup_resolution" not in found and len(labels):
+        out.append(Missing("top-up resolution (3.5, 9.4)", "no probe cell holds 8 branches",
+                           f"bt continue {runs} --topup terminal,ambiguous"))
+    if "a2" not in found:
+        out.append(Missing("continuation-budget falsification (3.6, A2)",
+                           "no run holds a second probe arm",
+                           f"bt continue {runs} --add-budget 4096"))
+    if "confirmatory" not in found:
+        out.append(Missing("confirmatory early-signal test (9.5) and its forest figure",
+                           f"no confirm.json in {confirm_dir}",
+                           f"bt signals RUN (each run); bt confirm {runs}"))
+    if "sweep" not in found:
+        out.append(Missing("forecast-point sweep (9.5, post-hoc)",
+                           f"no sweep.json in {confirm_dir}",
+                           f"bt confirm {runs} --forecast-token 128,256,512,1024,2048"))
+    if "probe_dissection" not in found:
+        out.append(Missing("probe dissection (9.8)", "no bt probe output (RUN/probe)",
+                           "bt probe RUN (or a public dump: bt probe DUMP --model …)"))
+    out.append(Missing("difficulty ceilings (9.6, 9.7)", "computed from public datasets "
+                       "(OpenR1, GPQA), not from runs",
+                       "bt auroc TABLE --group problem --score loo_pass_rate --label correct"))
+    return out
+
+
+def _table_rows(frame: pd.DataFrame) -> dict:
+    """A frame as the template shows it: human headers (raw name in the tooltip), formatted
+    cells."""
+    from markupsafe import Markup
+
+    cols = list(frame.columns)
+    return {"columns": [(field_name(c), c) for c in cols],
+            "rows": [[Markup(fmt(v, c)) for c, v in zip(cols, rec)]
+                     for rec in frame.itertuples(index=False, name=None)]}
+
+
+def render(path: Path, context: Mapping[str, Any]) -> Path:
+    """The page from templates/study.html.j2 (autoescaped)."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)),
+                      autoescape=select_autoescape(("html", "j2")), undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True)
+    text = env.get_template("study.html.j2").render(**context)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
+                 confirm: Path | str | None = None, probes: Sequence[Path | str] | None = None,
+                 draws: int = 200, seed: int = 0, cell_pages: bool = True) -> StudyReport:
+    """`bt report study RUN...` (see module doc). `confirm`: a `bt confirm` output folder
+    (default `default_confirm_dir`, used when it exists); `probes`: `bt probe` output folders
+    (default: RUN/probe of each run that has one)."""
+    roots = [Path(r) for r in runs]
+    dirs = check_inputs(roots, Path(confirm) if confirm else None,
+                        [Path(p) for p in probes] if probes else None)
+    out_dir = Path(out) if out is not None else default_study_dir(roots)
+    confirm_dir = Path(confirm) if confirm else default_confirm_dir(roots)
+    probe_dirs = [Path(p) for p in probes] if probes else \
+        [d / "probe" for d in dirs if (d / "probe" / PROBE_SUMMARY).is_file()]
+    runs_text = " ".join(str(r) for r in roots)
+
+    cl = classify_runs(roots, out_dir / "classify", draws=draws, seed=seed, cell_pages=cell_pages)
+    summary, labels = cl.summary, cl.paths["labels"]
+    protocol = next(iter(cl.results.values())).protocol
+    budgets = sorted({int(c) for r in cl.results.values() for c in r.protocol.restart_budgets})
+    confirm_doc = _read_json(confirm_dir / "confirm.json")
+    sweep_doc = _read_json(confirm_dir / "sweep.json")
+    probe_docs = {f"{p.parent.name}/{p.name}": d for p in probe_dirs
+                  if (d := _read_json(p / PROBE_SUMMARY))}
+
+    heads = [h for h in (
+        HL.regime_summary(labels),
+        HL.tv_events(labels),
+        HL.delta_sensitivity(labels, summary.get("deltas", list(protocol.deltas)),
+                             summary.get("primary_delta", protocol.delta)),
+        HL.cross_model(labels),
+        HL.dose_response(labels, budgets, protocol.tau),
+        HL.matched_compute(labels, budgets, protocol.tau),
+        HL.topup_resolution(summary.get("topup_resolution", []), protocol.topup_samples),
+        HL.label_hardening(summary.get("label_hardening", [])),
+        HL.a2(_a2_table(out_dir / "classify"), summary.get("a2", {})),
+        HL.confirmatory(confirm_doc, sweep_doc),
+        HL.probe_dissection(probe_docs),
+    ) if h is not None]
+    found = {h.key for h in heads} | ({"sweep"} if sweep_doc else set())
+
+    figures: dict[str, Path] = {}
+    fig_dir = out_dir / "figures"
+    for name, path in cl.paths["figures"].items():
+        figures[name] = _copy(Path(path), fig_dir / f"{name}.png")
+    for name in ("prefix_sweep", "confirmatory_forest"):
+        src = confirm_dir / "figures" / f"{name}.png"
+        if src.is_file() and (name != "prefix_sweep" or sweep_doc):
+            figures[name] = _copy(src, fig_dir / f"{name}.png")
+    for i, p in enumerate(probe_dirs):
+        if (p / PROBE_FIGURE).is_file():
+            name = "probe_dissection" if i == 0 else f"probe_dissection_{i + 1}"
+            figures[name] = _copy(p / PROBE_FIGURE, fig_dir / f"{name}.png")
+    if labels.empty or "matched_compute" not in found:
+        figures.pop("matched_compute", None)  # an empty axes is not a figure of the data
+    if "topup_resolution" not in found:
+        figures.pop("topup_resolution", None)
+    if "dose_response" not in found:
+        figures.pop("dose_response", None)
+
+    tables: list[Path] = []
+    for h in heads:
+        for name, frame in h.tables.items():
+            if frame is not None and len(frame.columns):
+                tables += write_table(frame, out_dir / "tables" / name)
+    missing = _missing(labels, {**{k: 1 for k in found}}, runs_text, confirm_dir)
+    doc = {"runs": [str(d) for d in dirs], "protocol": protocol.to_dict(),
+           "headlines": [{"key": h.key, "title": h.title, "sentences": h.sentences,
+                          "numbers": h.numbers, "figures": [f for f in h.figures if f in figures]}
+                         for h in heads],
+           "missing": [m.__dict__ for m in missing]}
+    write_json(out_dir / "headlines.json", doc)
+
+    shown_figs = {h.key: [(n, STUDY_FIGURES.get(n, n)) for n in h.figures if n in figures]
+                  for h in heads}
+    used = {n for v in shown_figs.values() for n, _ in v}
+    extra = [(n, STUDY_FIGURES.get(n, n.replace("_", " "))) for n in figures if n not in used]
+    models = sorted(map(str, labels["model"].unique())) if len(labels) else []
+    context = {
+        "title": f"Study report: {len(dirs)} run{'s' if len(dirs) != 1 else ''}, "
+                 f"{len(models)} model{'s' if len(models) != 1 else ''}",
+        "style": STYLE,
+        "runs": [{"name": n, "cells": r["cells"], "path": str(d)} for (n, r), d in
+                 zip(summary.get("runs", {}).items(), dirs)],
+        "models": [model_name(m) for m in models],
+        "settings": {"τ": protocol.tau, "B": protocol.budget, "primary δ": protocol.delta,
+                     "restart budgets": ", ".join(f"{c:,}" for c in budgets),
+                     "top-up rule": summary.get("topup")},
+        "headlines": [{"key": h.key, "title": h.title, "sentences": h.sentences,
+                       "tables": [(n, _table_rows(f)) for n, f in h.tables.items()
+                                  if f is not None and len(f.columns)],
+                       "figures": shown_figs[h.key]} for h in heads],
+        "extra_figures": extra,
+        "missing": missing,
+        "classify_index": os.path.relpath(cl.index, out_dir),
+        "tables": [os.path.relpath(p, out_dir) for p in tables],
+    }
+    index = render(out_dir / "index.html", context)
+    return StudyReport(out_dir=out_dir, index=index, headlines=heads, figures=figures,
+                       tables=tables, missing=missing)

@@ -1,0 +1,152 @@
+"""The figures of `bt confirm` (protocol 10): the confirmatory forest (test AUROCs and ΔAUROC
+with its CI for both endpoints and variants) and the forecast-point sweep (ΔAUROC with its CI
+per t, two panels: primary, secondary; the pre-registered t = 512 starred).
+
+matplotlib's object API on the Agg canvas (no pyplot): safe in tests and workers. The rules of
+the report figures hold here too: ranges from the data, legends outside the data, every
+forecast point a tick of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+DPI = 100
+PREREGISTERED = 512
+ENDPOINT_TITLES = {"primary": "Primary: base-run success",
+                   "secondary": "Secondary: R(4096) ≥ 0.75 (non-instant cells)"}
+
+
+def _figure(w: float, h: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), dpi=DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=DPI, bbox_inches="tight")
+    tmp.replace(path)
+    return path
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _limits(values: Sequence[float], pad: float = 0.05) -> tuple[float, float]:
+    """A data-driven range that always shows 0 (the no-effect line)."""
+    vals = [float(v) for v in values if _finite(v)] + [0.0]
+    lo, hi = min(vals), max(vals)
+    span = max(hi - lo, 0.1)
+    return lo - pad * span - 0.02, hi + pad * span + 0.02
+
+
+def forest(results: Sequence[Mapping[str, Any]], forecast_token: int):
+    """Left: test AUROC of the baseline (open) and of baseline + early blocks (filled) per
+    endpoint × variant; right: ΔAUROC with its 95% clustered-bootstrap CI (green when the CI
+    is above 0); "not fit" rows say why they are empty."""
+    fig = _figure(11, 1.4 + 0.55 * max(1, len(results)))
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.2]}, sharey=True)
+    ys = np.arange(len(results))
+    names = [f"{r['endpoint']} · {r['variant']}" for r in results]
+    deltas = []
+    for y, r in zip(ys, results):
+        if r["status"] != "fit":
+            right.text(0.02, y, f"not fit: {str(r.get('reason') or '')[:60]}", va="center",
+                       fontsize=7, color="#666", transform=right.get_yaxis_transform())
+            continue
+        left.scatter([r["baseline_auroc"]], [y], s=50, facecolors="none", edgecolors="#444",
+                     zorder=3)
+        left.scatter([r["early_auroc"]], [y], s=30, color="#1f77b4", zorder=3)
+        lo, hi = r["ci"]
+        ok = _finite(lo) and lo > 0
+        if _finite(lo) and _finite(hi):
+            right.plot([lo, hi], [y, y], color="#2ca02c" if ok else "#444", lw=2)
+            deltas += [lo, hi]
+        right.scatter([r["delta_auroc"]], [y], color="#2ca02c" if ok else "black", zorder=3)
+        deltas.append(r["delta_auroc"])
+        right.annotate(f"{r['delta_auroc']:+.3f}  (n = {r['test_rows']})",
+                       (r["delta_auroc"], y), textcoords="offset points", xytext=(0, 7),
+                       ha="center", fontsize=7)
+    left.set_yticks(ys, names, fontsize=8)
+    left.set_ylim(len(results) - 0.5, -0.7)
+    left.set_xlim(-0.02, 1.02)
+    left.axvline(0.5, color="#999", lw=0.8, ls=":")
+    left.set_xlabel("test AUROC")
+    left.set_title("Test AUROC", fontsize=9)
+    right.axvline(0, color="black", lw=0.8)
+    right.set_xlim(*_limits(deltas))
+    right.set_xlabel("ΔAUROC (early blocks − baseline), 95% CI")
+    right.set_title(f"ΔAUROC at forecast token {forecast_token:,}", fontsize=9)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], marker="o", ls="", markerfacecolor="none", markeredgecolor="#444",
+                      label="baseline"),
+               Line2D([], [], marker="o", ls="", color="#1f77b4", label="+ early blocks"),
+               Line2D([], [], color="#2ca02c", lw=2, label="CI above 0 (success)"),
+               Line2D([], [], color="#444", lw=2, label="CI includes 0")]
+    right.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                 frameon=False)
+    fig.suptitle("Confirmatory early-signal test (protocol 9.5)", fontsize=10)
+    return fig
+
+
+def sweep(table: pd.DataFrame):
+    """ΔAUROC with its CI per forecast point t (main variant), one panel per endpoint, the
+    pre-registered t = 512 starred; n (test rows) under each point; one tick per t."""
+    fig = _figure(12, 4.0)
+    axes = fig.subplots(1, 2, sharey=True)
+    ts = [int(t) for t in table["forecast_token"]] if len(table) else []
+    x = np.arange(len(ts))
+    vals = [v for e in ENDPOINT_TITLES for c in ("delta", "ci_low", "ci_high")
+            if f"{e}_{c}" in table for v in table[f"{e}_{c}"]]
+    for ax, e in zip(axes, ENDPOINT_TITLES):
+        for xi, (_, r) in zip(x, table.iterrows()):
+            d = r.get(f"{e}_delta")
+            if not _finite(d):
+                ax.text(xi, 0, "not fit", ha="center", va="bottom", fontsize=7, color="#666")
+                continue
+            lo, hi = r.get(f"{e}_ci_low"), r.get(f"{e}_ci_high")
+            if _finite(lo) and _finite(hi):
+                ax.plot([xi, xi], [lo, hi], color="#444", lw=1.5)
+            star = int(r["forecast_token"]) == PREREGISTERED
+            ax.scatter([xi], [d], marker="*" if star else "o", s=160 if star else 35,
+                       color="#d62728" if star else "#1f77b4", zorder=3)
+            ax.annotate(f"n = {int(r.get(f'{e}_n') or 0)}", (xi, d), textcoords="offset points",
+                        xytext=(8, -3), fontsize=7)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xticks(x, [f"{t:,}" + ("*" if t == PREREGISTERED else "") for t in ts])
+        ax.set_xlim(-0.5, max(0.5, len(ts) - 0.5))
+        ax.set_xlabel("forecast token t (* pre-registered)")
+        ax.set_title(ENDPOINT_TITLES[e], fontsize=9)
+    axes[0].set_ylim(*_limits(vals))
+    axes[0].set_ylabel("ΔAUROC (early blocks − baseline), 95% CI")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], marker="*", ls="", color="#d62728", ms=12,
+                      label=f"t = {PREREGISTERED} (pre-registered)"),
+               Line2D([], [], marker="o", ls="", color="#1f77b4", label="post-hoc t"),
+               Line2D([], [], color="#444", lw=1.5, label="95% CI")]
+    axes[1].legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                   frameon=False)
+    fig.suptitle("Forecast-point sweep (post-hoc)", fontsize=10)
+    return fig
+
+
+def forest_figure(results: Sequence[Mapping[str, Any]], forecast_token: int, path: Path) -> Path:
+    return _save(forest(results, forecast_token), path)
+
+
+def sweep_figure(table: pd.DataFrame, path: Path) -> Path:
+    return _save(sweep(table), path)
