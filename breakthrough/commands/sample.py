@@ -7,9 +7,10 @@ from pathlib import Path
 
 import typer
 
-from breakthrough.commands.options import (backend_option, check_engine_options, count,
-                                          endpoint_option, hidden_stride_for, hidden_stride_option,
-                                          max_inflight_option, processed_logprobs_option)
+from breakthrough.commands.options import (backend_option, check_engine_options, check_wait, count,
+                                          endpoint_option, given_text, hidden_stride_for,
+                                          hidden_stride_option, max_inflight_option,
+                                          processed_logprobs_option, wait_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -37,6 +38,7 @@ def sample(
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
     hidden_stride: int = hidden_stride_option(),
+    wait: float = wait_option(),
 ) -> None:
     """Generate, grade and store N seeded from-scratch attempts per problem x model.
 
@@ -51,6 +53,9 @@ def sample(
 
     console = Console(stderr=True)
     check_engine_options(backend, batch_size)
+    for value, option in ((model, "--model"), (problems, "--problems"), (run, "--run"),
+                          (cohort, "--cohort")):
+        given_text(value, option)
     remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs)
     if limit is not None and limit < 1:
         raise BtError(f"--limit: expected a positive integer, got {limit}")
@@ -58,14 +63,15 @@ def sample(
         raise BtError(f"--max-tokens: expected a positive integer, got {max_tokens}")
     protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens,
                                       max_prompt_tokens=max_prompt_tokens).validate()
-    if not model:
+    if model is None:
         console.print(f"using the offline default model {OFFLINE_DEFAULT}", soft_wrap=True)
         model = OFFLINE_DEFAULT
     req = SampleRequest(cohort=cohort, models=tuple(m.strip() for m in model.split(",") if m.strip()),
                         attempts=attempts, protocol=protocol,
                         engine=EngineSpec(backend=backend, batch_size=batch_size, **remote),
                         runs_dir=runs_dir, run=run, limit=limit, problems=problems,
-                        hidden_stride=hidden_stride_for(hidden_stride, backend))
+                        hidden_stride=hidden_stride_for(hidden_stride, backend),
+                        lock_wait=check_wait(wait))
     if dry_run:
         typer.echo("\n".join(plan_sample(req)))
         return
