@@ -882,6 +882,16 @@ def run_dirs(paths: Sequence[str | Path]) -> list[Path]:
     return found
 
 
+def check_writable(run_dir: Path) -> None:
+    """Before a model is loaded: refuse an existing run whose store or folder cannot be written
+    (read-only, or immutable: `chattr +i`), in the one line a failed write would give later."""
+    run_dir = Path(run_dir)
+    path = run_dir / STORE_FILE
+    for p in (path, run_dir):
+        if p.exists() and not os.access(p, os.W_OK):
+            raise _write_error(path, OSError(errno.EACCES, f"{p} is read-only or immutable"))
+
+
 def _is_write_failure(exc: sqlite3.OperationalError) -> bool:
     """SQLite's words for a store it cannot write (full disk, read-only or immutable file,
     I/O error), as opposed to a damaged one."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.protocol import Protocol
-from breakthrough.store import STORE_FILE, RunStore
+from breakthrough.store import STORE_FILE, RunStore, check_writable
 from breakthrough.tasks.family import family_of
 
 PACKAGES = ("mlx", "mlx-lm", "math-verify", "transformers", "numpy", "breakthrough")
@@ -111,6 +111,7 @@ def refuse_changed_run(run_dir: Path, wanted: dict) -> None:
         return
     with RunStore(run_dir, readonly=True) as store:
         store.check_identity(wanted)
+    check_writable(run_dir)
 
 
 def run_alias(run_dir: Path, loaded: Any) -> Any:
@@ -162,9 +163,9 @@ def preflight_continue(store: RunStore, settings: dict[str, Any], backend: str |
         raise BtError(f"{store.run_dir}: a `bt sample` run (independent attempts), not a `bt base` "
                       f"run; bt continue continues base traces (run `bt base` for this cohort)")
     protocol = record_continuation_protocol(store, **settings)
-    store.check_rows(store.conn.execute(  # the base traces every continuation is cut from
-        "SELECT sample_id, token_ids, text, finish_reason, seed, prefix_len, checksum FROM samples "
-        "WHERE kind='base'"))
+    store.check_rows(store.conn.execute(  # every row the cell programs will read, up front
+        "SELECT sample_id, token_ids, text, finish_reason, seed, prefix_len, checksum FROM samples"))
+    check_writable(store.run_dir)
     longest = store.conn.execute(
         "SELECT max(c.reasoning_tokens) FROM cells c JOIN samples s USING(cell_id) "
         "WHERE s.kind='base'").fetchone()[0]
