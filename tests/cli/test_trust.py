@@ -216,6 +216,10 @@ def test_13_out_of_range_inputs_are_one_line_before_anything_is_written(runs, tm
           runs["model"], "--runs-dir", tmp_path / "r"), ["--max-tokens", "1,048,576"]),
         (("status", runs["cont"], "--tau", "nan"), ["--tau", "nan"]),
         (("auroc", table, "-g", "g", "-s", "s", "-l", "y", "--seed", "-1"), ["--seed", "-1"]),
+        (("base", *BASE, "--model", runs["model"], "--runs-dir", tmp_path / "r", "--wait", "-1"),
+         ["--wait", "0..86400"]),
+        (("sample", *BASE, "--attempts", "1", "--model", runs["model"], "--runs-dir",
+          tmp_path / "r", "--wait", "nan"), ["--wait", "nan"]),
     ]
     _refused_all(cases)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
