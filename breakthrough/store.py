@@ -264,6 +264,7 @@ class RunStore:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STORE_FILE
         self.readonly = readonly
+        self._verified: set[int] = set()  # sample ids checked (or written) by this object
         if not self.path.exists() and (readonly or not create):
             raise BtError(f"{self.run_dir}: not a run directory (no {STORE_FILE}); run `bt base` first")
         if self.path.exists() and not (create and self.path.stat().st_size == 0):
@@ -539,6 +540,7 @@ class RunStore:
         if any(p is not None for p in payloads):
             (self.run_dir / HIDDEN_DIR).mkdir(exist_ok=True)
         inserted = 0
+        written: list[int] = []
         with self.transaction() as c:
             for rec, grade, payload in zip(records, grades, payloads, strict=True):
                 tok = _pack(rec.token_ids, "<i4")
@@ -573,6 +575,7 @@ class RunStore:
                 if cur.rowcount == 0:
                     continue
                 inserted += 1
+                written.append(int(cur.lastrowid))
                 if rec.signals:
                     names = sorted(rec.signals)
                     data = np.stack([np.asarray(rec.signals[k], dtype="<f4") for k in names])
@@ -584,6 +587,7 @@ class RunStore:
                     self._write_grade(c, cur.lastrowid, grade)
             for cell_id, n in (reasoning_tokens or {}).items():
                 c.execute("UPDATE cells SET reasoning_tokens=? WHERE cell_id=?", (n, cell_id))
+        self._verified.update(written)  # committed by this object: no need to hash them again
         return inserted
 
     def _write_hidden(self, c: sqlite3.Connection, sample_id: int, rec: SampleRecord,
@@ -737,11 +741,25 @@ class RunStore:
                                  "prefix_len, checksum FROM samples ORDER BY sample_id")
         return [int(r[0]) for r in rows if _row_checksum(*r[1:6]) != r[6]]
 
+    def check_where(self, where: str = "", params: tuple = ()) -> None:
+        """`check_rows` of the samples `where` selects (a WHERE clause on samples as `s`) that
+        this object has not checked or written yet: each row's payload is read and hashed once
+        per command, however often its cell's samples are read again."""
+        ids = [int(r[0]) for r in self.conn.execute("SELECT s.sample_id FROM samples s" + where,
+                                                    params) if int(r[0]) not in self._verified]
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            self.check_rows(self.conn.execute(
+                "SELECT sample_id, token_ids, text, finish_reason, seed, prefix_len, checksum FROM "
+                f"samples WHERE sample_id IN ({','.join('?' * len(chunk))})", chunk))
+
     def check_rows(self, rows: Iterable[Sequence[Any]]) -> None:
         """Refuse, in one line, sample rows (sample_id, token_ids, text, finish_reason, seed,
         prefix_len, checksum) whose checksum does not match: every command that reads samples
         checks the rows it uses (a sha256 of a few KB per row), `bt verify` checks all."""
+        rows = list(rows)
         bad = [int(r[0]) for r in rows if _row_checksum(*r[1:6]) != r[6]]
+        self._verified.update(int(r[0]) for r in rows if int(r[0]) not in bad)
         if bad:
             more = f" and {len(bad) - 1:,} more" if len(bad) > 1 else ""
             raise BtError(f"{self.path}: sample {bad[0]}{more} does not match its checksum (its "
@@ -778,9 +796,7 @@ class RunStore:
             cols += ", s.token_ids, s.segments, s.logprobs, s.entropies, s.sampling_entropies"
         sql = f"SELECT {cols} FROM samples s JOIN cells c USING(cell_id) LEFT JOIN grades g USING(sample_id)"
         where, params = self._where(kind=kind, cell_id=cell_id)
-        self.check_rows(self.conn.execute(  # the rows this frame holds, before anything uses them
-            "SELECT s.sample_id, s.token_ids, s.text, s.finish_reason, s.seed, s.prefix_len,"
-            " s.checksum FROM samples s" + where, params))
+        self.check_where(where, params)  # the rows this frame holds, before anything uses them
         df = pd.read_sql_query(sql + where + " ORDER BY s.sample_id", self.conn, params=params)
         df["correct"] = df["correct"].map(lambda v: bool(v) if v == v and v is not None else np.nan)
         if arrays:

@@ -163,8 +163,7 @@ def preflight_continue(store: RunStore, settings: dict[str, Any], backend: str |
         raise BtError(f"{store.run_dir}: a `bt sample` run (independent attempts), not a `bt base` "
                       f"run; bt continue continues base traces (run `bt base` for this cohort)")
     protocol = record_continuation_protocol(store, **settings)
-    store.check_rows(store.conn.execute(  # every row the cell programs will read, up front
-        "SELECT sample_id, token_ids, text, finish_reason, seed, prefix_len, checksum FROM samples"))
+    store.check_where()  # every row the cell programs will read, up front
     check_writable(store.run_dir)
     longest = store.conn.execute(
         "SELECT max(c.reasoning_tokens) FROM cells c JOIN samples s USING(cell_id) "
