@@ -148,9 +148,12 @@ def check_model(store: RunStore, loaded: Any, run_dir: Path) -> None:
 
 def preflight_continue(store: RunStore, settings: dict[str, Any], backend: str | None = None) -> None:
     """Before `bt continue` writes any run's protocol or loads a model: refuse a run whose
-    settings could not run or differ from its identity (`record_continuation_protocol`), whose
-    engine backend differs from the one asked for, or whose model files no longer match its
-    recorded revision, naming the setting (all known without loading any weights)."""
+    manifest is empty, that is a `bt sample` run, whose settings could not run or differ from
+    the ones it was continued under (`record_continuation_protocol`), whose sample rows do not
+    match their checksums, that cannot be written, whose anchors lie beyond every base trace,
+    whose engine backend differs from the one asked for, or whose model files no longer match
+    its recorded revision and content digest, naming the setting (all known without loading
+    any weights)."""
     from breakthrough.models.loading import model_identity
 
     man = store.manifest()
