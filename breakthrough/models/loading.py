@@ -29,8 +29,9 @@ class LoadedModel:
         a local folder "local:<16 hex>" of its content digest, which `load_model` finds again
         through this machine's index of loaded folders; an identical copy in another folder is
         the same model.
-    alias: the registry alias, or a readable name derived from the folder / hub id; a folder
-        whose weights this machine already knew under another name keeps that first name.
+    alias: the registry alias, or a readable name derived from the folder / hub id (a copy of
+        the offline default's files is the offline alias; a run keeps the name it first gave
+        the weights, whatever folder they are loaded from later).
     revision: where the weights came from: "<repo>@<commit sha>" for hub snapshots,
         "gguf-sha256:<16 hex>/conv<n>" for the converted offline model, "local:<16 hex>" for
         other folders (as runs recorded it before `digest` existed).
@@ -133,10 +134,8 @@ def _identify(name: str) -> tuple[ModelSpec | None, Path, ModelIdentity]:
     by_weights = name.startswith(REVISION_PREFIXES)
     if model_id == offline.OFFLINE_ALIAS:
         alias = offline.OFFLINE_ALIAS  # a copy of the offline default's files is the default
-    else:
+    else:  # (an existing run keeps the name it gave these weights: pipeline.manifest.run_alias)
         alias = _alias_for(str(folder), None) if by_weights else _alias_for(name, spec)
-        if spec is None and model_id.startswith(LOCAL_PREFIX):
-            alias = _first_name(digest, alias)  # one model, one name, whatever its folder is called
     return spec, folder, ModelIdentity(alias=alias, model_id=model_id, revision=revision,
                                        digest=digest)
 
@@ -144,32 +143,6 @@ def _identify(name: str) -> tuple[ModelSpec | None, Path, ModelIdentity]:
 LOCAL_PREFIX = "local:"
 REVISION_PREFIXES = (LOCAL_PREFIX, "gguf-sha256:")  # model ids that name a folder by its weights
 LOCAL_INDEX = "local-folders.json"
-NAMES_INDEX = "model-names.json"
-
-
-def _first_name(digest: str, alias: str) -> str:
-    """The name this machine first gave the weights `digest` (recorded now when there is
-    none): a second folder with the same weights maps onto the first name, so its cells are
-    the same cells (`alias:problem`) and its runs the same runs."""
-    import json
-    import os
-
-    path = offline.cache_root() / NAMES_INDEX
-    try:
-        names = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        names = {}
-    if isinstance(names.get(digest), str) and names[digest]:
-        return names[digest]
-    names[digest] = alias
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(names, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only cache: the folder's own name
-    return alias
 
 
 def content_digest(folder: Path) -> str:
