@@ -58,6 +58,7 @@ COMMAND_MODULES = [
     "breakthrough.commands.sample",
     "breakthrough.commands.continue_",
     "breakthrough.commands.status",
+    "breakthrough.commands.verify",
     "breakthrough.commands.classify",
     "breakthrough.commands.grade",
     "breakthrough.commands.export",

@@ -24,6 +24,13 @@ DEFAULT_SYSTEM = "You are a careful mathematical assistant."
 # protocol digest.
 HIDDEN_STRIDE = 8
 
+# Bounds of what a protocol may ask for, so an absurd value is refused in one line before anything
+# is written (never an OverflowError from SQLite or numpy after a store exists): token counts up
+# to 2^20 (64x the study's 16,384-token cap), seeds that fit the engine's uint32 row keys.
+MAX_TOKENS = 1 << 20
+MAX_SAMPLES = 4096
+MAX_SEED = 2**32 - 1
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -77,27 +84,33 @@ class Protocol:
             if not ok:
                 out.append((name, f"expected {want}, got {_show(getattr(self, name, None))}"))
 
-        check("tau", 0 < self.tau <= 1, "a solve rate in (0, 1]")
-        check("delta", 0 < self.delta < 1, "a margin in (0, 1)")
+        check("tau", _finite(self.tau) and 0 < self.tau <= 1, "a solve rate in (0, 1]")
+        check("delta", _finite(self.delta) and 0 < self.delta < 1, "a margin in (0, 1)")
         check("deltas", bool(self.deltas) and all(0 < d < 1 for d in self.deltas),
               "margins in (0, 1)")
         lo_hi = tuple(self.posterior_band)
         check("posterior_band", len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1] <= 1,
               "0 <= lo < hi <= 1")
         check("prior", self.prior in PRIORS, " or ".join(PRIORS))
-        for name in ("budget", "answer_budget", "total_cap", "base_max_tokens", "samples",
-                     "topup_samples", "restart_samples", "max_prompt_tokens",
-                     "refinement_min_width"):
-            check(name, _positive_int(getattr(self, name)), "a positive integer")
-        for name in ("refinement_rounds", "instant_max_upper", "base_seed"):
+        for name in ("budget", "answer_budget", "total_cap", "base_max_tokens",
+                     "max_prompt_tokens", "refinement_min_width"):
+            check(name, _positive_int(getattr(self, name), MAX_TOKENS),
+                  f"a positive integer <= {MAX_TOKENS:,}")
+        for name in ("samples", "topup_samples", "restart_samples"):
+            check(name, _positive_int(getattr(self, name), MAX_SAMPLES),
+                  f"a positive integer <= {MAX_SAMPLES:,}")
+        for name in ("refinement_rounds", "instant_max_upper"):
             value = getattr(self, name)
             check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 0,
                   "an integer >= 0")
-        check("anchors", bool(self.anchors) and all(map(_positive_int, self.anchors))
-              and list(self.anchors) == sorted(set(self.anchors)),
-              "increasing positive integers")
-        check("restart_budgets", bool(self.restart_budgets)
-              and all(map(_positive_int, self.restart_budgets)), "positive integers")
+        seed = self.base_seed
+        check("base_seed", isinstance(seed, int) and not isinstance(seed, bool)
+              and 0 <= seed <= MAX_SEED, f"an integer in 0..{MAX_SEED}")
+        for name in ("anchors", "restart_budgets"):  # duplicates would be one request key twice
+            values = list(getattr(self, name))
+            check(name, bool(values) and all(_positive_int(v, MAX_TOKENS) for v in values)
+                  and values == sorted(set(values)),
+                  f"increasing positive integers <= {MAX_TOKENS:,}, each once")
         s = self.sampling
         for name, ok, want in (("temperature", s.temperature >= 0, ">= 0"),
                                ("top_p", 0 < s.top_p <= 1, "in (0, 1]"),
@@ -190,8 +203,16 @@ OPTION_NAMES: dict[str, str] = {
 }
 
 
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+def _positive_int(value: object, high: int | None = None) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            and (high is None or value <= high))
+
+
+def _finite(value: object) -> bool:
+    """A real number that is not nan or infinite (nan fails every comparison silently)."""
+    import math
+
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _show(value: object) -> str:

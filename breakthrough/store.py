@@ -21,6 +21,7 @@ row names (an orphan): the next sample committed takes that id and replaces it, 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -44,8 +45,10 @@ SCHEMA_VERSION = "2"
 # Manifest keys that define a run's identity; any difference means "another experiment".
 IDENTITY_FIELDS = (
     "schema_version",
+    "run_kind",  # base | sample: `bt continue` never writes into a `bt sample` run
     "model_id",
     "model_revision",
+    "model_digest",  # models.digest: the content of every file that changes generated tokens
     "family",
     "task_family",
     "protocol_digest",
@@ -238,9 +241,16 @@ class HiddenCheck:
 
 
 def _checksum(rec: SampleRecord, token_blob: bytes) -> str:
-    h = hashlib.sha256(token_blob)
-    h.update(rec.text.encode())
-    h.update(f"|{rec.finish_reason}|{rec.seed}|{rec.prefix_len}".encode())
+    return _row_checksum(token_blob, rec.text, rec.finish_reason, rec.seed, rec.prefix_len)
+
+
+def _row_checksum(token_blob: bytes | None, text: str, finish_reason: str, seed: int,
+                  prefix_len: int) -> str:
+    """What a sample row's `checksum` column holds: token ids, text, finish reason, seed and
+    prefix length, so a row edited or zeroed after it was written no longer matches."""
+    h = hashlib.sha256(token_blob or b"")
+    h.update(str(text).encode())
+    h.update(f"|{finish_reason}|{seed}|{prefix_len}".encode())
     return h.hexdigest()[:32]
 
 
@@ -254,13 +264,18 @@ class RunStore:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STORE_FILE
         self.readonly = readonly
+        self._verified: set[int] = set()  # sample ids checked (or written) by this object
         if not self.path.exists() and (readonly or not create):
             raise BtError(f"{self.run_dir}: not a run directory (no {STORE_FILE}); run `bt base` first")
         if self.path.exists() and not (create and self.path.stat().st_size == 0):
             _check_file(self.path)  # (an empty file is only a new store to `bt base`, which makes it)
-        if not readonly:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+        # a store this call makes (no file, or an empty one): removed again, with the folder when
+        # it made that too, if it cannot be made whole (`discard_new`)
+        self.created = not readonly and (not self.path.exists() or self.path.stat().st_size == 0)
+        self._made_dir = not readonly and not self.run_dir.exists()
         try:
+            if not readonly:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
             if readonly:
                 self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
                                             timeout=60, isolation_level=None)
@@ -268,19 +283,69 @@ class RunStore:
             else:
                 self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             self._check_header()
+            tables = self._tables()
+            missing = {"manifest", "cells", "samples", "grades"} - tables
+            if tables and missing:  # another application's database: never add bt's tables to it
+                raise BtError(f"{self.path}: not a bt run store (it holds other tables: "
+                              f"{', '.join(sorted(tables)[:5])}); bt writes only into its own stores")
+            if "manifest" in tables:
+                self._check_schema_version()
             if not readonly:
                 self.conn.execute("PRAGMA journal_mode=WAL")
                 self.conn.execute("PRAGMA synchronous=FULL")
                 self.conn.execute("PRAGMA foreign_keys=ON")
                 self.conn.executescript(_SCHEMA)
             missing = {"manifest", "cells", "samples", "grades"} - self._tables()
-        except sqlite3.DatabaseError as exc:
-            self._close_quietly()
+        except BtError:
+            self.discard_new()
+            raise
+        except (sqlite3.OperationalError, OSError) as exc:
+            self.discard_new()
+            if isinstance(exc, OSError) or _is_write_failure(exc):
+                raise _write_error(self.path, exc) from None
             raise BtError(f"{self.path}: not a readable run store ({exc}); it is damaged or "
                           f"truncated") from None
+        except sqlite3.DatabaseError as exc:
+            self.discard_new()
+            raise BtError(f"{self.path}: not a readable run store ({exc}); it is damaged or "
+                          f"truncated") from None
+        except BaseException:
+            self.discard_new()
+            raise
         if missing:
             self.conn.close()
             raise BtError(f"{self.path}: not a run store (no table {', '.join(sorted(missing))})")
+
+    def discard_new(self) -> None:
+        """Close, and when this object made the store (and its folder), remove them again: a
+        creation that fails (disk full, Ctrl-C, a refusal) leaves nothing behind that a rerun
+        would have to be told to remove."""
+        self._close_quietly()
+        if not getattr(self, "created", False):
+            return
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        if self._made_dir:
+            try:
+                self.run_dir.rmdir()
+            except OSError:
+                pass  # something else was put there meanwhile: leave it
+        self.created = False
+
+    def _check_schema_version(self) -> None:
+        """A store made by a newer bt is refused (its layout may mean other things); a
+        manifest entry that is not JSON is named."""
+        row = self.conn.execute("SELECT value FROM manifest WHERE key='schema_version'").fetchone()
+        if row is None:
+            return
+        try:
+            version = int(json.loads(row[0]))
+        except (ValueError, TypeError):
+            raise BtError(f"{self.path}: damaged manifest: key 'schema_version' holds {row[0]!r}, "
+                          f"not a schema number; restore the store from a copy") from None
+        if version > int(SCHEMA_VERSION):
+            raise BtError(f"{self.path}: made by a newer bt (store schema {version}, this bt reads "
+                          f"schema {SCHEMA_VERSION}); upgrade bt (pip install -U breakthrough)")
 
     def _check_header(self) -> None:
         """A file that is not SQLite, or one cut short, fails here before anything is written
@@ -314,17 +379,37 @@ class RunStore:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic unit: everything inside is committed together or not at all."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise _write_error(self.path, exc) from None
         try:
             yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
+            self.conn.execute("COMMIT")
+        except BaseException as exc:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite already rolled back (e.g. a full disk)
+            if isinstance(exc, sqlite3.OperationalError) and _is_write_failure(exc):
+                raise _write_error(self.path, exc) from None
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EFBIG,
+                                                          errno.EDQUOT):
+                raise _write_error(self.path, exc) from None
             raise
-        self.conn.execute("COMMIT")
 
     # ---- manifest -----------------------------------------------------------------------
     def manifest(self) -> dict[str, Any]:
-        return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM manifest")}
+        """key -> value of every manifest entry; an entry that is not JSON is refused naming
+        its key (a damaged store, never "an older bt")."""
+        out = {}
+        for key, value in self.conn.execute("SELECT key, value FROM manifest"):
+            try:
+                out[key] = json.loads(value)
+            except (ValueError, TypeError):
+                raise BtError(f"{self.path}: damaged manifest: key {key!r} is not valid JSON "
+                              f"({_short(value)[:40]!r}); restore the store from a copy") from None
+        return out
 
     def ensure_manifest(self, wanted: dict[str, Any]) -> None:
         """Write the manifest of a new run, or refuse a request whose identity differs."""
@@ -338,17 +423,25 @@ class RunStore:
         setting (`protocol.base_max_tokens 48 vs 16`, `engine.backend ...`), not two digests.
         Needs no write, so `bt base` calls it on a read-only store before loading a model."""
         have = self.manifest() if have is None else have
-        same_weights = "model_revision" in have and have.get("model_revision") == wanted.get("model_revision")
+        if "model_digest" in have and "model_digest" in wanted:
+            same_weights = have["model_digest"] == wanted["model_digest"]
+        else:  # a run made before model_digest: its revision
+            same_weights = "model_revision" in have and have.get("model_revision") == wanted.get("model_revision")
+        by_digest = "model_digest" in have and "model_digest" in wanted
         for key in IDENTITY_FIELDS:
             if key == "model_id" and same_weights:
                 continue  # the same weights found another way (a run made when ids were paths)
+            if key in ("model_id", "model_revision") and by_digest:
+                continue  # the content digest decides (a copy elsewhere, a marker, a new id scheme)
             if key in wanted and key in have and have[key] != wanted[key]:
                 name, was, now = _first_difference(key, have[key], wanted[key])
                 if key == "protocol_digest":
                     name, was, now = _protocol_difference(have, wanted) or (name, was, now)
+                why = (" (another network: its weights, config or tokenizer files differ)"
+                       if key == "model_digest" else "")
                 raise BtError(
                     f"{self.run_dir}: run was made with {name}={was!r}, this request has "
-                    f"{name}={now!r} ({name} {_short(was)} vs {_short(now)}); use a new run "
+                    f"{name}={now!r} ({name} {_short(was)} vs {_short(now)}){why}; use a new run "
                     f"directory (--run NAME) or the run's setting"
                 )
 
@@ -356,8 +449,16 @@ class RunStore:
         """The protocol the run was made (or last continued) under, stored whole in the manifest
         and read back whole by every later command; a run that does not hold one is refused
         with the way to fix it (never re-inferred from samples)."""
+        man = self.manifest()
+        if not man:
+            raise BtError(f"{self.path}: the manifest is empty: the run was never started, or its "
+                          f"store is damaged; rerun `bt base` (or restore the store from a copy)")
+        if not isinstance(man.get("protocol"), dict):
+            raise BtError(f"{self.path}: damaged manifest: key 'protocol' is "
+                          f"{'missing' if 'protocol' not in man else 'not a protocol object'}; "
+                          f"restore the store from a copy")
         try:
-            return Protocol.from_dict(self.manifest().get("protocol"))
+            return Protocol.from_dict(man.get("protocol"))
         except (TypeError, ValueError) as exc:
             raise BtError(
                 f"{self.run_dir}: the manifest holds no complete protocol ({exc}); it was made by an "
@@ -439,6 +540,7 @@ class RunStore:
         if any(p is not None for p in payloads):
             (self.run_dir / HIDDEN_DIR).mkdir(exist_ok=True)
         inserted = 0
+        written: list[int] = []
         with self.transaction() as c:
             for rec, grade, payload in zip(records, grades, payloads, strict=True):
                 tok = _pack(rec.token_ids, "<i4")
@@ -473,6 +575,7 @@ class RunStore:
                 if cur.rowcount == 0:
                     continue
                 inserted += 1
+                written.append(int(cur.lastrowid))
                 if rec.signals:
                     names = sorted(rec.signals)
                     data = np.stack([np.asarray(rec.signals[k], dtype="<f4") for k in names])
@@ -484,6 +587,7 @@ class RunStore:
                     self._write_grade(c, cur.lastrowid, grade)
             for cell_id, n in (reasoning_tokens or {}).items():
                 c.execute("UPDATE cells SET reasoning_tokens=? WHERE cell_id=?", (n, cell_id))
+        self._verified.update(written)  # committed by this object: no need to hash them again
         return inserted
 
     def _write_hidden(self, c: sqlite3.Connection, sample_id: int, rec: SampleRecord,
@@ -619,11 +723,13 @@ class RunStore:
     def ungraded(self, *, include_graded: bool = False) -> list[tuple[int, str, str, str]]:
         """(sample_id, cell_id, text, finish_reason) of samples without a grade (of every
         sample with `include_graded`, for a regrade)."""
-        sql = ("SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s"
-               " LEFT JOIN grades g USING(sample_id)")
+        sql = ("SELECT s.sample_id, s.token_ids, s.text, s.finish_reason, s.seed, s.prefix_len,"
+               " s.checksum, s.cell_id FROM samples s LEFT JOIN grades g USING(sample_id)")
         if not include_graded:
             sql += " WHERE g.sample_id IS NULL"
-        return list(self.conn.execute(sql + " ORDER BY s.sample_id"))
+        rows = list(self.conn.execute(sql + " ORDER BY s.sample_id"))
+        self.check_rows(rows)  # a grade of a changed row would look like a real result
+        return [(r[0], r[7], r[2], r[3]) for r in rows]
 
     def items(self) -> dict[str, dict[str, Any]]:
         """cell_id -> the cohort row the cell was made from (what graders judge against)."""
@@ -631,14 +737,34 @@ class RunStore:
 
     def verify_integrity(self) -> list[int]:
         """Sample ids whose stored checksum does not match their payload (should be empty)."""
-        bad = []
-        for sid, tok, text, fin, seed, plen, chk in self.conn.execute(
-            "SELECT sample_id, token_ids, text, finish_reason, seed, prefix_len, checksum FROM samples"
-        ):
-            rec = SampleRecord("", "", 0, 0, 0, seed, plen, np.zeros(0), text, fin)
-            if _checksum(rec, tok) != chk:
-                bad.append(sid)
-        return bad
+        rows = self.conn.execute("SELECT sample_id, token_ids, text, finish_reason, seed, "
+                                 "prefix_len, checksum FROM samples ORDER BY sample_id")
+        return [int(r[0]) for r in rows if _row_checksum(*r[1:6]) != r[6]]
+
+    def check_where(self, where: str = "", params: tuple = ()) -> None:
+        """`check_rows` of the samples `where` selects (a WHERE clause on samples as `s`) that
+        this object has not checked or written yet: each row's payload is read and hashed once
+        per command, however often its cell's samples are read again."""
+        ids = [int(r[0]) for r in self.conn.execute("SELECT s.sample_id FROM samples s" + where,
+                                                    params) if int(r[0]) not in self._verified]
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            self.check_rows(self.conn.execute(
+                "SELECT sample_id, token_ids, text, finish_reason, seed, prefix_len, checksum FROM "
+                f"samples WHERE sample_id IN ({','.join('?' * len(chunk))})", chunk))
+
+    def check_rows(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Refuse, in one line, sample rows (sample_id, token_ids, text, finish_reason, seed,
+        prefix_len, checksum) whose checksum does not match: every command that reads samples
+        checks the rows it uses (a sha256 of a few KB per row), `bt verify` checks all."""
+        rows = list(rows)
+        bad = [int(r[0]) for r in rows if _row_checksum(*r[1:6]) != r[6]]
+        self._verified.update(int(r[0]) for r in rows if int(r[0]) not in bad)
+        if bad:
+            more = f" and {len(bad) - 1:,} more" if len(bad) > 1 else ""
+            raise BtError(f"{self.path}: sample {bad[0]}{more} does not match its checksum (its "
+                          f"tokens or text were changed after it was written); the store is "
+                          f"damaged: `bt verify {self.run_dir}` lists what, restore it from a copy")
 
     # ---- frames -------------------------------------------------------------------------
     def cells_frame(self):  # -> pd.DataFrame
@@ -670,6 +796,7 @@ class RunStore:
             cols += ", s.token_ids, s.segments, s.logprobs, s.entropies, s.sampling_entropies"
         sql = f"SELECT {cols} FROM samples s JOIN cells c USING(cell_id) LEFT JOIN grades g USING(sample_id)"
         where, params = self._where(kind=kind, cell_id=cell_id)
+        self.check_where(where, params)  # the rows this frame holds, before anything uses them
         df = pd.read_sql_query(sql + where + " ORDER BY s.sample_id", self.conn, params=params)
         df["correct"] = df["correct"].map(lambda v: bool(v) if v == v and v is not None else np.nan)
         if arrays:
@@ -769,3 +896,30 @@ def run_dirs(paths: Sequence[str | Path]) -> list[Path]:
     if not found:
         raise BtError(f"no run directories (with {STORE_FILE}) under {', '.join(map(str, paths))}")
     return found
+
+
+def check_writable(run_dir: Path) -> None:
+    """Before a model is loaded: refuse an existing run whose store or folder cannot be written
+    (read-only, or immutable: `chattr +i`), in the one line a failed write would give later."""
+    run_dir = Path(run_dir)
+    path = run_dir / STORE_FILE
+    for p in (path, run_dir):
+        if p.exists() and not os.access(p, os.W_OK):
+            raise _write_error(path, OSError(errno.EACCES, f"{p} is read-only or immutable"))
+
+
+def _is_write_failure(exc: sqlite3.OperationalError) -> bool:
+    """SQLite's words for a store it cannot write (full disk, read-only or immutable file,
+    I/O error), as opposed to a damaged one."""
+    text = str(exc).lower()
+    return any(w in text for w in ("readonly", "read-only", "full", "disk i/o", "unable to open",
+                                   "locked", "permission"))
+
+
+def _write_error(path: Path, exc: BaseException) -> BtError:
+    """One line for a store that cannot be written: what SQLite or the OS said, and that the
+    batch in progress was not written (a transaction is all or nothing)."""
+    what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return BtError(f"{path}: cannot write the run store ({what}): the disk is full or the file "
+                   f"or its folder is read-only; nothing of the unfinished batch was kept, free "
+                   f"space or fix the permissions and rerun to resume")

@@ -59,7 +59,11 @@ def auroc(
 
     LOO reference: each row scored by the mean correctness of the other rows of its group.
     """
+    from breakthrough.errors import BtError
     from breakthrough.report.auroc import auroc_table  # pandas and scipy: not at `bt` start-up
+
+    if seed is not None and not 0 <= seed < 2**63:  # numpy's Generator takes no negative seed
+        raise BtError(f"--seed: expected an integer in 0..{2**63 - 1}, got {seed}")
 
     result = auroc_table(table, group=group, score=score, label=label, by=by,
                          bootstrap=bootstrap, seed=seed, out=out, drop_singletons=drop_singletons)

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import typer
 
-from breakthrough.commands.options import (check_engine_options, count, backend_option,
-                                          endpoint_option, hidden_stride_for, hidden_stride_option,
-                                          max_inflight_option, processed_logprobs_option,
-                                          request_timeout_option, retries_option, api_key_option,
-                                          EXIT_FAILURES)
+from breakthrough.commands.options import (EXIT_FAILURES, api_key_option, backend_option,
+                                          check_engine_options, check_wait, count,
+                                          endpoint_option, given_text, hidden_stride_for,
+                                          hidden_stride_option, max_inflight_option,
+                                          processed_logprobs_option, request_timeout_option,
+                                          retries_option, wait_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -51,6 +52,7 @@ def base(
     retries: int = retries_option(),
     api_key: str = api_key_option(),
     hidden_stride: int = hidden_stride_option(),
+    wait: float = wait_option(),
 ) -> None:
     """Generate, grade and store one base solution per problem x model cell.
 
@@ -65,13 +67,16 @@ def base(
 
     console = Console(stderr=True)
     check_engine_options(backend, batch_size)
+    for value, option in ((model, "--model"), (problems, "--problems"), (run, "--run"),
+                          (cohort, "--cohort")):
+        given_text(value, option)
     remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
                           request_timeout, retries, api_key)
     protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens, base_seed=seed,
                                       max_prompt_tokens=max_prompt_tokens).validate()
     if limit is not None and limit < 1:
         raise BtError(f"--limit: expected a positive integer, got {limit}")
-    if not model:
+    if model is None:
         console.print(
             f"using the offline default model {OFFLINE_DEFAULT} (a plumbing model, not a solver); "
             f"the study's models: --model {STUDY_MODELS}", soft_wrap=True
@@ -82,7 +87,7 @@ def base(
         protocol=protocol,
         engine=EngineSpec(backend=backend, batch_size=batch_size, **remote), runs_dir=runs_dir, run=run,
         limit=limit, problems=problems, variant=prompt_variant,
-        hidden_stride=hidden_stride_for(hidden_stride, backend),
+        hidden_stride=hidden_stride_for(hidden_stride, backend), lock_wait=check_wait(wait),
     )
     if dry_run:
         from breakthrough.pipeline.dry_run import plan_base

@@ -240,8 +240,11 @@ def screen_cmd(
                               "smollm2-135m; the study screened gemma4-e4b,ministral3-3b)."),
     seeds: str = typer.Option("21,22,23", help="One attempt per seed per model (protocol 6.2)."),
     max_tokens: int = typer.Option(3072, help="Screening budget: generated tokens per attempt."),
-    band: str = typer.Option("1,5", help="Keep problems whose total verified successes over "
-                             "seeds x models lie in LO,HI (inclusive)."),
+    band: Optional[str] = typer.Option(None, show_default=False,
+                                       help="Keep problems whose total verified successes over "
+                                       "seeds x models lie in LO,HI (inclusive). Default: 1,N-1 "
+                                       "with N = seeds x models (the study: 1,5 of 6), i.e. "
+                                       "neither never nor always solved."),
     stage: Optional[str] = typer.Option(None, help="Stage of the new rows (default: keep the "
                                         "source's)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory (default: the "
@@ -268,8 +271,13 @@ def screen_cmd(
         raise BtError(f"--limit: expected a positive integer, got {limit}")
     if max_tokens < 1:
         raise BtError(f"--max-tokens: expected a positive integer, got {max_tokens}")
-    seed_list, lohi = parse_seeds(seeds), parse_band(band)
     models = tuple(m.strip() for m in (model or OFFLINE_DEFAULT).split(",") if m.strip())
+    seed_list = parse_seeds(seeds)
+    n = len(seed_list) * len(models)
+    if band is None and n < 2:
+        raise BtError(f"--band: {n} attempt per problem cannot tell sometimes from always; give "
+                      "--band LO,HI or more --seeds")
+    lohi = parse_band(band if band is not None else f"1,{n - 1}")
     sample = SampleRequest(cohort=source, models=models, attempts=len(seed_list),
                            protocol=DEFAULT.with_overrides(base_max_tokens=max_tokens).validate(),
                            engine=EngineSpec(backend="mlx", batch_size=batch_size),

@@ -8,34 +8,42 @@ from typing import Optional
 import typer
 
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
-from breakthrough.commands.options import (check_engine_options, count, backend_option,
-                                          endpoint_option, max_inflight_option, processed_logprobs_option,
-                                          request_timeout_option, retries_option, api_key_option,
-                                          EXIT_FAILURES)
+from breakthrough.commands.options import (EXIT_FAILURES, api_key_option, backend_option,
+                                          check_engine_options, check_wait, count,
+                                          endpoint_option, int_list, max_inflight_option,
+                                          processed_logprobs_option, request_timeout_option,
+                                          retries_option, wait_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
-
-def _ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise BtError(f"{option}: expected comma-separated integers, got {text!r}") from None
-    if not vals or min(vals) < 1:
-        raise BtError(f"{option}: expected positive integers, got {text!r}")
-    return vals
+RUNS_SETTING = ("Default: the run's own setting once it was continued, else {default}. A run "
+                "holds one protocol: another value on a continued run is refused.")
 
 
 def continue_(
     runs: list[Path] = typer.Argument(None, help="Run directories (default: every run under --runs-dir)."),
-    budget: int = typer.Option(DEFAULT.budget, help="B: reasoning tokens per continuation."),
-    answer_budget: int = typer.Option(DEFAULT.answer_budget, help="Answer tokens after the forced close."),
-    samples: int = typer.Option(DEFAULT.samples, help="Continuations per anchor (and restarts per budget)."),
-    restarts: str = typer.Option(",".join(map(str, DEFAULT.restart_budgets)),
-                                 help="Restart reasoning budgets C (comma-separated)."),
+    budget: int = typer.Option(None, show_default=False, help="B: reasoning tokens per continuation. "
+                               + RUNS_SETTING.format(default=DEFAULT.budget)
+                               + " (A second probe budget is its own arm, added by a separate "
+                               "explicit operation, never by --budget.)"),
+    answer_budget: int = typer.Option(None, show_default=False,
+                                      help="Answer tokens after the forced close. "
+                                      + RUNS_SETTING.format(default=DEFAULT.answer_budget)),
+    samples: int = typer.Option(None, show_default=False,
+                                help="Continuations per anchor (and restarts per budget). "
+                                + RUNS_SETTING.format(default=DEFAULT.samples)),
+    restarts: str = typer.Option(None, show_default=False,
+                                 help="Restart reasoning budgets C (comma-separated, increasing, "
+                                 "each once). " + RUNS_SETTING.format(
+                                     default=",".join(map(str, DEFAULT.restart_budgets)))),
     topup: str = typer.Option(TOPUP_DEFAULT, help=TOPUP_HELP),
-    anchors: str = typer.Option(",".join(map(str, DEFAULT.anchors)), help="Anchor grid (reasoning tokens)."),
-    tau: float = typer.Option(DEFAULT.tau, help="Solve-rate threshold for a crossing."),
+    anchors: str = typer.Option(None, show_default=False,
+                                help="Anchor grid in reasoning tokens (comma-separated, increasing, "
+                                "each once). " + RUNS_SETTING.format(
+                                    default=",".join(map(str, DEFAULT.anchors)))),
+    tau: float = typer.Option(None, show_default=False,
+                              help="Solve-rate threshold for a crossing. "
+                              + RUNS_SETTING.format(default=DEFAULT.tau)),
     runs_dir: Path = typer.Option(Path("runs"), help="Where runs live (used when no RUN is given)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the samples and tokens each "
                                  "phase would generate and an ETA from this machine's measured "
@@ -57,6 +65,7 @@ def continue_(
         "with the identical branch seeds; stored with B2, recorded in the run's manifest as an "
         "arm; the run's B, restarts and top-ups are untouched. Uses the run's stored protocol "
         "(the protocol options above are not read)."),
+    wait: float = wait_option(),
 ) -> None:
     """Probe every base trace (anchors, 2 rounds of bisection), run restarts and the top-ups.
 
@@ -73,17 +82,18 @@ def continue_(
                           request_timeout, retries, api_key)
     if add_budget is not None:
         _add_budget(console, runs or [runs_dir], add_budget, dry_run, backend, remote,
-                    batch_size, memory_gb)
+                    batch_size, memory_gb, check_wait(wait))
         return
     rules = parse_topup(topup)
     check_engine_options(backend, batch_size, memory_gb)
-    settings = dict(budget=budget, answer_budget=answer_budget, samples=samples, restart_samples=samples,
-                    topup_samples=2 * samples, restart_budgets=_ints(restarts, "--restarts"),
-                    anchors=_ints(anchors, "--anchors"), tau=tau)
+    settings = dict(budget=budget, answer_budget=answer_budget, samples=samples,
+                    restart_samples=samples, topup_samples=None if samples is None else 2 * samples,
+                    restart_budgets=int_list(restarts, "--restarts"),
+                    anchors=int_list(anchors, "--anchors"), tau=tau)
     DEFAULT.with_overrides(**settings).validate()  # every option, before any store is touched
     engine = EngineSpec(backend=backend, batch_size=batch_size, memory_budget_bytes=int(memory_gb * 2**30),
                         **remote)
-    opts = ContinueOptions(topup=rules, engine=engine)
+    opts = ContinueOptions(topup=rules, engine=engine, lock_wait=check_wait(wait))
     dirs = run_dirs(runs or [runs_dir])
     if dry_run:
         from breakthrough.pipeline.dry_run import plan_continue
@@ -111,7 +121,7 @@ def continue_(
 
 
 def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend: str,
-                remote: dict, batch_size: int, memory_gb: float) -> None:
+                remote: dict, batch_size: int, memory_gb: float, lock_wait: float) -> None:
     """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
     the HTTP backends' settings (`engine.http_options`)."""
     from breakthrough.engine import EngineSpec
@@ -133,7 +143,8 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
                       f"{man.get('model_alias')}")
 
     for rep in add_budget_runs(run_dirs(paths), budget, engine, progress=announce,
-                               drive=lambda run: _with_progress(console, run)):
+                               drive=lambda run: _with_progress(console, run),
+                               lock_wait=lock_wait):
         console.print(f"{rep.run_dir.name}: arm B={budget}: {count(rep.cells, 'cell')}, "
                       f"{count(rep.samples['probes'], 'probe sample')}; "
                       f"{rep.generated_tokens:,} tokens generated in {rep.elapsed_s:.1f}s")

@@ -108,3 +108,60 @@ def check_engine_options(backend: str, batch_size: int, memory_gb: float | None 
         raise BtError(f"--batch-size: expected a positive integer, got {batch_size}")
     if memory_gb is not None and not memory_gb > 0:
         raise BtError(f"--memory-gb: expected a positive number, got {memory_gb}")
+
+
+def int_list(text: str | None, option: str, *, high: int | None = None) -> tuple[int, ...] | None:
+    """A comma-separated list option (--anchors, --restarts, ...) checked whole before anything
+    is written: no empty element (`4,,8` is a typo, not 4,8), integers in 1..`high`, each once,
+    increasing. None (option not given) stays None."""
+    from breakthrough.protocol import MAX_TOKENS
+
+    if text is None:
+        return None
+    high = MAX_TOKENS if high is None else high
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise BtError(f"{option}: empty; expected comma-separated integers (e.g. 4,8,16)")
+    values: list[int] = []
+    for i, part in enumerate(parts, 1):
+        if not part:
+            raise BtError(f"{option}: element {i} of {text!r} is empty; expected comma-separated "
+                          "integers (e.g. 4,8,16)")
+        try:
+            v = int(part)
+        except ValueError:
+            raise BtError(f"{option}: expected comma-separated integers, got {part!r} in "
+                          f"{text!r}") from None
+        if not 1 <= v <= high:
+            raise BtError(f"{option}: {v} is out of range (1..{high:,})")
+        if v in values:
+            raise BtError(f"{option}: {v} appears twice in {text!r}; each value once")
+        values.append(v)
+    if values != sorted(values):
+        raise BtError(f"{option}: expected increasing values, got {text!r} "
+                      f"(e.g. {','.join(map(str, sorted(values)))})")
+    return tuple(values)
+
+
+def given_text(value: str | None, option: str) -> str | None:
+    """An option that names something (--problems, --model, --run): None when not given, refused
+    when given empty (`--problems ''` is a mistake, never "all problems")."""
+    if value is not None and not str(value).strip():
+        raise BtError(f"{option}: empty value; leave the option out, or name something")
+    return value
+
+
+def wait_option() -> typer.models.OptionInfo:
+    return typer.Option(0.0, "--wait", metavar="SECONDS",
+                        help="When another bt is writing the same run (it holds the run's lock), "
+                             "wait up to SECONDS for it to finish (default 0: refuse at once, "
+                             "naming its pid; at most 86,400).")
+
+
+def check_wait(wait: float) -> float:
+    """--wait: a finite number of seconds in 0..86,400 (every wait has a bound)."""
+    import math
+
+    if not (math.isfinite(wait) and 0 <= wait <= 86400):
+        raise BtError(f"--wait: expected seconds in 0..86400, got {wait}")
+    return float(wait)

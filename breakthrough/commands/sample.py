@@ -7,11 +7,12 @@ from pathlib import Path
 
 import typer
 
-from breakthrough.commands.options import (backend_option, check_engine_options, count,
-                                          endpoint_option, hidden_stride_for, hidden_stride_option,
-                                          max_inflight_option, processed_logprobs_option,
-                                          request_timeout_option, retries_option, api_key_option,
-                                          EXIT_FAILURES)
+from breakthrough.commands.options import (EXIT_FAILURES, api_key_option, backend_option,
+                                          check_engine_options, check_wait, count,
+                                          endpoint_option, given_text, hidden_stride_for,
+                                          hidden_stride_option, max_inflight_option,
+                                          processed_logprobs_option, request_timeout_option,
+                                          retries_option, wait_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -42,6 +43,7 @@ def sample(
     retries: int = retries_option(),
     api_key: str = api_key_option(),
     hidden_stride: int = hidden_stride_option(),
+    wait: float = wait_option(),
 ) -> None:
     """Generate, grade and store N seeded from-scratch attempts per problem x model.
 
@@ -56,6 +58,9 @@ def sample(
 
     console = Console(stderr=True)
     check_engine_options(backend, batch_size)
+    for value, option in ((model, "--model"), (problems, "--problems"), (run, "--run"),
+                          (cohort, "--cohort")):
+        given_text(value, option)
     remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
                           request_timeout, retries, api_key)
     if limit is not None and limit < 1:
@@ -64,14 +69,15 @@ def sample(
         raise BtError(f"--max-tokens: expected a positive integer, got {max_tokens}")
     protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens,
                                       max_prompt_tokens=max_prompt_tokens).validate()
-    if not model:
+    if model is None:
         console.print(f"using the offline default model {OFFLINE_DEFAULT}", soft_wrap=True)
         model = OFFLINE_DEFAULT
     req = SampleRequest(cohort=cohort, models=tuple(m.strip() for m in model.split(",") if m.strip()),
                         attempts=attempts, protocol=protocol,
                         engine=EngineSpec(backend=backend, batch_size=batch_size, **remote),
                         runs_dir=runs_dir, run=run, limit=limit, problems=problems,
-                        hidden_stride=hidden_stride_for(hidden_stride, backend))
+                        hidden_stride=hidden_stride_for(hidden_stride, backend),
+                        lock_wait=check_wait(wait))
     if dry_run:
         typer.echo("\n".join(plan_sample(req)))
         return

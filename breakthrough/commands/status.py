@@ -21,6 +21,10 @@ def status(
     from breakthrough.pipeline.status import run_status
     from breakthrough.store import run_dirs
 
+    if tau is not None:  # nan or 2 would plan nothing sensible: refused in one line
+        from breakthrough.protocol import DEFAULT
+
+        DEFAULT.with_overrides(tau=tau).validate()
     console = Console()
     if not console.is_terminal:  # piped: whole lines (a pipe has no width to fold cell ids to)
         console = Console(width=100_000)

@@ -15,6 +15,7 @@ from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.models import hub, offline
+from breakthrough.models.digest import weights_digest
 from breakthrough.models.families import FAMILIES, Family, detect_family
 from breakthrough.models.registry import (
     OFFLINE_DEFAULT,
@@ -31,13 +32,18 @@ class LoadedModel:
     """A model ready for the engine.
 
     model_id: what was loaded, with no machine path in it: the hub id, the offline alias, or for
-        a local folder its revision ("local:<16 hex>"), which `load_model` finds again through
-        this machine's index of loaded folders; an identical copy in another folder is the
-        same model.
-    alias: the registry alias, or a readable name derived from the folder / hub id.
-    revision: an identity string that changes when the weights do: "<repo>@<commit sha>" for hub
-        snapshots, "gguf-sha256:<16 hex>/conv<n>" for the converted offline model,
-        "local:<16 hex>" (a digest of the folder's files) for other folders.
+        a local folder "local:<16 hex>" of its content digest, which `load_model` finds again
+        through this machine's index of loaded folders; an identical copy in another folder is
+        the same model.
+    alias: the registry alias, or a readable name derived from the folder / hub id (a copy of
+        the offline default's files is the offline alias; a run keeps the name it first gave
+        the weights, whatever folder they are loaded from later).
+    revision: where the weights came from: "<repo>@<commit sha>" for hub snapshots,
+        "gguf-sha256:<16 hex>/conv<n>" for the converted offline model, "local:<16 hex>" for
+        other folders (as runs recorded it before `digest` existed).
+    digest: "sha256:<16 hex>" of every file that changes generated tokens (weights, config,
+        tokenizer, chat template, generation settings; `models.digest`): what a run's identity
+        compares, whatever markers or folder names say.
     eos_ids: union of the tokenizer's and the config's EOS ids (protocol 1.5).
     """
 
@@ -50,6 +56,7 @@ class LoadedModel:
     eos_ids: frozenset[int]
     path: Path
     config: dict = field(default_factory=dict)
+    digest: str = ""
 
     def encode(self, text: str) -> list[int]:
         """Token ids of a marker or plain text (no special tokens added)."""
@@ -96,6 +103,7 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
         eos_ids=_eos_ids(tokenizer, config),
         path=Path(folder),
         config=dict(config),
+        digest=ident.digest,
     )
 
 
@@ -112,6 +120,7 @@ class ModelIdentity:
     alias: str
     model_id: str
     revision: str
+    digest: str = ""  # models.digest.weights_digest of the folder: the identity a run compares
 
 
 def model_identity(name: str) -> ModelIdentity:
@@ -130,15 +139,24 @@ def model_alias(name: str) -> str:
 def _identify(name: str) -> tuple[ModelSpec | None, Path, ModelIdentity]:
     """(registry spec, folder, identity) of `name`."""
     spec, target = resolve(name)
-    folder, model_id, revision = _locate(name, spec, target)
+    folder, model_id, revision, digest = _locate(name, spec, target)
     by_weights = name.startswith(REVISION_PREFIXES)
-    alias = _alias_for(str(folder), None) if by_weights else _alias_for(name, spec)
-    return spec, folder, ModelIdentity(alias=alias, model_id=model_id, revision=revision)
+    if model_id == offline.OFFLINE_ALIAS:
+        alias = offline.OFFLINE_ALIAS  # a copy of the offline default's files is the default
+    else:  # (an existing run keeps the name it gave these weights: pipeline.manifest.run_alias)
+        alias = _alias_for(str(folder), None) if by_weights else _alias_for(name, spec)
+    return spec, folder, ModelIdentity(alias=alias, model_id=model_id, revision=revision,
+                                       digest=digest)
 
 
 LOCAL_PREFIX = "local:"
 REVISION_PREFIXES = (LOCAL_PREFIX, "gguf-sha256:")  # model ids that name a folder by its weights
 LOCAL_INDEX = "local-folders.json"
+
+
+def content_digest(folder: Path) -> str:
+    """`models.digest.weights_digest` of `folder`, with its per-file cache in the user cache."""
+    return weights_digest(folder, offline.cache_root())
 
 
 def _local_index_path() -> Path:
@@ -180,7 +198,11 @@ def _find_folder(revision: str) -> Path:
     folder = index.get(revision)
     if folder and Path(folder).is_dir():
         p = Path(folder)
-        if (offline.conversion_identity(p) or f"{LOCAL_PREFIX}{_folder_digest(p)}") == revision:
+        # the content digest (model ids since it exists); the older path-free ids of runs made
+        # before it (a run's recorded model_digest is compared separately, before any write)
+        known = {f"{LOCAL_PREFIX}{content_digest(p)[len('sha256:'):]}",
+                 offline.conversion_identity(p), f"{LOCAL_PREFIX}{_folder_digest(p)}"}
+        if revision in known:
             return p
     raise BtError(
         f"model {revision}: no folder with these weights is known on this machine (the run was "
@@ -189,27 +211,31 @@ def _find_folder(revision: str) -> Path:
     )
 
 
-def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, str]:
-    """(folder, model_id, revision) of what to load; may download a hub model when allowed.
-    A local folder's model_id is its revision (path-free), remembered in this machine's index."""
+def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, str, str]:
+    """(folder, model_id, revision, content digest) of what to load; may download a hub model
+    when allowed. A local folder's model_id is "local:" + its content digest (path-free),
+    remembered in this machine's index; markers never decide who a folder is."""
     if spec is not None and spec.offline:
         folder = offline.prepare(spec.alias)
         rev = offline.conversion_identity(folder) or _folder_digest(folder)
-        return folder, spec.alias, rev
+        return folder, spec.alias, rev, content_digest(folder)
     if target.startswith(REVISION_PREFIXES):
         folder = _find_folder(target)
-        return folder, target, target
+        digest = content_digest(folder)
+        rev = offline.conversion_identity(folder) or f"{LOCAL_PREFIX}{_folder_digest(folder)}"
+        return folder, target, rev, digest
     p = Path(target).expanduser()
     if p.exists():
         if not (p / "config.json").is_file():
             raise BtError(f"{p} is not an mlx-lm model folder (no config.json)")
+        digest = content_digest(p)
         conv = offline.conversion_identity(p)
         if conv and offline.is_prepared(offline.OFFLINE_ALIAS) and \
-                offline.conversion_identity(offline.offline_dir()) == conv:
-            return p, offline.OFFLINE_ALIAS, conv  # the offline default, named by its alias
-        rev = conv or f"{LOCAL_PREFIX}{_folder_digest(p)}"
-        _remember_folder(rev, p)
-        return p, rev, rev
+                content_digest(offline.offline_dir()) == digest:
+            return p, offline.OFFLINE_ALIAS, conv, digest  # the offline default's very files
+        model_id = f"{LOCAL_PREFIX}{digest[len('sha256:'):]}"
+        _remember_folder(model_id, p)
+        return p, model_id, conv or f"{LOCAL_PREFIX}{_folder_digest(p)}", digest
     if not _looks_like_hub_id(target):
         known = ", ".join(REGISTRY)
         raise BtError(f"unknown model {name!r}: not an alias ({known}), a folder, or a hub id")
@@ -229,7 +255,7 @@ def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, 
                 f"download failed ({type(exc).__name__}); use the offline default "
                 f"{OFFLINE_DEFAULT} or download it where there is network"
             ) from None
-    return local, target, f"{target}@{local.name}"
+    return local, target, f"{target}@{local.name}", content_digest(local)
 
 
 def _folder_digest(folder: Path) -> str:

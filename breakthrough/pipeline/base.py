@@ -30,9 +30,10 @@ from breakthrough.models.tokens import decode
 from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.pipeline.branches import request_facts
 from breakthrough.pipeline.manifest import (cell_id, check_engine, record_throughput,
-                                             refuse_changed_run, request_identity, run_manifest,
+                                             refuse_changed_run, request_identity, run_alias, run_manifest,
                                              run_name)
 from breakthrough.protocol import HIDDEN_STRIDE, Protocol
+from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.cohorts import cohort_digest, load_cohort
 from breakthrough.tasks.family import family_of, make_grader, user_message
@@ -137,9 +138,13 @@ def run_base(
     gen = make_engine(engine, loaded)
     store = RunStore(run_dir, create=True)
     try:
-        store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, cohort_digest, variant,
-                                           gen.identity(), hidden_stride))
-        check_engine(store, gen)
+        try:
+            store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, cohort_digest, variant,
+                                               gen.identity(), hidden_stride))
+            check_engine(store, gen)
+        except BaseException:
+            store.discard_new()  # a creation that failed leaves nothing a rerun would trip on
+            raise
         store.remove_orphan_hidden()  # files a kill left between their rename and their commit
         store.add_cells(cells)
         done = {key[0] for key in store.existing_keys("base")}
@@ -218,6 +223,7 @@ class BaseRequest:
     problems: str | None = None
     variant: str = "plain"
     hidden_stride: int = HIDDEN_STRIDE  # protocol 2.2: every 8th token's hidden vector; 0 none
+    lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
 
 
 def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None,
@@ -235,6 +241,9 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
     if req.engine.batch_size < 1:
         raise BtError("--batch-size must be >= 1")
     check_hidden_stride(req.hidden_stride, req.engine.backend)
+    check_runs_dir(req.runs_dir)
+    if not req.models:
+        raise BtError("--model: no model named")
     all_rows = load_cohort(req.cohort)
     digest = cohort_digest(all_rows)
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
@@ -245,19 +254,51 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
         run_dir = req.runs_dir / run_name(req.run, req.models, cohort_name, ident.alias)
         refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, req.variant,
                                                      req.hidden_stride))
-        loaded = load_model(name)
-        base_cells(loaded, rows, req.protocol, req.variant)  # a too-long prompt: refused before any output
-        ctx = loaded.config.get("max_position_embeddings")
-        if ctx and req.protocol.base_max_tokens > int(ctx):
-            say(f"note: {loaded.alias} has a {int(ctx):,}-token context; generation beyond it degrades")
-        say(f"[bold]{loaded.alias}[/]: {len(rows)} problem{'' if len(rows) == 1 else 's'} of "
-            f"{cohort_name} -> {run_dir}")
-
-        def run(on_start=None, on_sample=None, loaded=loaded, run_dir=run_dir):
-            return run_base(loaded=loaded, rows=rows, cohort=cohort_name, cohort_digest=digest,
-                            run_dir=run_dir, protocol=req.protocol, engine=req.engine,
-                            variant=req.variant, hidden_stride=req.hidden_stride,
-                            on_start=on_start, on_sample=on_sample)
-
-        reports.append(drive(run) if drive else run())
+        refuse_other_backend(run_dir, req.engine.backend)
+        with run_lock(run_dir, wait=req.lock_wait):  # before loading: a busy run costs nothing
+            reports.append(_base_one(req, name, run_dir, rows, digest, cohort_name, say, drive))
     return reports
+
+
+def _base_one(req: BaseRequest, name: str, run_dir: Path, rows: list[dict], digest: str,
+              cohort_name: str, say: Callable[[str], None],
+              drive: Callable[[Callable], BaseReport] | None) -> BaseReport:
+    """Load one model and run (or hand `drive`) its base phase, holding the run's lock."""
+    loaded = run_alias(run_dir, load_model(name))  # one model, one name per run
+    base_cells(loaded, rows, req.protocol, req.variant)  # a too-long prompt: refused before any output
+    ctx = loaded.config.get("max_position_embeddings")
+    if ctx and req.protocol.base_max_tokens > int(ctx):
+        say(f"note: {loaded.alias} has a {int(ctx):,}-token context; generation beyond it degrades")
+    say(f"[bold]{loaded.alias}[/]: {len(rows)} problem{'' if len(rows) == 1 else 's'} of "
+        f"{cohort_name} -> {run_dir}")
+
+    def run(on_start=None, on_sample=None):
+        return run_base(loaded=loaded, rows=rows, cohort=cohort_name, cohort_digest=digest,
+                        run_dir=run_dir, protocol=req.protocol, engine=req.engine,
+                        variant=req.variant, hidden_stride=req.hidden_stride,
+                        on_start=on_start, on_sample=on_sample)
+
+    return drive(run) if drive else run()
+
+
+def check_runs_dir(runs_dir: Path) -> None:
+    """--runs-dir: a folder, or a path where one can be made (checked before any model loads)."""
+    p = Path(runs_dir)
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                raise BtError(f"--runs-dir {runs_dir}: {q} is a file, not a folder")
+            return
+
+
+def refuse_other_backend(run_dir: Path, backend: str) -> None:
+    """A run that recorded its engine's backend refuses another before any model is loaded."""
+    from breakthrough.store import STORE_FILE
+
+    if not (run_dir / STORE_FILE).exists():
+        return
+    with RunStore(run_dir, readonly=True) as store:
+        have = (store.manifest().get("engine") or {}).get("backend")
+    if have and have != backend:
+        raise BtError(f"{run_dir}: run was made with engine.backend={have!r}, this request has "
+                      f"engine.backend={backend!r}; a run never mixes backends (use --backend {have})")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from breakthrough.pipeline.manifest import (check_engine, check_model, preflight
                                              record_throughput)
 from breakthrough.pipeline.scheduler import CellState, RunScheduler, branches_for
 from breakthrough.protocol import Protocol
+from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore
 from breakthrough.tasks.family import family_of, make_grader
 
@@ -138,13 +140,24 @@ def add_budget_run(run_dir: Path, loaded: Any, budget: int, engine_spec: EngineS
 
 def add_budget_runs(run_dirs: Sequence[Path], budget: int, engine_spec: EngineSpec, *,
                     progress: Callable[[Path, dict], None] | None = None,
-                    drive: Callable[[Callable], ContinueReport] | None = None) -> list[ContinueReport]:
+                    drive: Callable[[Callable], ContinueReport] | None = None,
+                    lock_wait: float = 0.0) -> list[ContinueReport]:
     """`bt continue RUN... --add-budget B2`: check every run first (nothing is written or
-    loaded for a run that would be refused), then run each run's arm."""
+    loaded for a run that would be refused), then run each run's arm, holding every run's lock
+    as `bt continue` does (`runlock`; `lock_wait` seconds to wait for a busy one)."""
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
             preflight_continue(store, {}, engine_spec.backend)
             arm_protocol(store, budget)
+    with ExitStack() as locks:
+        for run_dir in run_dirs:
+            locks.enter_context(run_lock(run_dir, wait=lock_wait))
+        return _add_budget_locked(run_dirs, budget, engine_spec, progress=progress, drive=drive)
+
+
+def _add_budget_locked(run_dirs: Sequence[Path], budget: int, engine_spec: EngineSpec, *,
+                       progress: Callable[[Path, dict], None] | None,
+                       drive: Callable[[Callable], ContinueReport] | None) -> list[ContinueReport]:
     reports = []
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from breakthrough.pipeline.manifest import (check_engine, check_model, preflight
                                              store_protocol)
 from breakthrough.pipeline.scheduler import PHASES, RunScheduler
 from breakthrough.protocol import DEFAULT, Protocol
+from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore
 from breakthrough.tasks.family import family_of, make_grader
 
@@ -47,6 +49,7 @@ class ContinueOptions:
     topup: tuple[str, ...] = topup_rules(TOPUP_DEFAULT)  # () = none
     engine: EngineSpec = field(default_factory=lambda: EngineSpec(batch_size=32))
     max_active_cells: int = 3
+    lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
 
 
 @dataclass
@@ -112,11 +115,22 @@ def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: Cont
     with `settings` (B, anchors, samples, ...) and run every phase.
 
     `progress(run_dir, manifest)` announces a run (its manifest plus "base_traces");
-    `drive(run)` wraps `run(on_start, on_sample)` (the CLI's progress display)."""
-    protocols = {}
+    `drive(run)` wraps `run(on_start, on_sample)` (the CLI's progress display). Every run's
+    lock is held throughout (`runlock`): a second `bt continue` on one of them is refused,
+    naming the holder, or waits `opts.lock_wait` seconds."""
     for run_dir in run_dirs:  # issue 12: every run is checked before any is written or a model loaded
         with RunStore(run_dir, readonly=True) as store:
             preflight_continue(store, settings, opts.engine.backend)
+    with ExitStack() as locks:
+        for run_dir in run_dirs:
+            locks.enter_context(run_lock(run_dir, wait=opts.lock_wait))
+        return _continue_locked(run_dirs, settings, opts, progress=progress, drive=drive)
+
+
+def _continue_locked(run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions, *,
+                     progress: Callable[[Path, dict], None] | None = None,
+                     drive: Callable[[Callable], ContinueReport] | None = None) -> list[ContinueReport]:
+    protocols = {}
     for run_dir in run_dirs:  # written by continue_run, once the engine can run it
         with RunStore(run_dir, readonly=True) as store:
             protocols[run_dir] = record_continuation_protocol(store, **settings)

@@ -15,7 +15,7 @@ from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.protocol import Protocol
-from breakthrough.store import STORE_FILE, RunStore
+from breakthrough.store import STORE_FILE, RunStore, check_writable
 from breakthrough.tasks.family import family_of
 
 PACKAGES = ("mlx", "mlx-lm", "math-verify", "transformers", "numpy", "breakthrough")
@@ -40,12 +40,25 @@ def run_name(run: str | None, models: Sequence[str], cohort_name: str, alias: st
     """The run directory's name for one model of a `bt base` / `bt sample` request: --run, or
     RUN-MODEL when several models share it; without --run, COHORT-MODEL."""
     if run:
+        check_run_name(run)
         return f"{run}-{alias}" if len(models) > 1 else run
     return f"{cohort_name}-{alias}"
 
 
+def check_run_name(run: str) -> str:
+    """--run: a plain name (letters, digits, '.', '_', '-'; not starting with '.'), so a run is
+    always one folder directly under --runs-dir: never `../x` outside it, never `a/b` nested."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}", str(run)):
+        raise BtError(f"--run {run!r}: a run name is a plain name (letters, digits, '.', '_', '-', "
+                      f"at most 128, not starting with '.'; no '/'); it names one folder under "
+                      f"--runs-dir")
+    return run
+
+
 def request_identity(model: Any, rows: Sequence[dict], protocol: Protocol, cohort_digest: str,
-                     variant: str, hidden_stride: int | None = None) -> dict:
+                     variant: str, hidden_stride: int | None = None, run_kind: str = "base") -> dict:
     """The identity fields of a `bt base` request that are known before the weights are loaded
     (`model` is a `LoadedModel` or a `loading.ModelIdentity`), plus the whole protocol so a
     refusal can name the constant that differs.
@@ -56,8 +69,10 @@ def request_identity(model: Any, rows: Sequence[dict], protocol: Protocol, cohor
     no rows in hidden_vectors. None: the request stores no vectors and says nothing of them."""
     family = family_of(rows)
     identity = {
+        "run_kind": run_kind,  # "base" (bt base, continued by bt continue) or "sample" (attempts)
         "model_id": model.model_id,
         "model_revision": model.revision,
+        "model_digest": model.digest,
         "task_family": family,
         "protocol_digest": protocol.identity_digest(),
         "protocol": protocol.to_dict(),
@@ -71,13 +86,13 @@ def request_identity(model: Any, rows: Sequence[dict], protocol: Protocol, cohor
 
 def run_manifest(loaded: Any, rows: Sequence[dict], protocol: Protocol, cohort: str,
                  cohort_digest: str, variant: str, engine: dict[str, Any] | None = None,
-                 hidden_stride: int | None = None) -> dict:
+                 hidden_stride: int | None = None, run_kind: str = "base") -> dict:
     """What defines the run (identity fields, see store.IDENTITY_FIELDS) plus what documents it.
     `cohort_digest` is of the whole cohort file, so --limit/--problems subsets share one run;
     `engine` is the engine's `identity()` (recorded by the first generation when absent);
     `hidden_stride` as in `request_identity`."""
     manifest = {
-        **request_identity(loaded, rows, protocol, cohort_digest, variant, hidden_stride),
+        **request_identity(loaded, rows, protocol, cohort_digest, variant, hidden_stride, run_kind),
         "model_alias": loaded.alias,
         "family": loaded.family.name,
         "cohort": cohort,
@@ -96,6 +111,20 @@ def refuse_changed_run(run_dir: Path, wanted: dict) -> None:
         return
     with RunStore(run_dir, readonly=True) as store:
         store.check_identity(wanted)
+    check_writable(run_dir)
+
+
+def run_alias(run_dir: Path, loaded: Any) -> Any:
+    """`loaded` under the display name the existing run in `run_dir` gave the same weights (its
+    cells are `alias:problem`): a second folder name for one model adds no second cell. Called
+    after `refuse_changed_run` (which refused other weights)."""
+    from dataclasses import replace
+
+    if not (run_dir / STORE_FILE).exists():
+        return loaded
+    with RunStore(run_dir, readonly=True) as store:
+        alias = store.manifest().get("model_alias")
+    return replace(loaded, alias=alias) if isinstance(alias, str) and alias else loaded
 
 
 def check_engine(store: RunStore, engine: Any) -> None:
@@ -104,46 +133,110 @@ def check_engine(store: RunStore, engine: Any) -> None:
 
 
 def check_model(store: RunStore, loaded: Any, run_dir: Path) -> None:
+    """The loaded model is the run's: same revision, and the same content digest when the run
+    recorded one (a run made before model_digest records the first one it is continued with)."""
     man = store.manifest()
     if man.get("model_revision") != loaded.revision:
         raise BtError(f"{run_dir}: run was made with model_revision={man.get('model_revision')!r}, "
                       f"loaded {loaded.revision!r}")
+    if man.get("model_digest") not in (None, loaded.digest):
+        raise BtError(f"{run_dir}: run was made with model_digest={man['model_digest']!r}, the "
+                      f"loaded files have {loaded.digest!r}; a run never mixes networks")
+    if "model_digest" not in man and loaded.digest:
+        store.update_manifest({"model_digest": loaded.digest})
 
 
 def preflight_continue(store: RunStore, settings: dict[str, Any], backend: str | None = None) -> None:
     """Before `bt continue` writes any run's protocol or loads a model: refuse a run whose
-    settings could not run or differ from its identity (`record_continuation_protocol`), whose
-    engine backend differs from the one asked for, or whose model files no longer match its
-    recorded revision, naming the setting (all known without loading any weights)."""
+    manifest is empty, that is a `bt sample` run, whose settings could not run or differ from
+    the ones it was continued under (`record_continuation_protocol`), whose sample rows do not
+    match their checksums, that cannot be written, whose anchors lie beyond every base trace,
+    whose engine backend differs from the one asked for, or whose model files no longer match
+    its recorded revision and content digest, naming the setting (all known without loading
+    any weights)."""
     from breakthrough.models.loading import model_identity
 
-    record_continuation_protocol(store, **settings)
     man = store.manifest()
+    if not man:
+        raise BtError(f"{store.path}: the manifest is empty: the run was never started, or its "
+                      f"store is damaged; rerun `bt base` (or restore the store from a copy)")
     if "model_id" not in man:
         raise BtError(f"{store.run_dir}: the run has no model recorded; run `bt base` first")
+    if man.get("run_kind", "sample" if "attempts" in man else "base") != "base":
+        raise BtError(f"{store.run_dir}: a `bt sample` run (independent attempts), not a `bt base` "
+                      f"run; bt continue continues base traces (run `bt base` for this cohort)")
+    protocol = record_continuation_protocol(store, **settings)
+    store.check_where()  # every row the cell programs will read, up front
+    check_writable(store.run_dir)
+    longest = store.conn.execute(
+        "SELECT max(c.reasoning_tokens) FROM cells c JOIN samples s USING(cell_id) "
+        "WHERE s.kind='base'").fetchone()[0]
+    if longest is not None and protocol.anchors[0] > longest:
+        raise BtError(f"--anchors {','.join(map(str, protocol.anchors))}: beyond every base "
+                      f"trace of {store.run_dir} (the longest has {longest:,} reasoning tokens); "
+                      f"no probe would run: use anchors up to {longest:,}")
     have_backend = (man.get("engine") or {}).get("backend")
     if backend and have_backend and have_backend != backend:
         raise BtError(f"{store.run_dir}: run was made with engine.backend={have_backend!r}, this "
                       f"request has engine.backend={backend!r}; a run never mixes backends "
                       f"(use --backend {have_backend})")
-    now = model_identity(man["model_id"]).revision
-    if man.get("model_revision") not in (None, now):
+    ident = model_identity(man["model_id"])
+    if man.get("model_revision") not in (None, ident.revision):
         raise BtError(f"{store.run_dir}: run was made with model_revision="
-                      f"{man['model_revision']!r}, the model {man['model_id']} is now {now!r}")
+                      f"{man['model_revision']!r}, the model {man['model_id']} is now {ident.revision!r}")
+    if man.get("model_digest") not in (None, ident.digest):
+        raise BtError(f"{store.run_dir}: run was made with model_digest={man['model_digest']!r}, "
+                      f"the files of {man['model_id']} now have {ident.digest!r} (model_digest "
+                      f"{man['model_digest']} vs {ident.digest}); a run never mixes networks: "
+                      f"restore the model's files or start a new run")
 
 
 def record_continuation_protocol(store: RunStore, **settings: Any) -> Protocol:
     """The protocol a continuation will store (the run's, with `settings`), validated,
     and refused when its answer budget differs from the run's continuations; writes nothing
     (`--dry-run` reads it from a read-only store)."""
-    stored = store.manifest().get("protocol") or {}
+    man = store.manifest()
+    stored = man.get("protocol") or {}
     try:
         protocol = Protocol.from_dict(stored, partial=True).with_overrides(**settings)
     except (TypeError, ValueError) as exc:
         raise BtError(f"{store.run_dir}: unreadable stored protocol ({exc})") from None
     protocol.validate()  # nothing is written for settings that could not run
+    if "continue_answer_budget" in man:  # continued before: its settings are the run's protocol
+        refuse_changed_settings(store.run_dir, Protocol.from_dict(stored, partial=True), settings)
     store.check_identity({"continue_answer_budget": protocol.answer_budget})
     return protocol
+
+
+# What `bt continue` may set, in the order a refusal names them: each changes what is generated
+# (B, the answer reserve, the anchor grid, the restart budgets, the sample counts) or how it is
+# labelled and topped up (tau).
+CONTINUE_SETTINGS = ("budget", "answer_budget", "anchors", "restart_budgets", "samples", "tau")
+
+
+def refuse_changed_settings(run_dir: Path, have: Protocol, settings: dict[str, Any]) -> None:
+    """One rule for every continuation setting: a value asked for that differs from the one the
+    run was continued under is refused, naming stored vs asked (a run never mixes protocols).
+    Settings not given (None) take the run's."""
+    from breakthrough.protocol import OPTION_NAMES
+
+    for key in CONTINUE_SETTINGS:
+        asked = settings.get(key)
+        if asked is None:
+            continue
+        was = getattr(have, key)
+        same = (list(map(int, was)) == list(map(int, asked)) if isinstance(was, tuple)
+                else float(was) == float(asked))
+        if same:
+            continue
+        opt = OPTION_NAMES.get(key, key)
+        show = (lambda v: ",".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v))
+        hint = (" (adding a second probe budget is a separate, explicit operation: its own arm, "
+                "never --budget)" if key == "budget" else "")
+        raise BtError(f"{run_dir}: run was continued with {opt} {show(was)}, this request has "
+                      f"{opt} {show(asked)} (stored {show(was)} vs asked {show(asked)}); a run "
+                      f"holds one protocol: leave {opt} out to use the run's{hint}, or start a "
+                      f"new run")
 
 
 def store_protocol(store: RunStore, protocol: Protocol) -> Protocol:

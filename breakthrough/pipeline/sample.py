@@ -32,11 +32,13 @@ from breakthrough.engine import EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model, model_identity
-from breakthrough.pipeline.base import (base_cells, check_hidden_stride, commit_trajectory,
-                                        select_rows)
+from breakthrough.pipeline.base import (base_cells, check_hidden_stride, check_runs_dir,
+                                        commit_trajectory, select_rows)
 from breakthrough.pipeline.manifest import (check_engine, record_throughput, refuse_changed_run,
-                                             request_identity, run_manifest, run_name)
+                                             request_identity, run_alias, run_manifest,
+                                             run_name)
 from breakthrough.protocol import Protocol
+from breakthrough.runlock import run_lock
 from breakthrough.seeds import attempt_seed
 from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.cohorts import cohort_digest, load_cohort
@@ -65,6 +67,7 @@ class SampleRequest:
     # store every Nth token's hidden vector (0: none; `bt sample` passes protocol 2.2's 8,
     # screens keep the 0 here: they only count successes)
     hidden_stride: int = 0
+    lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
 
 
 @dataclass
@@ -102,6 +105,7 @@ def check_request(req: SampleRequest) -> None:
     if not req.models:
         raise BtError("--model: no model named")
     check_hidden_stride(req.hidden_stride, req.engine.backend)
+    check_runs_dir(req.runs_dir)
 
 
 def run_dir_for(req: SampleRequest, cohort_name: str, alias: str) -> Path:
@@ -140,10 +144,14 @@ def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, r
     gen = make_engine(engine, loaded)
     store = RunStore(run_dir, create=True)
     try:
-        _accepts_attempts(store)
-        store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, digest, "plain",
-                                           gen.identity(), hidden_stride))
-        check_engine(store, gen)
+        try:
+            _accepts_attempts(store)
+            store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, digest, "plain",
+                                               gen.identity(), hidden_stride, run_kind="sample"))
+            check_engine(store, gen)
+        except BaseException:
+            store.discard_new()  # a creation that failed leaves nothing a rerun would trip on
+            raise
         store.remove_orphan_hidden()  # files a kill left between their rename and their commit
         _refuse_other_seeds(store, lambda c, b: seed_of(c, b, seeds) if seeds is None or b < len(seeds)
                             else -1)
@@ -211,24 +219,32 @@ def sample_runs(req: SampleRequest, *, announce: Callable[[str], None] | None = 
         ident = model_identity(name)
         run_dir = run_dir_for(req, cohort_name, ident.alias)
         refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, "plain",
-                                                     req.hidden_stride))
+                                                     req.hidden_stride, run_kind="sample"))
         planned.append((name, run_dir))
     reports = []
     for name, run_dir in planned:
-        loaded = load_model(name)
-        base_cells(loaded, rows, req.protocol, "plain")
-        say(f"[bold]{loaded.alias}[/]: {req.attempts} attempt{'' if req.attempts == 1 else 's'} x "
-            f"{len(rows)} problem{'' if len(rows) == 1 else 's'} of {cohort_name} -> {run_dir}")
-
-        def run(on_start=None, on_sample=None, loaded=loaded, run_dir=run_dir):
-            return run_sample(loaded=loaded, rows=rows, cohort=cohort_name, digest=digest,
-                              run_dir=run_dir, attempts=req.attempts, protocol=req.protocol,
-                              engine=req.engine, seeds=req.seeds,
-                              hidden_stride=req.hidden_stride, on_start=on_start,
-                              on_sample=on_sample)
-
-        reports.append(drive(run) if drive else run())
+        with run_lock(run_dir, wait=req.lock_wait):  # before loading: a busy run costs nothing
+            reports.append(_sample_one(req, name, run_dir, rows, digest, cohort_name, say, drive))
     return reports
+
+
+def _sample_one(req: SampleRequest, name: str, run_dir: Path, rows: list[dict], digest: str,
+                cohort_name: str, say: Callable[[str], None],
+                drive: Callable[[Callable], SampleReport] | None) -> SampleReport:
+    """Load one model and run (or hand `drive`) its attempts, holding the run's lock."""
+    loaded = run_alias(run_dir, load_model(name))  # one model, one name per run
+    base_cells(loaded, rows, req.protocol, "plain")
+    say(f"[bold]{loaded.alias}[/]: {req.attempts} attempt{'' if req.attempts == 1 else 's'} x "
+        f"{len(rows)} problem{'' if len(rows) == 1 else 's'} of {cohort_name} -> {run_dir}")
+
+    def run(on_start=None, on_sample=None):
+        return run_sample(loaded=loaded, rows=rows, cohort=cohort_name, digest=digest,
+                          run_dir=run_dir, attempts=req.attempts, protocol=req.protocol,
+                          engine=req.engine, seeds=req.seeds,
+                          hidden_stride=req.hidden_stride, on_start=on_start,
+                          on_sample=on_sample)
+
+    return drive(run) if drive else run()
 
 
 def success_counts(run_dirs: Sequence[Path], attempts: int) -> dict[str, tuple[int, int]]:

@@ -58,12 +58,16 @@ def parse_band(text: str) -> tuple[int, int]:
 
 def parse_seeds(text: str) -> tuple[int, ...]:
     """"21,22,23" -> (21, 22, 23): distinct non-negative integers."""
+    from breakthrough.protocol import MAX_SEED
+
+    parts = [x.strip() for x in text.split(",")]
     try:
-        seeds = tuple(int(x) for x in text.split(",") if x.strip())
+        seeds = tuple(int(x) for x in parts)
     except ValueError:
-        raise BtError(f"--seeds: expected comma-separated integers, got {text!r}") from None
-    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise BtError(f"--seeds: expected distinct non-negative integers, got {text!r}")
+        raise BtError(f"--seeds: expected comma-separated integers (no empty element), got "
+                      f"{text!r}") from None
+    if len(set(seeds)) != len(seeds) or min(seeds) < 0 or max(seeds) > MAX_SEED:
+        raise BtError(f"--seeds: expected distinct integers in 0..{MAX_SEED}, got {text!r}")
     return seeds
 
 

@@ -190,6 +190,8 @@ def validate_row(row: object, where: str) -> dict:
             faults.append(f"field 'source_row' must be >= 0, got {row['source_row']}")
         if ok["problem"] and not row["problem"].strip():
             faults.append("field 'problem' is empty")
+        if ok["answer"] and not row["answer"].strip():
+            faults.append("field 'answer' is empty (no answer to grade against)")
     elif family == "arith":
         if ok["operands"] and not (len(row["operands"]) == 2
                                    and all(_type_ok(x, (int,)) for x in row["operands"])):

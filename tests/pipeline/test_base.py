@@ -31,8 +31,9 @@ def test_base_stores_graded_traces_and_resumes(tmp_path: Path, tiny_model_dir: P
         man = s.manifest()
         cells = s.cells_frame()
     assert len(df) == 3 and set(df["kind"]) == {"base"}
-    # the weights' digest, not the folder path (no machine path in a manifest)
-    assert man["model_id"] == man["model_revision"] and man["model_id"].startswith("local:")
+    # the weights' content digest, not the folder path (no machine path in a manifest)
+    assert man["model_id"].startswith("local:") and man["model_digest"].startswith("sha256:")
+    assert man["model_id"][len("local:"):] == man["model_digest"][len("sha256:"):]
     assert man["cohort"] == "demo"
     row = df.iloc[0]
     assert len(row["token_ids"]) == row["n_tokens"] == len(row["logprobs"]) == len(row["segments"]) == 12

@@ -1,0 +1,45 @@
+"""`bt verify RUN`: is this run intact? Everything it holds is checked, nothing is written;
+logic in breakthrough.pipeline.verify."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from breakthrough.commands.options import count
+
+DAMAGED = 1  # exit status when damage was found (2 stays "could not check": a usage error)
+
+
+def verify(
+    runs: list[Path] = typer.Argument(..., metavar="RUN",
+                                      help="Run directories, or folders of runs (e.g. runs/)."),
+) -> None:
+    """Check a run whole, read-only: the SQLite file (integrity_check, foreign keys), the
+    manifest (readable, a schema this bt reads, a whole protocol), every sample against its
+    checksum, and every hidden-vector file against its recorded size and sha256 (and files no
+    sample names). Prints one line per problem; exit 0 when intact, 1 when damage was found,
+    2 when the store cannot be opened at all."""
+    from breakthrough.pipeline.verify import verify_run
+    from breakthrough.store import run_dirs
+
+    damaged = []
+    for run_dir in run_dirs(runs):
+        rep = verify_run(run_dir)
+        for line in rep.problems:
+            typer.echo(line)
+        state = "intact" if rep.ok else f"DAMAGED ({count(len(rep.problems), 'problem')})"
+        typer.echo(f"{run_dir}: {state}: {count(rep.samples, 'sample')}, "
+                   f"{count(rep.hidden_files, 'hidden-vector file')}, "
+                   f"{count(rep.manifest_keys, 'manifest key')} checked")
+        if not rep.ok:
+            damaged.append(run_dir)
+    if damaged:
+        typer.echo(f"bt: error: {', '.join(map(str, damaged))}: damaged (listed above); restore "
+                   "from a copy", err=True)
+        raise typer.Exit(DAMAGED)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify)

@@ -1,0 +1,104 @@
+"""One writing command per run at a time: an advisory lock on RUN/run.lock.
+
+Why: two `bt base` / `bt continue` / `bt sample` on one run never duplicate a sample (the store's
+unique keys see to that) but both do all the work. The second one is told who holds the run
+(pid and command) and exits 2, or waits a bounded `--wait SECONDS`.
+
+How: `fcntl.flock` on a small file in the run directory. The kernel drops the lock when its
+process ends, however it ends (SIGKILL included), so a lock is never stale and nothing has to be
+cleaned up. The file holds the holder's pid and command for the message and exists only while
+held: the holder removes it before letting go, and a waiter checks that the file it locked is
+still the one at the path (else it opens the new one), so two holders are impossible. A run
+folder the lock had to make is removed again when nothing was put in it."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from breakthrough.errors import BtError
+
+LOCK_FILE = "run.lock"
+POLL_S = 0.2
+
+
+@contextmanager
+def run_lock(run_dir: Path, *, wait: float = 0.0) -> Iterator[None]:
+    """Hold the run's lock for the block; refuse at once (or after `wait` seconds) when another
+    process holds it. The lock file exists only while held (its holder removes it, and a folder
+    the lock had to make, before letting go)."""
+    run_dir = Path(run_dir)
+    made_dir = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BtError(f"{run_dir}: cannot make the run folder ({exc.strerror or exc})") from None
+    path = run_dir / LOCK_FILE
+    try:
+        fd = _acquire(path, run_dir, wait)
+    except BaseException:
+        if made_dir:
+            _remove_empty(run_dir)
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {' '.join(['bt', *sys.argv[1:]])[:300]}\n".encode())
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # still ours: only a holder removes the file
+        os.close(fd)  # releases the lock
+        if made_dir:
+            _remove_empty(run_dir)
+
+
+def _acquire(path: Path, run_dir: Path, wait: float) -> int:
+    """An fd holding the lock of `path`. A file its holder removed while this process waited
+    is opened again (the lock must be on the file that is at `path` now)."""
+    deadline = time.monotonic() + max(0.0, wait)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise BtError(f"{run_dir}: cannot take the run's lock ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+            continue
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the previous holder removed it meanwhile: take the current file
+    holder = holder_of(run_dir) or "another process"
+    waited = f" after waiting {wait:g} s" if wait > 0 else ""
+    raise BtError(f"{run_dir}: another bt is writing this run ({holder}){waited}; let it finish, "
+                  f"or rerun with --wait SECONDS")
+
+
+def holder_of(run_dir: Path) -> str | None:
+    """'pid N: COMMAND' of the lock's holder, as it wrote it (None when unreadable)."""
+    try:
+        text = (Path(run_dir) / LOCK_FILE).read_text().strip()
+    except OSError:
+        return None
+    pid, _, command = text.partition(" ")
+    return f"pid {pid}: {command}" if pid.isdigit() else None
+
+
+def _remove_empty(run_dir: Path) -> None:
+    """Remove a run folder this lock made, when nothing was put in it (a failed start)."""
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass  # not empty: a run was made in it
