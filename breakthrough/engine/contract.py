@@ -183,6 +183,10 @@ class EngineSpec:
     accept_processed_logprobs: use a server whose log-probs are taken after temperature / top-k
         (refused by default: they would not be the model's distribution).
     request_timeout_s: seconds one HTTP request may take before it is retried.
+    instrument: compute the protocol 2.2 per-token signals (and hidden-state fields) in every
+        decode step (MLX backends); False keeps the log-prob and full-distribution entropy
+        only, which is what continuations need (protocol 2.2 instruments the base trace).
+        Never changes a token.
     """
 
     backend: str = "mlx"
@@ -192,6 +196,7 @@ class EngineSpec:
     max_inflight: int = 0
     accept_processed_logprobs: bool = False
     request_timeout_s: float = 600.0
+    instrument: bool = True
 
 
 BACKENDS: tuple[str, ...] = ("mlx", "mlx-fresh", "vllm", "sglang")

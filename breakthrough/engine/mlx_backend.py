@@ -158,6 +158,10 @@ class MlxEngine:
         self.generated_tokens = 0
         self.prefill_tokens = 0
         self.last_elapsed_s = 0.0
+        # Batch occupancy: over every decode step, the sum of rows in flight (= tokens made)
+        # and of its square; `occupancy` is their ratio (token-weighted mean rows) / batch_size.
+        self.step_rows = 0
+        self.step_rows_sq = 0
         # Reuse state: the last few shared prefixes' caches, and the final caches of rows that
         # asked to be continued (bounded FIFO: an evicted state only costs a fresh prefill).
         self._prefixes: dict[str, tuple[SharedPrefix, PrefixCache]] = {}
@@ -190,6 +194,16 @@ class MlxEngine:
         return {"backend": "mlx" if self.reuse_prefixes else "mlx-fresh",
                 "mlx": version("mlx"), "mlx_lm": version("mlx-lm"),
                 "sampler": SAMPLER_ID, "blas": blas_name()}
+
+    @property
+    def occupancy(self) -> float | None:
+        """Mean batch occupancy of every decode step so far: the token-weighted mean of rows in
+        flight (a step with r rows makes r tokens, so sum r^2 / sum r) divided by `batch_size`;
+        None before the first step. Why token-weighted: it says how full the batch was for the
+        average generated token, which is what the throughput depends on."""
+        if not self.step_rows:
+            return None
+        return self.step_rows_sq / self.step_rows / self.batch_size
 
     def capacity(self, row_tokens: int) -> int:
         """`batch_size`, lowered so that the rows' caches (twice: the growth transient) plus the
@@ -342,6 +356,8 @@ class MlxEngine:
                                    resp.prompt_cache)
                     ready.append(self._result(row, resp))
                 self.generated_tokens += len(responses)
+                self.step_rows += len(responses)
+                self.step_rows_sq += len(responses) ** 2
                 while ready:
                     yield ready.popleft()
         finally:

@@ -181,7 +181,8 @@ def run_base(
             getattr(grader, "close", lambda: None)()
         report.elapsed_s = time.perf_counter() - t0
         report.notes = list(getattr(gen, "notes", []))
-        record_throughput(store, "base", report.tokens, report.elapsed_s)  # for --dry-run ETAs
+        record_throughput(store, "base", report.tokens, report.elapsed_s,  # for --dry-run ETAs
+                          batch_size=engine.batch_size, occupancy=getattr(gen, "occupancy", None))
         return report
     finally:
         store.close()

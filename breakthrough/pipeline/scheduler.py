@@ -74,9 +74,11 @@ def branches_for(cell: CellState, protocol: Protocol, kind: str, point: int,
 
 
 def cell_steps(cell: CellState, protocol: Protocol, tau: float, topup: tuple[str, ...],
-               panels: Callable[[], tuple[Any, Any]]) -> Iterator[tuple[str, list[Branch]]]:
+               panels: Callable[[], tuple[Any, Any]],
+               forced: int | None = None) -> Iterator[tuple[str, list[Branch]]]:
     """The protocol for one cell, step by step; each yielded step's samples are all stored
-    before the generator is resumed, so every decision reads complete panels."""
+    before the generator is resumed, so every decision reads complete panels. `forced`: the
+    family's forced-close token count (default: the cell's runner's)."""
     p = protocol
     yield "probes", [b for a in cell.plan.grid for b in branches_for(cell, p, "probe", a, range(p.samples))]
     for _ in range(p.refinement_rounds):  # protocol 4: bisection of the first stable crossing
@@ -89,7 +91,8 @@ def cell_steps(cell: CellState, protocol: Protocol, tau: float, topup: tuple[str
     # Restarts (section 4), decided on the canonical probe summaries (instant cells: C = B only).
     probe, _ = panels()
     rows = list(probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None))
-    forced = len(cell.runner.forced_ids)
+    if forced is None:
+        forced = len(cell.runner.forced_ids)
     budgets = [c for c in restart_budgets_of(rows, tau, p) if check_budget(0, c, p, forced)]
     yield "restarts", [b for c in budgets for b in branches_for(cell, p, "restart", c, range(p.restart_samples))]
     if not topup:
@@ -107,6 +110,36 @@ def cell_steps(cell: CellState, protocol: Protocol, tau: float, topup: tuple[str
         yield "topups", todo
 
 
+def cells_with_work(store: RunStore, cells: Sequence[CellPlan], protocol: Protocol, *, tau: float,
+                    topup: tuple[str, ...]) -> list[str]:
+    """The ids of the cells whose program (`cell_steps`) still has a branch to generate, read
+    from the store alone: no model, no engine. Why: a rerun with nothing left to do must say so
+    before it loads any weights.
+
+    Plans made without the family's forced-close tokens (`plan_cell(..., forced=0)`) and run
+    with `forced=0` see a superset of the real work (a longer grid, more restart budgets; every
+    later decision reads only the stored panels), so an empty answer is exact and a non-empty
+    one at worst loads a model that then finds an anchor near the total cap out of reach."""
+    out = []
+    for plan in cells:
+        done = {k[2:] for k in store.existing_keys(cell_id=plan.cell_id)}
+        cell = CellState(plan, None, done)  # type: ignore[arg-type]  # the runner is never read
+        panels = _panels_of(store, plan.cell_id, protocol)
+        for _, branches in cell_steps(cell, protocol, tau, topup, panels, forced=0):
+            if branches:
+                out.append(plan.cell_id)
+                break
+    return out
+
+
+def _panels_of(store: RunStore, cell_id: str, protocol: Protocol) -> Callable[[], tuple[Any, Any]]:
+    """The (probe, restart) panels of one cell as stored now, read when called."""
+    def read():
+        df = store.samples_frame(arrays=False, cell_id=cell_id)
+        return probe_panel(df, protocol), restart_panel(df, protocol)
+    return read
+
+
 @dataclass
 class SchedulerCounts:
     cells: int = 0
@@ -120,11 +153,14 @@ class RunScheduler:
     def __init__(self, store: RunStore, loaded: Any, engine: Engine, grader: Any,
                  cells: Sequence[CellPlan], protocol: Protocol, *, tau: float,
                  topup: tuple[str, ...], on_sample: Callable[[str, int], None] | None = None,
-                 max_active_cells: int = 3) -> None:
+                 max_active_cells: int = 3, instrument: bool = False) -> None:
         self.store, self.loaded, self.engine, self.grader = store, loaded, engine, grader
         self.protocol, self.tau, self.topup = protocol, tau, topup
         self.on_sample = on_sample or (lambda phase, n: None)
         self.max_active = max(1, max_active_cells)
+        # Store the protocol 2.2 per-token signals of continuations (`bt continue --instrument`);
+        # otherwise log-probs and entropies only, whatever the backend returned.
+        self.instrument = bool(instrument)
         self.waiting: deque[CellPlan] = deque(cells)
         self.active: list[CellState] = []
         self.answers: deque[GenRequest] = deque()
@@ -152,10 +188,7 @@ class RunScheduler:
             self.rows_cap = max(1, self.engine.capacity(longest))
 
     def _panels(self, cell_id: str) -> Callable[[], tuple[Any, Any]]:
-        def read():
-            df = self.store.samples_frame(arrays=False, cell_id=cell_id)
-            return probe_panel(df, self.protocol), restart_panel(df, self.protocol)
-        return read
+        return _panels_of(self.store, cell_id, self.protocol)
 
     def _advance(self, cell: CellState) -> None:
         """Run the cell's program to its next step with work to do (or its end)."""
@@ -223,6 +256,12 @@ class RunScheduler:
         if res.error or res.finish_reason == "error":
             self._fail(cell, res)
             return
+        if reasoned is None and not cell.runner.needs_answer(res):  # complete (branches.py)
+            self._commit(cell, cell.runner.result_without_answer(branch, res))
+            cell.outstanding -= 1
+            if cell.outstanding == 0:
+                self._advance(cell)
+            return
         if reasoned is None:  # reasoning phase done: queue its answer phase at once
             req, state = cell.runner.answer_request(branch, res, key=res.key + ANSWER_SUFFIX)
             self.by_key[req.key] = (cell, branch, state)
@@ -245,7 +284,8 @@ class RunScheduler:
             branch=b.branch, seed=b.seed, prefix_len=b.cut,
             token_ids=np.asarray(r.tokens, dtype=np.int32), text=text,
             finish_reason=r.finish_reason, logprobs=r.logprobs, entropies=r.entropies,
-            sampling_entropies=r.sampling_entropies, signals=r.signals,
+            sampling_entropies=r.sampling_entropies,
+            signals=r.signals if self.instrument else None,
             elapsed_s=r.elapsed_s, peak_mem_mb=r.peak_memory_bytes / 2**20,
             extra={**r.extra, "phase": cell.phase, "prefix_chars": cell.prefix_chars[b.cut]},
         )
