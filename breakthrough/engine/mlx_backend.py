@@ -258,6 +258,14 @@ class MlxEngine:
         shared = req.shared_prefix
         if shared is not None:
             n = min(common_prefix_length(shared.ids, prompt), len(prompt) - 1)
+            if n > 0 and shared.key not in self._prefixes and shared.starts \
+                    and len(prompt) <= shared.starts[0] and len(shared.ids) > 4 * len(prompt):
+                # A request that uses only the prefix's first start (a restart: the chat prompt
+                # alone) does not build the whole prefix's cache (a base trace of up to 16K
+                # tokens) when it is not held and is much longer: a fresh prefill of its own
+                # prompt is far cheaper (the scheduler runs restarts after the cell's probes,
+                # by when that cache may have made room for other cells').
+                return None, prompt
             if n > 0:
                 pc = self._prefix_cache(shared)
                 before = pc.prefill_tokens

@@ -205,6 +205,17 @@ def select_rows(rows: list[dict], problems: str | None, limit: int | None, cohor
     return rows
 
 
+def _all_stored(run_dir: Path, alias: str, rows: Sequence[dict]) -> bool:
+    """Whether the run in `run_dir` already holds the base trace of every row (read-only)."""
+    from breakthrough.store import STORE_FILE
+
+    if not (run_dir / STORE_FILE).exists():
+        return False
+    with RunStore(run_dir, readonly=True) as store:
+        done = {key[0] for key in store.existing_keys("base")}
+    return all(cell_id(alias, r["id"]) in done for r in rows)
+
+
 @dataclass(frozen=True)
 class BaseRequest:
     """What `bt base` was asked for: a cohort (subset), models, protocol and engine."""
@@ -246,6 +257,10 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
         run_dir = req.runs_dir / run_name(req.run, req.models, cohort_name, ident.alias)
         refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, req.variant,
                                                      req.hidden_stride))
+        if _all_stored(run_dir, ident.alias, rows):  # said before any model is loaded
+            say(f"{run_dir}: nothing to do: the {len(rows)} base trace{'' if len(rows) == 1 else 's'}"
+                f" asked for {'is' if len(rows) == 1 else 'are'} stored (no model loaded)")
+            continue
         loaded = load_model(name)
         base_cells(loaded, rows, req.protocol, req.variant)  # a too-long prompt: refused before any output
         ctx = loaded.config.get("max_position_embeddings")

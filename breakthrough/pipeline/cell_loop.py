@@ -58,6 +58,7 @@ class ContinueOptions:
     engine: EngineSpec = field(default_factory=lambda: EngineSpec(batch_size=32))
     max_active_cells: int = 3
     instrument: bool = False  # `--instrument`: also store the protocol 2.2 per-token signals
+    fill_batch: bool = True  # admit cells while the batch lacks work (scheduler module doc)
 
 
 SIGNALS_FULL = "full"
@@ -120,7 +121,7 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
             counts = RunScheduler(store, loaded, engine, grader, cells, opts.protocol, tau=tau,
                                   topup=opts.topup, on_sample=on_sample,
                                   max_active_cells=opts.max_active_cells,
-                                  instrument=opts.instrument).run()
+                                  instrument=opts.instrument, fill=opts.fill_batch).run()
         finally:
             getattr(grader, "close", lambda: None)()
         report.cells, report.failed_cells, report.samples = counts.cells, counts.failed_cells, counts.samples

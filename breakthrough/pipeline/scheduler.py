@@ -8,17 +8,28 @@ stream for the whole run:
   * a branch's answer phase is queued the moment its reasoning phase finishes (answers go
     first: they complete samples and free the live state the engine keeps for them);
   * a cell's next step is decided the moment its last branch is committed;
-  * a finished cell makes room for the next one, so batches stay full across phase ends.
+  * reasoning phases that unlock a decision (probes, bisection, probe top-ups) go before
+    restarts, and restarts go longest first: restarts decide nothing until the cell's last one
+    is in, so they fill the slots the probes leave, and the longest start early instead of
+    running alone at the end (issue 22: on one cell the four 1,024-token restarts did);
+  * cells are admitted while fewer than a batch of deciding reasoning phases is queued (at
+    least `max_active_cells` at a time), not only when a cell finishes: a cell whose last
+    restarts are in flight holds no slot it does not use, so a batch no longer runs part-empty
+    while three cells each wait for their longest restart.
 Each sample is graded and committed as soon as its row finishes: a kill loses only the rows in
 flight. Seeds are functions of each sample's identity, so the sample set and every token equal
 a cell-by-cell run, and a rerun completes exactly the missing samples.
 
 Memory: rows in flight are capped by `Engine.capacity` for the longest row of the active cells
-(prompt + prefix + max(B, C) + answer), i.e. the `--memory-gb` budget; at most
-`max_active_cells` cells hold a shared-prefix cache at once."""
+(prompt + prefix + max(B, C) + answer), i.e. the `--memory-gb` budget; the engine keeps a
+bounded number of shared-prefix caches (the oldest is dropped, which costs only a prefill), and
+the requests queued at once are about a batch of deciding ones plus the active cells'
+restarts, whose prompts are the chat prompt alone."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -153,18 +164,23 @@ class RunScheduler:
     def __init__(self, store: RunStore, loaded: Any, engine: Engine, grader: Any,
                  cells: Sequence[CellPlan], protocol: Protocol, *, tau: float,
                  topup: tuple[str, ...], on_sample: Callable[[str, int], None] | None = None,
-                 max_active_cells: int = 3, instrument: bool = False) -> None:
+                 max_active_cells: int = 3, instrument: bool = False, fill: bool = True) -> None:
         self.store, self.loaded, self.engine, self.grader = store, loaded, engine, grader
         self.protocol, self.tau, self.topup = protocol, tau, topup
         self.on_sample = on_sample or (lambda phase, n: None)
         self.max_active = max(1, max_active_cells)
+        self.fill = bool(fill)  # admit cells while the batch would lack deciding work (module doc)
         # Store the protocol 2.2 per-token signals of continuations (`bt continue --instrument`);
         # otherwise log-probs and entropies only, whatever the backend returned.
         self.instrument = bool(instrument)
         self.waiting: deque[CellPlan] = deque(cells)
         self.active: list[CellState] = []
         self.answers: deque[GenRequest] = deque()
-        self.reasoning: deque[GenRequest] = deque()
+        # queued reasoning phases: a heap of ((rank, -budget, order), request); rank 0 for the
+        # phases a decision waits for (probes), 1 for restarts (see the module doc)
+        self.reasoning: list[tuple[tuple[int, int, int], GenRequest]] = []
+        self.deciding_queued = 0  # queued reasoning phases of rank 0
+        self._order = itertools.count()
         self.in_flight = 0
         self.rows_cap = 1
         # request key -> (cell, branch, reasoning-phase state or None for a reasoning request)
@@ -172,9 +188,15 @@ class RunScheduler:
         self.counts = SchedulerCounts()
 
     # -- cells ----------------------------------------------------------------------------
+    def _wants_cell(self) -> bool:
+        """Admit another cell: fewer than `max_active_cells` are active, or (`fill`) fewer than
+        a batch of deciding reasoning phases is queued."""
+        return bool(self.waiting) and (len(self.active) < self.max_active
+                                       or (self.fill and self.deciding_queued < self.rows_cap))
+
     def _activate(self) -> None:
         changed = False
-        while len(self.active) < self.max_active and self.waiting:
+        while self._wants_cell():
             plan = self.waiting.popleft()
             done = {k[2:] for k in self.store.existing_keys(cell_id=plan.cell_id)}
             cell = CellState(plan, BranchRunner(self.engine, self.loaded, plan.prompt, plan.trace,
@@ -202,8 +224,20 @@ class RunScheduler:
             for b in branches:
                 req = cell.runner.reasoning_request(b, key=f"{cell.plan.cell_id}|{b.key}")
                 self.by_key[req.key] = (cell, b, None)
-                self.reasoning.append(req)
+                self._queue(b, req)
             cell.outstanding = len(branches)
+
+    def _queue(self, b: Branch, req: GenRequest) -> None:
+        """Queue a reasoning phase: deciding ones (probes) first in cell order, then restarts,
+        longest first."""
+        rank = 1 if b.kind == "restart" else 0
+        heapq.heappush(self.reasoning, ((rank, -b.budget if rank else 0, next(self._order)), req))
+        self.deciding_queued += rank == 0
+
+    def _next_reasoning(self) -> GenRequest:
+        (rank, _, _), req = heapq.heappop(self.reasoning)
+        self.deciding_queued -= rank == 0
+        return req
 
     def _finish(self, cell: CellState) -> None:
         cell.finished = True
@@ -223,17 +257,20 @@ class RunScheduler:
             self.store.add_error(cell.plan.cell_id, res.key, cell.failed, res.endpoint or "")
             mine = lambda r: self.by_key.get(r.key, (None,))[0] is cell  # noqa: E731
             self.answers = deque(r for r in self.answers if not mine(r))
-            self.reasoning = deque(r for r in self.reasoning if not mine(r))
+            self.reasoning = [item for item in self.reasoning if not mine(item[1])]
+            heapq.heapify(self.reasoning)
+            self.deciding_queued = sum(item[0][0] == 0 for item in self.reasoning)
             self._finish(cell)
 
     # -- the stream -----------------------------------------------------------------------
     def requests(self) -> Iterator[GenRequest | None]:
-        """The engine's request source: answers first, then reasoning phases in cell order;
-        None while the rows cap is reached or every active cell awaits results in flight."""
+        """The engine's request source: answers first, then reasoning phases (deciding ones in
+        cell order, then restarts longest first); None while the rows cap is reached or every
+        active cell awaits results in flight."""
         while True:
             self._activate()
             if (self.answers or self.reasoning) and self.in_flight < self.rows_cap:
-                req = self.answers.popleft() if self.answers else self.reasoning.popleft()
+                req = self.answers.popleft() if self.answers else self._next_reasoning()
                 self.in_flight += 1
                 yield req
             elif self.in_flight:

@@ -29,6 +29,8 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     run = runs / "r"
     rate = _manifest(run)["throughput"]["base"]
     assert rate["generated_tokens"] == 48 and rate["tokens_per_s"] > 0
+    rerun = run_bt(*base, "--limit", "2")  # nothing left: said before any model is loaded
+    assert rerun.returncode == 0 and "nothing to do" in " ".join((rerun.stdout + rerun.stderr).split())
 
     before = (run / "store.sqlite").read_bytes()
     again = run_bt(*base, "--dry-run", "--limit", "3")
