@@ -32,6 +32,15 @@ tiny model, idle machine: bt 967.1 / 959.6 tok/s vs reference 112.9 / 111.5 tok/
 32.6 / 56.5 tok/s -> 6.31x and 5.23x (median 5.77x), 14,848 tokens on each side. Before issue 15
 (same workload): 1.67x tiny, 1.53x deep.
 
+Issue 22, 2026-12-01, on the 2-core machine shared with five other agents' tests and benches
+(load average 5-10: every number below is several times slower than idle, and bt, which uses
+both cores, loses more to the contention than the one-thread reference; one repeat each):
+tiny, 8 cells, the old scheduler (3 active cells, FIFO): bt occupancy 85.2 % (bt-only run);
+after the batch-filling scheduler: occupancy 99.2 %, bt 92.6 tok/s vs reference 25.6 tok/s
+(reference on 1 of 8 cells, all branches) -> 3.62x (the idle 1-cell ratio was 8.5x);
+wide-vocab (151,936 tokens), `--workload small --cells 2 --reference-cells 1
+--reference-branches 1`: bt 54.9 vs 4.8 tok/s -> 11.3x, occupancy 81.4 %.
+
     .venv/bin/python bench/continue_throughput.py                       # tiny: 4 layers, width 128
     .venv/bin/python bench/continue_throughput.py --model deep          # 8 layers, width 384
     .venv/bin/python bench/continue_throughput.py --workload small
