@@ -38,6 +38,8 @@ both cores, loses more to the contention than the one-thread reference; one repe
 tiny, 8 cells, the old scheduler (3 active cells, FIFO): bt occupancy 85.2 % (bt-only run);
 after the batch-filling scheduler: occupancy 99.2 %, bt 92.6 tok/s vs reference 25.6 tok/s
 (reference on 1 of 8 cells, all branches) -> 3.62x (the idle 1-cell ratio was 8.5x);
+deep, 8 cells, `--reference-cells 1 --reference-branches 1`: occupancy 99.2 %, bt 63.1 tok/s
+(1,882 s, while other benches ran) vs reference 19.1 tok/s (195 s, at the end, less load) -> 3.31x;
 wide-vocab (151,936 tokens), `--workload small --cells 2 --reference-cells 1
 --reference-branches 1`: bt 54.9 vs 4.8 tok/s -> 11.3x, occupancy 81.4 %.
 
