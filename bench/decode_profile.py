@@ -6,8 +6,10 @@ bookkeeping. Issue 15's goal: at most 10 % of the step at batch 32 on the tiny m
 
 Three ways of running the same step, measured in the same run:
   * bt: `engine.batch_step.SeededBatchGenerator`, one batched seeded sampler for all rows, with
-    the log-prob and the two entropies per token;
-  * bt+instr: the same with the protocol 2.2 instrumentation (bt's default);
+    the log-prob and the two entropies per token: what a continuation or restart stores
+    (issue 22: `bt continue` without `--instrument`);
+  * bt+instr: the same with the protocol 2.2 instrumentation (base traces, `bt sample`,
+    `bt continue --instrument`);
   * per-row (before issue 15): mlx-lm's stock `BatchGenerator` with one `make_sampler` object per
     row (so one Python sampler call per row per step) and the full-vocabulary statistics
     evaluated per step from the stacked log-prob rows, as bt's engine did.
@@ -200,18 +202,23 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of both ways")
+    ap.add_argument("--ways", default=",".join(WAYS),
+                    help=f"which of {', '.join(WAYS)} to time (per-row is slow at batch 32)")
     ap.add_argument("--beside", action="store_true",
                     help="also measure how much bt's statistics job lengthens a forward it runs beside")
     args = ap.parse_args()
+    ways = tuple(w for w in args.ways.split(",") if w)
+    if not ways or set(ways) - set(WAYS):
+        ap.error(f"--ways: expected some of {', '.join(WAYS)}, got {args.ways!r}")
     loaded = load_model(build_model(args.model), family="qwen" if args.model in MODELS else None)
     sampling = Sampling()
     print(f"model {loaded.alias}; BLAS: {blas_name()}; sampling {sampling}")
     print(f"{'batch':>5} {'way':>8} {'step ms':>9} {'forward ms':>11} {'other ms':>9} {'other %':>8}"
           f" {'tok/s':>8}")
     for batch in (int(b) for b in args.batches.split(",")):
-        res: dict[str, list[tuple[float, float]]] = {w: [] for w in WAYS}
+        res: dict[str, list[tuple[float, float]]] = {w: [] for w in ways}
         for _ in range(args.rounds):
-            for way in WAYS:
+            for way in ways:
                 res[way].append(profile(loaded, batch, args.steps, way, sampling))
         for way, vals in res.items():
             step = statistics.median(v[0] for v in vals)

@@ -57,6 +57,7 @@ IDENTITY_FIELDS = (
     "continue_answer_budget",
     "engine",
     "hidden_stride",  # stored hidden vectors (protocol 2.2): every Nth token, 0 none
+    "continuation",  # what continuations store and when they end (pipeline.cell_loop)
 )
 HIDDEN_DIR = "hidden"
 

@@ -66,6 +66,11 @@ def continue_(
         "arm; the run's B, restarts and top-ups are untouched. Uses the run's stored protocol "
         "(the protocol options above are not read)."),
     wait: float = wait_option(),
+    instrument: bool = typer.Option(False, "--instrument", help="Also store the protocol 2.2 "
+                                    "per-token signals of every continuation and restart "
+                                    "(default: token ids, log-probs and entropies only; base "
+                                    "traces always hold them). Part of the run's identity: a "
+                                    "run never mixes the two."),
 ) -> None:
     """Probe every base trace (anchors, 2 rounds of bisection), run restarts and the top-ups.
 
@@ -93,22 +98,29 @@ def continue_(
     DEFAULT.with_overrides(**settings).validate()  # every option, before any store is touched
     engine = EngineSpec(backend=backend, batch_size=batch_size, memory_budget_bytes=int(memory_gb * 2**30),
                         **remote)
-    opts = ContinueOptions(topup=rules, engine=engine, lock_wait=check_wait(wait))
+    opts = ContinueOptions(topup=rules, engine=engine, lock_wait=check_wait(wait),
+                           instrument=instrument)
     dirs = run_dirs(runs or [runs_dir])
     if dry_run:
         from breakthrough.pipeline.dry_run import plan_continue
 
-        for plan in plan_continue(dirs, settings):
+        for plan in plan_continue(dirs, settings, batch_size):
             typer.echo("\n".join(plan.lines()))
         return
     failed = False
     for rep in continue_runs(dirs, settings, opts, progress=lambda run_dir, man: _announce(console, run_dir, man, topup),
                              drive=lambda run: _with_progress(console, run)):
+        if rep.nothing_to_do:
+            console.print(f"{rep.run_dir.name}: nothing to do: every sample the protocol asks for "
+                          "is stored (no model loaded)")
+            continue
+        occupancy = (f"; batch occupancy {rep.occupancy:.0%} of {rep.batch_size}"
+                     if rep.occupancy is not None else "")
         console.print(
             f"{rep.run_dir.name}: {count(rep.cells, 'cell')}; samples " +
             ", ".join(f"{k} {v}" for k, v in rep.samples.items()) +
             f"; prefill {rep.prefill_tokens:,} tokens for {rep.trace_tokens:,} prompt+trace tokens; "
-            f"{rep.generated_tokens:,} generated in {rep.elapsed_s:.1f}s"
+            f"{rep.generated_tokens:,} generated in {rep.elapsed_s:.1f}s{occupancy}"
         )
         if rep.failed_cells:
             failed = True

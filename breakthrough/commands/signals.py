@@ -27,6 +27,11 @@ def signals(
 
     path, rows = run_signals(run, out, window=window)
     typer.echo(f"wrote {path} ({rows:,} trajector{'y' if rows == 1 else 'ies'})")
+    if rows:
+        from breakthrough.signals.coverage import table_coverage
+
+        for line in table_coverage(path):  # what the run holds and what it lacks
+            typer.echo(f"  {line}")
 
 
 def register(app: typer.Typer) -> None:

@@ -69,7 +69,7 @@ def make_engine(spec: EngineSpec, loaded: Any) -> Engine:
 
     return MlxEngine(loaded.model, loaded.eos_ids, batch_size=spec.batch_size,
                      memory_budget_bytes=spec.memory_budget_bytes,
-                     reuse_prefixes=spec.backend == "mlx")
+                     reuse_prefixes=spec.backend == "mlx", instrument=spec.instrument)
 
 
 def _http_engine(spec: EngineSpec, loaded: Any) -> Engine:

@@ -186,6 +186,10 @@ class EngineSpec:
     retries: further attempts after a failed one (a request's deadline bounds them all:
         `http_client.RetryPolicy.deadline_s`).
     api_key: sent as `Authorization: Bearer KEY` (never recorded, printed or shown by repr).
+    instrument: compute the protocol 2.2 per-token signals (and hidden-state fields) in every
+        decode step (MLX backends); False keeps the log-prob and full-distribution entropy
+        only, which is what continuations need (protocol 2.2 instruments the base trace).
+        Never changes a token.
     """
 
     backend: str = "mlx"
@@ -197,6 +201,7 @@ class EngineSpec:
     request_timeout_s: float = 600.0
     retries: int = 2
     api_key: str | None = field(default=None, repr=False)
+    instrument: bool = True
 
 
 BACKENDS: tuple[str, ...] = ("mlx", "mlx-fresh", "vllm", "sglang")

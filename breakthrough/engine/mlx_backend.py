@@ -159,6 +159,10 @@ class MlxEngine:
         self.generated_tokens = 0
         self.prefill_tokens = 0
         self.last_elapsed_s = 0.0
+        # Batch occupancy: over every decode step, the sum of rows in flight (= tokens made)
+        # and of its square; `occupancy` is their ratio (token-weighted mean rows) / batch_size.
+        self.step_rows = 0
+        self.step_rows_sq = 0
         # Reuse state: the last few shared prefixes' caches, and the final caches of rows that
         # asked to be continued (bounded FIFO: an evicted state only costs a fresh prefill).
         self._prefixes: dict[str, tuple[SharedPrefix, PrefixCache]] = {}
@@ -221,6 +225,16 @@ class MlxEngine:
                 "mlx": version("mlx"), "mlx_lm": version("mlx-lm"),
                 "sampler": SAMPLER_ID, "blas": blas_name()}
 
+    @property
+    def occupancy(self) -> float | None:
+        """Mean batch occupancy of every decode step so far: the token-weighted mean of rows in
+        flight (a step with r rows makes r tokens, so sum r^2 / sum r) divided by `batch_size`;
+        None before the first step. Why token-weighted: it says how full the batch was for the
+        average generated token, which is what the throughput depends on."""
+        if not self.step_rows:
+            return None
+        return self.step_rows_sq / self.step_rows / self.batch_size
+
     def capacity(self, row_tokens: int) -> int:
         """`batch_size`, lowered so that the rows' caches (twice: the growth transient) plus the
         shared-prefix caches this engine may hold (`shared_prefixes` of them, each a full prefix
@@ -274,6 +288,14 @@ class MlxEngine:
         shared = req.shared_prefix
         if shared is not None:
             n = min(common_prefix_length(shared.ids, prompt), len(prompt) - 1)
+            if n > 0 and shared.key not in self._prefixes and shared.starts \
+                    and len(prompt) <= shared.starts[0] and len(shared.ids) > 4 * len(prompt):
+                # A request that uses only the prefix's first start (a restart: the chat prompt
+                # alone) does not build the whole prefix's cache (a base trace of up to 16K
+                # tokens) when it is not held and is much longer: a fresh prefill of its own
+                # prompt is far cheaper (the scheduler runs restarts after the cell's probes,
+                # by when that cache may have made room for other cells').
+                return None, prompt
             if n > 0:
                 pc = self._prefix_cache(shared)
                 before = pc.prefill_tokens
@@ -374,6 +396,8 @@ class MlxEngine:
                                    resp.prompt_cache)
                     ready.append(self._result(row, resp))
                 self.generated_tokens += len(responses)
+                self.step_rows += len(responses)
+                self.step_rows_sq += len(responses) ** 2
                 while ready:
                     yield ready.popleft()
         finally:

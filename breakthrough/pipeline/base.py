@@ -186,7 +186,8 @@ def run_base(
             getattr(grader, "close", lambda: None)()
         report.elapsed_s = time.perf_counter() - t0
         report.notes = list(getattr(gen, "notes", []))
-        record_throughput(store, "base", report.tokens, report.elapsed_s)  # for --dry-run ETAs
+        record_throughput(store, "base", report.tokens, report.elapsed_s,  # for --dry-run ETAs
+                          batch_size=engine.batch_size, occupancy=getattr(gen, "occupancy", None))
         return report
     finally:
         store.close()
@@ -207,6 +208,18 @@ def select_rows(rows: list[dict], problems: str | None, limit: int | None, cohor
             raise BtError("--limit must be >= 1")
         rows = rows[:limit]
     return rows
+
+
+def _all_stored(run_dir: Path, alias: str, rows: Sequence[dict]) -> bool:
+    """Whether the run in `run_dir` already holds the base trace of every row (read-only)."""
+    from breakthrough.store import STORE_FILE
+
+    if not (run_dir / STORE_FILE).exists():
+        return False
+    with RunStore(run_dir, readonly=True) as store:
+        done = {key[0] for key in store.existing_keys("base")}
+        alias = store.manifest().get("model_alias") or alias  # the run's name for these weights
+    return all(cell_id(alias, r["id"]) in done for r in rows)
 
 
 @dataclass(frozen=True)
@@ -255,6 +268,10 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
         refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, req.variant,
                                                      req.hidden_stride))
         refuse_other_backend(run_dir, req.engine.backend)
+        if _all_stored(run_dir, ident.alias, rows):  # said before any model is loaded
+            say(f"{run_dir}: nothing to do: the {len(rows)} base trace{'' if len(rows) == 1 else 's'}"
+                f" asked for {'is' if len(rows) == 1 else 'are'} stored (no model loaded)")
+            continue
         with run_lock(run_dir, wait=req.lock_wait):  # before loading: a busy run costs nothing
             reports.append(_base_one(req, name, run_dir, rows, digest, cohort_name, say, drive))
     return reports

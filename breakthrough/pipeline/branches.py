@@ -8,6 +8,15 @@ One branch, exactly as the reference's two-stage procedure:
      inserted; the MLX backend continues its live cache, no second prefill) for up to the answer
      budget, stopping only at EOS; the answer window must be the full reserve;
   4. grade decode(prefix + reasoning + inserted + answer), the whole text.
+Which branches get no answer phase: protocol 3.3 step 6 runs the answer phase always, even
+after a natural close, because a thinking model that stops inside its thinking block has not
+answered yet (the EOS is dropped and the forced close appended). A model of the `plain` family
+has no thinking block and no forced close (models.families): its reasoning phase IS its answer,
+and an EOS there ends the solution. Continuing it would only drop that EOS and ask the same
+context again (measured on a plain chat model: 1 token, EOS again, for 38 of 280 branches). So a
+plain-family branch whose reasoning phase ended at EOS is complete: prefix + reasoning (with
+its EOS), finish reason "eos", no answer request (`BranchRunner.needs_answer`). Every thinking
+family keeps the protocol's answer phase.
 Every request carries its whole context as token ids; the runner adds two hints of the engine
 contract: the cell's prompt + base trace as a `SharedPrefix` (the MLX backend prefills it once
 and cuts a copy back to each prefix), and `follows` for the answer phase (continue the live
@@ -138,6 +147,40 @@ class BranchRunner:
                           seed=b.seed, sampling=self.protocol.sampling, stop_sequences=stop,
                           shared_prefix=self.shared, keep_state=True)
 
+    def needs_answer(self, r: GenResult) -> bool:
+        """Whether the reasoning result `r` gets an answer phase: always, except where the
+        family has no thinking block (no close marker, no forced close: `plain`) and the
+        reasoning phase ended at EOS (see the module doc)."""
+        return bool(self.close_ids or self.forced_ids) or r.finish_reason != "eos"
+
+    def result_without_answer(self, b: Branch, r: GenResult) -> BranchResult:
+        """A branch that `needs_answer` says is complete after its reasoning phase: prefix +
+        reasoning (ending with its EOS), laid out like `result` with no inserted or answer
+        tokens."""
+        signals = None if r.signals is None else {k: np.asarray(v, dtype=np.float32)
+                                                  for k, v in r.signals.items()}
+        return BranchResult(
+            signals=signals,
+            branch=b,
+            tokens=self.trace[: b.cut] + [int(t) for t in r.tokens],
+            logprobs=np.asarray(r.logprobs, dtype=np.float32),
+            entropies=np.asarray(r.entropies, dtype=np.float32),
+            sampling_entropies=np.asarray(r.sampling_entropies, dtype=np.float32),
+            finish_reason="eos",
+            extra={
+                "reasoning_tokens": len(r.tokens),
+                "reasoning_finish": r.finish_reason,
+                "forced_close": False,
+                "inserted_tokens": 0,
+                "answer_tokens": 0,
+                "answer_phase": False,
+                "prefix_sha": prefix_sha(self.trace[: b.cut]),
+                **request_facts([r]),
+            },
+            elapsed_s=r.elapsed_s,
+            peak_memory_bytes=r.peak_memory_bytes,
+        )
+
     def answer_request(self, b: Branch, r: GenResult, key: str | None = None) -> tuple[GenRequest, _Reasoned]:
         """Steps 4-5: close the reasoning (natural or forced) and ask for the answer window,
         continuing the reasoning row (`follows`)."""
@@ -179,6 +222,7 @@ class BranchRunner:
                 "forced_close": bool(done.inserted),
                 "inserted_tokens": len(done.inserted),
                 "answer_tokens": len(a.tokens),
+                "answer_phase": True,
                 "prefix_sha": prefix_sha(self.trace[: b.cut]),
                 **request_facts([r, a], [len(done.reasoning), len(done.inserted)]),
             },
@@ -190,12 +234,16 @@ class BranchRunner:
         """One batch of branches: every reasoning phase, then every answer phase."""
         reqs = [self.reasoning_request(b) for b in branches]
         by_key = {b.key: b for b in branches}
-        answers, pending = [], {}
+        answers, pending, out = [], {}, []
         for r in self.engine.generate(reqs):
+            if not self.needs_answer(r):
+                out.append(self.result_without_answer(by_key[r.key], r))
+                continue
             req, done = self.answer_request(by_key[r.key], r)
             answers.append(req)
             pending[r.key] = done
-        out = [self.result(by_key[a.key], pending[a.key], a) for a in self.engine.generate(answers)]
+        if answers:
+            out += [self.result(by_key[a.key], pending[a.key], a) for a in self.engine.generate(answers)]
         order = {b.key: i for i, b in enumerate(branches)}
         return sorted(out, key=lambda x: order[x.branch.key])
 
@@ -245,6 +293,8 @@ def reference_branch(engine: Engine, loaded: Any, prompt: Sequence[int], prefix:
     (r,) = engine.generate([GenRequest(key="r", prompt=ctx, max_tokens=budget, seed=seed,
                                        sampling=protocol.sampling,
                                        stop_sequences=(close,) if close else ())])
+    if not close and not forced and r.finish_reason == "eos":  # BranchRunner.needs_answer
+        return list(prefix) + list(r.tokens)
     reasoning, inserted, _ = close_reasoning(r.tokens, r.finish_reason, eos, forced)
     (a,) = engine.generate([GenRequest(key="a", prompt=ctx + reasoning + inserted,
                                        max_tokens=protocol.answer_budget, seed=answer_seed(seed),

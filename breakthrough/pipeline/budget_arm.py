@@ -25,7 +25,7 @@ from breakthrough.engine.contract import EngineSpec
 from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import Branch, check_budget, close_tokens
-from breakthrough.pipeline.cell_loop import ContinueReport
+from breakthrough.pipeline.cell_loop import SIGNALS_FULL, ContinueReport
 from breakthrough.pipeline.cells import plan_cell
 from breakthrough.pipeline.manifest import (check_engine, check_model, preflight_continue,
                                              record_throughput)
@@ -111,7 +111,9 @@ def add_budget_run(run_dir: Path, loaded: Any, budget: int, engine_spec: EngineS
                                     f"leave no room for B={arm.budget} + the answer reserve")
             if fits:
                 cells.append(replace(plan, grid=fits))
-        engine = make_engine(engine_spec, loaded)
+        # the arm's probes store what the run's other continuations store (cell_loop)
+        instrument = (store.manifest().get("continuation") or {}).get("signals") == SIGNALS_FULL
+        engine = make_engine(replace(engine_spec, instrument=instrument), loaded)
         if cells:
             engine.capacity(max(c.longest_row(arm) for c in cells))
         check_engine(store, engine)
@@ -125,7 +127,7 @@ def add_budget_run(run_dir: Path, loaded: Any, budget: int, engine_spec: EngineS
         try:
             counts = ArmScheduler(store, loaded, engine, grader, cells, arm, tau=arm.tau,
                                   topup=(), on_sample=on_sample,
-                                  max_active_cells=max_active_cells).run()
+                                  max_active_cells=max_active_cells, instrument=instrument).run()
         finally:
             getattr(grader, "close", lambda: None)()
         report.cells, report.failed_cells, report.samples = counts.cells, counts.failed_cells, counts.samples

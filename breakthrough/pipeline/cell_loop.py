@@ -10,7 +10,17 @@ base trace as its shared prefix (one prefill per cell on the MLX backend):
      probe cells (A5.1) and of restart cells (which the study required but never ran).
 All cells' work runs as one continuously batched stream (pipeline.scheduler). Every sample's
 seed is a function of its identity and every sample is committed when its row finishes, so a
-rerun after a kill completes the missing samples only and ends with the same sample set."""
+rerun after a kill completes the missing samples only and ends with the same sample set.
+
+What a continuation stores (protocol 2.2 instruments "one 16K trajectory per cell", the base
+trace): its token ids, log-probs, full-distribution entropies and sampling entropies; the
+per-token protocol 2.2 signals only with `--instrument` (they cost about a fifth of a decode
+step at batch 32 and are computed beside it). The choice is the manifest's identity field
+`continuation` (`continuation_identity`), so a run never mixes continuations that hold the
+signals with ones that do not; `bt signals` says which trajectories hold what.
+
+A rerun with nothing left to do says so before any model is loaded
+(`scheduler.cells_with_work` reads the store alone)."""
 
 from __future__ import annotations
 
@@ -30,7 +40,7 @@ from breakthrough.pipeline.cells import CellPlan, plan_cell, similar_length_chun
 from breakthrough.pipeline.manifest import (check_engine, check_model, preflight_continue,
                                              record_continuation_protocol, record_throughput,
                                              store_protocol)
-from breakthrough.pipeline.scheduler import PHASES, RunScheduler
+from breakthrough.pipeline.scheduler import PHASES, RunScheduler, cells_with_work
 from breakthrough.protocol import DEFAULT, Protocol
 from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore
@@ -50,6 +60,19 @@ class ContinueOptions:
     engine: EngineSpec = field(default_factory=lambda: EngineSpec(batch_size=32))
     max_active_cells: int = 3
     lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
+    instrument: bool = False  # `--instrument`: also store the protocol 2.2 per-token signals
+    fill_batch: bool = True  # admit cells while the batch lacks work (scheduler module doc)
+
+
+SIGNALS_FULL = "full"
+SIGNALS_LIGHT = "logprobs+entropy"
+
+
+def continuation_identity(instrument: bool) -> dict[str, Any]:
+    """The manifest's `continuation` identity field: what each continuation stores
+    (`signals`: "full" protocol 2.2 signals, or "logprobs+entropy") and the rule that ends a
+    plain-family branch at a reasoning EOS (`plain_eos`, pipeline.branches)."""
+    return {"signals": SIGNALS_FULL if instrument else SIGNALS_LIGHT, "plain_eos": "ends-branch"}
 
 
 @dataclass
@@ -62,6 +85,9 @@ class ContinueReport:
     trace_tokens: int = 0
     generated_tokens: int = 0
     elapsed_s: float = 0.0
+    occupancy: float | None = None  # mean batch occupancy (MlxEngine.occupancy); None: unknown
+    batch_size: int = 0
+    nothing_to_do: bool = False  # every sample was stored already: no model was loaded
     notes: list[str] = field(default_factory=list)  # the engine's (e.g. endpoints that died)
 
 
@@ -81,11 +107,13 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
         for rec in base.to_dict(orient="records"):
             item, prompt = store.cell_prompt(rec["cell_id"])
             cells.append(plan_cell(rec["cell_id"], item, prompt, rec, opts.protocol, forced))
-        engine = make_engine(opts.engine, loaded)
+        engine = make_engine(replace(opts.engine, instrument=opts.instrument), loaded)
         if cells:  # refuses a --memory-gb that cannot hold one row, before anything is written
             engine.capacity(max(c.longest_row(opts.protocol) for c in cells))
+        store.check_identity({"continuation": continuation_identity(opts.instrument)})
         check_engine(store, engine)
         store_protocol(store, opts.protocol)
+        store.ensure_manifest({"continuation": continuation_identity(opts.instrument)})
         if on_start:
             on_start({"cells": len(cells),
                       "probes": sum(len(c.grid) for c in cells) * opts.protocol.samples}, engine)
@@ -95,7 +123,8 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
         try:
             counts = RunScheduler(store, loaded, engine, grader, cells, opts.protocol, tau=tau,
                                   topup=opts.topup, on_sample=on_sample,
-                                  max_active_cells=opts.max_active_cells).run()
+                                  max_active_cells=opts.max_active_cells,
+                                  instrument=opts.instrument, fill=opts.fill_batch).run()
         finally:
             getattr(grader, "close", lambda: None)()
         report.cells, report.failed_cells, report.samples = counts.cells, counts.failed_cells, counts.samples
@@ -103,9 +132,20 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
         report.generated_tokens = engine.generated_tokens
         report.prefill_tokens = engine.prefill_tokens
         report.notes = list(getattr(engine, "notes", []))
-        record_throughput(store, "continue", engine.generated_tokens, time.perf_counter() - t0)  # issue 12: --dry-run ETAs
+        report.occupancy = getattr(engine, "occupancy", None)
+        report.batch_size = opts.engine.batch_size
+        record_throughput(store, "continue", engine.generated_tokens, time.perf_counter() - t0,
+                          batch_size=opts.engine.batch_size, occupancy=report.occupancy)  # --dry-run ETAs
     report.elapsed_s = time.perf_counter() - t0
     return report
+
+
+def has_work(store: RunStore, protocol: Protocol, opts: ContinueOptions) -> bool:
+    """Whether `bt continue` would generate anything in this run (`cells_with_work`), known
+    from the store alone, before any model is loaded."""
+    cells = [plan_cell(rec["cell_id"], {}, [], rec, protocol)
+             for rec in store.samples_frame(kind="base").to_dict(orient="records")]
+    return bool(cells_with_work(store, cells, protocol, tau=protocol.tau, topup=opts.topup))
 
 
 def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions, *,
@@ -121,6 +161,7 @@ def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: Cont
     for run_dir in run_dirs:  # issue 12: every run is checked before any is written or a model loaded
         with RunStore(run_dir, readonly=True) as store:
             preflight_continue(store, settings, opts.engine.backend)
+            store.check_identity({"continuation": continuation_identity(opts.instrument)})
     with ExitStack() as locks:
         for run_dir in run_dirs:
             locks.enter_context(run_lock(run_dir, wait=opts.lock_wait))
@@ -142,6 +183,9 @@ def _continue_locked(run_dirs: Sequence[Path], settings: dict[str, Any], opts: C
     for run_dir in run_dirs:
         with RunStore(run_dir) as store:
             man = store.manifest()
+            if not has_work(store, protocols[run_dir], opts):
+                reports.append(ContinueReport(run_dir=run_dir, nothing_to_do=True))
+                continue
         loaded = load_model(man["model_id"], family=man.get("family"))
         run_opts = replace(opts, protocol=protocols[run_dir])
 

@@ -3,8 +3,15 @@ how long that takes on this machine, without loading a model or writing a byte.
 
 Counts come from the run's store (read-only) and the protocol the command would run under;
 token counts are upper bounds (every sample running to its budget). The ETA divides them by
-the generated tokens/s that earlier `bt base` / `bt continue` calls measured for the same
-model on this machine and stored in their manifests (`manifest.record_throughput`)."""
+the generated tokens/s that an earlier call of the SAME command measured for the same model
+at the same batch size on this machine, stored in its run's manifest
+(`manifest.record_throughput`). Why not another command's rate: `bt base` (a few 16K
+trajectories at batch 8) and `bt continue` (thousands of short branches at batch 32) run the
+batch at very different sizes and fullness; a base rate made one continue ETA five times too
+long. The record also holds the run's mean batch occupancy (token-weighted rows in flight /
+batch size), printed with the ETA, and the ETA's lower end assumes a full batch
+(rate / occupancy): the rate scales with the rows in flight, and a run with more cells in
+flight fills the batch better than one with few."""
 
 from __future__ import annotations
 
@@ -42,6 +49,8 @@ class RunPlan:
     phases: list[PhasePlan] = field(default_factory=list)
     tokens_per_s: float | None = None
     rate_source: str = ""
+    occupancy: float | None = None  # of the measured run (None: not recorded)
+    missing_rate: str = ""  # why there is no rate (no measurement of this command / batch size)
 
     @property
     def max_tokens(self) -> int:
@@ -57,12 +66,19 @@ class RunPlan:
         for p in self.phases:
             out.append(f"  {p.phase:<10} {_n(p.samples, 'sample')}, at most {p.max_tokens:,} "
                        f"tokens" + (f" ({p.note})" if p.note else ""))
-        if self.eta_s is None:
-            out.append(f"  ETA unknown: no measured tokens/s of {self.model} on this machine yet "
-                       f"(a run stores it when it finishes)")
+        if self.max_tokens == 0:
+            out.append("  nothing to do: every sample these phases need is stored")
+        elif self.eta_s is None:
+            out.append(f"  ETA unknown: {self.missing_rate or 'no measured tokens/s of ' + self.model}"
+                       f" (a run stores it when it finishes)")
         else:
-            out.append(f"  ETA at most {_duration(self.eta_s)} at {self.tokens_per_s:,.1f} "
-                       f"tokens/s ({self.rate_source})")
+            line = (f"  ETA at most {_duration(self.eta_s)} at {self.tokens_per_s:,.1f} "
+                    f"tokens/s ({self.rate_source})")
+            if self.occupancy:
+                full = self.eta_s * min(self.occupancy, 1.0)
+                line += (f"; batch occupancy was {self.occupancy:.0%}: {_duration(full)} if the "
+                         f"batch stays full")
+            out.append(line)
         return out
 
 
@@ -78,21 +94,52 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def measured_rate(run_dirs: list[Path], model: str, phases: tuple[str, ...]) -> tuple[float | None, str]:
+def measured_rate(run_dirs: list[Path], model: str, phases: tuple[str, ...],
+                  batch_size: int | None = None) -> tuple[float | None, str]:
     """(tokens/s, where it came from): the first of `phases` measured on this machine in the
-    given runs (the run itself first) for `model`; (None, "") when none was."""
-    machine = machine_name()
+    given runs (the run itself first) for `model` (at `batch_size` when given); (None, "")
+    when none was."""
     for phase in phases:
-        for run_dir in run_dirs:
-            if not (run_dir / STORE_FILE).exists():
-                continue
-            with RunStore(run_dir, readonly=True) as store:
-                man = store.manifest()
-            got = (man.get("throughput") or {}).get(phase) or {}
-            if man.get("model_alias") == model and got.get("machine") == machine and \
-                    got.get("tokens_per_s"):
-                return float(got["tokens_per_s"]), f"measured by `bt {phase}` in {run_dir.name}"
+        got = measured(run_dirs, model, phase, batch_size)
+        if got:
+            return got[0]["tokens_per_s"], got[1]
     return None, ""
+
+
+def measured(run_dirs: list[Path], model: str, phase: str,
+             batch_size: int | None = None) -> tuple[dict, str] | None:
+    """(throughput record, where it came from) of `bt {phase}` for `model` on this machine, at
+    `batch_size` when given (records made before batch sizes were recorded do not match one),
+    from the first of `run_dirs` that holds one; None when none does."""
+    machine = machine_name()
+    keys = (phase,) if batch_size is None else (f"{phase}@{int(batch_size)}", phase)
+    for run_dir in run_dirs:
+        if not (run_dir / STORE_FILE).exists():
+            continue
+        with RunStore(run_dir, readonly=True) as store:
+            man = store.manifest()
+        if man.get("model_alias") != model:
+            continue
+        for key in keys:
+            got = (man.get("throughput") or {}).get(key) or {}
+            if got.get("machine") != machine or not got.get("tokens_per_s"):
+                continue
+            if batch_size is not None and got.get("batch_size") != int(batch_size):
+                continue
+            at = f" at batch {batch_size}" if batch_size is not None else ""
+            return got, f"measured by `bt {phase}`{at} in {run_dir.name}"
+    return None
+
+
+def _rate_for(plan: RunPlan, run_dirs: list[Path], phase: str, batch_size: int) -> None:
+    """Fill `plan`'s rate from `measured` (same command, model, batch size), or say why not."""
+    got = measured(run_dirs, plan.model, phase, batch_size)
+    if got:
+        plan.tokens_per_s, plan.rate_source = float(got[0]["tokens_per_s"]), got[1]
+        plan.occupancy = got[0].get("occupancy")
+    else:
+        plan.missing_rate = (f"no `bt {phase}` of {plan.model} at batch size {batch_size} has "
+                             f"measured its tokens/s on this machine yet")
 
 
 def _sibling_runs(run_dir: Path) -> list[Path]:
@@ -119,15 +166,15 @@ def plan_base(req: BaseRequest) -> list[RunPlan]:
         plan = RunPlan(run_dir, alias, [PhasePlan(
             "base", len(todo), len(todo) * req.protocol.base_max_tokens,
             f"{_n(len(rows) - len(todo), 'cell')} already done" if len(todo) < len(rows) else "")])
-        plan.tokens_per_s, plan.rate_source = measured_rate(_sibling_runs(run_dir), alias,
-                                                            ("base", "continue"))
+        _rate_for(plan, _sibling_runs(run_dir), "base", req.engine.batch_size)
         plans.append(plan)
     return plans
 
 
-def plan_continue(run_dirs: list[Path], settings: dict[str, Any]) -> list[RunPlan]:
+def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: int = 32) -> list[RunPlan]:
     """`bt continue --dry-run`: per run, probes, refinement, restarts (and the top-ups, which
-    depend on outcomes) under the protocol the command would record."""
+    depend on outcomes) under the protocol the command would record, with an ETA from the rate
+    `bt continue` measured at `batch_size`."""
     plans = []
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
@@ -137,7 +184,7 @@ def plan_continue(run_dirs: list[Path], settings: dict[str, Any]) -> list[RunPla
             have = store.existing_keys()
             panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol)
         plans.append(_continue_plan(run_dir, man.get("model_alias", "?"), protocol, base, have,
-                                    panel))
+                                    panel, batch_size))
     return plans
 
 
@@ -155,7 +202,7 @@ def _refinement_left(cell_id: str, grid_done: bool, panel: Any, p: Protocol) -> 
 
 
 def _continue_plan(run_dir: Path, model: str, p: Protocol, base: Any, have: set,
-                   panel: Any) -> RunPlan:
+                   panel: Any, batch_size: int) -> RunPlan:
     probes = refine = restarts = restart_tokens = 0
     probe_tokens = p.budget + p.answer_budget
     for rec in base.to_dict(orient="records"):
@@ -177,6 +224,5 @@ def _continue_plan(run_dir: Path, model: str, p: Protocol, base: Any, have: set,
                   "instant cells get only the scratch budget" if restarts else ""),
         PhasePlan("topups", 0, 0, "decided by the outcomes above; not counted"),
     ])
-    plan.tokens_per_s, plan.rate_source = measured_rate(_sibling_runs(run_dir), model,
-                                                        ("continue", "base"))
+    _rate_for(plan, _sibling_runs(run_dir), "continue", batch_size)
     return plan

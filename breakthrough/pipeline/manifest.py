@@ -255,13 +255,23 @@ def machine_name() -> str:
     return f"{platform.system()} {platform.machine()} {platform.processor() or '?'} x{os.cpu_count()}"
 
 
-def record_throughput(store: RunStore, phase: str, tokens: int, seconds: float) -> None:
+def record_throughput(store: RunStore, phase: str, tokens: int, seconds: float, *,
+                      batch_size: int | None = None, occupancy: float | None = None) -> None:
     """Store the generated tokens/s `bt base` / `bt continue` (`phase`) just measured on this
-    machine, for `--dry-run` ETAs (the latest call of each phase wins; nothing to record when
-    nothing was generated)."""
+    machine, with the batch size and mean batch occupancy it ran at, for `--dry-run` ETAs: under
+    `phase` (the latest call wins) and under `phase@batch_size` (the latest at that batch size),
+    since a rate measured at another batch size says little. Nothing is recorded when nothing
+    was generated."""
     if tokens <= 0 or seconds <= 0:
         return
     got = dict(store.manifest().get("throughput") or {})
-    got[phase] = {"generated_tokens": int(tokens), "elapsed_s": round(float(seconds), 3),
-                  "tokens_per_s": round(tokens / seconds, 3), "machine": machine_name()}
+    rec = {"generated_tokens": int(tokens), "elapsed_s": round(float(seconds), 3),
+           "tokens_per_s": round(tokens / seconds, 3), "machine": machine_name()}
+    if batch_size is not None:
+        rec["batch_size"] = int(batch_size)
+    if occupancy is not None:
+        rec["occupancy"] = round(float(occupancy), 4)
+    got[phase] = rec
+    if batch_size is not None:
+        got[f"{phase}@{int(batch_size)}"] = rec
     store.update_manifest({"throughput": got})

@@ -198,7 +198,8 @@ def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, r
             getattr(grader, "close", lambda: None)()
         report.elapsed_s = time.perf_counter() - t0
         report.notes = list(getattr(gen, "notes", []))
-        record_throughput(store, KIND, report.tokens, report.elapsed_s)
+        record_throughput(store, KIND, report.tokens, report.elapsed_s,
+                          batch_size=engine.batch_size, occupancy=getattr(gen, "occupancy", None))
         return report
     finally:
         store.close()
@@ -286,7 +287,7 @@ def plan_sample(req: SampleRequest) -> list[str]:
         lines.append(f"{run_dir}: {missing:,} of {len(rows) * req.attempts:,} attempts to generate, "
                      f"at most {tokens:,} tokens")
         siblings = _sibling_runs(run_dir) + _sibling_runs(req.runs_dir / "_")
-        rate, source = measured_rate(siblings, alias, (KIND, "base"))
+        rate, source = measured_rate(siblings, alias, (KIND, "base"), req.engine.batch_size)
         lines.append(f"  ETA at most {_duration(tokens / rate)} at {rate:,.1f} tokens/s ({source})"
                      if rate else f"  ETA unknown: no measured tokens/s of {alias} on this machine yet")
     return lines

@@ -8,17 +8,28 @@ stream for the whole run:
   * a branch's answer phase is queued the moment its reasoning phase finishes (answers go
     first: they complete samples and free the live state the engine keeps for them);
   * a cell's next step is decided the moment its last branch is committed;
-  * a finished cell makes room for the next one, so batches stay full across phase ends.
+  * reasoning phases that unlock a decision (probes, bisection, probe top-ups) go before
+    restarts, and restarts go longest first: restarts decide nothing until the cell's last one
+    is in, so they fill the slots the probes leave, and the longest start early instead of
+    running alone at the end (issue 22: on one cell the four 1,024-token restarts did);
+  * cells are admitted while fewer than a batch of deciding reasoning phases is queued (at
+    least `max_active_cells` at a time), not only when a cell finishes: a cell whose last
+    restarts are in flight holds no slot it does not use, so a batch no longer runs part-empty
+    while three cells each wait for their longest restart.
 Each sample is graded and committed as soon as its row finishes: a kill loses only the rows in
 flight. Seeds are functions of each sample's identity, so the sample set and every token equal
 a cell-by-cell run, and a rerun completes exactly the missing samples.
 
 Memory: rows in flight are capped by `Engine.capacity` for the longest row of the active cells
-(prompt + prefix + max(B, C) + answer), i.e. the `--memory-gb` budget; at most
-`max_active_cells` cells hold a shared-prefix cache at once."""
+(prompt + prefix + max(B, C) + answer), i.e. the `--memory-gb` budget; the engine keeps a
+bounded number of shared-prefix caches (the oldest is dropped, which costs only a prefill), and
+the requests queued at once are about a batch of deciding ones plus the active cells'
+restarts, whose prompts are the chat prompt alone."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -74,9 +85,11 @@ def branches_for(cell: CellState, protocol: Protocol, kind: str, point: int,
 
 
 def cell_steps(cell: CellState, protocol: Protocol, tau: float, topup: tuple[str, ...],
-               panels: Callable[[], tuple[Any, Any]]) -> Iterator[tuple[str, list[Branch]]]:
+               panels: Callable[[], tuple[Any, Any]],
+               forced: int | None = None) -> Iterator[tuple[str, list[Branch]]]:
     """The protocol for one cell, step by step; each yielded step's samples are all stored
-    before the generator is resumed, so every decision reads complete panels."""
+    before the generator is resumed, so every decision reads complete panels. `forced`: the
+    family's forced-close token count (default: the cell's runner's)."""
     p = protocol
     yield "probes", [b for a in cell.plan.grid for b in branches_for(cell, p, "probe", a, range(p.samples))]
     for _ in range(p.refinement_rounds):  # protocol 4: bisection of the first stable crossing
@@ -89,7 +102,8 @@ def cell_steps(cell: CellState, protocol: Protocol, tau: float, topup: tuple[str
     # Restarts (section 4), decided on the canonical probe summaries (instant cells: C = B only).
     probe, _ = panels()
     rows = list(probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None))
-    forced = len(cell.runner.forced_ids)
+    if forced is None:
+        forced = len(cell.runner.forced_ids)
     budgets = [c for c in restart_budgets_of(rows, tau, p) if check_budget(0, c, p, forced)]
     yield "restarts", [b for c in budgets for b in branches_for(cell, p, "restart", c, range(p.restart_samples))]
     if not topup:
@@ -107,6 +121,36 @@ def cell_steps(cell: CellState, protocol: Protocol, tau: float, topup: tuple[str
         yield "topups", todo
 
 
+def cells_with_work(store: RunStore, cells: Sequence[CellPlan], protocol: Protocol, *, tau: float,
+                    topup: tuple[str, ...]) -> list[str]:
+    """The ids of the cells whose program (`cell_steps`) still has a branch to generate, read
+    from the store alone: no model, no engine. Why: a rerun with nothing left to do must say so
+    before it loads any weights.
+
+    Plans made without the family's forced-close tokens (`plan_cell(..., forced=0)`) and run
+    with `forced=0` see a superset of the real work (a longer grid, more restart budgets; every
+    later decision reads only the stored panels), so an empty answer is exact and a non-empty
+    one at worst loads a model that then finds an anchor near the total cap out of reach."""
+    out = []
+    for plan in cells:
+        done = {k[2:] for k in store.existing_keys(cell_id=plan.cell_id)}
+        cell = CellState(plan, None, done)  # type: ignore[arg-type]  # the runner is never read
+        panels = _panels_of(store, plan.cell_id, protocol)
+        for _, branches in cell_steps(cell, protocol, tau, topup, panels, forced=0):
+            if branches:
+                out.append(plan.cell_id)
+                break
+    return out
+
+
+def _panels_of(store: RunStore, cell_id: str, protocol: Protocol) -> Callable[[], tuple[Any, Any]]:
+    """The (probe, restart) panels of one cell as stored now, read when called."""
+    def read():
+        df = store.samples_frame(arrays=False, cell_id=cell_id)
+        return probe_panel(df, protocol), restart_panel(df, protocol)
+    return read
+
+
 @dataclass
 class SchedulerCounts:
     cells: int = 0
@@ -120,15 +164,23 @@ class RunScheduler:
     def __init__(self, store: RunStore, loaded: Any, engine: Engine, grader: Any,
                  cells: Sequence[CellPlan], protocol: Protocol, *, tau: float,
                  topup: tuple[str, ...], on_sample: Callable[[str, int], None] | None = None,
-                 max_active_cells: int = 3) -> None:
+                 max_active_cells: int = 3, instrument: bool = False, fill: bool = True) -> None:
         self.store, self.loaded, self.engine, self.grader = store, loaded, engine, grader
         self.protocol, self.tau, self.topup = protocol, tau, topup
         self.on_sample = on_sample or (lambda phase, n: None)
         self.max_active = max(1, max_active_cells)
+        self.fill = bool(fill)  # admit cells while the batch would lack deciding work (module doc)
+        # Store the protocol 2.2 per-token signals of continuations (`bt continue --instrument`);
+        # otherwise log-probs and entropies only, whatever the backend returned.
+        self.instrument = bool(instrument)
         self.waiting: deque[CellPlan] = deque(cells)
         self.active: list[CellState] = []
         self.answers: deque[GenRequest] = deque()
-        self.reasoning: deque[GenRequest] = deque()
+        # queued reasoning phases: a heap of ((rank, -budget, order), request); rank 0 for the
+        # phases a decision waits for (probes), 1 for restarts (see the module doc)
+        self.reasoning: list[tuple[tuple[int, int, int], GenRequest]] = []
+        self.deciding_queued = 0  # queued reasoning phases of rank 0
+        self._order = itertools.count()
         self.in_flight = 0
         self.rows_cap = 1
         # request key -> (cell, branch, reasoning-phase state or None for a reasoning request)
@@ -136,9 +188,15 @@ class RunScheduler:
         self.counts = SchedulerCounts()
 
     # -- cells ----------------------------------------------------------------------------
+    def _wants_cell(self) -> bool:
+        """Admit another cell: fewer than `max_active_cells` are active, or (`fill`) fewer than
+        a batch of deciding reasoning phases is queued."""
+        return bool(self.waiting) and (len(self.active) < self.max_active
+                                       or (self.fill and self.deciding_queued < self.rows_cap))
+
     def _activate(self) -> None:
         changed = False
-        while len(self.active) < self.max_active and self.waiting:
+        while self._wants_cell():
             plan = self.waiting.popleft()
             done = {k[2:] for k in self.store.existing_keys(cell_id=plan.cell_id)}
             cell = CellState(plan, BranchRunner(self.engine, self.loaded, plan.prompt, plan.trace,
@@ -157,10 +215,7 @@ class RunScheduler:
         return cell_steps(cell, self.protocol, self.tau, self.topup, self._panels(cell.plan.cell_id))
 
     def _panels(self, cell_id: str) -> Callable[[], tuple[Any, Any]]:
-        def read():
-            df = self.store.samples_frame(arrays=False, cell_id=cell_id)
-            return probe_panel(df, self.protocol), restart_panel(df, self.protocol)
-        return read
+        return _panels_of(self.store, cell_id, self.protocol)
 
     def _advance(self, cell: CellState) -> None:
         """Run the cell's program to its next step with work to do (or its end)."""
@@ -174,8 +229,20 @@ class RunScheduler:
             for b in branches:
                 req = cell.runner.reasoning_request(b, key=f"{cell.plan.cell_id}|{b.key}")
                 self.by_key[req.key] = (cell, b, None)
-                self.reasoning.append(req)
+                self._queue(b, req)
             cell.outstanding = len(branches)
+
+    def _queue(self, b: Branch, req: GenRequest) -> None:
+        """Queue a reasoning phase: deciding ones (probes) first in cell order, then restarts,
+        longest first."""
+        rank = 1 if b.kind == "restart" else 0
+        heapq.heappush(self.reasoning, ((rank, -b.budget if rank else 0, next(self._order)), req))
+        self.deciding_queued += rank == 0
+
+    def _next_reasoning(self) -> GenRequest:
+        (rank, _, _), req = heapq.heappop(self.reasoning)
+        self.deciding_queued -= rank == 0
+        return req
 
     def _finish(self, cell: CellState) -> None:
         cell.finished = True
@@ -195,17 +262,20 @@ class RunScheduler:
             self.store.add_error(cell.plan.cell_id, res.key, cell.failed, res.endpoint or "")
             mine = lambda r: self.by_key.get(r.key, (None,))[0] is cell  # noqa: E731
             self.answers = deque(r for r in self.answers if not mine(r))
-            self.reasoning = deque(r for r in self.reasoning if not mine(r))
+            self.reasoning = [item for item in self.reasoning if not mine(item[1])]
+            heapq.heapify(self.reasoning)
+            self.deciding_queued = sum(item[0][0] == 0 for item in self.reasoning)
             self._finish(cell)
 
     # -- the stream -----------------------------------------------------------------------
     def requests(self) -> Iterator[GenRequest | None]:
-        """The engine's request source: answers first, then reasoning phases in cell order;
-        None while the rows cap is reached or every active cell awaits results in flight."""
+        """The engine's request source: answers first, then reasoning phases (deciding ones in
+        cell order, then restarts longest first); None while the rows cap is reached or every
+        active cell awaits results in flight."""
         while True:
             self._activate()
             if (self.answers or self.reasoning) and self.in_flight < self.rows_cap:
-                req = self.answers.popleft() if self.answers else self.reasoning.popleft()
+                req = self.answers.popleft() if self.answers else self._next_reasoning()
                 self.in_flight += 1
                 yield req
             elif self.in_flight:
@@ -227,6 +297,12 @@ class RunScheduler:
             return
         if res.error or res.finish_reason == "error":
             self._fail(cell, res)
+            return
+        if reasoned is None and not cell.runner.needs_answer(res):  # complete (branches.py)
+            self._commit(cell, cell.runner.result_without_answer(branch, res))
+            cell.outstanding -= 1
+            if cell.outstanding == 0:
+                self._advance(cell)
             return
         if reasoned is None:  # reasoning phase done: queue its answer phase at once
             req, state = cell.runner.answer_request(branch, res, key=res.key + ANSWER_SUFFIX)
@@ -250,7 +326,8 @@ class RunScheduler:
             branch=b.branch, seed=b.seed, prefix_len=b.cut,
             token_ids=np.asarray(r.tokens, dtype=np.int32), text=text,
             finish_reason=r.finish_reason, logprobs=r.logprobs, entropies=r.entropies,
-            sampling_entropies=r.sampling_entropies, signals=r.signals,
+            sampling_entropies=r.sampling_entropies,
+            signals=r.signals if self.instrument else None,
             elapsed_s=r.elapsed_s, peak_mem_mb=r.peak_memory_bytes / 2**20,
             extra={**r.extra, "phase": cell.phase, "prefix_chars": cell.prefix_chars[b.cut]},
         )

@@ -5,6 +5,7 @@ no model is loaded and nothing is written."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 from bt_cli import run_bt
@@ -28,12 +29,15 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     run = runs / "r"
     rate = _manifest(run)["throughput"]["base"]
     assert rate["generated_tokens"] == 48 and rate["tokens_per_s"] > 0
+    rerun = run_bt(*base, "--limit", "2")  # nothing left: said before any model is loaded
+    assert rerun.returncode == 0 and "nothing to do" in " ".join((rerun.stdout + rerun.stderr).split())
 
     before = (run / "store.sqlite").read_bytes()
     again = run_bt(*base, "--dry-run", "--limit", "3")
     assert again.returncode == 0, again.stderr
     assert "1 sample, at most 24 tokens" in again.stdout and "2 cells already done" in again.stdout
-    assert "tokens/s (measured by `bt base` in r)" in again.stdout
+    assert "tokens/s (measured by `bt base` at batch 8 in r)" in again.stdout
+    assert "batch occupancy was" in again.stdout
 
     cont = ("continue", run, "--anchors", "2,4", "--samples", "2", "--budget", "4",
             "--answer-budget", "4", "--restarts", "4,8")
@@ -41,8 +45,24 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     assert plan.returncode == 0, plan.stderr
     lines = {line.split()[0]: line for line in plan.stdout.splitlines()[1:] if line.strip()}
     assert {"probes", "refinement", "restarts", "topups", "ETA"} <= set(lines)
-    assert "at most" in lines["ETA"]
+    # never another command's rate (bt base's, at batch 8): continue has not measured one yet
+    assert "ETA unknown" in lines["ETA"] and "`bt continue` of tiny-llama at batch size 32" in lines["ETA"]
     # restarts: 2 cells x 2 budgets x 2 samples; tokens (4+4)*2 + (8+4)*2 per cell
     assert "8 samples, at most 80 tokens" in lines["restarts"]
     assert (run / "store.sqlite").read_bytes() == before  # the protocol was not rewritten
     assert _manifest(run)["protocol"]["budget"] != 4
+
+    # bt continue stores its rate with its batch size and occupancy (also in its closing line)
+    ran = run_bt(*cont, "--batch-size", "4", "--topup", "none")
+    assert ran.returncode == 0, ran.stderr
+    said = " ".join(ran.stderr.split())
+    occ = re.search(r"batch occupancy (\d+)% of 4", said)
+    assert occ and 0 < int(occ.group(1)) <= 100, said
+    rec = _manifest(run)["throughput"]["continue@4"]
+    assert rec["batch_size"] == 4 and 0 < rec["occupancy"] <= 1 and rec["tokens_per_s"] > 0
+    more = (*cont[:-1], "4,8,16")  # one more restart budget: work left to time
+    at4 = run_bt(*more, "--batch-size", "4", "--dry-run")
+    assert "measured by `bt continue` at batch 4 in r" in at4.stdout, at4.stdout
+    assert f"batch occupancy was {rec['occupancy']:.0%}" in at4.stdout
+    at8 = run_bt(*more, "--batch-size", "8", "--dry-run")
+    assert "ETA unknown" in at8.stdout and "at batch size 8" in at8.stdout

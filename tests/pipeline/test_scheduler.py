@@ -30,7 +30,10 @@ def test_interleaving_cells_changes_nothing(fixture_run: Path, tmp_path: Path, t
     shutil.copytree(fixture_run, other)
     proto = DEFAULT.with_overrides(budget=8, answer_budget=4, restart_budgets=(8, 16), anchors=(64, 128, 256))
     loaded = load_model(str(tiny_model_dir), family="qwen")
-    one = continue_run(fixture_run, loaded, ContinueOptions(protocol=proto, max_active_cells=1))
+    # cell by cell (one cell at a time, no admission to fill the batch) vs interleaved (cells
+    # admitted to fill the batch, probes before restarts, restarts longest first)
+    one = continue_run(fixture_run, loaded, ContinueOptions(protocol=proto, max_active_cells=1,
+                                                            fill_batch=False))
     many = continue_run(other, loaded, ContinueOptions(protocol=proto, max_active_cells=3))
     assert one.samples == many.samples and one.cells == many.cells == 2
     a, key = _samples(fixture_run)
