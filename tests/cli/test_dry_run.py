@@ -60,7 +60,9 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     assert occ and 0 < int(occ.group(1)) <= 100, said
     rec = _manifest(run)["throughput"]["continue@4"]
     assert rec["batch_size"] == 4 and 0 < rec["occupancy"] <= 1 and rec["tokens_per_s"] > 0
-    more = (*cont[:-1], "4,8,16")  # one more restart budget: work left to time
+    # a third cell, so continue has work left to time (a run's settings cannot change)
+    assert run_bt(*base, "--limit", "3").returncode == 0
+    more = cont
     at4 = run_bt(*more, "--batch-size", "4", "--dry-run")
     assert "measured by `bt continue` at batch 4 in r" in at4.stdout, at4.stdout
     assert f"batch occupancy was {rec['occupancy']:.0%}" in at4.stdout

@@ -17,7 +17,7 @@ from breakthrough.store import RunStore
 
 
 def test_add_budget_option_refusals_before_any_read(tmp_path: Path) -> None:
-    args = ("mlx", "", 4, False, 8, 1.0)
+    args = ("mlx", {}, 8, 1.0, 0.0)  # backend, HTTP settings, batch size, memory GB, lock wait
     with pytest.raises(BtError, match="--add-budget: expected a positive"):
         _add_budget(Console(), [tmp_path], 0, False, *args)
     with pytest.raises(BtError, match="--dry-run"):

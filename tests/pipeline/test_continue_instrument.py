@@ -61,8 +61,7 @@ def test_continuations_instrument_only_when_asked(fixture_run: Path, tmp_path: P
     assert "hold log-probs and entropies only" not in full_said.stdout.split("probe:")[1]
 
     # a run never mixes the two: refused with one line, before any model is loaded
-    args = ["--budget", "8", "--answer-budget", "4", "--restarts", "8,16", "--anchors", "64,128"]
-    refused = run_bt("continue", fixture_run, *args, "--instrument")
+    refused = run_bt("continue", fixture_run, "--instrument")  # the run's own settings otherwise
     assert_one_line_error(refused, 2, "continuation.signals", "logprobs+entropy", "full")
 
     # nothing left to do: said before any model is loaded
