@@ -46,9 +46,12 @@ lock: $(VENV)/.installed
 	MACOSX_DEPLOYMENT_TARGET=14.0 $(COMPILE) --python-platform aarch64-apple-darwin -o $(LOCK_MACOS)
 
 # Layer rules first (import-linter contracts in pyproject.toml), then the suite.
+# Two workers by default (CI has 2 cores; most tests wait on `bt` subprocesses), a module's
+# tests on one worker so its fixtures are built once: `make test TEST_WORKERS=0` runs serially.
+TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # A researcher's first day with real dependency resolution (CI runs it after `make test`): the
 # wheel installed into a fresh venv from the package index through the lock, then the README's
