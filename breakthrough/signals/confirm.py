@@ -589,18 +589,11 @@ def base_signals(run: Path, window: int) -> pd.DataFrame:
     """The summaries of RUN's base trajectories over their first `window` tokens, computed from
     the store as `bt signals RUN --window window` computes them (only base rows: the test reads
     nothing else)."""
-    from breakthrough.signals.run_signals import ID_COLUMNS, trajectory_series
-    from breakthrough.signals.summaries import summarize
+    from breakthrough.signals.run_signals import ID_COLUMNS, summary_rows
 
     with RunStore(run, readonly=True) as store:
         frame = store.samples_frame(kind="base", signals=True)
-    rows = []
-    for _, row in frame.iterrows():
-        series = trajectory_series(row)
-        ids = {c: row[c] for c in ID_COLUMNS if c in row.index}
-        ids["observed_token_count"] = int(min(len(series["entropy"]), window))
-        rows.append({**ids, "window": window, **summarize(series, window)})
-    return pd.DataFrame(rows, columns=[*ID_COLUMNS, "window", *FROZEN_SUMMARIES])
+    return pd.DataFrame(summary_rows(frame, window), columns=[*ID_COLUMNS, "window", *FROZEN_SUMMARIES])
 
 
 def _signals_at(path: Path, run: Path, t: int) -> tuple[pd.DataFrame, str]:

@@ -12,6 +12,7 @@ recorded by the MLX backend; HTTP backends cannot see hidden states, so there th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,12 +44,7 @@ def run_signals(run: Path | str, out: Path | str | None = None, *, window: int =
         raise BtError(f"--window: must be at least 2 tokens, got {window}")
     with RunStore(run, readonly=True) as store:
         frame = store.samples_frame(signals=True)
-    rows = []
-    for _, row in frame.iterrows():
-        series = trajectory_series(row)
-        ids = {c: row[c] for c in ID_COLUMNS if c in row.index}
-        ids["observed_token_count"] = int(min(len(series["entropy"]), window))
-        rows.append({**ids, "window": window, **summarize(series, window)})
+    rows = summary_rows(frame, window)
     table = pd.DataFrame(rows, columns=[*ID_COLUMNS, "window", *FROZEN_SUMMARIES, *STREAM_SUMMARIES])
     path = Path(out) if out else Path(run) / OUTPUT_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,3 +52,17 @@ def run_signals(run: Path | str, out: Path | str | None = None, *, window: int =
     table.to_parquet(tmp, index=False)
     tmp.replace(path)
     return path, len(table)
+
+
+def summary_rows(frame: Any, window: int) -> list[dict]:
+    """One row per trajectory of `frame` (a `samples_frame(signals=True)`): its id columns, the
+    tokens observed within `window`, and `summaries.summarize` of its series. `bt signals` and
+    `bt confirm`'s sweep (a window no table holds) both build their tables from it, so the two
+    agree by construction."""
+    rows = []
+    for _, row in frame.iterrows():
+        series = trajectory_series(row)
+        ids = {c: row[c] for c in ID_COLUMNS if c in row.index}
+        ids["observed_token_count"] = int(min(len(series["entropy"]), window))
+        rows.append({**ids, "window": window, **summarize(series, window)})
+    return rows
