@@ -25,15 +25,13 @@ from breakthrough.engine.contract import EngineSpec
 from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import Branch, check_budget, close_tokens
-from breakthrough.pipeline.cell_loop import SIGNALS_FULL, ContinueReport
+from breakthrough.pipeline.cell_loop import SIGNALS_FULL, ContinueReport, run_scheduled
 from breakthrough.pipeline.cells import plan_cell
-from breakthrough.pipeline.manifest import (check_engine, check_model, preflight_continue,
-                                             record_throughput)
+from breakthrough.pipeline.manifest import check_engine, check_model, preflight_continue
 from breakthrough.pipeline.scheduler import CellState, RunScheduler, branches_for
 from breakthrough.protocol import Protocol
 from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore
-from breakthrough.tasks.family import family_of, make_grader
 
 ARMS_KEY = "probe_arms"
 
@@ -123,19 +121,10 @@ def add_budget_run(run_dir: Path, loaded: Any, budget: int, engine_spec: EngineS
                       "probes": sum(len(c.grid) for c in cells) * arm.samples}, engine)
         if not cells:
             return report
-        grader = make_grader(family_of([c.item for c in cells]), run_dir)
-        try:
-            counts = ArmScheduler(store, loaded, engine, grader, cells, arm, tau=arm.tau,
-                                  topup=(), on_sample=on_sample,
-                                  max_active_cells=max_active_cells, instrument=instrument).run()
-        finally:
-            getattr(grader, "close", lambda: None)()
-        report.cells, report.failed_cells, report.samples = counts.cells, counts.failed_cells, counts.samples
-        report.trace_tokens = sum(len(c.prompt) + len(c.trace) for c in cells)
-        report.generated_tokens = engine.generated_tokens
-        report.prefill_tokens = engine.prefill_tokens
-        report.notes += list(getattr(engine, "notes", []))
-        record_throughput(store, "continue", engine.generated_tokens, time.perf_counter() - t0)
+        run_scheduled(lambda grader: ArmScheduler(
+            store, loaded, engine, grader, cells, arm, tau=arm.tau, topup=(), on_sample=on_sample,
+            max_active_cells=max_active_cells, instrument=instrument),
+            store, run_dir, engine, cells, report, engine_spec.batch_size, t0)
     report.elapsed_s = time.perf_counter() - t0
     return report
 

@@ -119,25 +119,36 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
                       "probes": sum(len(c.grid) for c in cells) * opts.protocol.samples}, engine)
         if not cells:
             return report
-        grader = make_grader(family_of([c.item for c in cells]), run_dir)
-        try:
-            counts = RunScheduler(store, loaded, engine, grader, cells, opts.protocol, tau=tau,
-                                  topup=opts.topup, on_sample=on_sample,
-                                  max_active_cells=opts.max_active_cells,
-                                  instrument=opts.instrument, fill=opts.fill_batch).run()
-        finally:
-            getattr(grader, "close", lambda: None)()
-        report.cells, report.failed_cells, report.samples = counts.cells, counts.failed_cells, counts.samples
-        report.trace_tokens = sum(len(c.prompt) + len(c.trace) for c in cells)
-        report.generated_tokens = engine.generated_tokens
-        report.prefill_tokens = engine.prefill_tokens
-        report.notes = list(getattr(engine, "notes", []))
-        report.occupancy = getattr(engine, "occupancy", None)
-        report.batch_size = opts.engine.batch_size
-        record_throughput(store, "continue", engine.generated_tokens, time.perf_counter() - t0,
-                          batch_size=opts.engine.batch_size, occupancy=report.occupancy)  # --dry-run ETAs
+        run_scheduled(lambda grader: RunScheduler(
+            store, loaded, engine, grader, cells, opts.protocol, tau=tau, topup=opts.topup,
+            on_sample=on_sample, max_active_cells=opts.max_active_cells,
+            instrument=opts.instrument, fill=opts.fill_batch),
+            store, run_dir, engine, cells, report, opts.engine.batch_size, t0)
     report.elapsed_s = time.perf_counter() - t0
     return report
+
+
+def run_scheduled(scheduler: Callable[[Any], RunScheduler], store: RunStore, run_dir: Path,
+                  engine: Any, cells: Sequence[Any], report: ContinueReport, batch_size: int,
+                  t0: float) -> None:
+    """Run `scheduler(grader)` over `cells` with the family's grader (closed however it ends),
+    then fill `report` from its counts and the engine, and record the run's throughput with its
+    batch size and occupancy (what `--dry-run` ETAs read). Serves `bt continue` and its
+    `--add-budget` arm (pipeline.budget_arm)."""
+    grader = make_grader(family_of([c.item for c in cells]), run_dir)
+    try:
+        counts = scheduler(grader).run()
+    finally:
+        getattr(grader, "close", lambda: None)()
+    report.cells, report.failed_cells, report.samples = counts.cells, counts.failed_cells, counts.samples
+    report.trace_tokens = sum(len(c.prompt) + len(c.trace) for c in cells)
+    report.generated_tokens = engine.generated_tokens
+    report.prefill_tokens = engine.prefill_tokens
+    report.notes += list(getattr(engine, "notes", []))
+    report.occupancy = getattr(engine, "occupancy", None)
+    report.batch_size = batch_size
+    record_throughput(store, "continue", engine.generated_tokens, time.perf_counter() - t0,
+                      batch_size=batch_size, occupancy=report.occupancy)  # --dry-run ETAs
 
 
 def has_work(store: RunStore, protocol: Protocol, opts: ContinueOptions) -> bool:
