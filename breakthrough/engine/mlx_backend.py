@@ -51,6 +51,9 @@ if TYPE_CHECKING:  # batch_step imports mlx at its top; this module imports it o
     from breakthrough.engine.batch_step import RowSpec
 
 _noticed = False
+# The fewest shared-prefix caches an engine keeps under a tight memory budget (`capacity`): a
+# few cells' probes in flight at once.
+MIN_PREFIX_SLOTS = 4
 
 
 def _blas_notice_once() -> None:
@@ -138,7 +141,7 @@ class MlxEngine:
         reuse_prefixes: bool = True,
         memory_budget_bytes: int = 0,
         kept_states: int | None = None,
-        shared_prefixes: int = 4,
+        shared_prefixes: int = 8,
         instrument: bool = True,
     ):
         self.model = model
@@ -167,6 +170,9 @@ class MlxEngine:
         # asked to be continued (bounded FIFO: an evicted state only costs a fresh prefill).
         self._prefixes: dict[str, tuple[SharedPrefix, PrefixCache]] = {}
         self._max_prefixes = max(1, shared_prefixes)
+        # Shared prefixes kept now: `_max_prefixes`, fewer (down to MIN_PREFIX_SLOTS) when the
+        # memory budget is tight (`capacity`). The scheduler reads it as `prefix_slots`.
+        self._prefix_slots = self._max_prefixes
         self._kept: dict[str, tuple[list[int], list]] = {}
         self._max_kept = kept_states or 2 * self.batch_size
         self._kv_bytes: float | None = None
@@ -235,12 +241,20 @@ class MlxEngine:
             return None
         return self.step_rows_sq / self.step_rows / self.batch_size
 
+    @property
+    def prefix_slots(self) -> int | None:
+        """How many shared-prefix caches (one per cell: prompt + base trace) this engine keeps
+        at once; None when it keeps none (`mlx-fresh`). The scheduler lets no more cells probe
+        at once, so none of their prefixes is dropped and prefilled again."""
+        return self._prefix_slots if self.reuse_prefixes else None
+
     def capacity(self, row_tokens: int) -> int:
         """`batch_size`, lowered so that the rows' caches (twice: the growth transient) plus the
-        shared-prefix caches this engine may hold (`shared_prefixes` of them, each a full prefix
+        shared-prefix caches this engine may hold (`prefix_slots` of them, each a full prefix
         of up to `row_tokens` plus its snapshots of untrimmable layers,
         `prefix_cache.CacheBytes`) fit `memory_budget_bytes`; BtError when not even one row
-        fits."""
+        fits. Under a tight budget the engine keeps fewer prefixes first (down to
+        MIN_PREFIX_SLOTS, while they would take more than half of it), then fewer rows."""
         if not self.memory_budget_bytes:
             return self.batch_size
         if self._kv_bytes is None:
@@ -248,7 +262,14 @@ class MlxEngine:
         b, tokens = self._kv_bytes, max(row_tokens, 1)
         snapshots = max([len(pc.snapshot_at) for _, pc in self._prefixes.values()]
                         + [len(DEFAULT.anchors) + 1])
-        reserve = self._max_prefixes * b.prefix_cache(tokens, snapshots) if self.reuse_prefixes else 0
+        reserve = 0.0
+        if self.reuse_prefixes:
+            per_prefix = b.prefix_cache(tokens, snapshots)
+            slots = self._max_prefixes
+            while slots > MIN_PREFIX_SLOTS and slots * per_prefix > self.memory_budget_bytes / 2:
+                slots -= 1
+            self._prefix_slots = slots
+            reserve = slots * per_prefix
         # x2: mlx-lm grows (and extends) a batch's cache by concatenation, so for one step the
         # old and the new buffers of every row are alive together (bench/long_trace.py)
         row = 2 * b.row(tokens)
@@ -267,9 +288,15 @@ class MlxEngine:
         cache = PrefixCache(self.model, shared.ids, snapshot_at=[s - 1 for s in shared.starts])
         self._prefixes.pop(shared.key, None)
         self._prefixes[shared.key] = (shared, cache)
-        while len(self._prefixes) > self._max_prefixes:
+        while len(self._prefixes) > self._prefix_slots:
             self._prefixes.pop(next(iter(self._prefixes)))
         return cache
+
+    def release_prefix(self, key: str) -> None:
+        """Drop the shared-prefix cache kept under `key` (a cell whose probes are all done:
+        its restarts start from the chat prompt alone), so that the next cell's prefix does
+        not evict one that queued probes still need. A later request naming it rebuilds it."""
+        self._prefixes.pop(key, None)
 
     def _start(self, req: GenRequest) -> tuple[object, list[int]]:
         """(cache or None, ids to feed): the longest reusable state for `req.prompt`; at least

@@ -127,6 +127,28 @@ def test_capacity_reserves_the_prefix_caches(traces) -> None:
         tiny.capacity(row)
 
 
+def test_a_tight_budget_keeps_fewer_prefixes_before_fewer_rows(traces) -> None:
+    """Issue 22: the engine keeps 8 shared prefixes (the scheduler sorts that many cells' probes
+    by length together), but never lets them take more than half of --memory-gb: it keeps fewer
+    (down to 4) before it runs fewer rows."""
+    loaded, _, _ = traces("gemma4_text")
+    b = cache_bytes(loaded.model)
+    row = 16384 + 512
+    per = b.prefix_cache(row, 9)
+    budget = int(10 * per)  # 8 prefixes would take 80 % of it; 5 take half
+    engine = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=budget)
+    cap = engine.capacity(row)
+    assert engine.prefix_slots == 5
+    assert cap == min(64, int((budget - 5 * per) // (2 * b.row(row))))
+    roomy = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(100 * per))
+    roomy.capacity(row)
+    assert roomy.prefix_slots == 8
+    tight = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(6 * per))
+    tight.capacity(row)
+    assert tight.prefix_slots == 4  # never fewer than MIN_PREFIX_SLOTS
+    assert MlxEngine.from_loaded(loaded, reuse_prefixes=False).prefix_slots is None
+
+
 CONTINUE = ["--anchors", "4,8,16,40", "--budget", "4", "--answer-budget", "4", "--restarts", "4,8",
             "--samples", "2", "--batch-size", "4"]
 

@@ -42,6 +42,56 @@ def test_interleaving_cells_changes_nothing(fixture_run: Path, tmp_path: Path, t
     assert all(np.array_equal(x, y) for x, y in zip(a["token_ids"], b["token_ids"]))
 
 
+def test_probes_go_longest_context_first_and_done_cells_free_their_prefix(
+        fixture_run: Path, tiny_model_dir: Path, monkeypatch) -> None:
+    """Issue 22: mlx-lm pads a batch's rows to its longest, so the scheduler hands the engine
+    the queued probes of all admitted cells longest context first (similar rows in flight
+    together), and a cell whose probes are done releases its shared-prefix cache."""
+    from breakthrough.engine.contract import EngineSpec
+    from breakthrough.pipeline import cell_loop
+
+    pulled, released = [], []
+    real_make = cell_loop.make_engine
+
+    class Recording:
+        """The real engine, recording the requests it pulls and the prefixes released."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def release_prefix(self, key):
+            released.append(key)
+            self.inner.release_prefix(key)
+
+        def generate(self, requests):
+            def tap():
+                for req in requests:
+                    if req is not None:
+                        pulled.append(req)
+                    yield req
+            return self.inner.generate(tap())
+
+    monkeypatch.setattr(cell_loop, "make_engine", lambda spec, loaded: Recording(real_make(spec, loaded)))
+    proto = DEFAULT.with_overrides(budget=8, answer_budget=4, restart_budgets=(8,), anchors=(64, 128, 256),
+                                   refinement_rounds=0)
+    loaded = load_model(str(tiny_model_dir), family="qwen")
+    report = continue_run(fixture_run, loaded, ContinueOptions(
+        protocol=proto, topup=(), engine=EngineSpec(batch_size=32)))
+    assert report.cells == 2
+    probes = [r for r in pulled if "|probe:" in r.key and not r.key.endswith("|answer")]
+    cells = {r.key.split("|")[0] for r in probes}
+    assert len(cells) == 2 and len(probes) == 2 * 3 * proto.samples
+    # every probe of both cells was queued before the first pull: one sorted sequence, the
+    # cells interleaved (both cells' anchor-256 probes before either's anchor-128 ones)
+    lengths = [len(r.prompt) for r in probes]
+    assert lengths == sorted(lengths, reverse=True)
+    assert {r.key.split("|")[0] for r in probes[: 2 * proto.samples]} == cells
+    assert set(released) == cells
+
+
 def test_samples_are_committed_as_their_rows_finish(fixture_run: Path) -> None:
     """Short restarts (C=4) are stored while long ones (C=160) of the same cell are still in
     flight; before, a batch committed only when its longest row was done."""
