@@ -162,7 +162,8 @@ def build_run(run_dir: Path, loaded, cells: list[tuple[dict, list[int], list[int
 
 def run_bt(template: Path, work: Path, loaded, protocol: Protocol, batch_size: int, rep: int,
            instrument: bool = False):
-    """One `bt continue` of a fresh copy of the run: (seconds, generated tokens, occupancy)."""
+    """One `bt continue` of a fresh copy of the run: (seconds, generated tokens, occupancy,
+    attention fill: real / padded attention positions)."""
     from breakthrough.engine.contract import EngineSpec
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
 
@@ -172,7 +173,7 @@ def run_bt(template: Path, work: Path, loaded, protocol: Protocol, batch_size: i
                            engine=EngineSpec("mlx", batch_size=batch_size))
     t0 = time.perf_counter()
     report = continue_run(run_dir, loaded, opts)
-    return time.perf_counter() - t0, report.generated_tokens, report.occupancy
+    return time.perf_counter() - t0, report.generated_tokens, report.occupancy, report.attention_fill
 
 
 def ref_generate(model, ids: list[int], max_tokens: int, seed: int, protocol: Protocol,
@@ -290,11 +291,11 @@ def main(argv: list[str] | None = None) -> None:
     ratios, bt_rates, ref_rates, occupancies = [], [], [], []
     try:
         for rep in range(args.repeats):
-            bt_s, bt_n, occ = run_bt(template, work, loaded, protocol, args.batch_size, rep,
-                                     args.instrument)
+            bt_s, bt_n, occ, fill = run_bt(template, work, loaded, protocol, args.batch_size, rep,
+                                           args.instrument)
             occupancies.append(occ or 0.0)
             bt_line = (f"{f'bt continue #{rep + 1}':16}{bt_s:10.1f}{bt_n:11d}{bt_n / bt_s:9.1f}"
-                       f"   occupancy {occupancies[-1]:.1%}")
+                       f"   occupancy {occupancies[-1]:.1%}, attention fill {fill or 0.0:.1%}")
             if args.bt_only:
                 print(bt_line, flush=True)
                 continue

@@ -166,6 +166,11 @@ class MlxEngine:
         # and of its square; `occupancy` is their ratio (token-weighted mean rows) / batch_size.
         self.step_rows = 0
         self.step_rows_sq = 0
+        # Attention positions of every decode step: the rows' own context lengths, and the rows
+        # times the longest one (mlx-lm pads a batch's cache to its longest row); their ratio is
+        # `attention_fill`.
+        self.attention_real = 0
+        self.attention_padded = 0
         # Reuse state: the last few shared prefixes' caches, and the final caches of rows that
         # asked to be continued (bounded FIFO: an evicted state only costs a fresh prefill).
         self._prefixes: dict[str, tuple[SharedPrefix, PrefixCache]] = {}
@@ -247,6 +252,16 @@ class MlxEngine:
         at once; None when it keeps none (`mlx-fresh`). The scheduler lets no more cells probe
         at once, so none of their prefixes is dropped and prefilled again."""
         return self._prefix_slots if self.reuse_prefixes else None
+
+    @property
+    def attention_fill(self) -> float | None:
+        """Share of the attention positions of every decode step so far that are the rows' own
+        tokens, not padding: mlx-lm's batch cache pads every row to the longest one in flight,
+        and on CPU that padded attention is a large part of a step at long contexts (what the
+        scheduler's longest-context-first order reduces); None before the first step."""
+        if not self.attention_padded:
+            return None
+        return self.attention_real / self.attention_padded
 
     def capacity(self, row_tokens: int) -> int:
         """`batch_size`, lowered so that the rows' caches (twice: the growth transient) plus the
@@ -402,6 +417,9 @@ class MlxEngine:
                 responses = gen.next_generated()
                 if not responses:
                     continue
+                lengths = [len(rows[r.uid].req.prompt) + len(rows[r.uid].tokens) for r in responses]
+                self.attention_real += sum(lengths)
+                self.attention_padded += len(lengths) * max(lengths)
                 for resp in responses:
                     row = rows[resp.uid]
                     # This token's statistics from the batched step (batch_step.py):

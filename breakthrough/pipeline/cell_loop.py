@@ -86,6 +86,7 @@ class ContinueReport:
     generated_tokens: int = 0
     elapsed_s: float = 0.0
     occupancy: float | None = None  # mean batch occupancy (MlxEngine.occupancy); None: unknown
+    attention_fill: float | None = None  # real / padded attention positions (MlxEngine)
     batch_size: int = 0
     nothing_to_do: bool = False  # every sample was stored already: no model was loaded
     notes: list[str] = field(default_factory=list)  # the engine's (e.g. endpoints that died)
@@ -146,6 +147,7 @@ def run_scheduled(scheduler: Callable[[Any], RunScheduler], store: RunStore, run
     report.prefill_tokens = engine.prefill_tokens
     report.notes += list(getattr(engine, "notes", []))
     report.occupancy = getattr(engine, "occupancy", None)
+    report.attention_fill = getattr(engine, "attention_fill", None)
     report.batch_size = batch_size
     record_throughput(store, "continue", engine.generated_tokens, time.perf_counter() - t0,
                       batch_size=batch_size, occupancy=report.occupancy)  # --dry-run ETAs
