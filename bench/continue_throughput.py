@@ -43,6 +43,18 @@ deep, 8 cells, `--reference-cells 1 --reference-branches 1`: occupancy 99.2 %, b
 wide-vocab (151,936 tokens), `--workload small --cells 2 --reference-cells 1
 --reference-branches 1`: bt 54.9 vs 4.8 tok/s -> 11.3x, occupancy 81.4 %.
 
+Issue 22, 2026-12-02, idle machine (nothing else running; this VM was several times slower
+than on 11-30 that day: numpy's exp 6 ns an entry instead of ~1, so compare ratios only), one
+repeat each, 8 cells, 118,784 bt tokens:
+  tiny, `--cells 8 --reference-cells 1`: before (cell-order probes) bt 456.6 vs 40.7 tok/s ->
+    11.21x; probes longest context first: bt 615.7 vs 49.1 -> 12.54x; occupancy 99.2 % both;
+  deep, `--model deep --cells 8 --reference-cells 1 --reference-branches 1`: before bt 114.2
+    vs 17.7 tok/s -> 6.45x; longest first: 173.7 vs 21.4 -> 8.11x; with the draw's exact mass
+    split over two threads and reused by the statistics (sampling.py): 176.9 vs 20.5 -> 8.62x,
+    attention fill 90.6 %; occupancy 99.2 % in all three.
+The printed attention fill is `MlxEngine.attention_fill` (real / padded attention positions:
+mlx-lm pads a batch to its longest row; at 8 cells 57 % in cell order, 91 % longest first).
+
     .venv/bin/python bench/continue_throughput.py                       # tiny: 4 layers, width 128
     .venv/bin/python bench/continue_throughput.py --model deep          # 8 layers, width 384
     .venv/bin/python bench/continue_throughput.py --workload small
