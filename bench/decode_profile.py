@@ -49,16 +49,12 @@ machine it cannot be with the exact per-token statistics:
     count, or on the statistics' block size (measured with /tmp scripts, not kept), so the
     second core is not free at batch 32 on this VM;
   * so the floor is about draw + statistics = 2.7-3 ms on a 7.5-8.5 ms forward: 25-30 %.
-Issue 22 (2026-12-02, same VM, several times slower that day): at batch 32 on the deep model
-most rows' top-p cut lies inside the group bounds (24 of 32: its distributions put 95-99.9 %
-of the mass on the top 20), so the draw computed the exact mass (an exp pass over those rows)
-on the forward's path and the statistics computed the same exps again beside the next
-forward. The draw now splits that pass between two threads (the second core is idle while the
-forward waits for its tokens) and hands its exps to the statistics (`Draw.exps`). Four
-alternating rounds of `bt` (a /tmp A/B script of `profile`, not kept): other 15.4 % of the
-step with one thread, 9.2 % split (medians; single rounds 6-13 % vs 14-20 %). This script's
-own `--model deep --batches 32 --ways bt,bt+instr --rounds 2 --steps 20 --beside` before the
-change: bt 119.9 ms step, 100.3 forward, other 16.3 %; bt+instr 25.0 %.
+Issue 22 (2026-12-02, same VM, several times slower that day), `--model deep --batches 32
+--ways bt,bt+instr --rounds 2 --steps 20 --beside`: bt 119.9 ms step, 100.3 forward, other
+16.3 %; bt+instr 25.0 %. At batch 32 on the deep model 22-24 of 32 rows a step need the draw's
+exact top-p mass (their top 20 hold 95-99.9 % of the mass), an exp pass on the forward's path
+that the statistics repeat. Splitting it over two threads and reusing its exps measured 9.2 %
+(A/B medians) but was reverted: a fresh-clone suite then twice timed out Ctrl-C of `bt base`.
 MLX's own CPU exp is scalar (14 ms for the same pass), so moving the statistics into the
 forward's graph is slower. On Apple silicon or CUDA the draw and the statistics are part of the
 step's MLX graph (`sampling.sample_step`) and this split is the one to measure there.
