@@ -417,11 +417,12 @@ class MlxEngine:
                 responses = gen.next_generated()
                 if not responses:
                     continue
-                lengths = [len(rows[r.uid].req.prompt) + len(rows[r.uid].tokens) for r in responses]
-                self.attention_real += sum(lengths)
-                self.attention_padded += len(lengths) * max(lengths)
+                longest = 0
                 for resp in responses:
                     row = rows[resp.uid]
+                    context = len(row.req.prompt) + len(row.tokens)  # before this token
+                    self.attention_real += context
+                    longest = max(longest, context)
                     # This token's statistics from the batched step (batch_step.py):
                     # [[log-prob, entropy, sampling entropy]] (+ [top ids], [top log-probs]).
                     stats = resp.logprobs
@@ -440,6 +441,7 @@ class MlxEngine:
                         self._keep(row.req.key, [int(t) for t in row.req.prompt] + row.tokens,
                                    resp.prompt_cache)
                     ready.append(self._result(row, resp))
+                self.attention_padded += len(responses) * longest
                 self.generated_tokens += len(responses)
                 self.step_rows += len(responses)
                 self.step_rows_sq += len(responses) ** 2
