@@ -24,7 +24,9 @@ protocol 2.2 per-token fields (SIGNAL_FIELDS) from the same logits: no second fo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import queue
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -233,7 +235,8 @@ class FullDistribution(NamedTuple):
     probs: np.ndarray | None = None  # float32 [n, V]: the probabilities, when asked for
 
 
-def full_distribution_np(x: np.ndarray, keep_probs: bool = False) -> FullDistribution:
+def full_distribution_np(x: np.ndarray, keep_probs: bool = False,
+                         exps: tuple[np.ndarray, np.ndarray] | None = None) -> FullDistribution:
     """The `FullDistribution` of float32 logits x [n, V]: computed once per step, shared by the
     sampler's statistics and the instrumentation (the candidate search too: `_top_candidates`
     caches it per k in `tops`, the same ids whoever asks first).
@@ -242,23 +245,40 @@ def full_distribution_np(x: np.ndarray, keep_probs: bool = False) -> FullDistrib
     that no two large numbers cancel in float32. Rows go through in blocks of `_STATS_BLOCK`
     whose temporaries stay in cache, and every sum is numpy's pairwise sum of one row, so a
     row's values do not depend on the batch it is in. `keep_probs`: also keep e / S (the
-    instrumentation's p) from the block while it is in cache, instead of a second exp pass."""
+    instrumentation's p) from the block while it is in cache, instead of a second exp pass.
+    `exps`: (row indices, e [r, V]) of rows whose e = exp(x - max) the sampler already computed
+    (`Draw.exps`: its exact top-p mass), used instead of a second exp pass over them; the same
+    values either way."""
     n, vocab = x.shape
     m = x.max(-1, keepdims=True)
     s = np.empty(n, dtype=np.float32)
     t = np.empty(n, dtype=np.float32)
-    rows = min(n, _STATS_BLOCK)
+    probs = np.empty((n, vocab), dtype=np.float32) if keep_probs else None
+    todo = np.arange(n)
+    if exps is not None and len(exps[0]):
+        have, e = exps
+        d = x[have] - m[have]
+        s[have] = e.sum(-1)
+        t[have] = np.multiply(d, e, out=d).sum(-1)
+        if probs is not None:
+            probs[have] = e / s[have, None]
+        todo = np.setdiff1d(todo, have)
+    rows = max(1, min(len(todo), _STATS_BLOCK))
     d_buf = np.empty((rows, vocab), dtype=np.float32)
     e_buf = np.empty((rows, vocab), dtype=np.float32)
-    probs = np.empty((n, vocab), dtype=np.float32) if keep_probs else None
-    for i in range(0, n, rows):
-        j = min(i + rows, n)
-        d = np.subtract(x[i:j], m[i:j], out=d_buf[: j - i])
-        e = np.exp(d, out=e_buf[: j - i])
-        s[i:j] = e.sum(-1)
-        t[i:j] = np.multiply(d, e, out=d).sum(-1)
-        if probs is not None:
+    contiguous = len(todo) == n
+    for a in range(0, len(todo), rows):
+        idx = todo[a : a + rows]
+        i, j = a, a + len(idx)
+        block = x[i:j] if contiguous else x[idx]
+        d = np.subtract(block, m[idx], out=d_buf[: len(idx)])
+        e = np.exp(d, out=e_buf[: len(idx)])
+        s[idx] = e.sum(-1)
+        t[idx] = np.multiply(d, e, out=d).sum(-1)
+        if probs is not None and contiguous:
             np.divide(e, s[i:j, None], out=probs[i:j])
+        elif probs is not None:
+            probs[idx] = e / s[idx, None]
     log_s = np.log(s)
     ent = np.maximum(log_s - t / s, 0.0)
     return FullDistribution(m + log_s[:, None], ent, {}, probs)
@@ -368,11 +388,79 @@ class Draw:
     sampled: np.ndarray  # indices of the rows drawn by sampling
     scaled: np.ndarray | None  # float32 [r, k]: kept candidates' temperature-scaled logits, -inf for the rest
     top_ids: np.ndarray | None  # int [n, k]: every row's top-k candidate ids (all rows sampled), for reuse
+    # (row indices [r], exp(x - max) float32 [r, V]) of the rows whose exact top-p mass the draw
+    # computed: the statistics reuse them instead of a second exp pass (full_distribution_np)
+    exps: tuple[np.ndarray, np.ndarray] | None = None
 
 
-def _exact_mass(x: np.ndarray, top: np.ndarray) -> np.ndarray:
-    """S = sum_v exp(x_v - top) of each row of x [r, V] (float64 accumulation)."""
-    return np.exp(x - top).sum(-1, dtype=np.float64)
+_SPLIT_MIN = 1 << 18  # entries below which one thread computes the exact mass alone
+
+
+class _Helper:
+    """One daemon thread that runs half of `_exact_mass` for the draw. A daemon, not a
+    ThreadPoolExecutor worker: nothing of a step may hold up the interpreter's exit (Ctrl-C in
+    the middle of a step must end bt with exit 130, whatever the helper is doing)."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="bt-draw-exp", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, args, done, failed = self.jobs.get()
+            try:
+                fn(*args)
+            except BaseException as exc:  # handed to the waiting draw, which raises it
+                failed.append(exc)
+            finally:
+                done.set()
+
+    def start(self, fn, *args) -> Callable[[], None]:
+        """Run fn(*args) on the helper; returns the wait for it (raises what fn raised)."""
+        done, failed = threading.Event(), []
+        self.jobs.put((fn, args, done, failed))
+
+        def wait() -> None:
+            done.wait()
+            if failed:
+                raise failed[0]
+        return wait
+
+
+_HELPER: _Helper | None = None
+
+
+def _helper() -> _Helper:
+    global _HELPER
+    if _HELPER is None:
+        _HELPER = _Helper()
+    return _HELPER
+
+
+def _mass_rows(e: np.ndarray, x: np.ndarray, top: np.ndarray, mass: np.ndarray) -> None:
+    np.subtract(x, top, out=e)
+    np.exp(e, out=e)
+    e.sum(-1, dtype=np.float64, out=mass)
+
+
+def _exact_mass(x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(S = sum_v exp(x_v - top) of each row of x [r, V] (float64 accumulation), the exp values
+    e [r, V] float32, which the step's statistics reuse: `Draw.exps`). The rows are split
+    between this thread and a helper (numpy releases the GIL in its loops): the draw runs while
+    the forward pass waits for its tokens, so the second core is idle then, and this exp pass
+    is most of a draw whose top-p cut the bounds leave open (a row's values are the same
+    whichever thread computes them)."""
+    r = len(x)
+    e = np.empty(x.shape, dtype=np.float32)
+    mass = np.empty(r, dtype=np.float64)
+    if r < 2 or x.size < _SPLIT_MIN:
+        _mass_rows(e, x, top, mass)
+        return mass, e
+    h = r // 2
+    other = _helper().start(_mass_rows, e[h:], x[h:], top[h:], mass[h:])
+    _mass_rows(e[:h], x[:h], top[:h], mass[:h])
+    other()
+    return mass, e
 
 
 def draw_np(x: np.ndarray, keys: np.ndarray, settings: RowSettingsNp) -> Draw:
@@ -387,6 +475,7 @@ def draw_np(x: np.ndarray, keys: np.ndarray, settings: RowSettingsNp) -> Draw:
     rows = settings.sampled
     xs = x if settings.all_sampled else x[rows]
     k = settings.k
+    exps = None
     idx, top, bounds = _candidate_search(xs, k)
     cand = np.take_along_axis(xs, idx, axis=-1)
     order = np.argsort(-cand, axis=-1, kind="stable")
@@ -402,7 +491,11 @@ def draw_np(x: np.ndarray, keys: np.ndarray, settings: RowSettingsNp) -> Draw:
         before = np.cumsum(probs, axis=-1) - probs
         limit = top_p.astype(np.float64)
         if bounds is None:
-            mass = probs.sum(-1) if k >= vocab else _exact_mass(xs, top)
+            if k >= vocab:
+                mass = probs.sum(-1)
+            else:
+                mass, e = _exact_mass(xs, top)
+                exps = (rows, e)
             keep &= (before < limit * mass[:, None]) | ~cut
         else:
             lower, upper, others = bounds
@@ -415,7 +508,8 @@ def draw_np(x: np.ndarray, keys: np.ndarray, settings: RowSettingsNp) -> Draw:
             decided = sure_keep
             if unsure.any():
                 u = np.flatnonzero(unsure)
-                mass = _exact_mass(xs[u], top[u])
+                mass, e = _exact_mass(xs[u], top[u])
+                exps = (rows[u], e)
                 decided = decided.copy()
                 decided[u] = before[u] < limit[u] * mass[:, None]
             keep &= decided | ~cut
@@ -431,7 +525,7 @@ def draw_np(x: np.ndarray, keys: np.ndarray, settings: RowSettingsNp) -> Draw:
     choice = np.argmax(scaled - np.log(-np.log(u01)), axis=-1)
     tokens[rows] = idx[np.arange(len(rows)), choice]
     top_ids = idx if settings.all_sampled and k < vocab else None
-    return Draw(tokens, rows, scaled, top_ids)
+    return Draw(tokens, rows, scaled, top_ids, exps)
 
 
 def draw_stats_np(x: np.ndarray, draw: Draw, k: int = 0,
@@ -441,7 +535,7 @@ def draw_stats_np(x: np.ndarray, draw: Draw, k: int = 0,
     waits for (run beside the next forward pass). `k`: the draw's candidate count, so that the
     instrumentation reuses its top-k ids; `keep_probs`: keep the probabilities for it too."""
     n = x.shape[0]
-    full = full_distribution_np(x, keep_probs)
+    full = full_distribution_np(x, keep_probs, draw.exps)
     if draw.top_ids is not None and k:
         full.tops[k] = draw.top_ids
     lse, ent = full.lse, full.entropy

@@ -218,6 +218,32 @@ def test_top_p_decided_from_group_bounds_or_the_exact_mass(monkeypatch, top1_mas
             assert calls == [1]  # only the borderline row pays for the exact mass
 
 
+@pytest.mark.parametrize("greedy_rows", [0, 2])
+def test_statistics_reuse_the_draws_exact_mass_exps_bit_for_bit(greedy_rows):
+    """Issue 22: rows whose top-p cut needs the exact mass have their exp(x - max) computed by
+    the draw (on the next forward's path); the statistics reuse them (`Draw.exps`) instead of a
+    second exp pass, and every number is bit-identical to computing them afresh."""
+    from breakthrough.engine import sampling as S
+
+    vocab, k, n = 49152, 20, 7
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(n, vocab)).astype(np.float32)
+    for r in range(0, n, 2):  # rows whose top token holds ~0.95 of the mass: borderline cuts
+        rest = np.exp(x[r].astype(np.float64)).sum()
+        x[r, 17 * r] = np.float32(np.log(0.9499 / (1 - 0.9499) * rest))
+    samplings = [Sampling(temperature=0.0)] * greedy_rows + [Sampling(temperature=0.6, top_p=0.95, top_k=k)] * (n - greedy_rows)
+    settings = S.row_settings_np(samplings, vocab)
+    draw = S.draw_np(x, S.row_keys(range(n), [0] * n), settings)
+    assert draw.exps is not None and len(draw.exps[0]) >= 2
+    fresh = S.Draw(draw.tokens, draw.sampled, draw.scaled, draw.top_ids)
+    for keep in (False, True):
+        got, full = S.draw_stats_np(x, draw, settings.k, keep_probs=keep)
+        want, want_full = S.draw_stats_np(x, fresh, settings.k, keep_probs=keep)
+        assert np.array_equal(got, want)
+        assert np.array_equal(full.lse, want_full.lse) and np.array_equal(full.entropy, want_full.entropy)
+        assert (full.probs is None) == (not keep) and (not keep or np.array_equal(full.probs, want_full.probs))
+
+
 def test_uniform_draw_never_reaches_one():
     """The Gumbel draw -log(-log u) is finite for every hash value: u < 1 even for the largest
     one (v1's 24-bit draw rounded it to 1.0 in float32, a +inf that could pick a filtered
