@@ -50,7 +50,7 @@ repeat each, 8 cells, 118,784 bt tokens:
     11.21x; probes longest context first: bt 615.7 vs 49.1 -> 12.54x; occupancy 99.2 % both;
   deep, `--model deep --cells 8 --reference-cells 1 --reference-branches 1`: before bt 114.2
     vs 17.7 tok/s -> 6.45x; longest first: 173.7 vs 21.4 -> 8.11x; with the draw's exact mass
-    split over two threads and reused by the statistics (since reverted): 176.9 vs 20.5 ->
+    split over two threads and reused by the statistics: 176.9 vs 20.5 ->
     8.62x, attention fill 90.6 %; occupancy 99.2 % in all three.
 The printed attention fill is `MlxEngine.attention_fill` (real / padded attention positions:
 mlx-lm pads a batch to its longest row; at 8 cells 57 % in cell order, 91 % longest first).

@@ -53,8 +53,13 @@ Issue 22 (2026-12-02, same VM, several times slower that day), `--model deep --b
 --ways bt,bt+instr --rounds 2 --steps 20 --beside`: bt 119.9 ms step, 100.3 forward, other
 16.3 %; bt+instr 25.0 %. At batch 32 on the deep model 22-24 of 32 rows a step need the draw's
 exact top-p mass (their top 20 hold 95-99.9 % of the mass), an exp pass on the forward's path
-that the statistics repeat. Splitting it over two threads and reusing its exps measured 9.2 %
-(A/B medians) but was reverted: a fresh-clone suite then twice timed out Ctrl-C of `bt base`.
+that the statistics repeat. The draw now splits that pass over two threads and the statistics
+reuse its exps (`Draw.exps`). Same day, `--model deep --batches 32 --ways bt,bt+instr --rounds 1
+--steps 20`, three alternating runs each of the commit before and after (a git worktree):
+bt other 18.2 / 15.1 / 16.7 % before, 13.6 / 14.4 / 5.4 % after (medians 16.7 % -> 13.6 %);
+bt+instr 21.7 / 19.6 / 17.8 % before, 22.7 / 22.1 / 19.6 % after (its statistics run beside
+the forward, so the reuse does not shorten its step). The `--beside` run after: bt 118.23 ms
+step, 101.84 forward, 13.9 %.
 MLX's own CPU exp is scalar (14 ms for the same pass), so moving the statistics into the
 forward's graph is slower. On Apple silicon or CUDA the draw and the statistics are part of the
 step's MLX graph (`sampling.sample_step`) and this split is the one to measure there.
