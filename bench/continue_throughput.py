@@ -52,6 +52,14 @@ repeat each, 8 cells, 118,784 bt tokens:
     vs 17.7 tok/s -> 6.45x; longest first: 173.7 vs 21.4 -> 8.11x; with the draw's exact mass
     split over two threads and reused by the statistics: 176.9 vs 20.5 ->
     8.62x, attention fill 90.6 %; occupancy 99.2 % in all three.
+Final code of issue 22 (same VM, 2026-12-02 03:30-04:10, idle, one repeat each):
+  deep, `--model deep --cells 8 --reference-cells 1 --reference-branches 1 --repeats 1`:
+    bt 179.4 vs reference 20.5 tok/s -> 8.77x, occupancy 99.2 %, attention fill 90.6 %;
+  tiny, `--cells 8 --reference-cells 1 --repeats 1`: bt 691.1 vs 50.7 tok/s -> 13.63x,
+    occupancy 99.2 %, attention fill 90.6 %;
+  wide-vocab (151,936 tokens), study8 on 4 cells, `--model wide-vocab --cells 4
+    --reference-cells 1 --reference-branches 1 --repeats 1`: bt 369.8 vs 20.6 tok/s -> 17.97x,
+    occupancy 99.0 %, attention fill 74.4 % (59,392 bt tokens).
 The printed attention fill is `MlxEngine.attention_fill` (real / padded attention positions:
 mlx-lm pads a batch to its longest row; at 8 cells 57 % in cell order, 91 % longest first).
 
