@@ -24,9 +24,8 @@ protocol 2.2 per-token fields (SIGNAL_FIELDS) from the same logits: no second fo
 
 from __future__ import annotations
 
-import queue
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -396,44 +395,16 @@ class Draw:
 _SPLIT_MIN = 1 << 18  # entries below which one thread computes the exact mass alone
 
 
-class _Helper:
-    """One daemon thread that runs half of `_exact_mass` for the draw. A daemon, not a
-    ThreadPoolExecutor worker: nothing of a step may hold up the interpreter's exit (Ctrl-C in
-    the middle of a step must end bt with exit 130, whatever the helper is doing)."""
-
-    def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="bt-draw-exp", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            fn, args, done, failed = self.jobs.get()
-            try:
-                fn(*args)
-            except BaseException as exc:  # handed to the waiting draw, which raises it
-                failed.append(exc)
-            finally:
-                done.set()
-
-    def start(self, fn, *args) -> Callable[[], None]:
-        """Run fn(*args) on the helper; returns the wait for it (raises what fn raised)."""
-        done, failed = threading.Event(), []
-        self.jobs.put((fn, args, done, failed))
-
-        def wait() -> None:
-            done.wait()
-            if failed:
-                raise failed[0]
-        return wait
+_HELPER: ThreadPoolExecutor | None = None
 
 
-_HELPER: _Helper | None = None
-
-
-def _helper() -> _Helper:
+def _helper() -> ThreadPoolExecutor:
+    """The one thread that computes half of `_exact_mass` for the draw (its own, not
+    batch_step's statistics worker: that one may still be busy with the previous step's
+    statistics when the draw runs)."""
     global _HELPER
     if _HELPER is None:
-        _HELPER = _Helper()
+        _HELPER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bt-draw-exp")
     return _HELPER
 
 
@@ -457,9 +428,9 @@ def _exact_mass(x: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]
         _mass_rows(e, x, top, mass)
         return mass, e
     h = r // 2
-    other = _helper().start(_mass_rows, e[h:], x[h:], top[h:], mass[h:])
+    other = _helper().submit(_mass_rows, e[h:], x[h:], top[h:], mass[h:])
     _mass_rows(e[:h], x[:h], top[:h], mass[:h])
-    other()
+    other.result()
     return mass, e
 
 
