@@ -265,19 +265,18 @@ def full_distribution_np(x: np.ndarray, keep_probs: bool = False,
     rows = max(1, min(len(todo), _STATS_BLOCK))
     d_buf = np.empty((rows, vocab), dtype=np.float32)
     e_buf = np.empty((rows, vocab), dtype=np.float32)
-    contiguous = len(todo) == n
+    contiguous = len(todo) == n  # no reused rows: plain slices, the probabilities written in place
     for a in range(0, len(todo), rows):
-        idx = todo[a : a + rows]
-        i, j = a, a + len(idx)
-        block = x[i:j] if contiguous else x[idx]
-        d = np.subtract(block, m[idx], out=d_buf[: len(idx)])
-        e = np.exp(d, out=e_buf[: len(idx)])
-        s[idx] = e.sum(-1)
-        t[idx] = np.multiply(d, e, out=d).sum(-1)
+        sel = slice(a, a + rows) if contiguous else todo[a : a + rows]
+        block = x[sel]
+        d = np.subtract(block, m[sel], out=d_buf[: len(block)])
+        e = np.exp(d, out=e_buf[: len(block)])
+        s[sel] = e.sum(-1)
+        t[sel] = np.multiply(d, e, out=d).sum(-1)
         if probs is not None and contiguous:
-            np.divide(e, s[i:j, None], out=probs[i:j])
+            np.divide(e, s[sel, None], out=probs[sel])
         elif probs is not None:
-            probs[idx] = e / s[idx, None]
+            probs[sel] = e / s[sel, None]
     log_s = np.log(s)
     ent = np.maximum(log_s - t / s, 0.0)
     return FullDistribution(m + log_s[:, None], ent, {}, probs)
