@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
-from breakthrough.commands.options import (EXIT_FAILURES, api_key_option, backend_option,
+from breakthrough.commands.options import (EXIT_FAILURES, MEMORY_GB_HELP, api_key_option,
+                                          backend_option, memory_budget,
                                           check_engine_options, check_wait, count,
                                           endpoint_option, int_list, max_inflight_option,
                                           processed_logprobs_option, request_timeout_option,
@@ -50,7 +51,7 @@ def continue_(
                                  "tokens/s; load no model, write nothing."),
     batch_size: int = typer.Option(32, help="Rows (sequences) generated together at most "
                                    "(continuous batching; also capped by --memory-gb)."),
-    memory_gb: float = typer.Option(4.0, help="KV-cache memory budget that bounds the rows per batch."),
+    memory_gb: str = typer.Option("auto", help=MEMORY_GB_HELP),
     backend: str = backend_option(),
     endpoint: str = endpoint_option(),
     max_inflight: int = max_inflight_option(),
@@ -96,7 +97,7 @@ def continue_(
                     restart_budgets=int_list(restarts, "--restarts"),
                     anchors=int_list(anchors, "--anchors"), tau=tau)
     DEFAULT.with_overrides(**settings).validate()  # every option, before any store is touched
-    engine = EngineSpec(backend=backend, batch_size=batch_size, memory_budget_bytes=int(memory_gb * 2**30),
+    engine = EngineSpec(backend=backend, batch_size=batch_size, memory_budget_bytes=memory_budget(memory_gb),
                         **remote)
     opts = ContinueOptions(topup=rules, engine=engine, lock_wait=check_wait(wait),
                            instrument=instrument)
@@ -116,6 +117,10 @@ def continue_(
             continue
         occupancy = (f"; batch occupancy {rep.occupancy:.0%} of {rep.batch_size}"
                      if rep.occupancy is not None else "")
+        if rep.rows_in_flight_max:
+            occupancy += f", at most {rep.rows_in_flight_max} rows in flight"
+        if rep.peak_memory_bytes:
+            occupancy += f"; peak memory {rep.peak_memory_bytes / 2**30:.2f} GB (MLX, weights included)"
         console.print(
             f"{rep.run_dir.name}: {count(rep.cells, 'cell')}; samples " +
             ", ".join(f"{k} {v}" for k, v in rep.samples.items()) +
@@ -126,6 +131,8 @@ def continue_(
             failed = True
             console.print(f"{rep.run_dir.name}: {count(rep.failed_cells, 'cell')} stopped on request "
                           "errors (stored in the run's errors table); rerun to retry them")
+        if rep.memory:
+            console.print(f"{rep.run_dir.name}: {rep.memory}")
         for note in rep.notes:
             console.print(f"note: {note}")
     if failed:
@@ -133,7 +140,7 @@ def continue_(
 
 
 def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend: str,
-                remote: dict, batch_size: int, memory_gb: float, lock_wait: float) -> None:
+                remote: dict, batch_size: int, memory_gb: str, lock_wait: float) -> None:
     """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
     the HTTP backends' settings (`engine.http_options`)."""
     from breakthrough.engine import EngineSpec
@@ -147,7 +154,7 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
                       "run without --dry-run")
     check_engine_options(backend, batch_size, memory_gb)
     engine = EngineSpec(backend=backend, batch_size=batch_size,
-                        memory_budget_bytes=int(memory_gb * 2**30), **remote)
+                        memory_budget_bytes=memory_budget(memory_gb), **remote)
 
     def announce(run_dir: Path, man: dict) -> None:
         console.print(f"[bold]{run_dir.name}[/]: probe arm at B={budget} beside the run's "

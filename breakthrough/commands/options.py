@@ -98,16 +98,39 @@ def count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def check_engine_options(backend: str, batch_size: int, memory_gb: float | None = None) -> None:
-    """--backend is known, --batch-size is a positive row count, --memory-gb is positive."""
+MEMORY_GB_HELP = ("Memory for the KV caches (the rows in flight and the shared prefixes): "
+                  "'auto' (this machine's Metal recommended working set on Apple silicon, the "
+                  "available RAM elsewhere, minus the weights and a margin) or a number of GB. "
+                  "Rows are admitted while their own tokens fit; --dry-run and the closing line "
+                  "say how many rows that is at the deepest anchor.")
+MAX_MEMORY_GB = 1 << 20  # a petabyte-scale typo is refused, not multiplied into an overflow
+
+
+def memory_budget(text: str | None) -> int | None:
+    """`--memory-gb auto|GB` as the engine's budget in bytes (None: auto), checked before
+    anything is written: a positive, finite number of GB up to MAX_MEMORY_GB."""
+    if text is None or str(text).strip().lower() == "auto":
+        return None
+    try:
+        gb = float(text)
+    except ValueError:
+        raise BtError(f"--memory-gb: expected 'auto' or a number of GB, got {text!r}") from None
+    if not 0 < gb <= MAX_MEMORY_GB:  # also refuses nan and inf
+        raise BtError(f"--memory-gb: expected 'auto' or a number of GB in (0, {MAX_MEMORY_GB}], "
+                      f"got {text}")
+    return int(gb * 2**30)
+
+
+def check_engine_options(backend: str, batch_size: int, memory_gb: str | None = None) -> None:
+    """--backend is known, --batch-size is a positive row count, --memory-gb is auto or a
+    positive number of GB."""
     from breakthrough.engine.contract import BACKENDS  # numpy: not at `bt` start-up
 
     if backend not in BACKENDS:
         raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if batch_size < 1:
         raise BtError(f"--batch-size: expected a positive integer, got {batch_size}")
-    if memory_gb is not None and not memory_gb > 0:
-        raise BtError(f"--memory-gb: expected a positive number, got {memory_gb}")
+    memory_budget(memory_gb)
 
 
 def int_list(text: str | None, option: str, *, high: int | None = None) -> tuple[int, ...] | None:

@@ -161,8 +161,10 @@ class Engine(Protocol):
         its manifest and refuses to mix engines."""
         ...
 
-    def capacity(self, row_tokens: int) -> int:
-        """How many rows of at most `row_tokens` tokens (prompt + generated) to run together."""
+    def capacity(self, row_tokens: int, shared_tokens: int = 0) -> int:
+        """How many rows of at most `row_tokens` tokens (prompt + generated) to run together,
+        when their first `shared_tokens` are a prefix the engine may hold once for all of them;
+        raises BtError when a memory budget cannot hold even one."""
         ...
 
     def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]: ...
@@ -177,7 +179,9 @@ class EngineSpec:
         a server: "vllm" (an OpenAI-style `/v1/completions`: vLLM, or `bt serve`) or "sglang"
         (SGLang's `/generate`).
     batch_size: rows in flight at most (in-process backends).
-    memory_budget_bytes: KV-cache memory the rows in flight may use (0: no cap).
+    memory_budget_bytes: KV-cache memory the rows in flight and the shared prefixes may use
+        (None: `--memory-gb auto`, what this machine offers minus the weights and a margin,
+        `engine.memory.auto_budget`; 0: no cap).
     endpoints: server base URLs (HTTP backends; several form a fleet routed by cell).
     max_inflight: requests in flight per endpoint (0: the server's reported limit, else 16).
     accept_processed_logprobs: use a server whose log-probs are taken after temperature / top-k
@@ -194,7 +198,7 @@ class EngineSpec:
 
     backend: str = "mlx"
     batch_size: int = 8
-    memory_budget_bytes: int = 4 * 2**30
+    memory_budget_bytes: int | None = None
     endpoints: tuple[str, ...] = ()
     max_inflight: int = 0
     accept_processed_logprobs: bool = False

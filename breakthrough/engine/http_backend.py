@@ -249,7 +249,7 @@ class HttpEngine:
         """What happened to endpoints (not answering at startup, died during the run)."""
         return list(self.fleet.notes)
 
-    def capacity(self, row_tokens: int) -> int:
+    def capacity(self, row_tokens: int, shared_tokens: int = 0) -> int:
         """Requests in flight over the live fleet (the servers manage their own memory)."""
         return self.fleet.capacity()
 

@@ -43,7 +43,9 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 import numpy as np
 
 from breakthrough.engine.contract import GenRequest, GenResult, SharedPrefix, check_request
-from breakthrough.engine.prefix_cache import PrefixCache, cache_bytes, cache_length, trim_to
+from breakthrough.engine.memory import rows_admitted
+from breakthrough.engine.prefix_cache import (CacheBytes, PrefixCache, cache_bytes, cache_length,
+                                              trim_to)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -51,9 +53,12 @@ if TYPE_CHECKING:  # batch_step imports mlx at its top; this module imports it o
     from breakthrough.engine.batch_step import RowSpec
 
 _noticed = False
-# The fewest shared-prefix caches an engine keeps under a tight memory budget (`capacity`): a
-# few cells' probes in flight at once.
-MIN_PREFIX_SLOTS = 4
+# The fewest shared-prefix caches an engine keeps under a tight memory budget (`capacity`): one
+# cell probing at a time is slower than several, but a budget that holds one row of the deepest
+# anchor is never refused (issue 28).
+MIN_PREFIX_SLOTS = 1
+# Shared prefixes take at most this share of the budget while several cells probe at once.
+PREFIX_SHARE = 0.5
 
 
 def _blas_notice_once() -> None:
@@ -139,7 +144,7 @@ class MlxEngine:
         prefill_batch_size: int | None = None,
         prefill_step_size: int = 2048,
         reuse_prefixes: bool = True,
-        memory_budget_bytes: int = 0,
+        memory_budget_bytes: int | None = 0,
         kept_states: int | None = None,
         shared_prefixes: int = 8,
         instrument: bool = True,
@@ -153,6 +158,14 @@ class MlxEngine:
         self.prefill_batch_size = prefill_batch_size or min(self.batch_size, 8)
         self.prefill_step_size = prefill_step_size
         self.reuse_prefixes = bool(reuse_prefixes)
+        # None: `--memory-gb auto` (engine.memory.auto_budget: what this machine can give the KV
+        # cache once the weights are loaded); 0: no cap.
+        self.memory_auto_line: str | None = None
+        if memory_budget_bytes is None:
+            from breakthrough.engine.memory import auto_budget
+
+            auto = auto_budget(model)
+            memory_budget_bytes, self.memory_auto_line = auto.budget_bytes, auto.describe()
         self.memory_budget_bytes = int(memory_budget_bytes)
         # Report each step's most likely tokens (GenResult.top_ids / top_logprobs; bt serve).
         self.top_logprobs = 0
@@ -180,7 +193,19 @@ class MlxEngine:
         self._prefix_slots = self._max_prefixes
         self._kept: dict[str, tuple[list[int], list]] = {}
         self._max_kept = kept_states or 2 * self.batch_size
-        self._kv_bytes: float | None = None
+        self._kv_bytes: CacheBytes | None = None
+        # Admission by bytes (issue 28): what each row in flight allocated (its own tokens) and
+        # its final length, what each kept state holds, and every prefix a row or kept state
+        # still points into (a released prefix stays alive while they do).
+        self._row_bytes: dict[str, float] = {}
+        self._row_len: dict[str, int] = {}
+        self._row_prefix: dict[str, str] = {}
+        self._kept_bytes: dict[str, float] = {}
+        self._kept_prefix: dict[str, str | None] = {}
+        self._prefix_bytes: dict[str, float] = {}
+        self.admitted_rows_max = 0  # the most rows in flight at once (bench, closing line)
+        self.peak_memory_bytes = 0  # MLX's peak allocation during `generate` (weights included)
+        self.memory_rows: int | None = None  # rows the budget admits at the deepest anchor
         # Keys of rows to drop before their end (`cancel`: bt serve's client went away).
         self._cancelled: set[str] = set()
         self._cancel_lock = threading.Lock()
@@ -202,6 +227,7 @@ class MlxEngine:
         dropped = []
         for uid in uids:
             row = rows.pop(uid)
+            self._retire(row.req.key)
             dropped.append(GenResult(
                 key=row.req.key, tokens=row.tokens, logprobs=np.asarray(row.logprobs, dtype=np.float32),
                 entropies=np.asarray(row.entropies, dtype=np.float32),
@@ -263,37 +289,123 @@ class MlxEngine:
             return None
         return self.attention_real / self.attention_padded
 
-    def capacity(self, row_tokens: int) -> int:
-        """`batch_size`, lowered so that the rows' caches (twice: the growth transient) plus the
-        shared-prefix caches this engine may hold (`prefix_slots` of them, each a full prefix
-        of up to `row_tokens` plus its snapshots of untrimmable layers,
-        `prefix_cache.CacheBytes`) fit `memory_budget_bytes`; BtError when not even one row
-        fits. Under a tight budget the engine keeps fewer prefixes first (down to
-        MIN_PREFIX_SLOTS, while they would take more than half of it), then fewer rows."""
-        if not self.memory_budget_bytes:
-            return self.batch_size
+    @property
+    def admits_by_memory(self) -> bool:
+        """Rows are admitted by the bytes they add (`_fits`), not by a fixed row count: the
+        scheduler may offer up to `batch_size` requests and the engine holds back the one that
+        does not fit until rows finish (issue 28)."""
+        return bool(self.memory_budget_bytes)
+
+    def layout(self) -> CacheBytes:
+        """The model's cache layout (`prefix_cache.CacheBytes`), measured once."""
         if self._kv_bytes is None:
             self._kv_bytes = cache_bytes(self.model)
-        b, tokens = self._kv_bytes, max(row_tokens, 1)
-        snapshots = max([len(pc.snapshot_at) for _, pc in self._prefixes.values()]
-                        + [len(DEFAULT.anchors) + 1])
-        reserve = 0.0
+        return self._kv_bytes
+
+    def capacity(self, row_tokens: int, shared_tokens: int = 0) -> int:
+        """Rows of `row_tokens` positions, the first `shared_tokens` of them a shared prefix
+        (prompt + base trace, held once per cell by its `PrefixCache`), that `--memory-gb`
+        holds together; at most `batch_size`. Also sets `prefix_slots`: how many cells' prefixes
+        are kept at once (up to `shared_prefixes`, while they take at most PREFIX_SHARE of the
+        budget; fewer, down to one, before fewer rows). BtError when not even one row and one
+        prefix fit. The rule (`CacheBytes`): prefixes once, each row its own tokens allocated
+        once, plus one decode step's transient (issue 28)."""
+        if not self.memory_budget_bytes:
+            return self.batch_size
+        b, budget = self.layout(), float(self.memory_budget_bytes)
+        tokens = max(int(row_tokens), 1)
+        shared = min(max(int(shared_tokens), 0), tokens - 1) if self.reuse_prefixes else 0
+        per_prefix = b.prefix_cache(shared, self._snapshots()) if shared else 0.0
+        slots = self._max_prefixes
+        while slots > MIN_PREFIX_SLOTS and slots * per_prefix > PREFIX_SHARE * budget:
+            slots -= 1
+        rows = rows_admitted(b, budget - slots * per_prefix, tokens - shared, tokens, self.batch_size)
+        while rows < 1 and slots > MIN_PREFIX_SLOTS:
+            slots -= 1
+            rows = rows_admitted(b, budget - slots * per_prefix, tokens - shared, tokens,
+                                 self.batch_size)
         if self.reuse_prefixes:
-            per_prefix = b.prefix_cache(tokens, snapshots)
-            slots = self._max_prefixes
-            while slots > MIN_PREFIX_SLOTS and slots * per_prefix > self.memory_budget_bytes / 2:
-                slots -= 1
             self._prefix_slots = slots
-            reserve = slots * per_prefix
-        # x2: mlx-lm grows (and extends) a batch's cache by concatenation, so for one step the
-        # old and the new buffers of every row are alive together (bench/long_trace.py)
-        row = 2 * b.row(tokens)
-        fit = int((self.memory_budget_bytes - reserve) // max(row, 1.0))
-        if fit < 1:
-            need = (reserve + row) / 2**30
-            raise BtError(f"--memory-gb {self.memory_budget_bytes / 2**30:.3g} cannot hold one row of "
-                          f"{tokens} tokens and the shared-prefix caches ({need:.3g} GB needed)")
-        return min(self.batch_size, fit)
+        if rows < 1:
+            need = (per_prefix + b.own_row(tokens - shared) + b.step_transient(1, tokens)) / 2**30
+            raise BtError(f"--memory-gb {budget / 2**30:.3g} cannot hold one row of {tokens} tokens"
+                          + (f" ({shared} of them a shared prefix held once)" if shared else "")
+                          + f": {need:.3g} GB needed; raise --memory-gb (or use auto)")
+        return rows
+
+    def _snapshots(self) -> int:
+        return max([len(pc.snapshot_at) for _, pc in self._prefixes.values()]
+                   + [len(DEFAULT.anchors) + 1])
+
+    # -- admission by bytes ----------------------------------------------------------------
+    def _held_bytes(self) -> float:
+        """Bytes the engine's caches hold now: every live prefix once (kept, or still pointed
+        into by a row or kept state), the rows' own buffers and the kept states'."""
+        live = set(self._prefixes) | set(self._row_prefix.values())
+        live |= {k for k in self._kept_prefix.values() if k}
+        prefixes = 0.0
+        for key in live:
+            held = self._prefixes.get(key)
+            prefixes += held[1].nbytes if held is not None and held[1].full is not None \
+                else self._prefix_bytes.get(key, 0.0)
+        return prefixes + sum(self._row_bytes.values()) + sum(self._kept_bytes.values())
+
+    def _cost(self, req: GenRequest) -> tuple[int, float]:
+        """(final length, bytes it adds) of admitting `req` now, without building anything:
+        its own tokens (prompt beyond what it reuses + max_tokens + the step ahead), and its
+        shared prefix when that is not held yet."""
+        b = self.layout()
+        prompt_len, extra = len(req.prompt), int(req.max_tokens) + 1
+        if not self.reuse_prefixes:
+            return prompt_len + extra, b.own_row(prompt_len + extra)
+        if req.follows is not None and req.follows in self._kept:
+            seq, cache = self._kept[req.follows]
+            own = prompt_len - self._kept_shared_len(cache) + extra
+            return prompt_len + extra, b.own_row(own) - self._kept_bytes.get(req.follows, 0.0)
+        shared = req.shared_prefix
+        if shared is not None:
+            n = min(common_prefix_length(shared.ids, req.prompt), prompt_len - 1)
+            if n > 0 and not self._restart_skips_prefix(shared, req.prompt):
+                add = 0.0
+                if shared.key not in self._prefixes:
+                    add = b.prefix_cache(len(shared.ids), len(shared.starts))
+                return prompt_len + extra, add + b.own_row(prompt_len - n + extra)
+        return prompt_len + extra, b.own_row(prompt_len + extra)
+
+    @staticmethod
+    def _kept_shared_len(cache: list) -> int:
+        """Positions of a kept state that point into a shared prefix (not the row's own)."""
+        for layer in cache:
+            if hasattr(layer, "prefix_len"):
+                return int(layer.prefix_len)
+        return 0
+
+    def _fits(self, req: GenRequest, in_flight: int) -> bool:
+        """Whether `req` can join the `in_flight` rows within `--memory-gb` (always, without a
+        budget): what the caches hold now, plus the bytes it adds, plus one decode step's
+        transient at the longest row."""
+        if not self.memory_budget_bytes:
+            return True
+        length, add = self._cost(req)
+        longest = max([length, *self._row_len.values()])
+        need = self._held_bytes() + add + self.layout().step_transient(in_flight + 1, longest)
+        return need <= self.memory_budget_bytes
+
+    def _make_room(self, req: GenRequest) -> None:
+        """Nothing is in flight and `req` does not fit: drop kept states other than the one it
+        follows, then prefixes other than its own, oldest first, until it fits (a dropped
+        prefix costs only a prefill when a later request names it). It is admitted even when
+        nothing more can go: `capacity` refused, before the run, any budget that cannot hold
+        one row and its prefix."""
+        own = req.shared_prefix.key if req.shared_prefix is not None else None
+        for key in [k for k in self._kept if k != req.follows]:
+            if self._fits(req, 0):
+                return
+            self._drop_kept(key)
+        for key in [k for k in self._prefixes if k != own]:
+            if self._fits(req, 0):
+                return
+            self._prefixes.pop(key, None)
 
     # -- reuse -------------------------------------------------------------------------------
     def _prefix_cache(self, shared: SharedPrefix) -> PrefixCache:
@@ -310,47 +422,117 @@ class MlxEngine:
     def release_prefix(self, key: str) -> None:
         """Drop the shared-prefix cache kept under `key` (a cell whose probes are all done:
         its restarts start from the chat prompt alone), so that the next cell's prefix does
-        not evict one that queued probes still need. A later request naming it rebuilds it."""
-        self._prefixes.pop(key, None)
+        not evict one that queued probes still need. A later request naming it rebuilds it.
+        Its memory goes when the last row or kept state pointing into it does."""
+        held = self._prefixes.pop(key, None)
+        if held is not None and held[1].full is not None:
+            self._prefix_bytes[key] = float(held[1].nbytes)
 
-    def _start(self, req: GenRequest) -> tuple[object, list[int]]:
-        """(cache or None, ids to feed): the longest reusable state for `req.prompt`; at least
-        the prompt's last id is always fed (the row's first logits come from it)."""
+    @staticmethod
+    def _restart_skips_prefix(shared: SharedPrefix, prompt: Sequence[int]) -> bool:
+        """A request that uses only the prefix's first start (a restart: the chat prompt
+        alone) does not build the whole prefix's cache (a base trace of up to 16K tokens) when
+        it is much longer: a fresh prefill of its own prompt is far cheaper (the scheduler runs
+        restarts after the cell's probes, by when that cache may have made room for other
+        cells'). Only when the prefix is not held already (the caller checks)."""
+        return bool(shared.starts) and len(prompt) <= shared.starts[0] \
+            and len(shared.ids) > 4 * len(prompt)
+
+    def _start(self, req: GenRequest) -> tuple[list, list[int], str | None, int]:
+        """(row cache, ids to feed, shared-prefix key it points into or None, ids pushed
+        through the model for it): the longest
+        reusable state for `req.prompt` as a row that holds only its own tokens
+        (`shared_kv.SharedRowCache` for plain attention layers: a reused prefix stays the one
+        shared copy), prefilled at batch 1 up to the prompt's last id, which is fed to the batch
+        (the row's first logits come from it)."""
+        from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+        from breakthrough.engine.prefix_cache import prefill
+        from breakthrough.engine.shared_kv import SharedRowCache
+
         prompt = [int(t) for t in req.prompt]
+        cache, feed, key = self._reused(req, prompt)
+        if cache is None:
+            cache, feed = make_prompt_cache(self.model), prompt
+        room = len(feed) + int(req.max_tokens) + 1  # the batch may run one step past the end
+        row = []
+        for layer in cache:
+            if type(layer) is KVCache:
+                layer = SharedRowCache.from_cache(layer)
+            if isinstance(layer, SharedRowCache):
+                layer.reserve(room)
+            row.append(layer)
+        if len(feed) > 1:
+            prefill(self.model, row, feed[:-1])
+        return row, feed[-1:], key, len(feed)
+
+    def _reused(self, req: GenRequest, prompt: list[int]) -> tuple[list | None, list[int], str | None]:
+        """(cache, ids still to feed, prefix key) from a kept state `req` follows or its
+        shared prefix; (None, prompt, None) when nothing is reused."""
         if not self.reuse_prefixes:
-            return None, prompt
+            return None, prompt, None
         if req.follows is not None and req.follows in self._kept:
             seq, cache = self._kept.pop(req.follows)
+            self._kept_bytes.pop(req.follows, None)
+            key = self._kept_prefix.pop(req.follows, None)
             keep = min(cache_length(cache), common_prefix_length(seq, prompt), len(prompt) - 1)
             if keep > 0:
                 try:
-                    return trim_to(cache, keep), prompt[keep:]
+                    return trim_to(cache, keep), prompt[keep:], key
                 except ValueError:  # a recurrent state (Qwen3.5) cannot be cut back: rebuild below
                     pass
         shared = req.shared_prefix
         if shared is not None:
             n = min(common_prefix_length(shared.ids, prompt), len(prompt) - 1)
-            if n > 0 and shared.key not in self._prefixes and shared.starts \
-                    and len(prompt) <= shared.starts[0] and len(shared.ids) > 4 * len(prompt):
-                # A request that uses only the prefix's first start (a restart: the chat prompt
-                # alone) does not build the whole prefix's cache (a base trace of up to 16K
-                # tokens) when it is not held and is much longer: a fresh prefill of its own
-                # prompt is far cheaper (the scheduler runs restarts after the cell's probes,
-                # by when that cache may have made room for other cells').
-                return None, prompt
+            if n > 0 and shared.key not in self._prefixes and self._restart_skips_prefix(shared, prompt):
+                return None, prompt, None
             if n > 0:
                 pc = self._prefix_cache(shared)
                 before = pc.prefill_tokens
                 state = pc.state(n)
                 self.prefill_tokens += pc.prefill_tokens - before
-                return state, prompt[n:]
-        return None, prompt
+                self._prefix_bytes[shared.key] = float(pc.nbytes)
+                return state, prompt[n:], shared.key
+        return None, prompt, None
 
-    def _keep(self, key: str, seq: list[int], cache) -> None:
-        self._kept.pop(key, None)
+    def _keep(self, key: str, seq: list[int], cache, prefix: str | None) -> None:
+        self._drop_kept(key)
         self._kept[key] = (seq, cache)
+        self._kept_bytes[key] = float(sum(getattr(layer, "nbytes", 0) for layer in cache
+                                          if hasattr(layer, "prefix_len")))
+        self._kept_prefix[key] = prefix
         while len(self._kept) > self._max_kept:
-            self._kept.pop(next(iter(self._kept)))
+            self._drop_kept(next(iter(self._kept)))
+
+    def _drop_kept(self, key: str) -> None:
+        self._kept.pop(key, None)
+        self._kept_bytes.pop(key, None)
+        self._kept_prefix.pop(key, None)
+
+    def _admit(self, req: GenRequest) -> tuple[list, list[int], int]:
+        """Build `req`'s row (`_start`) and book what it holds: its own tokens' buffers at
+        their final length, its final length (for the step transient) and the prefix it points
+        into. Returns (row cache, the one id to feed, ids pushed through the model for it)."""
+        cache, feed, prefix, fed = self._start(req)
+        self.prefill_tokens += fed
+        length = len(req.prompt) + int(req.max_tokens) + 1
+        shared = self._kept_shared_len(cache)
+        if self.memory_budget_bytes:
+            self._row_bytes[req.key] = self.layout().own_row(length - shared)
+        self._row_len[req.key] = length
+        if prefix is not None:
+            self._row_prefix[req.key] = prefix
+        return cache, feed, fed
+
+    def _retire(self, key: str) -> str | None:
+        """Forget a finished row's booking; returns the prefix it pointed into."""
+        self._row_bytes.pop(key, None)
+        self._row_len.pop(key, None)
+        prefix = self._row_prefix.pop(key, None)
+        live = set(self._prefixes) | set(self._row_prefix.values()) | set(self._kept_prefix.values())
+        for k in [k for k in self._prefix_bytes if k not in live and k != prefix]:
+            del self._prefix_bytes[k]
+        return prefix
 
     def _stop(self, req: GenRequest):
         from mlx_lm.generate import StopSequences
@@ -374,6 +556,7 @@ class MlxEngine:
         rows: dict[int, _Row] = {}
         keys: set[str] = set()
         exhausted = False
+        held: GenRequest | None = None  # pulled, waiting for memory
         t_start = time.perf_counter()
         try:
             mx.reset_peak_memory()
@@ -384,34 +567,43 @@ class MlxEngine:
             while True:
                 if self._cancelled:
                     yield from self._drop_cancelled(gen, rows)
-                # Refill free slots.
-                new: list[GenRequest] = []
-                while not exhausted and len(rows) + len(new) < self.batch_size:
-                    try:
-                        req = next(pending)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    if req is None:  # the source has nothing ready now (contract: Engine)
-                        break
-                    check_request(req, keys)
-                    new.append(req)
+                # Refill free slots, admitting each request only while its bytes fit the
+                # budget; one that does not waits (`held`) until rows finish (issue 28).
+                new: list[tuple[GenRequest, list, list[int], int]] = []
+                while len(rows) + len(new) < self.batch_size:
+                    if held is None:
+                        if exhausted:
+                            break
+                        try:
+                            req = next(pending)
+                        except StopIteration:
+                            exhausted = True
+                            break
+                        if req is None:  # the source has nothing ready now (contract: Engine)
+                            break
+                        check_request(req, keys)
+                        held = req
+                    if not self._fits(held, len(rows) + len(new)):
+                        if rows or new:
+                            break
+                        self._make_room(held)
+                    req, held = held, None
+                    new.append((req, *self._admit(req)))
                 if new:
-                    starts = [self._start(r) for r in new]
                     specs = [RowSpec(r.seed, r.sampling, self.top_logprobs, self.instrument,
-                                     hidden_stride=r.hidden_stride) for r in new]
+                                     hidden_stride=r.hidden_stride) for r, _, _, _ in new]
                     uids = gen.insert(
-                        [feed for _, feed in starts],
-                        max_tokens=[int(r.max_tokens) for r in new],
-                        caches=[cache for cache, _ in starts],
+                        [feed for _, _, feed, _ in new],
+                        max_tokens=[int(r.max_tokens) for r, _, _, _ in new],
+                        caches=[cache for _, cache, _, _ in new],
                         samplers=specs,
-                        stop_sequences=[self._stop(r) for r in new],
+                        stop_sequences=[self._stop(r) for r, _, _, _ in new],
                     )
-                    for uid, r, spec, (_, feed) in zip(uids, new, specs, starts):
-                        rows[uid] = _Row(r, spec, len(r.prompt) - len(feed))
-                        self.prefill_tokens += len(feed)
+                    for uid, (r, _, _, fed), spec in zip(uids, new, specs):
+                        rows[uid] = _Row(r, spec, len(r.prompt) - fed)
+                    self.admitted_rows_max = max(self.admitted_rows_max, len(rows))
                 if not rows:
-                    if exhausted:
+                    if exhausted and held is None:
                         break
                     raise BtError("the request source had nothing ready while no row was in flight")
                 responses = gen.next_generated()
@@ -437,9 +629,10 @@ class MlxEngine:
                     if resp.finish_reason is None:
                         continue
                     del rows[resp.uid]
+                    prefix = self._retire(row.req.key)
                     if row.req.keep_state and self.reuse_prefixes and resp.prompt_cache is not None:
                         self._keep(row.req.key, [int(t) for t in row.req.prompt] + row.tokens,
-                                   resp.prompt_cache)
+                                   resp.prompt_cache, prefix)
                     ready.append(self._result(row, resp))
                 self.attention_padded += len(responses) * longest
                 self.generated_tokens += len(responses)
@@ -450,6 +643,10 @@ class MlxEngine:
         finally:
             self.last_elapsed_s = time.perf_counter() - t_start
             gen.close()
+            try:
+                self.peak_memory_bytes = max(self.peak_memory_bytes, int(mx.get_peak_memory()))
+            except Exception:  # pragma: no cover
+                pass
 
     def _result(self, row: _Row, resp) -> GenResult:
         import mlx.core as mx

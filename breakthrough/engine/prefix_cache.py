@@ -116,9 +116,31 @@ def prefill_chunk(length: int, chunk: int = PREFILL_CHUNK) -> int:
     return chunk
 
 
+def reserve_plain(cache: list[Any], tokens: int) -> None:
+    """Grow every plain `KVCache` layer of `cache` that holds keys to buffers of `tokens`
+    positions (rounded up to KV_STEP) in one allocation, so that a prefill up to that length
+    never grows them by concatenation (mlx-lm's growth keeps the old and the new buffer alive
+    together: twice a 16K prefix for one step)."""
+    import mlx.core as mx
+
+    size = _stepped(tokens)
+    for layer in cache:
+        if not _is_plain(layer) or layer.keys is None or layer.keys.shape[2] >= size:
+            continue
+        n = layer.offset
+        keys = mx.zeros((*layer.keys.shape[:2], size, layer.keys.shape[3]), layer.keys.dtype)
+        values = mx.zeros((*layer.values.shape[:2], size, layer.values.shape[3]), layer.values.dtype)
+        if n:
+            keys[..., :n, :] = layer.keys[..., :n, :]
+            values[..., :n, :] = layer.values[..., :n, :]
+        layer.keys, layer.values = keys, values
+        mx.eval(layer.keys, layer.values)
+
+
 def prefill(model: Any, cache: list[Any], ids: Sequence[int], chunk: int = PREFILL_CHUNK) -> None:
     """Run `ids` through the model into `cache` in chunks (as mlx-lm's prefill_step_size),
-    smaller ones as the cache grows long (`prefill_chunk`)."""
+    smaller ones as the cache grows long (`prefill_chunk`). Plain layers are sized for the
+    whole prefill after its first chunk (`reserve_plain`): no growth transient."""
     import mlx.core as mx
 
     i = 0
@@ -130,6 +152,8 @@ def prefill(model: Any, cache: list[Any], ids: Sequence[int], chunk: int = PREFI
         step = prefill_chunk(start + i + chunk, chunk)
         model(mx.array([list(ids[i : i + step])]), cache=cache)
         mx.eval([c.state for c in cache])
+        if i == 0 and step < len(ids):
+            reserve_plain(cache, start + len(ids))
         i += step
 
 
@@ -217,20 +241,45 @@ class PrefixCache:
 
 @dataclass(frozen=True)
 class CacheBytes:
-    """A model's cache layout in bytes (buffers of growing layers rounded up to `KV_STEP`
-    positions, as mlx-lm allocates them): `plain_per_token` for layers that grow with the
-    sequence, `bounded_per_token` up to `window` tokens for sliding-window layers, and
-    `fixed` for recurrent states (per row, whatever the length)."""
+    """A model's cache layout in bytes: `plain_per_token` for layers that grow with the sequence
+    (`plain_layers` of them), `bounded_per_token` up to `window` tokens for sliding-window layers,
+    `fixed` for recurrent states (per row, whatever the length), and `scores_per_token`: the
+    attention scores one layer's decode step materialises per row and cached position where
+    attention is not fused (float32, every query head, a few temporaries).
+
+    This is the memory rule of `MlxEngine` (issue 28): a row holds its OWN tokens only (a
+    shared prefix is held once, by the cell's `PrefixCache`) in buffers allocated once at the
+    row's final length (`own_row`, no growth transient), and a decode step adds, for the one
+    layer being attended, the batch's keys and values assembled at the longest row's length
+    plus its scores (`step_transient`)."""
 
     plain_per_token: float
     bounded_per_token: float
     window: int
     fixed: float
+    plain_layers: int = 1
+    scores_per_token: float = 0.0
 
     def row(self, tokens: int) -> float:
-        """Bytes of one row's cache at `tokens` positions."""
+        """Bytes of one row's cache at `tokens` positions, in mlx-lm's growing buffers (rounded
+        up to KV_STEP positions)."""
         return (self.plain_per_token * _stepped(tokens)
                 + self.bounded_per_token * min(_stepped(tokens), self.window) + self.fixed)
+
+    def own_row(self, tokens: int) -> float:
+        """Bytes a row of `tokens` own positions allocates (`shared_kv.SharedRowCache`: its
+        plain layers exactly once; sliding-window layers still grow in mlx-lm's batch cache,
+        so they count twice up to their window)."""
+        return (self.plain_per_token * max(int(tokens), 0)
+                + 2 * self.bounded_per_token * min(_stepped(tokens), self.window) + self.fixed)
+
+    def step_transient(self, rows: int, longest: int) -> float:
+        """Bytes alive only during a decode step of `rows` rows padded to `longest` positions:
+        two layers' assembled keys and values (one being attended, the next being built) and
+        one layer's attention scores."""
+        layers = max(self.plain_layers, 1)
+        assembled = min(2, layers) * self.plain_per_token / layers
+        return rows * max(int(longest), 1) * (assembled + self.scores_per_token)
 
     def prefix_cache(self, tokens: int, snapshots: int) -> float:
         """Upper bound of `PrefixCache.nbytes` for a prefix of `tokens` with `snapshots`
@@ -252,7 +301,7 @@ def cache_bytes(model: Any) -> CacheBytes:
     model(mx.array([[0, 0]]), cache=cache)
     mx.eval([c.state for c in cache])
     plain = bounded = fixed = 0.0
-    window = 0
+    window = plain_layers = 0
     for layer in cache:
         if isinstance(layer, (KVCache, RotatingKVCache)):
             per = sum(a[..., :1, :].nbytes for a in (layer.keys, layer.values))
@@ -261,11 +310,31 @@ def cache_bytes(model: Any) -> CacheBytes:
                 window = max(window, int(layer.max_size))
             else:
                 plain += per
+                plain_layers += 1
         elif isinstance(layer, ArraysCache):
             fixed += layer_nbytes(layer)
         else:  # an unknown layer type: count what it holds for 2 tokens as growing
             plain += layer_nbytes(layer) / 2
-    return CacheBytes(plain, bounded, window, fixed)
+    return CacheBytes(plain, bounded, window, fixed, max(plain_layers, 1),
+                      SCORE_TEMPORARIES * 4 * query_heads(model))
+
+
+SCORE_TEMPORARIES = 3  # scores, their exponentials, the probabilities (float32 each)
+
+
+def query_heads(model: Any) -> int:
+    """The model's attention heads per layer (its config's `num_attention_heads`; 32 when the
+    model does not say), for the size of a decode step's attention scores."""
+    for holder in (model, getattr(model, "language_model", None)):
+        args = getattr(holder, "args", None)
+        for name in ("num_attention_heads", "n_heads"):
+            value = getattr(args, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        text = getattr(args, "text_config", None)
+        if isinstance(text, dict) and isinstance(text.get("num_attention_heads"), int):
+            return int(text["num_attention_heads"])
+    return 32
 
 
 def kv_bytes_per_token(model: Any) -> float:

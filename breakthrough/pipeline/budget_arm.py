@@ -28,7 +28,7 @@ from breakthrough.pipeline.branches import Branch, check_budget, close_tokens
 from breakthrough.pipeline.cell_loop import SIGNALS_FULL, ContinueReport, run_scheduled
 from breakthrough.pipeline.cells import plan_cell
 from breakthrough.pipeline.manifest import check_engine, check_model, preflight_continue
-from breakthrough.pipeline.scheduler import CellState, RunScheduler, branches_for
+from breakthrough.pipeline.scheduler import CellState, RunScheduler, branches_for, memory_plan
 from breakthrough.protocol import Protocol
 from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore
@@ -112,8 +112,9 @@ def add_budget_run(run_dir: Path, loaded: Any, budget: int, engine_spec: EngineS
         # the arm's probes store what the run's other continuations store (cell_loop)
         instrument = (store.manifest().get("continuation") or {}).get("signals") == SIGNALS_FULL
         engine = make_engine(replace(engine_spec, instrument=instrument), loaded)
-        if cells:
-            engine.capacity(max(c.longest_row(arm) for c in cells))
+        plan = memory_plan(engine, cells, arm)  # refuses a budget that cannot hold one row
+        if plan is not None:
+            report.notes.append(plan.line())
         check_engine(store, engine)
         _record_arm(store, primary, arm, targets)
         if on_start:

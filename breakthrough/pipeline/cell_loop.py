@@ -40,7 +40,7 @@ from breakthrough.pipeline.cells import CellPlan, plan_cell, similar_length_chun
 from breakthrough.pipeline.manifest import (check_engine, check_model, preflight_continue,
                                              record_continuation_protocol, record_throughput,
                                              store_protocol)
-from breakthrough.pipeline.scheduler import PHASES, RunScheduler, cells_with_work
+from breakthrough.pipeline.scheduler import PHASES, RunScheduler, cells_with_work, memory_plan
 from breakthrough.protocol import DEFAULT, Protocol
 from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore
@@ -89,6 +89,9 @@ class ContinueReport:
     attention_fill: float | None = None  # real / padded attention positions (MlxEngine)
     batch_size: int = 0
     nothing_to_do: bool = False  # every sample was stored already: no model was loaded
+    memory: str = ""  # what the memory budget admits (scheduler.MemoryPlan.line)
+    peak_memory_bytes: int = 0  # MLX's peak allocation over the run (weights included)
+    rows_in_flight_max: int = 0  # the most rows the engine had in flight at once
     notes: list[str] = field(default_factory=list)  # the engine's (e.g. endpoints that died)
 
 
@@ -109,8 +112,10 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
             item, prompt = store.cell_prompt(rec["cell_id"])
             cells.append(plan_cell(rec["cell_id"], item, prompt, rec, opts.protocol, forced))
         engine = make_engine(replace(opts.engine, instrument=opts.instrument), loaded)
-        if cells:  # refuses a --memory-gb that cannot hold one row, before anything is written
-            engine.capacity(max(c.longest_row(opts.protocol) for c in cells))
+        # refuses a --memory-gb that cannot hold one row, before anything is written
+        memory = memory_plan(engine, cells, opts.protocol)
+        if memory is not None:
+            report.memory = memory.line()
         store.check_identity({"continuation": continuation_identity(opts.instrument)})
         check_engine(store, engine)
         store_protocol(store, opts.protocol)
@@ -148,6 +153,8 @@ def run_scheduled(scheduler: Callable[[Any], RunScheduler], store: RunStore, run
     report.notes += list(getattr(engine, "notes", []))
     report.occupancy = getattr(engine, "occupancy", None)
     report.attention_fill = getattr(engine, "attention_fill", None)
+    report.peak_memory_bytes = int(getattr(engine, "peak_memory_bytes", 0) or 0)
+    report.rows_in_flight_max = int(getattr(engine, "admitted_rows_max", 0) or 0)
     report.batch_size = batch_size
     record_throughput(store, "continue", engine.generated_tokens, time.perf_counter() - t0,
                       batch_size=batch_size, occupancy=report.occupancy)  # --dry-run ETAs

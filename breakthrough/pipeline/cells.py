@@ -45,6 +45,18 @@ class CellPlan:
         return SharedPrefix(key=self.cell_id, ids=tuple(self.prompt + self.trace[: self.max_cut()]),
                             starts=(np_, *(np_ + self.cut(a) for a in self.grid)))
 
+    def probe_row(self, protocol: Protocol) -> tuple[int, int]:
+        """(tokens, shared tokens) of this cell's longest probe row: prompt + prefix at the
+        deepest anchor + B + answer, of which prompt + base trace (as far as the deepest cut)
+        is the shared prefix the engine holds once (issue 28)."""
+        shared = len(self.prompt) + self.max_cut()
+        return shared + protocol.budget + protocol.answer_budget, shared
+
+    def restart_row(self, protocol: Protocol) -> int:
+        """Tokens of this cell's longest restart row (prompt + the largest C + answer): all
+        its own, nothing shared."""
+        return len(self.prompt) + max(protocol.restart_budgets, default=0) + protocol.answer_budget
+
     def longest_row(self, protocol: Protocol) -> int:
         """Tokens of the longest row this cell can put in flight (prompt + prefix + B or C +
         answer): what bounds rows per batch under a memory budget."""

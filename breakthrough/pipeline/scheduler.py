@@ -31,8 +31,10 @@ Each sample is graded and committed as soon as its row finishes: a kill loses on
 flight. Seeds are functions of each sample's identity, so the sample set and every token equal
 a cell-by-cell run, and a rerun completes exactly the missing samples.
 
-Memory: rows in flight are capped by `Engine.capacity` for the longest row of the active cells
-(prompt + prefix + max(B, C) + answer), i.e. the `--memory-gb` budget; the engine keeps a
+Memory (issue 28): the MLX engine admits each row by the bytes it adds (its own tokens; a
+cell's prompt + base trace is held once, shared by all its branches) and holds back a request
+that does not fit until rows finish, so the scheduler offers it up to `--batch-size` requests
+(`rows_cap`); an engine without that gets its `capacity` at the longest row. The engine keeps a
 bounded number of shared-prefix caches (the oldest is dropped, which costs only a prefill), and
 the requests queued at once are about a batch of deciding ones plus the active cells'
 restarts, whose prompts are the chat prompt alone."""
@@ -162,6 +164,60 @@ def _panels_of(store: RunStore, cell_id: str, protocol: Protocol) -> Callable[[]
     return read
 
 
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What the memory budget admits for a run's cells (issue 28): rows of the deepest probe
+    (prompt + base trace to the deepest anchor, held once, + B + answer) and of the longest
+    restart, and what limits them."""
+
+    probe_rows: int
+    restart_rows: int
+    probe_tokens: int
+    batch_size: int
+    budget: str  # e.g. "--memory-gb 4" or "auto: 14.2 GB for the KV cache = ..."
+
+    def line(self) -> str:
+        def limit(rows: int) -> str:
+            return "--batch-size" if rows >= self.batch_size else "memory"
+        return (f"memory ({self.budget}) admits {self.probe_rows} rows at the deepest anchor "
+                f"({self.probe_tokens:,} tokens; limited by {limit(self.probe_rows)}), "
+                f"{self.restart_rows} at the longest restart (limited by {limit(self.restart_rows)})")
+
+
+def memory_plan(engine: Engine, cells: Sequence[CellPlan], protocol: Protocol) -> MemoryPlan | None:
+    """The `MemoryPlan` of `cells` on `engine` (None without cells); raises BtError, before
+    anything is written, when the budget cannot hold one row of the deepest probe with its
+    prefix, or one of the longest restart."""
+    if not cells:
+        return None
+    probe = max(c.probe_row(protocol) for c in cells)
+    restart = max(c.restart_row(protocol) for c in cells)
+    rows_p = engine.capacity(probe[0], shared_tokens=probe[1])
+    rows_r = engine.capacity(restart)
+    engine.capacity(probe[0], shared_tokens=probe[1])  # leaves the probes' prefix slots set
+    budget = getattr(engine, "memory_budget_bytes", 0)
+    auto = getattr(engine, "memory_auto_line", None)
+    text = auto or (f"--memory-gb {budget / 2**30:g}" if budget else "no --memory-gb cap")
+    plan = MemoryPlan(rows_p, rows_r, probe[0], int(getattr(engine, "batch_size", rows_p)), text)
+    if hasattr(engine, "memory_rows"):
+        engine.memory_rows = rows_p
+    return plan
+
+
+def rows_cap(engine: Engine, cells: Sequence[CellPlan], protocol: Protocol) -> int:
+    """How many requests to keep in flight for these cells. An engine that admits rows by the
+    bytes they add (`MlxEngine.admits_by_memory`, issue 28) is offered up to its batch size and
+    holds back what does not fit, so a short restart never waits for the room a 16K probe
+    would need; its `capacity` still runs, for the prefix slots it sets. Any other engine gets
+    its `capacity` at the longest row."""
+    probe = max((c.probe_row(protocol) for c in cells), default=(1, 0))
+    restart = max((c.restart_row(protocol) for c in cells), default=1)
+    cap = min(engine.capacity(probe[0], shared_tokens=probe[1]), engine.capacity(restart))
+    if getattr(engine, "admits_by_memory", False):
+        return max(1, int(getattr(engine, "batch_size", cap)))
+    return max(1, cap)
+
+
 @dataclass
 class SchedulerCounts:
     cells: int = 0
@@ -229,8 +285,7 @@ class RunScheduler:
             changed = True
             self._advance(cell)
         if changed and self.active:
-            longest = max(c.plan.longest_row(self.protocol) for c in self.active)
-            self.rows_cap = max(1, self.engine.capacity(longest))
+            self.rows_cap = rows_cap(self.engine, [c.plan for c in self.active], self.protocol)
 
     def program(self, cell: CellState) -> Iterator[tuple[str, list[Branch]]]:
         """The cell's step program: the protocol's (`cell_steps`); `bt continue --add-budget`

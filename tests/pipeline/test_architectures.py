@@ -110,42 +110,50 @@ def test_snapshots_hold_only_the_untrimmable_layers(traces) -> None:
             assert per_snapshot == pytest.approx(b.fixed, rel=0.5)
 
 
-def test_capacity_reserves_the_prefix_caches(traces) -> None:
+def test_capacity_holds_a_shared_prefix_once(traces) -> None:
+    """Issue 28: rows hold their own tokens only (allocated once, no growth transient); the
+    cell's prefix is held once, by its PrefixCache, whatever the branches sharing it."""
     loaded, prompt, trace = traces("gemma4_text")
     b = cache_bytes(loaded.model)
-    row = 16384 + 512
-    # each row counts twice (mlx-lm's cache growth copies a batch's buffers), plus 2 prefixes
-    budget = int(3 * 2 * b.row(row) + 2 * b.prefix_cache(row, 9)) + 1
+    shared, row = 16384, 16384 + 512 + 16
+    per = b.prefix_cache(shared, len(DEFAULT.anchors) + 1)
+    per_row = b.own_row(row - shared) + b.step_transient(1, row)
+    assert b.own_row(row - shared) < b.row(row) / 4  # a probe row no longer pays for its prefix
+    budget = int(4 * per + 3 * per_row) + 1  # two prefixes take at most half of it
     engine = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=budget,
                                    shared_prefixes=2)
-    assert engine.capacity(row) == 3
+    assert engine.capacity(row, shared_tokens=shared) == min(64, int((budget - 2 * per) // per_row))
+    assert engine.prefix_slots == 2
     fresh = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=budget,
                                   shared_prefixes=2, reuse_prefixes=False)
-    assert fresh.capacity(row) > 3  # no prefix caches held without reuse
-    tiny = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(2 * b.row(row)))
+    whole = b.own_row(row) + b.step_transient(1, row)
+    assert fresh.capacity(row, shared_tokens=shared) == int(budget // whole)  # nothing shared
+    tiny = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(per))
     with pytest.raises(BtError, match="--memory-gb"):
-        tiny.capacity(row)
+        tiny.capacity(row, shared_tokens=shared)
 
 
 def test_a_tight_budget_keeps_fewer_prefixes_before_fewer_rows(traces) -> None:
     """Issue 22: the engine keeps 8 shared prefixes (the scheduler sorts that many cells' probes
     by length together), but never lets them take more than half of --memory-gb: it keeps fewer
-    (down to 4) before it runs fewer rows."""
+    before it runs fewer rows; issue 28: down to one, so that a budget holding one prefix and one
+    row is never refused."""
     loaded, _, _ = traces("gemma4_text")
     b = cache_bytes(loaded.model)
-    row = 16384 + 512
-    per = b.prefix_cache(row, 9)
+    shared, row = 16384, 16384 + 512 + 16
+    per = b.prefix_cache(shared, len(DEFAULT.anchors) + 1)
+    per_row = b.own_row(row - shared) + b.step_transient(1, row)
     budget = int(10 * per)  # 8 prefixes would take 80 % of it; 5 take half
     engine = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=budget)
-    cap = engine.capacity(row)
+    cap = engine.capacity(row, shared_tokens=shared)
     assert engine.prefix_slots == 5
-    assert cap == min(64, int((budget - 5 * per) // (2 * b.row(row))))
+    assert cap == min(64, int((budget - 5 * per) // per_row))
     roomy = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(100 * per))
-    roomy.capacity(row)
+    roomy.capacity(row, shared_tokens=shared)
     assert roomy.prefix_slots == 8
-    tight = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(6 * per))
-    tight.capacity(row)
-    assert tight.prefix_slots == 4  # never fewer than MIN_PREFIX_SLOTS
+    tight = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(per + per_row) + 1)
+    assert tight.capacity(row, shared_tokens=shared) == 1
+    assert tight.prefix_slots == 1
     assert MlxEngine.from_loaded(loaded, reuse_prefixes=False).prefix_slots is None
 
 

@@ -1,0 +1,249 @@
+"""KV caches whose rows share one physical copy of a prefix (issue 28).
+
+mlx-lm's `BatchKVCache` keeps one [rows, heads, T, dim] buffer per layer: every branch of an
+anchor holds its own copy of the prefix's keys and values (four copies of 2.4 GB at t = 16k on a
+Qwen3-4B-sized model), and the buffer grows by concatenation, so for one step the old and the new
+buffers are both alive. Here a row is
+
+    prefix (read-only views into the cell's one `PrefixCache`, shared by every branch of every
+    anchor of that cell) + its own suffix buffer (allocated once at the row's final length),
+
+and a layer's batch keys/values are assembled at attention time, one layer at a time: the same
+left-padded [rows, heads, T, dim] tensor, with the same values, that `BatchKVCache` would have
+handed to the attention (rows right-justified at the longest row, zero padding masked out by the
+same `create_causal_mask`). So the attention sees exactly today's keys and values, and the memory
+that stays allocated is the prefixes once plus each row's own tokens; the assembled tensor of
+one layer lives only until that layer's attention has run.
+
+`SharedRowCache` is one row's layer (a `KVCache`, so a batch-1 prefill and mlx-lm's single-row
+code use it unchanged); `SharedBatchCache` is the batch of them that mlx-lm's `BatchGenerator`
+merges, extends, filters and extracts (the interface of `BatchKVCache`). Rows are inserted with
+a one-token feed (`MlxEngine` prefills the rest at batch 1 first), so the batch never runs a
+padded multi-token prefill (`prepare` refuses right padding)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models.base import create_causal_mask
+from mlx_lm.models.cache import KVCache
+
+
+class SharedRowCache(KVCache):
+    """One row of one attention layer: `prefix_keys/values` (views, never written; None when
+    the row has no shared prefix) followed by its own `keys/values` suffix buffer.
+
+    `offset` is the row's length (prefix + suffix), as for a `KVCache`. `reserve(n)` sizes the
+    suffix buffer for n more tokens at once, so a row whose final length is known never grows
+    by concatenation (a write past the buffer still works: it reallocates, as `KVCache` does)."""
+
+    def __init__(self, prefix_keys: Any = None, prefix_values: Any = None) -> None:
+        super().__init__()
+        self.prefix_keys = prefix_keys
+        self.prefix_values = prefix_values
+        self.prefix_len = 0 if prefix_keys is None else int(prefix_keys.shape[2])
+        self.suffix_len = 0
+        self.offset = self.prefix_len
+        self._wanted = 0  # suffix positions to allocate at the first write (reserve before it)
+
+    @classmethod
+    def from_cache(cls, layer: KVCache) -> "SharedRowCache":
+        """A row whose prefix is what the `KVCache` `layer` holds (its arrays are kept as views:
+        a slice of a `PrefixCache` stays the one shared copy)."""
+        if layer.keys is None or layer.offset == 0:
+            return cls()
+        return cls(layer.keys[..., : layer.offset, :], layer.values[..., : layer.offset, :])
+
+    # -- storage --------------------------------------------------------------------------
+    def reserve(self, more: int) -> None:
+        """Make room for `more` suffix positions beyond the current ones, in one allocation."""
+        need = self.suffix_len + max(0, int(more))
+        if self.keys is None:
+            self._wanted = max(self._wanted, need)
+        elif self.keys.shape[2] < need:
+            self._reallocate(need)
+
+    def _reallocate(self, size: int) -> None:
+        k_shape = (*self.keys.shape[:2], size, self.keys.shape[3])
+        v_shape = (*self.values.shape[:2], size, self.values.shape[3])
+        new_k = mx.zeros(k_shape, self.keys.dtype)
+        new_v = mx.zeros(v_shape, self.values.dtype)
+        if self.suffix_len:
+            new_k[..., : self.suffix_len, :] = self.keys[..., : self.suffix_len, :]
+            new_v[..., : self.suffix_len, :] = self.values[..., : self.suffix_len, :]
+        self.keys, self.values = new_k, new_v
+
+    def write(self, keys: Any, values: Any) -> None:
+        """Append [1, heads, n, dim] keys and values to the suffix."""
+        n = int(keys.shape[2])
+        if self.keys is None:
+            size = max(self._wanted, n)
+            self.keys = mx.zeros((1, keys.shape[1], size, keys.shape[3]), keys.dtype)
+            self.values = mx.zeros((1, values.shape[1], size, values.shape[3]), values.dtype)
+        elif self.suffix_len + n > self.keys.shape[2]:
+            self._reallocate(self.suffix_len + max(n, self.step))
+        start = self.suffix_len
+        self.keys[..., start : start + n, :] = keys
+        self.values[..., start : start + n, :] = values
+        self.suffix_len += n
+        self.offset += n
+
+    def parts(self) -> tuple[list[Any], list[Any]]:
+        """The row's key and value pieces in order (prefix view, then the filled suffix)."""
+        ks, vs = [], []
+        if self.prefix_len:
+            ks.append(self.prefix_keys[..., : self.prefix_len, :])
+            vs.append(self.prefix_values[..., : self.prefix_len, :])
+        if self.suffix_len:
+            ks.append(self.keys[..., : self.suffix_len, :])
+            vs.append(self.values[..., : self.suffix_len, :])
+        return ks, vs
+
+    def _geometry(self) -> tuple[int, int, int, Any]:
+        """(kv heads, key dim, value dim, dtype) of this row's layer."""
+        k = self.keys if self.keys is not None else self.prefix_keys
+        v = self.values if self.values is not None else self.prefix_values
+        return int(k.shape[1]), int(k.shape[3]), int(v.shape[3]), k.dtype
+
+    def padded(self, left: int) -> tuple[Any, Any]:
+        """[1, heads, left + offset, dim] keys and values: `left` zero positions, then the row."""
+        ks, vs = self.parts()
+        if left:
+            heads, dk, dv, dtype = self._geometry()
+            ks.insert(0, mx.zeros((1, heads, left, dk), dtype))
+            vs.insert(0, mx.zeros((1, heads, left, dv), dtype))
+        if len(ks) == 1:
+            return ks[0], vs[0]
+        return mx.concatenate(ks, axis=2), mx.concatenate(vs, axis=2)
+
+    # -- the KVCache interface ------------------------------------------------------------
+    def update_and_fetch(self, keys, values):
+        self.write(keys, values)
+        return self.padded(0)
+
+    def keys_and_values(self):
+        return self.padded(0)
+
+    @property
+    def state(self):
+        arrays = [a for a in (self.keys, self.values) if a is not None]
+        return arrays, self.offset
+
+    @state.setter
+    def state(self, v):  # pragma: no cover - mlx-lm's cache files are not used by bt
+        raise NotImplementedError("a SharedRowCache is not loaded from a state")
+
+    def is_trimmable(self) -> bool:
+        return True
+
+    def trim(self, n: int) -> int:
+        """Drop the last n positions: from the suffix first, then by shortening the prefix view."""
+        n = min(self.offset, int(n))
+        from_suffix = min(n, self.suffix_len)
+        self.suffix_len -= from_suffix
+        rest = n - from_suffix
+        if rest:
+            self.prefix_len -= rest
+        self.offset -= n
+        return n
+
+    def size(self) -> int:
+        return self.offset
+
+    def empty(self) -> bool:
+        return self.offset == 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this row holds on its own (its suffix buffer; the prefix is shared)."""
+        if self.keys is None:
+            return 0
+        return int(self.keys.nbytes + self.values.nbytes)
+
+    def to_quantized(self, group_size: int = 64, bits: int = 4):  # pragma: no cover
+        raise NotImplementedError("a SharedRowCache is not quantized")
+
+    @classmethod
+    def merge(cls, caches: list["SharedRowCache"]) -> "SharedBatchCache":
+        return SharedBatchCache(list(caches))
+
+
+class SharedBatchCache:
+    """One attention layer of a batch of `SharedRowCache` rows, with `BatchKVCache`'s interface:
+    rows right-justified at `_idx` (the longest row), `left_padding` and per-row `offset` arrays,
+    the same causal mask. Filtering and extending only move row objects: nothing is copied."""
+
+    def __init__(self, rows: list[SharedRowCache]) -> None:
+        self.rows = rows
+        self._sync()
+
+    def _sync(self) -> None:
+        lengths = [r.offset for r in self.rows]
+        self._idx = max(lengths, default=0)
+        self.offset = mx.array(lengths)
+        self.left_padding = mx.array([self._idx - n for n in lengths])
+
+    def update_and_fetch(self, keys, values):
+        n = int(keys.shape[2])
+        for i, row in enumerate(self.rows):
+            row.write(keys[i : i + 1], values[i : i + 1])
+        self._idx += n
+        self.offset = self.offset + n
+        parts = [row.padded(self._idx - row.offset) for row in self.rows]
+        if len(parts) == 1:
+            return parts[0]
+        return (mx.concatenate([k for k, _ in parts], axis=0),
+                mx.concatenate([v for _, v in parts], axis=0))
+
+    def make_mask(self, N: int, return_array: bool = False, **kwargs):
+        return create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, **kwargs)
+
+    def prepare(self, *, left_padding=None, lengths=None, right_padding=None):
+        if left_padding is not None and max(left_padding) > 0 or \
+                right_padding is not None and max(right_padding) > 0:
+            raise ValueError("SharedBatchCache rows are prefilled one at a time (one-token feeds)")
+
+    def finalize(self) -> None:
+        return None
+
+    @property
+    def state(self):
+        return [a for r in self.rows for a in (r.keys, r.values) if a is not None]
+
+    def filter(self, batch_indices) -> None:
+        idx = batch_indices.tolist() if hasattr(batch_indices, "tolist") else list(batch_indices)
+        self.rows = [self.rows[int(i)] for i in idx]
+        self._sync()
+
+    def extend(self, other: "SharedBatchCache") -> None:
+        self.rows = self.rows + list(other.rows)
+        self._sync()
+
+    def extract(self, idx: int) -> SharedRowCache:
+        return self.rows[idx]
+
+    def __deepcopy__(self, memo) -> "SharedBatchCache":
+        # mlx-lm's PromptProcessingBatch.split deep-copies the batch and then keeps disjoint
+        # rows in each copy: sharing the row objects is safe and copies no key or value.
+        return SharedBatchCache(list(self.rows))
+
+    def is_trimmable(self) -> bool:
+        return False
+
+    def size(self) -> int:
+        return self._idx
+
+    def empty(self) -> bool:
+        return not self.rows
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the rows' own suffixes plus each distinct prefix buffer once."""
+        held = sum(r.nbytes for r in self.rows)
+        seen: set[int] = set()
+        for r in self.rows:
+            if r.prefix_keys is not None and id(r.prefix_keys) not in seen:
+                seen.add(id(r.prefix_keys))
+                held += int(r.prefix_keys.nbytes + r.prefix_values.nbytes)
+        return held
