@@ -108,16 +108,22 @@ MODELS = {"tiny": dict(layers=4, hidden=128), "deep": dict(layers=8, hidden=384,
                                                              kv_heads=2, intermediate=1024),
           # Qwen's vocabulary size: the full-distribution pass per token is 3.1x SmolLM2's
           "wide-vocab": dict(layers=4, hidden=128, vocab=151_936)}
+# The study models' KV geometry with a small hidden size (issue 28; models.offline.STUDY_GEOMETRIES)
+GEOMETRY_MODELS = {"study-geometry": "qwen3-4b", "study-geometry-ministral": "ministral-3-3b"}
 
 
 def build_model(arg: str) -> str:
     """A random-weight llama folder for `tiny` / `deep` / `wide-vocab` (SmolLM2 tokenizer; the
     wide-vocab model's head has 151,936 rows, whose ids past the tokenizer's decode to
     nothing), else `arg`."""
+    from breakthrough.models.offline import (tokenizer_from_gguf, write_geometry_model,
+                                             write_tiny_model)
+
+    if arg in GEOMETRY_MODELS:
+        out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"
+        return str(write_geometry_model(out, GEOMETRY_MODELS[arg]))
     if arg not in MODELS:
         return arg
-    from breakthrough.models.offline import tokenizer_from_gguf, write_tiny_model
-
     out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"
     shape = dict(MODELS[arg])
     vocab = shape.pop("vocab", None)
@@ -181,19 +187,40 @@ def build_run(run_dir: Path, loaded, cells: list[tuple[dict, list[int], list[int
 
 
 def run_bt(template: Path, work: Path, loaded, protocol: Protocol, batch_size: int, rep: int,
-           instrument: bool = False):
+           instrument: bool = False, memory_bytes: int | None = None, name: str = "bt"):
     """One `bt continue` of a fresh copy of the run: (seconds, generated tokens, occupancy,
-    attention fill: real / padded attention positions)."""
+    attention fill: real / padded attention positions, the ContinueReport, the samples'
+    tokens by key)."""
     from breakthrough.engine.contract import EngineSpec
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
 
-    run_dir = work / f"bt-{rep}"
+    run_dir = work / f"{name}-{rep}"
     shutil.copytree(template, run_dir)
     opts = ContinueOptions(protocol=protocol, topup=(), instrument=instrument,
-                           engine=EngineSpec("mlx", batch_size=batch_size))
+                           engine=EngineSpec("mlx", batch_size=batch_size,
+                                             memory_budget_bytes=memory_bytes))
     t0 = time.perf_counter()
     report = continue_run(run_dir, loaded, opts)
-    return time.perf_counter() - t0, report.generated_tokens, report.occupancy, report.attention_fill
+    seconds = time.perf_counter() - t0
+    with RunStore(run_dir, readonly=True) as store:
+        df = store.samples_frame(kind=None)
+    tokens = {(r.cell_id, r.kind, r.anchor, r.budget, r.branch): list(r.token_ids)
+              for r in df.itertuples() if r.kind != "base"}
+    return seconds, report.generated_tokens, report.occupancy, report.attention_fill, report, tokens
+
+
+def memory_lines(report, memory_bytes: int | None) -> list[str]:
+    """Rows in flight per context depth, peak memory (MLX and the process's RSS) against the
+    budget, what the budget admits at the deepest anchor (issue 28)."""
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    budget = "auto" if memory_bytes is None else f"{memory_bytes / 2**30:g} GB"
+    depths = ", ".join(f"<={d:,}: {n}" for d, n in sorted(report.rows_by_context.items()))
+    return [f"    {report.memory}",
+            f"    rows in flight by longest context (tokens): {depths}",
+            f"    peak memory: MLX {report.peak_memory_bytes / 2**30:.2f} GB, process RSS "
+            f"{rss / 2**30:.2f} GB (both with the weights); budget {budget}"]
 
 
 def ref_generate(model, ids: list[int], max_tokens: int, seed: int, protocol: Protocol,
@@ -270,6 +297,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--instrument", action="store_true",
                     help="bt continue --instrument (the protocol 2.2 signals per token)")
     ap.add_argument("--repeats", type=int, default=2, help="alternating bt / reference rounds")
+    ap.add_argument("--memory-gb", default="auto", help="bt continue's --memory-gb (default auto)")
+    ap.add_argument("--compare-memory-gb", type=float,
+                    help="also run bt at this --memory-gb once and compare its occupancy and "
+                         "tokens with the first run's (issue 28: 4 against 64)")
     ap.add_argument("--bt-only", action="store_true", help="skip the reference (profiling bt)")
     args = ap.parse_args(argv)
     w = dict(WORKLOADS[args.workload])
@@ -277,7 +308,9 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, key) is not None:
             w[key] = getattr(args, key)
 
-    loaded = load_model(build_model(args.model), family="qwen" if args.model in MODELS else None)
+    built = args.model in MODELS or args.model in GEOMETRY_MODELS
+    loaded = load_model(build_model(args.model), family="qwen" if built else None)
+    memory_bytes = None if args.memory_gb == "auto" else int(float(args.memory_gb) * 2**30)
     protocol = replace(
         DEFAULT, anchors=tuple(int(a) for a in str(w["anchors"]).split(",")), samples=w["branches"],
         budget=w["budget"], answer_budget=w["answer_budget"], refinement_rounds=0,
@@ -311,8 +344,21 @@ def main(argv: list[str] | None = None) -> None:
     ratios, bt_rates, ref_rates, occupancies = [], [], [], []
     try:
         for rep in range(args.repeats):
-            bt_s, bt_n, occ, fill = run_bt(template, work, loaded, protocol, args.batch_size, rep,
-                                           args.instrument)
+            bt_s, bt_n, occ, fill, report, tokens = run_bt(
+                template, work, loaded, protocol, args.batch_size, rep, args.instrument,
+                memory_bytes)
+            print("\n".join(memory_lines(report, memory_bytes)))
+            if args.compare_memory_gb and rep == 0:
+                other = int(args.compare_memory_gb * 2**30)
+                o_s, o_n, o_occ, _, o_rep, o_tokens = run_bt(
+                    template, work, loaded, protocol, args.batch_size, rep, args.instrument,
+                    other, name="compare")
+                print(f"{'bt --memory-gb ' + format(args.compare_memory_gb, 'g'):16}{o_s:10.1f}"
+                      f"{o_n:11d}{o_n / o_s:9.1f}   occupancy {o_occ or 0.0:.1%}; "
+                      f"tokens {'identical' if o_tokens == tokens else 'DIFFER'} "
+                      f"({len(tokens)} samples); occupancy ratio {(occ or 0) / (o_occ or 1):.2f} "
+                      f"(--memory-gb {args.memory_gb} / {args.compare_memory_gb:g})")
+                print("\n".join(memory_lines(o_rep, other)), flush=True)
             occupancies.append(occ or 0.0)
             bt_line = (f"{f'bt continue #{rep + 1}':16}{bt_s:10.1f}{bt_n:11d}{bt_n / bt_s:9.1f}"
                        f"   occupancy {occupancies[-1]:.1%}, attention fill {fill or 0.0:.1%}")

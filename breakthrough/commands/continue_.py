@@ -105,7 +105,7 @@ def continue_(
     if dry_run:
         from breakthrough.pipeline.dry_run import plan_continue
 
-        for plan in plan_continue(dirs, settings, batch_size):
+        for plan in plan_continue(dirs, settings, batch_size, memory_budget(memory_gb)):
             typer.echo("\n".join(plan.lines()))
         return
     failed = False

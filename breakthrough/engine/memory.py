@@ -86,6 +86,42 @@ def auto_budget(model: Any, offered: tuple[int, str] | None = None) -> AutoBudge
     return AutoBudget(budget, source, size, weights, margin)
 
 
+SHARED_PREFIXES = 8  # cells' prefixes an MLX engine keeps at most (the scheduler sorts their probes)
+MIN_PREFIX_SLOTS = 1  # a budget that holds one row of the deepest anchor is never refused
+PREFIX_SHARE = 0.5  # shared prefixes take at most this share while several cells probe
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a budget admits: `rows` (0: not one) and the shared prefixes kept (`slots`)."""
+
+    rows: int
+    slots: int
+    need_bytes: float  # one prefix + one row + one step's transient
+
+
+def admission(layout: Any, budget: float, row_tokens: int, shared_tokens: int, *,
+              batch_size: int, max_prefixes: int, snapshots: int) -> Admission:
+    """The rule of `MlxEngine.capacity`: rows of `row_tokens` positions whose first
+    `shared_tokens` are a prefix held once per cell. Up to `max_prefixes` cells' prefixes are
+    kept while they take at most PREFIX_SHARE of the budget, fewer (down to MIN_PREFIX_SLOTS)
+    before fewer rows; each row holds its own tokens (allocated once) and adds its share of a
+    decode step's transient (`rows_admitted`)."""
+    tokens = max(int(row_tokens), 1)
+    shared = min(max(int(shared_tokens), 0), tokens - 1)
+    per_prefix = layout.prefix_cache(shared, snapshots) if shared else 0.0
+    slots = max(1, int(max_prefixes))
+    while slots > MIN_PREFIX_SLOTS and slots * per_prefix > PREFIX_SHARE * budget:
+        slots -= 1
+    rows = rows_admitted(layout, budget - slots * per_prefix, tokens - shared, tokens, batch_size)
+    while rows < 1 and slots > MIN_PREFIX_SLOTS:
+        slots -= 1
+        rows = rows_admitted(layout, budget - slots * per_prefix, tokens - shared, tokens,
+                             batch_size)
+    need = per_prefix + layout.own_row(tokens - shared) + layout.step_transient(1, tokens)
+    return Admission(rows, slots, need)
+
+
 def rows_admitted(layout: Any, budget: float, own_tokens: int, longest: int, batch_size: int) -> int:
     """The most rows (up to `batch_size`) of `own_tokens` own positions each, padded to
     `longest` positions in a decode step, whose buffers and step transient fit `budget` bytes
@@ -94,3 +130,46 @@ def rows_admitted(layout: Any, budget: float, own_tokens: int, longest: int, bat
     if budget <= 0 or per_row <= 0:
         return 0 if budget <= 0 else batch_size
     return max(0, min(batch_size, int(budget // per_row)))
+
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def layout_from_config(config: dict) -> Any:
+    """The `CacheBytes` of a model from its config.json alone (no weights loaded; `--dry-run`):
+    every attention layer counted as growing with the sequence (an upper bound for models with
+    sliding-window or recurrent layers), keys and values in the config's dtype (bfloat16 for a
+    quantized checkpoint, whose activations are)."""
+    from breakthrough.engine.prefix_cache import SCORE_TEMPORARIES, CacheBytes
+
+    cfg = config.get("text_config") or config
+    layers = int(cfg.get("num_hidden_layers") or config.get("num_hidden_layers") or 0)
+    heads = int(cfg.get("num_attention_heads") or 0)
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or (int(cfg.get("hidden_size") or 0) // max(heads, 1)))
+    dtype = str(cfg.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")
+    width = DTYPE_BYTES.get(dtype, 2)
+    if not (layers and kv_heads and head_dim):
+        raise ValueError("config.json does not give the layers, KV heads and head dim")
+    per_token = layers * kv_heads * head_dim * 2 * width
+    return CacheBytes(per_token, 0.0, 0, 0.0, layers, SCORE_TEMPORARIES * 4 * heads)
+
+
+def folder_weights_bytes(folder: Any) -> int:
+    """Bytes of a model folder's weight files (what loading it puts in memory)."""
+    from pathlib import Path
+
+    return sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
+
+
+def budget_without_loading(folder: Any, budget_bytes: int | None) -> tuple[int, str]:
+    """(bytes, how it was chosen) of `--memory-gb` for the model in `folder`, without loading
+    it: a number is taken as given; auto is what `auto_budget` would choose, with the weights'
+    size read from their files."""
+    if budget_bytes is not None:
+        return budget_bytes, f"--memory-gb {budget_bytes / GiB:g}"
+    size, source = offered_bytes()
+    weights = folder_weights_bytes(folder)
+    margin = max(MARGIN_MIN, int(MARGIN_SHARE * size))
+    budget = max(MIN_BUDGET, size - weights - margin)  # not loaded yet: either memory pays
+    return budget, AutoBudget(budget, source, size, weights, margin).describe()

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 import numpy as np
 
 from breakthrough.engine.contract import GenRequest, GenResult, SharedPrefix, check_request
-from breakthrough.engine.memory import rows_admitted
+from breakthrough.engine.memory import SHARED_PREFIXES, admission
 from breakthrough.engine.prefix_cache import (CacheBytes, PrefixCache, cache_bytes, cache_length,
                                               trim_to)
 from breakthrough.errors import BtError
@@ -53,12 +53,6 @@ if TYPE_CHECKING:  # batch_step imports mlx at its top; this module imports it o
     from breakthrough.engine.batch_step import RowSpec
 
 _noticed = False
-# The fewest shared-prefix caches an engine keeps under a tight memory budget (`capacity`): one
-# cell probing at a time is slower than several, but a budget that holds one row of the deepest
-# anchor is never refused (issue 28).
-MIN_PREFIX_SLOTS = 1
-# Shared prefixes take at most this share of the budget while several cells probe at once.
-PREFIX_SHARE = 0.5
 
 
 def _blas_notice_once() -> None:
@@ -146,7 +140,7 @@ class MlxEngine:
         reuse_prefixes: bool = True,
         memory_budget_bytes: int | None = 0,
         kept_states: int | None = None,
-        shared_prefixes: int = 8,
+        shared_prefixes: int = SHARED_PREFIXES,
         instrument: bool = True,
     ):
         self.model = model
@@ -205,6 +199,9 @@ class MlxEngine:
         self._prefix_bytes: dict[str, float] = {}
         self.admitted_rows_max = 0  # the most rows in flight at once (bench, closing line)
         self.peak_memory_bytes = 0  # MLX's peak allocation during `generate` (weights included)
+        # The most rows in flight in a decode step whose longest context was up to each power of
+        # two (the bench's "rows in flight at each anchor depth").
+        self.rows_by_context: dict[int, int] = {}
         self.memory_rows: int | None = None  # rows the budget admits at the deepest anchor
         # Keys of rows to drop before their end (`cancel`: bt serve's client went away).
         self._cancelled: set[str] = set()
@@ -312,26 +309,19 @@ class MlxEngine:
         once, plus one decode step's transient (issue 28)."""
         if not self.memory_budget_bytes:
             return self.batch_size
-        b, budget = self.layout(), float(self.memory_budget_bytes)
+        budget = float(self.memory_budget_bytes)
         tokens = max(int(row_tokens), 1)
-        shared = min(max(int(shared_tokens), 0), tokens - 1) if self.reuse_prefixes else 0
-        per_prefix = b.prefix_cache(shared, self._snapshots()) if shared else 0.0
-        slots = self._max_prefixes
-        while slots > MIN_PREFIX_SLOTS and slots * per_prefix > PREFIX_SHARE * budget:
-            slots -= 1
-        rows = rows_admitted(b, budget - slots * per_prefix, tokens - shared, tokens, self.batch_size)
-        while rows < 1 and slots > MIN_PREFIX_SLOTS:
-            slots -= 1
-            rows = rows_admitted(b, budget - slots * per_prefix, tokens - shared, tokens,
-                                 self.batch_size)
+        shared = int(shared_tokens) if self.reuse_prefixes else 0
+        rule = admission(self.layout(), budget, tokens, shared, batch_size=self.batch_size,
+                         max_prefixes=self._max_prefixes, snapshots=self._snapshots())
         if self.reuse_prefixes:
-            self._prefix_slots = slots
-        if rows < 1:
-            need = (per_prefix + b.own_row(tokens - shared) + b.step_transient(1, tokens)) / 2**30
+            self._prefix_slots = rule.slots
+        if rule.rows < 1:
             raise BtError(f"--memory-gb {budget / 2**30:.3g} cannot hold one row of {tokens} tokens"
                           + (f" ({shared} of them a shared prefix held once)" if shared else "")
-                          + f": {need:.3g} GB needed; raise --memory-gb (or use auto)")
-        return rows
+                          + f": {rule.need_bytes / 2**30:.3g} GB needed; raise --memory-gb (or "
+                          "use auto)")
+        return rule.rows
 
     def _snapshots(self) -> int:
         return max([len(pc.snapshot_at) for _, pc in self._prefixes.values()]
@@ -635,6 +625,8 @@ class MlxEngine:
                                    resp.prompt_cache, prefix)
                     ready.append(self._result(row, resp))
                 self.attention_padded += len(responses) * longest
+                depth = 1 << max(longest - 1, 0).bit_length()
+                self.rows_by_context[depth] = max(self.rows_by_context.get(depth, 0), len(responses))
                 self.generated_tokens += len(responses)
                 self.step_rows += len(responses)
                 self.step_rows_sq += len(responses) ** 2

@@ -313,3 +313,20 @@ def _alias_for(name: str, spec: ModelSpec | None) -> str:
         return spec.alias
     base = Path(name).name if Path(name).expanduser().exists() else name.split("/")[-1]
     return base.lower().replace("_", "-") or "model"
+
+
+def local_folder(name: str) -> Path | None:
+    """The folder `load_model(name)` would read, when it is on this machine already: nothing is
+    converted, downloaded or loaded (`--dry-run` reads its config.json); None otherwise."""
+    try:
+        spec, target = resolve(name)
+        if spec is not None and spec.offline:
+            return offline.offline_dir(spec.alias) if offline.is_prepared(spec.alias) else None
+        if target.startswith(REVISION_PREFIXES):
+            return _find_folder(target)
+        path = Path(target).expanduser()
+        if path.is_dir():
+            return path
+        return hub.local_snapshot(target) if _looks_like_hub_id(target) else None
+    except (BtError, OSError):
+        return None

@@ -397,3 +397,51 @@ def write_tiny_model(
     model.lm_head.weight = mx.random.normal(model.lm_head.weight.shape) * 0.4
     mx.eval(model.parameters())
     return save_model_folder(out, model, cfg, tok)
+
+
+# The study models' KV geometry (issue 28): layers x KV heads x head_dim, and query heads.
+STUDY_GEOMETRIES = {
+    "qwen3-4b": dict(layers=36, heads=32, kv_heads=8, head_dim=128),
+    "ministral-3-3b": dict(layers=26, heads=32, kv_heads=8, head_dim=128),
+}
+
+
+def geometry_config(name: str, vocab: int, eos: int | None, *, hidden: int = 256,
+                    dtype: str = "float32", heads: int | None = None) -> dict:
+    """A qwen3 `config.json` with the KV geometry of study model `name` (STUDY_GEOMETRIES) and
+    a small hidden size, so the matmuls stay cheap while every cache holds what the study
+    model's does per token."""
+    g = STUDY_GEOMETRIES[name]
+    return {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": hidden,
+            "num_hidden_layers": g["layers"], "intermediate_size": 2 * hidden,
+            "num_attention_heads": heads or g["heads"], "num_key_value_heads": g["kv_heads"],
+            "head_dim": g["head_dim"], "rms_norm_eps": 1e-6, "vocab_size": vocab,
+            "rope_theta": 1_000_000.0, "max_position_embeddings": 40_960,
+            "tie_word_embeddings": True, "torch_dtype": dtype, "eos_token_id": eos}
+
+
+def geometry_model(name: str, vocab: int = 49_152, *, dtype: str = "float32", seed: int = 0,
+                   heads: int | None = None):
+    """A random-weight mlx-lm `qwen3.Model` with study model `name`'s KV geometry
+    (`geometry_config`), built through mlx-lm's own classes. `heads`: fewer query heads than
+    the study model's (the KV cache is the same; the CPU's unfused attention is cheaper)."""
+    import mlx.core as mx
+    from mlx_lm.models import qwen3
+
+    cfg = geometry_config(name, vocab, None, dtype=dtype, heads=heads)
+    mx.random.seed(seed)
+    model = qwen3.Model(qwen3.ModelArgs.from_dict(cfg))
+    if dtype != "float32":
+        model.set_dtype(getattr(mx, dtype))
+    mx.eval(model.parameters())
+    return model
+
+
+def write_geometry_model(out: Path, name: str, tokenizer=None, *, seed: int = 0) -> Path:
+    """`geometry_model` saved as an mlx-lm folder with a real tokenizer (SmolLM2's by default;
+    the qwen family is chosen by the loader's caller), what `bt base --model` and the benches
+    load."""
+    tok = tokenizer or tokenizer_from_gguf()
+    cfg = geometry_config(name, len(tok), tok.eos_token_id)
+    model = geometry_model(name, len(tok), seed=seed)
+    return save_model_folder(out, model, cfg, tok)

@@ -92,6 +92,7 @@ class ContinueReport:
     memory: str = ""  # what the memory budget admits (scheduler.MemoryPlan.line)
     peak_memory_bytes: int = 0  # MLX's peak allocation over the run (weights included)
     rows_in_flight_max: int = 0  # the most rows the engine had in flight at once
+    rows_by_context: dict[int, int] = field(default_factory=dict)  # MlxEngine.rows_by_context
     notes: list[str] = field(default_factory=list)  # the engine's (e.g. endpoints that died)
 
 
@@ -155,6 +156,7 @@ def run_scheduled(scheduler: Callable[[Any], RunScheduler], store: RunStore, run
     report.attention_fill = getattr(engine, "attention_fill", None)
     report.peak_memory_bytes = int(getattr(engine, "peak_memory_bytes", 0) or 0)
     report.rows_in_flight_max = int(getattr(engine, "admitted_rows_max", 0) or 0)
+    report.rows_by_context = dict(getattr(engine, "rows_by_context", {}) or {})
     report.batch_size = batch_size
     record_throughput(store, "continue", engine.generated_tokens, time.perf_counter() - t0,
                       batch_size=batch_size, occupancy=report.occupancy)  # --dry-run ETAs

@@ -51,6 +51,7 @@ class RunPlan:
     rate_source: str = ""
     occupancy: float | None = None  # of the measured run (None: not recorded)
     missing_rate: str = ""  # why there is no rate (no measurement of this command / batch size)
+    memory: str = ""  # what --memory-gb admits at the deepest anchor (bt continue)
 
     @property
     def max_tokens(self) -> int:
@@ -79,6 +80,8 @@ class RunPlan:
                 line += (f"; batch occupancy was {self.occupancy:.0%}: {_duration(full)} if the "
                          f"batch stays full")
             out.append(line)
+        if self.memory:
+            out.append(f"  {self.memory}")
         return out
 
 
@@ -171,10 +174,12 @@ def plan_base(req: BaseRequest) -> list[RunPlan]:
     return plans
 
 
-def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: int = 32) -> list[RunPlan]:
+def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: int = 32,
+                  memory_bytes: int | None = None) -> list[RunPlan]:
     """`bt continue --dry-run`: per run, probes, refinement, restarts (and the top-ups, which
     depend on outcomes) under the protocol the command would record, with an ETA from the rate
-    `bt continue` measured at `batch_size`."""
+    `bt continue` measured at `batch_size`, and what `--memory-gb` (`memory_bytes`; None:
+    auto) admits at the deepest anchor."""
     plans = []
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
@@ -183,9 +188,46 @@ def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: in
             base = store.samples_frame(kind="base")
             have = store.existing_keys()
             panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol)
-        plans.append(_continue_plan(run_dir, man.get("model_alias", "?"), protocol, base, have,
-                                    panel, batch_size))
+            prompts = {cid: len(store.cell_prompt(cid)[1]) for cid in base["cell_id"]}
+        plan = _continue_plan(run_dir, man.get("model_alias", "?"), protocol, base, have,
+                              panel, batch_size)
+        plan.memory = memory_line(man.get("model_id", ""), base, prompts, protocol, batch_size,
+                                  memory_bytes)
+        plans.append(plan)
     return plans
+
+
+def memory_line(model_id: str, base: Any, prompts: dict[str, int], p: Protocol, batch_size: int,
+                memory_bytes: int | None) -> str:
+    """What `--memory-gb` admits for these base traces (issue 28), from the model's config.json
+    and the engine's own rule (`engine.memory.admission`), without loading the model."""
+    import json
+
+    from breakthrough.engine.memory import SHARED_PREFIXES, admission, budget_without_loading
+    from breakthrough.engine.memory import layout_from_config
+    from breakthrough.models.loading import local_folder
+    from breakthrough.pipeline.scheduler import MemoryPlan
+
+    folder = local_folder(model_id) if model_id else None
+    if folder is None or not (folder / "config.json").is_file() or base.empty:
+        return "memory: rows per batch are known once the model is on this machine"
+    try:
+        layout = layout_from_config(json.loads((folder / "config.json").read_text()))
+    except (ValueError, OSError) as exc:
+        return f"memory: rows per batch unknown ({exc})"
+    budget, how = budget_without_loading(folder, memory_bytes)
+    cells = [plan_cell(rec["cell_id"], {}, [0] * prompts.get(rec["cell_id"], 0), rec, p)
+             for rec in base.to_dict(orient="records")]
+    probe = max(c.probe_row(p) for c in cells)
+    restart = max(c.restart_row(p) for c in cells)
+    rule = dict(batch_size=batch_size, max_prefixes=SHARED_PREFIXES, snapshots=len(p.anchors) + 1)
+    rows_p = admission(layout, budget, probe[0], probe[1], **rule)
+    rows_r = admission(layout, budget, restart, 0, **rule)
+    if min(rows_p.rows, rows_r.rows) < 1:
+        need = max(rows_p.need_bytes, rows_r.need_bytes) / 2**30
+        return (f"memory ({how}) cannot hold one row of the deepest anchor: {need:.3g} GB "
+                f"needed; bt continue will refuse it")
+    return MemoryPlan(rows_p.rows, rows_r.rows, probe[0], batch_size, how).line()
 
 
 def _refinement_left(cell_id: str, grid_done: bool, panel: Any, p: Protocol) -> int:
