@@ -70,6 +70,12 @@ mlx-lm pads a batch to its longest row; at 8 cells 57 % in cell order, 91 % long
     .venv/bin/python bench/continue_throughput.py --model wide-vocab    # 151,936-token head (Qwen's)
     .venv/bin/python bench/continue_throughput.py --cells 8 --reference-cells 1 --repeats 1
     .venv/bin/python bench/continue_throughput.py --model deep --reference-cells 1 --reference-branches 1
+    # issue 28: the study's KV geometry (Qwen3-4B's 36 x 8 x 128; study-geometry-ministral: 26 x 8
+    # x 128; hidden size 256), rows in flight per context depth and peak memory vs the budget
+    .venv/bin/python bench/continue_throughput.py --model study-geometry --cells 1 \
+        --trace-tokens 1024 --anchors 128,256,512,1024 --budget 128 --answer-budget 64 \
+        --restarts 128,256 --memory-gb 4 --compare-memory-gb 64 --reference-cells 1 \
+        --reference-branches 1 --repeats 1
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ def main() -> None:
     snaps = max((len(p.snapshots) for p in pcs), default=0)
     bound = layout.prefix_cache(prefix_tokens, snaps)
     row_tokens = prefix_tokens + max(args.budget, *restarts) + args.answer_budget
-    rows = engine.capacity(row_tokens)
+    rows = engine.capacity(row_tokens, shared_tokens=prefix_tokens)
 
     mb = 2**20
     print(f"model {args.arch} (window {args.window if 'sliding_window' in arch.config else '-'}), "
