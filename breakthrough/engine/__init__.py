@@ -60,6 +60,9 @@ def make_engine(spec: EngineSpec, loaded: Any) -> Engine:
     if spec.batch_size < 1:
         raise BtError("--batch-size must be >= 1")
     if spec.backend in HTTP_BACKENDS:
+        if spec.kv_bits:
+            raise BtError(f"--kv-bits applies to the MLX backends, not --backend {spec.backend} "
+                          "(a server quantizes its KV cache by its own settings)")
         return _http_engine(spec, loaded)
     if spec.endpoints:
         raise BtError(f"--endpoint applies to --backend {' or '.join(HTTP_BACKENDS)}, not {spec.backend}")
@@ -69,7 +72,8 @@ def make_engine(spec: EngineSpec, loaded: Any) -> Engine:
 
     return MlxEngine(loaded.model, loaded.eos_ids, batch_size=spec.batch_size,
                      memory_budget_bytes=spec.memory_budget_bytes,
-                     reuse_prefixes=spec.backend == "mlx", instrument=spec.instrument)
+                     reuse_prefixes=spec.backend == "mlx", instrument=spec.instrument,
+                     kv_bits=spec.kv_bits)
 
 
 def _http_engine(spec: EngineSpec, loaded: Any) -> Engine:

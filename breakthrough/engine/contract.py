@@ -182,6 +182,8 @@ class EngineSpec:
     memory_budget_bytes: KV-cache memory the rows in flight and the shared prefixes may use
         (None: `--memory-gb auto`, what this machine offers minus the weights and a margin,
         `engine.memory.auto_budget`; 0: no cap).
+    kv_bits: quantize the KV cache's plain attention layers to 4 or 8 bits (None: the model's
+        dtype; MLX backends). It changes tokens: a run records it (`bt continue --kv-bits`).
     endpoints: server base URLs (HTTP backends; several form a fleet routed by cell).
     max_inflight: requests in flight per endpoint (0: the server's reported limit, else 16).
     accept_processed_logprobs: use a server whose log-probs are taken after temperature / top-k
@@ -199,6 +201,7 @@ class EngineSpec:
     backend: str = "mlx"
     batch_size: int = 8
     memory_budget_bytes: int | None = None
+    kv_bits: int | None = None
     endpoints: tuple[str, ...] = ()
     max_inflight: int = 0
     accept_processed_logprobs: bool = False

@@ -135,7 +135,7 @@ def rows_admitted(layout: Any, budget: float, own_tokens: int, longest: int, bat
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
-def layout_from_config(config: dict) -> Any:
+def layout_from_config(config: dict, kv_bits: int | None = None) -> Any:
     """The `CacheBytes` of a model from its config.json alone (no weights loaded; `--dry-run`):
     every attention layer counted as growing with the sequence (an upper bound for models with
     sliding-window or recurrent layers), keys and values in the config's dtype (bfloat16 for a
@@ -151,7 +151,11 @@ def layout_from_config(config: dict) -> Any:
     width = DTYPE_BYTES.get(dtype, 2)
     if not (layers and kv_heads and head_dim):
         raise ValueError("config.json does not give the layers, KV heads and head dim")
-    per_token = layers * kv_heads * head_dim * 2 * width
+    from breakthrough.engine.prefix_cache import KV_GROUP_SIZE
+
+    # quantized: packed bits plus a scale and a bias (the model's dtype) per group of values
+    per_value = kv_bits / 8 + 2 * width / KV_GROUP_SIZE if kv_bits else width
+    per_token = layers * kv_heads * head_dim * 2 * per_value
     return CacheBytes(per_token, 0.0, 0, 0.0, layers, SCORE_TEMPORARIES * 4 * heads)
 
 

@@ -70,6 +70,29 @@ def _blas_notice_once() -> None:
         print(line, file=sys.stderr)
 
 
+KV_BITS = (4, 8)
+
+
+def check_kv_bits(model, bits: int) -> int:
+    """`--kv-bits` for this model: 4 or 8, and head dimensions mlx can quantize in groups of
+    `prefix_cache.KV_GROUP_SIZE` (read from a two-token forward; one-line BtError otherwise)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+    from breakthrough.engine.prefix_cache import KV_GROUP_SIZE
+
+    if bits not in KV_BITS:
+        raise BtError(f"--kv-bits: expected 4 or 8, got {bits}")
+    cache = make_prompt_cache(model)
+    model(mx.array([[0, 0]]), cache=cache)
+    dims = {int(c.keys.shape[-1]) for c in cache if type(c) is KVCache and c.keys is not None}
+    dims |= {int(c.values.shape[-1]) for c in cache if type(c) is KVCache and c.values is not None}
+    if any(d % KV_GROUP_SIZE for d in dims):
+        raise BtError(f"--kv-bits: this model's head dimension ({', '.join(map(str, sorted(dims)))}) "
+                      f"is not a multiple of {KV_GROUP_SIZE}, which quantized KV needs")
+    return int(bits)
+
+
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """Number of leading ids `a` and `b` share."""
     n = min(len(a), len(b))
@@ -142,9 +165,13 @@ class MlxEngine:
         kept_states: int | None = None,
         shared_prefixes: int = SHARED_PREFIXES,
         instrument: bool = True,
+        kv_bits: int | None = None,
     ):
         self.model = model
         _blas_notice_once()
+        # `--kv-bits`: plain attention layers hold keys and values quantized to this many bits
+        # (None: the model's dtype). It changes tokens: a run records it (cell_loop).
+        self.kv_bits = None if kv_bits is None else check_kv_bits(model, kv_bits)
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         if not self.eos_ids:
             raise BtError("the model has no EOS token id; cannot generate")
@@ -296,7 +323,7 @@ class MlxEngine:
     def layout(self) -> CacheBytes:
         """The model's cache layout (`prefix_cache.CacheBytes`), measured once."""
         if self._kv_bytes is None:
-            self._kv_bytes = cache_bytes(self.model)
+            self._kv_bytes = cache_bytes(self.model, self.kv_bits)
         return self._kv_bytes
 
     def capacity(self, row_tokens: int, shared_tokens: int = 0) -> int:
@@ -402,7 +429,8 @@ class MlxEngine:
         have = self._prefixes.get(shared.key)
         if have is not None and (have[0] is shared or have[0].ids == shared.ids):
             return have[1]
-        cache = PrefixCache(self.model, shared.ids, snapshot_at=[s - 1 for s in shared.starts])
+        cache = PrefixCache(self.model, shared.ids, snapshot_at=[s - 1 for s in shared.starts],
+                            kv_bits=self.kv_bits)
         self._prefixes.pop(shared.key, None)
         self._prefixes[shared.key] = (shared, cache)
         while len(self._prefixes) > self._prefix_slots:
@@ -435,19 +463,21 @@ class MlxEngine:
         (`shared_kv.SharedRowCache` for plain attention layers: a reused prefix stays the one
         shared copy), prefilled at batch 1 up to the prompt's last id, which is fed to the batch
         (the row's first logits come from it)."""
-        from mlx_lm.models.cache import KVCache, make_prompt_cache
+        from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-        from breakthrough.engine.prefix_cache import prefill
-        from breakthrough.engine.shared_kv import SharedRowCache
+        from breakthrough.engine.prefix_cache import KV_GROUP_SIZE, make_cache, prefill
+        from breakthrough.engine.shared_kv import QuantizedSharedRowCache, SharedRowCache
 
         prompt = [int(t) for t in req.prompt]
         cache, feed, key = self._reused(req, prompt)
         if cache is None:
-            cache, feed = make_prompt_cache(self.model), prompt
+            cache, feed = make_cache(self.model), prompt
         room = len(feed) + int(req.max_tokens) + 1  # the batch may run one step past the end
         row = []
         for layer in cache:
-            if type(layer) is KVCache:
+            if self.kv_bits and type(layer) in (KVCache, QuantizedKVCache):
+                layer = QuantizedSharedRowCache.quantized_from(layer, self.kv_bits, KV_GROUP_SIZE)
+            elif type(layer) is KVCache:
                 layer = SharedRowCache.from_cache(layer)
             if isinstance(layer, SharedRowCache):
                 layer.reserve(room)

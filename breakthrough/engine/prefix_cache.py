@@ -36,21 +36,45 @@ def _stepped(tokens: int) -> int:
 
 
 def _is_plain(layer: Any) -> bool:
-    from mlx_lm.models.cache import KVCache
+    from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-    return type(layer) is KVCache
+    return type(layer) in (KVCache, QuantizedKVCache)
 
 
 def _plain_layer(layer: Any, n: int) -> Any:
-    """A new `KVCache` holding the first n positions of a plain layer."""
-    from mlx_lm.models.cache import KVCache
+    """A new `KVCache` (or `QuantizedKVCache`) holding views of the first n positions of a
+    plain layer."""
+    from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
+    if type(layer) is QuantizedKVCache:
+        new = QuantizedKVCache(group_size=layer.group_size, bits=layer.bits)
+        if n > 0:
+            new.keys = tuple(x[..., :n, :] for x in layer.keys)
+            new.values = tuple(x[..., :n, :] for x in layer.values)
+            new.offset = n
+        return new
     new = KVCache()
     if n > 0:
         new.keys = layer.keys[..., :n, :]
         new.values = layer.values[..., :n, :]
         new.offset = n
     return new
+
+
+KV_GROUP_SIZE = 64  # mlx's quantization group along the head dimension (`--kv-bits`)
+
+
+def make_cache(model: Any, kv_bits: int | None = None) -> list[Any]:
+    """mlx-lm's `make_prompt_cache`, with its plain `KVCache` layers as `QuantizedKVCache` of
+    `kv_bits` bits when asked (`--kv-bits`: positions are quantized as they are written, and
+    the attention reads them quantized)."""
+    from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    if not kv_bits:
+        return cache
+    return [QuantizedKVCache(group_size=KV_GROUP_SIZE, bits=int(kv_bits)) if type(c) is KVCache
+            else c for c in cache]
 
 
 def slice_cache(cache: list[Any], n: int) -> list[Any]:
@@ -125,8 +149,8 @@ def reserve_plain(cache: list[Any], tokens: int) -> None:
 
     size = _stepped(tokens)
     for layer in cache:
-        if not _is_plain(layer) or layer.keys is None or layer.keys.shape[2] >= size:
-            continue
+        if type(layer).__name__ != "KVCache" or layer.keys is None or layer.keys.shape[2] >= size:
+            continue  # (a QuantizedKVCache grows in its own steps: a quantized prefix is small)
         n = layer.offset
         keys = mx.zeros((*layer.keys.shape[:2], size, layer.keys.shape[3]), layer.keys.dtype)
         values = mx.zeros((*layer.values.shape[:2], size, layer.values.shape[3]), layer.values.dtype)
@@ -176,8 +200,10 @@ class PrefixCache:
     token pushed through the model by this object (the benchmark's "prefill tokens per cell");
     `nbytes` is what it holds (the full plain layers plus the snapshots)."""
 
-    def __init__(self, model: Any, sequence: Sequence[int], snapshot_at: Sequence[int] = ()) -> None:
+    def __init__(self, model: Any, sequence: Sequence[int], snapshot_at: Sequence[int] = (),
+                 kv_bits: int | None = None) -> None:
         self.model = model
+        self.kv_bits = kv_bits  # quantized plain layers (`make_cache`)
         self.sequence = [int(t) for t in sequence]
         self.snapshot_at = sorted({int(s) for s in snapshot_at if 0 < s <= len(self.sequence)})
         self.prefill_tokens = 0
@@ -190,7 +216,7 @@ class PrefixCache:
     def _prefill(self) -> None:
         from mlx_lm.models.cache import make_prompt_cache
 
-        cache = make_prompt_cache(self.model)
+        cache = make_cache(self.model, self.kv_bits)
         self._plain_mask = [_is_plain(c) for c in cache]
         self.plain = all(self._plain_mask)
         if self.plain:
@@ -292,8 +318,9 @@ class CacheBytes:
         return full + (snapshots + 1) * per_snapshot
 
 
-def cache_bytes(model: Any) -> CacheBytes:
-    """The model's `CacheBytes`, from a two-token forward pass through a fresh cache."""
+def cache_bytes(model: Any, kv_bits: int | None = None) -> CacheBytes:
+    """The model's `CacheBytes`, from a two-token forward pass through a fresh cache (plain
+    layers quantized to `kv_bits` bits when asked: their packed values, scales and biases)."""
     import mlx.core as mx
     from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache, make_prompt_cache
 
@@ -305,6 +332,10 @@ def cache_bytes(model: Any) -> CacheBytes:
     for layer in cache:
         if isinstance(layer, (KVCache, RotatingKVCache)):
             per = sum(a[..., :1, :].nbytes for a in (layer.keys, layer.values))
+            if kv_bits and not isinstance(layer, RotatingKVCache):
+                per = sum(q.nbytes for a in (layer.keys, layer.values)
+                          for q in mx.quantize(a[..., :1, :], group_size=KV_GROUP_SIZE,
+                                               bits=int(kv_bits)))
             if isinstance(layer, RotatingKVCache):
                 bounded += per
                 window = max(window, int(layer.max_size))

@@ -110,8 +110,10 @@ def add_budget_run(run_dir: Path, loaded: Any, budget: int, engine_spec: EngineS
             if fits:
                 cells.append(replace(plan, grid=fits))
         # the arm's probes store what the run's other continuations store (cell_loop)
-        instrument = (store.manifest().get("continuation") or {}).get("signals") == SIGNALS_FULL
-        engine = make_engine(replace(engine_spec, instrument=instrument), loaded)
+        continued = store.manifest().get("continuation") or {}
+        instrument = continued.get("signals") == SIGNALS_FULL
+        engine = make_engine(replace(engine_spec, instrument=instrument,
+                                     kv_bits=continued.get("kv_bits")), loaded)
         plan = memory_plan(engine, cells, arm)  # refuses a budget that cannot hold one row
         if plan is not None:
             report.notes.append(plan.line())

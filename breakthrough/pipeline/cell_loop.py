@@ -34,6 +34,7 @@ from typing import Any
 from breakthrough.classify.topup import TOPUP_DEFAULT, topup_rules
 from breakthrough.engine import make_engine
 from breakthrough.engine.contract import EngineSpec
+from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import close_tokens
 from breakthrough.pipeline.cells import CellPlan, plan_cell, similar_length_chunks
@@ -61,6 +62,7 @@ class ContinueOptions:
     max_active_cells: int = 3
     lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
     instrument: bool = False  # `--instrument`: also store the protocol 2.2 per-token signals
+    kv_bits: int | None = None  # `--kv-bits`: None = the run's own setting (the model's dtype)
     fill_batch: bool = True  # admit cells while the batch lacks work (scheduler module doc)
 
 
@@ -68,11 +70,30 @@ SIGNALS_FULL = "full"
 SIGNALS_LIGHT = "logprobs+entropy"
 
 
-def continuation_identity(instrument: bool) -> dict[str, Any]:
+def continuation_identity(instrument: bool, kv_bits: int | None = None) -> dict[str, Any]:
     """The manifest's `continuation` identity field: what each continuation stores
-    (`signals`: "full" protocol 2.2 signals, or "logprobs+entropy") and the rule that ends a
-    plain-family branch at a reasoning EOS (`plain_eos`, pipeline.branches)."""
-    return {"signals": SIGNALS_FULL if instrument else SIGNALS_LIGHT, "plain_eos": "ends-branch"}
+    (`signals`: "full" protocol 2.2 signals, or "logprobs+entropy"), the rule that ends a
+    plain-family branch at a reasoning EOS (`plain_eos`, pipeline.branches) and, when asked,
+    the quantized KV cache the continuations ran with (`kv_bits`: it changes tokens; absent
+    for the model's own dtype, so runs continued before it existed keep their identity)."""
+    ident: dict[str, Any] = {"signals": SIGNALS_FULL if instrument else SIGNALS_LIGHT,
+                             "plain_eos": "ends-branch"}
+    if kv_bits:
+        ident["kv_bits"] = int(kv_bits)
+    return ident
+
+
+def run_kv_bits(man: dict[str, Any], asked: int | None, run_dir: Path) -> int | None:
+    """`--kv-bits` for one run: what was asked, else what the run was continued with (like the
+    protocol options); a run continued with another setting is refused, naming the option."""
+    had = (man.get("continuation") or {}).get("kv_bits") if man.get("continuation") else None
+    if asked is None:
+        return had
+    if man.get("continuation") and had != asked:
+        was = f"--kv-bits {had}" if had else "the model's own KV dtype (no --kv-bits)"
+        raise BtError(f"{run_dir}: --kv-bits {asked}: the run was continued with {was}; a run "
+                      "never mixes them (use a new run)")
+    return asked
 
 
 @dataclass
@@ -112,15 +133,17 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
         for rec in base.to_dict(orient="records"):
             item, prompt = store.cell_prompt(rec["cell_id"])
             cells.append(plan_cell(rec["cell_id"], item, prompt, rec, opts.protocol, forced))
-        engine = make_engine(replace(opts.engine, instrument=opts.instrument), loaded)
+        engine = make_engine(replace(opts.engine, instrument=opts.instrument,
+                                     kv_bits=opts.kv_bits), loaded)
         # refuses a --memory-gb that cannot hold one row, before anything is written
         memory = memory_plan(engine, cells, opts.protocol)
         if memory is not None:
             report.memory = memory.line()
-        store.check_identity({"continuation": continuation_identity(opts.instrument)})
+        ident = continuation_identity(opts.instrument, opts.kv_bits)
+        store.check_identity({"continuation": ident})
         check_engine(store, engine)
         store_protocol(store, opts.protocol)
-        store.ensure_manifest({"continuation": continuation_identity(opts.instrument)})
+        store.ensure_manifest({"continuation": ident})
         if on_start:
             on_start({"cells": len(cells),
                       "probes": sum(len(c.grid) for c in cells) * opts.protocol.samples}, engine)
@@ -183,7 +206,8 @@ def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: Cont
     for run_dir in run_dirs:  # issue 12: every run is checked before any is written or a model loaded
         with RunStore(run_dir, readonly=True) as store:
             preflight_continue(store, settings, opts.engine.backend)
-            store.check_identity({"continuation": continuation_identity(opts.instrument)})
+            kv_bits = run_kv_bits(store.manifest(), opts.kv_bits, run_dir)
+            store.check_identity({"continuation": continuation_identity(opts.instrument, kv_bits)})
     with ExitStack() as locks:
         for run_dir in run_dirs:
             locks.enter_context(run_lock(run_dir, wait=opts.lock_wait))
@@ -209,7 +233,8 @@ def _continue_locked(run_dirs: Sequence[Path], settings: dict[str, Any], opts: C
                 reports.append(ContinueReport(run_dir=run_dir, nothing_to_do=True))
                 continue
         loaded = load_model(man["model_id"], family=man.get("family"))
-        run_opts = replace(opts, protocol=protocols[run_dir])
+        run_opts = replace(opts, protocol=protocols[run_dir],
+                           kv_bits=run_kv_bits(man, opts.kv_bits, run_dir))
 
         def run(on_start=None, on_sample=None, run_dir=run_dir, loaded=loaded, run_opts=run_opts):
             return continue_run(run_dir, loaded, run_opts, on_start=on_start, on_sample=on_sample)

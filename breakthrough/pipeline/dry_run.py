@@ -175,7 +175,7 @@ def plan_base(req: BaseRequest) -> list[RunPlan]:
 
 
 def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: int = 32,
-                  memory_bytes: int | None = None) -> list[RunPlan]:
+                  memory_bytes: int | None = None, kv_bits: int | None = None) -> list[RunPlan]:
     """`bt continue --dry-run`: per run, probes, refinement, restarts (and the top-ups, which
     depend on outcomes) under the protocol the command would record, with an ETA from the rate
     `bt continue` measured at `batch_size`, and what `--memory-gb` (`memory_bytes`; None:
@@ -191,14 +191,15 @@ def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: in
             prompts = {cid: len(store.cell_prompt(cid)[1]) for cid in base["cell_id"]}
         plan = _continue_plan(run_dir, man.get("model_alias", "?"), protocol, base, have,
                               panel, batch_size)
+        bits = kv_bits if kv_bits is not None else (man.get("continuation") or {}).get("kv_bits")
         plan.memory = memory_line(man.get("model_id", ""), base, prompts, protocol, batch_size,
-                                  memory_bytes)
+                                  memory_bytes, bits)
         plans.append(plan)
     return plans
 
 
 def memory_line(model_id: str, base: Any, prompts: dict[str, int], p: Protocol, batch_size: int,
-                memory_bytes: int | None) -> str:
+                memory_bytes: int | None, kv_bits: int | None = None) -> str:
     """What `--memory-gb` admits for these base traces (issue 28), from the model's config.json
     and the engine's own rule (`engine.memory.admission`), without loading the model."""
     import json
@@ -212,7 +213,7 @@ def memory_line(model_id: str, base: Any, prompts: dict[str, int], p: Protocol, 
     if folder is None or not (folder / "config.json").is_file() or base.empty:
         return "memory: rows per batch are known once the model is on this machine"
     try:
-        layout = layout_from_config(json.loads((folder / "config.json").read_text()))
+        layout = layout_from_config(json.loads((folder / "config.json").read_text()), kv_bits)
     except (ValueError, OSError) as exc:
         return f"memory: rows per batch unknown ({exc})"
     budget, how = budget_without_loading(folder, memory_bytes)

@@ -49,6 +49,11 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     assert "ETA unknown" in lines["ETA"] and "`bt continue` of tiny-llama at batch size 32" in lines["ETA"]
     # restarts: 2 cells x 2 budgets x 2 samples; tokens (4+4)*2 + (8+4)*2 per cell
     assert "8 samples, at most 80 tokens" in lines["restarts"]
+    # issue 28: what --memory-gb (auto by default) admits at the deepest anchor, model unloaded
+    assert "memory (auto:" in lines["memory"] and "rows at the deepest anchor" in lines["memory"]
+    fixed = run_bt(*cont, "--memory-gb", "0.5", "--batch-size", "4", "--dry-run")
+    assert "memory (--memory-gb 0.5) admits 4 rows at the deepest anchor" in fixed.stdout
+    assert "limited by --batch-size" in fixed.stdout
     assert (run / "store.sqlite").read_bytes() == before  # the protocol was not rewritten
     assert _manifest(run)["protocol"]["budget"] != 4
 
@@ -58,6 +63,7 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     said = " ".join(ran.stderr.split())
     occ = re.search(r"batch occupancy (\d+)% of 4", said)
     assert occ and 0 < int(occ.group(1)) <= 100, said
+    assert "rows at the deepest anchor" in said and "peak memory" in said
     rec = _manifest(run)["throughput"]["continue@4"]
     assert rec["batch_size"] == 4 and 0 < rec["occupancy"] <= 1 and rec["tokens_per_s"] > 0
     # a third cell, so continue has work left to time (a run's settings cannot change)

@@ -144,3 +144,47 @@ def test_branches_hold_one_copy_of_their_prefix_and_equal_fresh_prefills(fp32_qw
                       memory_budget_bytes=int(prefix + 2.5 * row))
     assert {r.key: r.tokens for r in tight.generate(reqs)} == shared
     assert tight.admitted_rows_max == 2
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_kv_keeps_the_engine_guarantees(fp32_qwen3, bits) -> None:
+    """`--kv-bits`: a reused prefix equals a fresh prefill and a row alone equals it in a batch,
+    with the cache quantized; it takes (bits + 1)/32 of the float32 cache (packed values
+    plus a float32 scale and bias per 64), and it changes the model's distribution (so a run
+    records it)."""
+    rng = np.random.default_rng(2)
+    prompt = [int(t) for t in rng.integers(1, 500, 16)]
+    trace = [int(t) for t in rng.integers(1, 500, 96)]
+    reqs = _probes(trace, prompt, (64, 96), 2, 6)
+    runs = {}
+    for name, kwargs in (("shared", {}), ("fresh", {"reuse_prefixes": False}),
+                         ("alone", {"batch_size": 1})):
+        engine = MlxEngine(fp32_qwen3, [511], **{"batch_size": 8, "kv_bits": bits, **kwargs})
+        runs[name] = {r.key: r for r in engine.generate(reqs)}
+    tokens = {k: {key: r.tokens for key, r in v.items()} for k, v in runs.items()}
+    assert tokens["shared"] == tokens["fresh"] == tokens["alone"]
+    full = cache_bytes(fp32_qwen3).plain_per_token
+    assert cache_bytes(fp32_qwen3, bits).plain_per_token == pytest.approx(full * (bits + 1) / 32)
+    plain = {r.key: r for r in MlxEngine(fp32_qwen3, [511], batch_size=8).generate(reqs)}
+    assert any(not np.array_equal(plain[k].logprobs, runs["shared"][k].logprobs) for k in plain)
+
+
+def test_kv_bits_refuses_a_head_dimension_it_cannot_quantize(tiny_model) -> None:
+    from breakthrough.errors import BtError
+
+    with pytest.raises(BtError, match="--kv-bits: this model's head dimension"):
+        MlxEngine.from_loaded(tiny_model, kv_bits=8)
+    with pytest.raises(BtError, match="expected 4 or 8"):
+        MlxEngine(geometry_model("qwen3-4b", vocab=64, heads=8), [0], kv_bits=3)
+
+
+def test_a_run_records_its_kv_bits_and_never_mixes_them(tmp_path) -> None:
+    from breakthrough.errors import BtError
+    from breakthrough.pipeline.cell_loop import continuation_identity, run_kv_bits
+
+    assert "kv_bits" not in continuation_identity(False)  # runs continued before keep theirs
+    assert continuation_identity(False, 8)["kv_bits"] == 8
+    assert run_kv_bits({}, None, tmp_path) is None
+    assert run_kv_bits({"continuation": continuation_identity(False, 4)}, None, tmp_path) == 4
+    with pytest.raises(BtError, match="--kv-bits 8: the run was continued with the model's own"):
+        run_kv_bits({"continuation": continuation_identity(False)}, 8, tmp_path)
