@@ -446,6 +446,13 @@ class RunStore:
                     f"directory (--run NAME) or the run's setting"
                 )
 
+    def run_kind(self) -> str:
+        """"base" (a `bt base` run, continued by `bt continue`: a study run) or "sample" (a
+        `bt sample` run of independent attempts; one made before `run_kind` was recorded holds
+        the `attempts` entry)."""
+        man = self.manifest()
+        return str(man.get("run_kind", "sample" if "attempts" in man else "base"))
+
     def protocol(self) -> Protocol:
         """The protocol the run was made (or last continued) under, stored whole in the manifest
         and read back whole by every later command; a run that does not hold one is refused

@@ -1,8 +1,10 @@
 """Everything `bt classify` derives from one run's frames (pure: frames in, results out).
 
-`classify_frames(samples, cells, protocol=...)` builds the panels, labels every cell, measures
-how robust each label is under the posterior, plans the next work under the chosen `--topup`
-rules (and under the study's and the posterior rule, for comparison) and summarizes. Reading a
+`classify_frames(samples, cells, protocol=...)` builds the panels, labels every cell that ran
+its protocol (a cell not continued, or left incomplete, gets no regime: it is listed apart,
+`classify.completeness`), measures how robust each label is under the posterior, plans the next
+work under the chosen `--topup` rules (and under the study's and the posterior rule, for
+comparison) and summarizes. Reading a
 run's store and writing tables, figures and HTML is `breakthrough.report.classify_outputs`.
 """
 
@@ -14,12 +16,14 @@ from typing import Iterable
 import pandas as pd
 
 from breakthrough.classify.arms import a2_table, a2_verdict, arm_labels
+from breakthrough.classify.completeness import status_counts, unfinished_cells
 from breakthrough.classify.hardening import hardening_counts, topup_resolution
-from breakthrough.classify.panels import probe_panel, restart_panel
+from breakthrough.classify.panels import probe_panel, restart_panel, rows_by_cell
 from breakthrough.classify.plan import PlanItem, plan_next
+from breakthrough.classify.pooling import whole_beyond_rule
 from breakthrough.classify.beta import PRIORS, describe_prior
 from breakthrough.classify.posterior import regime_survival, with_posterior
-from breakthrough.classify.regimes import cell_curves, label_panels
+from breakthrough.classify.regimes import cell_curves, label_panels, pooling_rule
 from breakthrough.classify.summary import summarize
 from breakthrough.classify.topup import TOPUP_DEFAULT, parse_topup, topup_text
 from breakthrough.errors import BtError
@@ -34,7 +38,7 @@ COMPARED_TOPUPS = ("terminal,ambiguous", "terminal,posterior")
 class ClassifyResult:
     """Everything `bt classify` derives from one run."""
 
-    labels: pd.DataFrame  # one row per cell (regimes.label_panels + regime_survival)
+    labels: pd.DataFrame  # one row per cell that ran its protocol (label_panels + survival)
     curves: pd.DataFrame  # one row per (cell, probed anchor): p, R̂, adv (regimes.cell_curves)
     probe_cells: pd.DataFrame  # probe panel + model, rate, post_mean, p_ge_tau
     restart_cells: pd.DataFrame  # restart panel + model, rate, post_mean, p_ge_tau
@@ -46,6 +50,10 @@ class ClassifyResult:
     a2: pd.DataFrame = field(default_factory=pd.DataFrame)  # A2 comparison (arms.a2_table)
     label_hardening: pd.DataFrame = field(default_factory=pd.DataFrame)  # hardening_counts
     topup_resolution: pd.DataFrame = field(default_factory=pd.DataFrame)  # per model, 9.4
+    # cells that have not run their protocol, unlabelled (completeness.unfinished_cells)
+    unfinished: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # restart cells counted whole beyond the rule in force (pooling.whole_beyond_rule)
+    restarts_whole: int = 0
 
     @property
     def plan(self) -> list[PlanItem]:
@@ -88,19 +96,31 @@ def classify_frames(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
     protocol; τ, δ, the prior and the posterior band override the protocol's when given. The
     chosen `topup` rules also decide which top-up branches the labels count
     (`classify.pooling`): "terminal,ambiguous" labels as the study's wave 3 (A5.1 pooled),
-    "terminal" as its development and supplement cohorts (canonical 4-branch summaries)."""
+    "terminal" as its development and supplement cohorts (canonical 4-branch probe summaries;
+    restart cells count every attempt, `classify.pooling`). Cells that have not run their
+    protocol (`completeness.unfinished_cells`) get no label: `ClassifyResult.unfinished`."""
     protocol = checked_protocol(protocol, tau=tau, delta=delta, prior=prior, band=band)
     chosen = topup_text(parse_topup(topup) if isinstance(topup, str) else topup)
-    pp = probe_panel(samples, protocol)
-    rp = restart_panel(samples, protocol)
+    all_pp = probe_panel(samples, protocol)
+    all_rp = restart_panel(samples, protocol)
+    unfinished = unfinished_cells(samples, cells, probe_rows=rows_by_cell(all_pp, "anchor"),
+                                  protocol=protocol)
+    skip = set(unfinished["cell_id"])
+    pp = all_pp[~all_pp["cell_id"].isin(skip)]  # what the labels read: finished cells only
+    rp = all_rp[~all_rp["cell_id"].isin(skip)]
+    if cells is not None and len(cells):
+        cells = cells[~cells["cell_id"].astype(str).isin(skip)]
     labels = label_panels(pp, rp, cells, protocol=protocol, topup=chosen)
     if len(labels):
         surv = regime_survival(pp, rp, labels, protocol=protocol, topup=chosen, draws=draws,
                                seed=seed)
         labels["regime_survival"] = labels["cell_id"].map(surv).astype(float)
-    plans = {rule: plan_next(pp, rp, protocol=protocol, topup=rule)
+    plans = {rule: plan_next(all_pp, all_rp, protocol=protocol, topup=rule)
              for rule in dict.fromkeys((chosen, *COMPARED_TOPUPS))}
-    model_of = dict(zip(labels["cell_id"], labels["model"])) if len(labels) else {}
+    model_of = (dict(zip(unfinished["cell_id"], unfinished["model"]))
+                | (dict(zip(labels["cell_id"], labels["model"])) if len(labels) else {}))
+    whole = whole_beyond_rule([r for rows in rows_by_cell(rp, "budget").values() for r in rows],
+                              pooling_rule(protocol, chosen, protocol.tau))
 
     def post(panel: pd.DataFrame) -> pd.DataFrame:
         out = with_posterior(panel, protocol.tau, protocol.prior)
@@ -111,11 +131,13 @@ def classify_frames(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
                         prior=describe_prior(protocol.prior))
     summary.update(topup=chosen, posterior_band=list(protocol.posterior_band),
                    survival_draws=draws, survival_seed=seed,
+                   unfinished_counts=status_counts(unfinished), restart_cells_whole=whole,
                    protocol=protocol.to_dict() | {
                        "scratch_budget": protocol.scratch_budget,
                        "budget_limited_at": protocol.budget_limited_at})
-    probe_cells = post(pp)
-    arms, a2 = second_arms(samples, pp, labels, protocol)
+    probe_cells = post(all_pp)
+    arms, a2 = second_arms(samples[~samples["cell_id"].astype(str).isin(skip)]
+                           if len(samples) else samples, pp, labels, protocol)
     before = label_panels(pp, rp, cells, protocol=protocol, topup="terminal")
     hardening = hardening_counts(before, labels)
     resolution = topup_resolution(probe_cells, tau=protocol.tau, target=protocol.topup_samples,
@@ -123,9 +145,10 @@ def classify_frames(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
     summary.update(extra_summary(a2, hardening, resolution))
     return ClassifyResult(labels=labels if len(labels) else pd.DataFrame(),
                           curves=cell_curves(pp, rp, protocol=protocol, topup=chosen),
-                          probe_cells=probe_cells, restart_cells=post(rp), plans=plans,
+                          probe_cells=probe_cells, restart_cells=post(all_rp), plans=plans,
                           topup=chosen, summary=summary, protocol=protocol, arms=arms, a2=a2,
-                          label_hardening=hardening, topup_resolution=resolution)
+                          label_hardening=hardening, topup_resolution=resolution,
+                          unfinished=unfinished, restarts_whole=whole)
 
 
 def second_arms(samples: pd.DataFrame, primary: pd.DataFrame, labels: pd.DataFrame,

@@ -8,10 +8,12 @@ bisection, 3.5 top-ups) is in `breakthrough.classify.plan`; the Beta posteriors 
 Inputs are the panels of `breakthrough.classify.panels` (one row per probe cell (cell_id,
 anchor) and per restart cell (cell_id, budget), with pooled counts n, k and canonical-branch
 counts n_canon, k_canon). `cell_counts` turns one cell's rows into what its labels read:
-  * p̂ and R count the pooled branches only where the `--topup` uncertainty rule in force
-    enlarges the cell (`breakthrough.classify.pooling`: A5.1 pools cells at 1–3 of 4, keeps
-    0/4 and 4/4 at 4), the canonical ones elsewhere; the A1 replication of a final anchor is
-    never pooled into p̂ (protocol 3.5: terminal events are annotated only);
+  * p̂ counts the pooled branches only where the `--topup` uncertainty rule in force
+    enlarges the probe cell (`breakthrough.classify.pooling`: A5.1 pools cells at 1–3 of 4,
+    keeps 0/4 and 4/4 at 4), the canonical ones elsewhere; the A1 replication of a final
+    anchor is never pooled into p̂ (protocol 3.5: terminal events are annotated only);
+  * R counts every graded attempt of a restart cell (protocol 4: the development and
+    supplement labels read a pooled restart panel, Gemma × math_03190 at 8 attempts);
   * A1 candidacy is decided on the canonical labels, as the reference script
     (`probe_terminal_stability.py`) does: no event on the canonical rates and a canonical
     final-anchor rate ≥ τ;
@@ -34,7 +36,7 @@ from typing import Iterable, Mapping, Sequence
 import pandas as pd
 
 from breakthrough.classify.panels import PanelRow, rows_by_cell
-from breakthrough.classify.pooling import Enlarges, counted, enlarges
+from breakthrough.classify.pooling import Enlarges, counted, counted_restart, enlarges
 from breakthrough.classify.topup import TOPUP_DEFAULT
 from breakthrough.protocol import DEFAULT, Protocol
 
@@ -362,9 +364,10 @@ class CellCounts:
 
 def cell_counts(probe_rows: Sequence[PanelRow], restart_rows: Sequence[PanelRow], *,
                 tau: float, pooled: Enlarges) -> CellCounts:
-    """The counts one cell's labels read: each probe and restart cell pooled only where
-    `pooled` (the uncertainty rule in force, `pooling.enlarges`) enlarges it, the A1 candidacy
-    on the canonical labels, and the A1 replication of the final anchor (annotation only)."""
+    """The counts one cell's labels read: each probe cell pooled only where `pooled` (the
+    uncertainty rule in force, `pooling.enlarges`) enlarges it, each restart cell whole
+    (`pooling.counted_restart`), the A1 candidacy on the canonical labels, and the A1
+    replication of the final anchor (annotation only)."""
     candidate = terminal_candidate(probe_rows, tau)
     a1 = None
     if candidate:
@@ -372,7 +375,7 @@ def cell_counts(probe_rows: Sequence[PanelRow], restart_rows: Sequence[PanelRow]
         if n > nc:
             a1 = (n, k)
     return CellCounts(probe={r[0]: counted(r, pooled) for r in probe_rows},
-                      restart={r[0]: counted(r, pooled) for r in restart_rows},
+                      restart={r[0]: counted_restart(r) for r in restart_rows},
                       a1_candidate=candidate, a1=a1)
 
 

@@ -20,13 +20,20 @@ from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
 
-def _print_tables(summary: dict, index: Path, plan_items: int, topup: str) -> None:
-    """Regime counts per model (in 5.3 precedence order, as the summary holds them), δ
-    sensitivity, agreement, plan sizes and the report's path."""
+def _print_tables(summary: dict, index: Path, plan_items: int, topup: str,
+                  notes: list[str] = ()) -> None:
+    """Regime counts per model (in 5.3 precedence order, as the summary holds them), the cells
+    left unlabelled apart, δ sensitivity, agreement, plan sizes, the notes and the report's
+    path."""
     console = Console()
     counts = summary.get("regime_counts", {})
-    for model, c in counts.items():
-        console.print(f"[bold]{model}[/bold]: {count(summary['n_cells'][model], 'cell')} "
+    unfinished = summary.get("unfinished_counts") or {}
+    for model in list(counts) + [m for m in unfinished if m not in counts]:
+        c = counts.get(model, {})
+        apart = unfinished.get(model, {})
+        left = f", {sum(apart.values())} unlabelled" if apart else ""
+        labelled = (summary.get("n_cells") or {}).get(model, 0)
+        console.print(f"[bold]{model}[/bold]: {count(labelled, 'cell')} labelled{left} "
                       f"(τ = {summary['tau']}, δ = {summary['primary_delta']})")
         t = Table()
         t.add_column("regime")
@@ -34,6 +41,8 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str) -> No
         for regime, n in c.items():
             if n:
                 t.add_row(regime, str(n))
+        for status, n in apart.items():
+            t.add_row(f"({status}: no regime)", str(n), style="dim")
         console.print(t)
     if counts:
         console.print(f"δ sensitivity (non-instant cells with T_V): "
@@ -52,6 +61,8 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str) -> No
         f"--topup {rule}: {count(p['items'], 'item')} ({count(p['samples'], 'sample')})"
         for rule, p in plans.items())
         + f" → plan.json holds --topup {topup} ({count(plan_items, 'item')})")
+    for note in notes:
+        console.print(f"note: {note}", highlight=False)
     console.print(f"report: {index}")
 
 
@@ -96,4 +107,5 @@ def register(app: typer.Typer) -> None:
         report = classify_runs(runs, out, topup=parse_topup(topup), tau=tau, delta=delta,
                                prior=prior, band=band, draws=draws, seed=seed,
                                cell_pages=cell_pages)
-        _print_tables(report.summary, report.index, report.plan_items, report.summary["topup"])
+        _print_tables(report.summary, report.index, report.plan_items, report.summary["topup"],
+                      report.notes)

@@ -37,7 +37,12 @@ def continue_(
                                  help="Restart reasoning budgets C (comma-separated, increasing, "
                                  "each once). " + RUNS_SETTING.format(
                                      default=",".join(map(str, DEFAULT.restart_budgets)))),
-    topup: str = typer.Option(TOPUP_DEFAULT, help=TOPUP_HELP),
+    topup: str = typer.Option(None, show_default=False, help=TOPUP_HELP + " Default: the "
+                              "rules the run was continued under; a run that records none (never "
+                              f"continued, or continued by an older bt) runs {TOPUP_DEFAULT}. "
+                              "A run's rules are only added to: a rule named beyond them is "
+                              "added and recorded; none, or a rule that cannot join them, is "
+                              "refused."),
     anchors: str = typer.Option(None, show_default=False,
                                 help="Anchor grid in reasoning tokens (comma-separated, increasing, "
                                 "each once). " + RUNS_SETTING.format(
@@ -96,7 +101,7 @@ def continue_(
         _add_budget(console, runs or [runs_dir], add_budget, dry_run, backend, remote,
                     batch_size, memory_gb, check_wait(wait))
         return
-    rules = parse_topup(topup)
+    rules = None if topup is None else parse_topup(topup)
     check_engine_options(backend, batch_size, memory_gb)
     if kv_bits is not None and kv_bits not in (4, 8):
         raise BtError(f"--kv-bits: expected 4 or 8, got {kv_bits}")
@@ -115,15 +120,18 @@ def continue_(
     if dry_run:
         from breakthrough.pipeline.dry_run import plan_continue
 
-        for plan in plan_continue(dirs, settings, batch_size, memory_budget(memory_gb), kv_bits):
+        for plan in plan_continue(dirs, settings, batch_size, topup=rules,
+                                  memory_bytes=memory_budget(memory_gb), kv_bits=kv_bits):
             typer.echo("\n".join(plan.lines()))
         return
     failed = False
-    for rep in continue_runs(dirs, settings, opts, progress=lambda run_dir, man: _announce(console, run_dir, man, topup),
+    for rep in continue_runs(dirs, settings, opts, progress=lambda run_dir, man: _announce(console, run_dir, man),
                              drive=lambda run: _with_progress(console, run)):
+        added = rep.topup.added_note() if rep.topup else ""
         if rep.nothing_to_do:
             console.print(f"{rep.run_dir.name}: nothing to do: every sample the protocol asks for "
-                          "is stored (no model loaded)")
+                          f"is stored, top-ups {rep.topup.text if rep.topup else '?'} (no model "
+                          f"loaded)" + (f"; {added}" if added else ""))
             continue
         occupancy = (f"; batch occupancy {rep.occupancy:.0%} of {rep.batch_size}"
                      if rep.occupancy is not None else "")
@@ -135,7 +143,8 @@ def continue_(
             f"{rep.run_dir.name}: {count(rep.cells, 'cell')}; samples " +
             ", ".join(f"{k} {v}" for k, v in rep.samples.items()) +
             f"; prefill {rep.prefill_tokens:,} tokens for {rep.trace_tokens:,} prompt+trace tokens; "
-            f"{rep.generated_tokens:,} generated in {rep.elapsed_s:.1f}s{occupancy}"
+            f"{rep.generated_tokens:,} generated in {rep.elapsed_s:.1f}s{occupancy}; "
+            f"top-ups {rep.topup.text if rep.topup else '?'}" + (f"; {added}" if added else "")
         )
         if rep.failed_cells:
             failed = True
@@ -181,12 +190,12 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
             console.print(f"note: {note}")
 
 
-def _announce(console, run_dir: Path, man: dict, topup: str) -> None:
+def _announce(console, run_dir: Path, man: dict) -> None:
     p = man["protocol"]
     console.print(
         f"[bold]{run_dir.name}[/]: {count(man['base_traces'], 'base trace')} of {man.get('model_alias')}; "
         f"probes at B={p['budget']}, answer {p['answer_budget']}, {count(p['samples'], 'sample')}; restarts at "
-        f"{','.join(map(str, p['restart_budgets']))}; top-ups: {topup}"
+        f"{','.join(map(str, p['restart_budgets']))}; top-ups: {man['topup_choice'].describe()}"
     )
 
 

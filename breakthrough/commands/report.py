@@ -80,6 +80,8 @@ def study(
         console.print(f"[bold]{h.title}[/bold]: {h.sentences[0]}", highlight=False)
     for m in rep.missing:
         console.print(f"missing: {m.what}: {m.command}", highlight=False)
+    for note in rep.notes:
+        console.print(f"note: {note}", highlight=False)
     console.print(f"report: {rep.index} ({len(rep.figures)} figures, {len(rep.tables) // 2} "
                   f"tables)", highlight=False)
 

@@ -14,8 +14,11 @@ def status(
                                          "(default: the run's)."),
 ) -> None:
     """What is done and what remains per cell: base, probes (anchors, k/n) at the run's B,
-    restarts, and the samples still planned. Reads the protocol stored in the run."""
+    restarts, and the samples still planned under the run's --topup rules; a cell that has not
+    run its protocol says `not continued` or `incomplete` (what it lacks), and a count line
+    closes each run. Reads the protocol and the top-up rules stored in the run."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from breakthrough.pipeline.status import run_status
@@ -29,14 +32,18 @@ def status(
     if not console.is_terminal:  # piped: whole lines (a pipe has no width to fold cell ids to)
         console = Console(width=100_000)
     for run_dir in run_dirs(runs):
-        title, rows = run_status(run_dir, tau)
-        table = Table(title=title)
+        status = run_status(run_dir, tau)
+        title, rows = status.title, status.cells
+        table = Table(title=escape(title))
         table.add_column("cell", no_wrap=True)
         for col in ("base", "reasoning", "probes t:k/n", "restarts C:k/n", "next"):
             table.add_column(col, overflow="fold")
         for r in rows:
-            table.add_row(r.cell_id, r.base, r.reasoning, r.probes, r.restarts, r.next)
+            # escaped: rich would take a plan's "[ambiguity]" for markup and drop it
+            table.add_row(*map(escape, (r.cell_id, r.base, r.reasoning, r.probes, r.restarts,
+                                        r.next)))
         console.print(table)
+        console.print(status.count_line(), highlight=False)
 
 
 def register(app: typer.Typer) -> None:

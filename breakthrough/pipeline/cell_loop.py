@@ -7,7 +7,9 @@ base trace as its shared prefix (one prefill per cell on the MLX backend):
   2. up to two rounds of bisection of the first stable crossing (classify.plan.bisection_midpoint);
   3. restarts: empty prefix, reasoning budget C, 4 attempts each (instant cells: C = B only);
   4. top-ups from classify.plan.plan_next: terminal replication (A1), ambiguity enlargement of
-     probe cells (A5.1) and of restart cells (which the study required but never ran).
+     probe cells (A5.1) and of restart cells (which the study required but never ran), under
+     the `--topup` rules the run records (manifest `topup`: a continuation runs the run's rules
+     plus any named beyond them, and records them; `manifest.resolve_topup`).
 All cells' work runs as one continuously batched stream (pipeline.scheduler). Every sample's
 seed is a function of its identity and every sample is committed when its row finishes, so a
 rerun after a kill completes the missing samples only and ends with the same sample set.
@@ -31,15 +33,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from breakthrough.classify.topup import TOPUP_DEFAULT, topup_rules
 from breakthrough.engine import make_engine
 from breakthrough.engine.contract import EngineSpec
 from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import close_tokens
 from breakthrough.pipeline.cells import CellPlan, plan_cell, similar_length_chunks
-from breakthrough.pipeline.manifest import (check_engine, check_model, preflight_continue,
-                                             record_continuation_protocol, record_throughput,
+from breakthrough.pipeline.manifest import (TopupChoice, check_engine, check_model,
+                                             preflight_continue, record_continuation_protocol,
+                                             record_throughput, record_topup, resolve_topup,
                                              store_protocol)
 from breakthrough.pipeline.scheduler import PHASES, RunScheduler, cells_with_work, memory_plan
 from breakthrough.protocol import DEFAULT, Protocol
@@ -54,10 +56,14 @@ __all__ = ["CellPlan", "ContinueOptions", "ContinueReport", "continue_run", "con
 @dataclass
 class ContinueOptions:
     """How to continue: the protocol (B, anchors, samples, ...), the --topup rules, the engine,
-    and how many cells may be in flight at once (each holds a shared-prefix cache)."""
+    and how many cells may be in flight at once (each holds a shared-prefix cache).
+
+    `topup`: the rules asked for (() = none); None, the run's recorded rules (the default,
+    "terminal,ambiguous", when it records none). `continue_runs` joins rules asked for to the
+    run's recorded ones (`manifest.resolve_topup`); every continuation records what it ran."""
 
     protocol: Protocol = DEFAULT
-    topup: tuple[str, ...] = topup_rules(TOPUP_DEFAULT)  # () = none
+    topup: tuple[str, ...] | None = None
     engine: EngineSpec = field(default_factory=lambda: EngineSpec(batch_size=32))
     max_active_cells: int = 3
     lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
@@ -114,6 +120,7 @@ class ContinueReport:
     peak_memory_bytes: int = 0  # MLX's peak allocation over the run (weights included)
     rows_in_flight_max: int = 0  # the most rows the engine had in flight at once
     rows_by_context: dict[int, int] = field(default_factory=dict)  # MlxEngine.rows_by_context
+    topup: TopupChoice | None = None  # the --topup rules the run was continued under
     notes: list[str] = field(default_factory=list)  # the engine's (e.g. endpoints that died)
 
 
@@ -127,6 +134,8 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
     t0 = time.perf_counter()
     with RunStore(run_dir) as store:
         check_model(store, loaded, run_dir)
+        if opts.topup is None:  # the run's recorded rules (the default when it records none)
+            opts = replace(opts, topup=resolve_topup(run_dir, store.manifest(), None).rules)
         base = store.samples_frame(kind="base")
         forced = len(close_tokens(loaded)[1])
         cells = []
@@ -143,6 +152,7 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
         store.check_identity({"continuation": ident})
         check_engine(store, engine)
         store_protocol(store, opts.protocol)
+        record_topup(store, opts.topup)
         store.ensure_manifest({"continuation": ident})
         if on_start:
             on_start({"cells": len(cells),
@@ -187,10 +197,12 @@ def run_scheduled(scheduler: Callable[[Any], RunScheduler], store: RunStore, run
 
 def has_work(store: RunStore, protocol: Protocol, opts: ContinueOptions) -> bool:
     """Whether `bt continue` would generate anything in this run (`cells_with_work`), known
-    from the store alone, before any model is loaded."""
+    from the store alone, before any model is loaded (`opts.topup`: the resolved rules)."""
     cells = [plan_cell(rec["cell_id"], {}, [], rec, protocol)
              for rec in store.samples_frame(kind="base").to_dict(orient="records")]
-    return bool(cells_with_work(store, cells, protocol, tau=protocol.tau, topup=opts.topup))
+    topup = opts.topup if opts.topup is not None else \
+        resolve_topup(store.run_dir, store.manifest(), None).rules
+    return bool(cells_with_work(store, cells, protocol, tau=protocol.tau, topup=topup))
 
 
 def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions, *,
@@ -199,13 +211,14 @@ def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: Cont
     """`bt continue`: check every run, then, run by run, load its model, record its protocol
     with `settings` (B, anchors, samples, ...) and run every phase.
 
-    `progress(run_dir, manifest)` announces a run (its manifest plus "base_traces");
+    `progress(run_dir, manifest)` announces a run (its manifest plus "base_traces" and
+    "topup_choice", the `TopupChoice` it runs: `opts.topup` joined to the run's rules);
     `drive(run)` wraps `run(on_start, on_sample)` (the CLI's progress display). Every run's
     lock is held throughout (`runlock`): a second `bt continue` on one of them is refused,
     naming the holder, or waits `opts.lock_wait` seconds."""
     for run_dir in run_dirs:  # issue 12: every run is checked before any is written or a model loaded
         with RunStore(run_dir, readonly=True) as store:
-            preflight_continue(store, settings, opts.engine.backend)
+            preflight_continue(store, settings, opts.engine.backend, opts.topup)
             kv_bits = run_kv_bits(store.manifest(), opts.kv_bits, run_dir)
             store.check_identity({"continuation": continuation_identity(opts.instrument, kv_bits)})
     with ExitStack() as locks:
@@ -217,27 +230,35 @@ def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: Cont
 def _continue_locked(run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions, *,
                      progress: Callable[[Path, dict], None] | None = None,
                      drive: Callable[[Callable], ContinueReport] | None = None) -> list[ContinueReport]:
-    protocols = {}
+    protocols, choices = {}, {}
     for run_dir in run_dirs:  # written by continue_run, once the engine can run it
         with RunStore(run_dir, readonly=True) as store:
             protocols[run_dir] = record_continuation_protocol(store, **settings)
+            choices[run_dir] = resolve_topup(run_dir, store.manifest(), opts.topup)
             man = {**store.manifest(), "protocol": protocols[run_dir].to_dict(),
-                   "base_traces": len(store.existing_keys("base"))}
+                   "base_traces": len(store.existing_keys("base")),
+                   "topup_choice": choices[run_dir]}
         if progress:
             progress(run_dir, man)
     reports = []
     for run_dir in run_dirs:
+        choice = choices[run_dir]
+        run_opts = replace(opts, protocol=protocols[run_dir], topup=choice.rules)
         with RunStore(run_dir) as store:
             man = store.manifest()
-            if not has_work(store, protocols[run_dir], opts):
-                reports.append(ContinueReport(run_dir=run_dir, nothing_to_do=True))
+            if not has_work(store, protocols[run_dir], run_opts):
+                if choice.asked is not None and (choice.added or choice.stored is None):
+                    record_topup(store, choice.rules)  # named now: later continues run them
+                reports.append(ContinueReport(run_dir=run_dir, nothing_to_do=True,
+                                              topup=choice))
                 continue
         loaded = load_model(man["model_id"], family=man.get("family"))
-        run_opts = replace(opts, protocol=protocols[run_dir],
-                           kv_bits=run_kv_bits(man, opts.kv_bits, run_dir))
+        run_opts = replace(run_opts, kv_bits=run_kv_bits(man, opts.kv_bits, run_dir))
 
         def run(on_start=None, on_sample=None, run_dir=run_dir, loaded=loaded, run_opts=run_opts):
             return continue_run(run_dir, loaded, run_opts, on_start=on_start, on_sample=on_sample)
 
-        reports.append(drive(run) if drive else run())
+        rep = drive(run) if drive else run()
+        rep.topup = choice
+        reports.append(rep)
     return reports

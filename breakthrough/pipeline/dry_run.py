@@ -24,7 +24,8 @@ from breakthrough.classify.plan import bisection_midpoint
 from breakthrough.models.loading import model_alias
 from breakthrough.pipeline.base import BaseRequest, select_rows
 from breakthrough.pipeline.cells import plan_cell
-from breakthrough.pipeline.manifest import machine_name, record_continuation_protocol, run_name
+from breakthrough.pipeline.manifest import (machine_name, record_continuation_protocol,
+                                             resolve_topup, run_name)
 from breakthrough.protocol import Protocol
 from breakthrough.store import STORE_FILE, RunStore
 from breakthrough.tasks.cohorts import load_cohort
@@ -174,23 +175,26 @@ def plan_base(req: BaseRequest) -> list[RunPlan]:
     return plans
 
 
-def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: int = 32,
-                  memory_bytes: int | None = None, kv_bits: int | None = None) -> list[RunPlan]:
+def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: int = 32, *,
+                  topup: tuple[str, ...] | None = None, memory_bytes: int | None = None,
+                  kv_bits: int | None = None) -> list[RunPlan]:
     """`bt continue --dry-run`: per run, probes, refinement, restarts (and the top-ups, which
-    depend on outcomes) under the protocol the command would record, with an ETA from the rate
-    `bt continue` measured at `batch_size`, and what `--memory-gb` (`memory_bytes`; None:
-    auto) admits at the deepest anchor."""
+    depend on outcomes, under the rules `topup` joined to the run's: `resolve_topup`) under the
+    protocol the command would record, with an ETA from the rate `bt continue` measured at
+    `batch_size`, and what `--memory-gb` (`memory_bytes`; None: auto) admits at the deepest
+    anchor."""
     plans = []
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
             protocol = record_continuation_protocol(store, **settings)
             man = store.manifest()
+            rules = resolve_topup(run_dir, man, topup).describe()
             base = store.samples_frame(kind="base")
             have = store.existing_keys()
             panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol)
             prompts = {cid: len(store.cell_prompt(cid)[1]) for cid in base["cell_id"]}
         plan = _continue_plan(run_dir, man.get("model_alias", "?"), protocol, base, have,
-                              panel, batch_size)
+                              panel, batch_size, rules)
         bits = kv_bits if kv_bits is not None else (man.get("continuation") or {}).get("kv_bits")
         plan.memory = memory_line(man.get("model_id", ""), base, prompts, protocol, batch_size,
                                   memory_bytes, bits)
@@ -245,7 +249,7 @@ def _refinement_left(cell_id: str, grid_done: bool, panel: Any, p: Protocol) -> 
 
 
 def _continue_plan(run_dir: Path, model: str, p: Protocol, base: Any, have: set,
-                   panel: Any, batch_size: int) -> RunPlan:
+                   panel: Any, batch_size: int, topup: str = "") -> RunPlan:
     probes = refine = restarts = restart_tokens = 0
     probe_tokens = p.budget + p.answer_budget
     for rec in base.to_dict(orient="records"):
@@ -265,7 +269,8 @@ def _continue_plan(run_dir: Path, model: str, p: Protocol, base: Any, have: set,
                   f"at most {p.refinement_rounds} bisection rounds per cell"),
         PhasePlan("restarts", restarts, restart_tokens,
                   "instant cells get only the scratch budget" if restarts else ""),
-        PhasePlan("topups", 0, 0, "decided by the outcomes above; not counted"),
+        PhasePlan("topups", 0, 0, (f"--topup {topup}: " if topup else "")
+                  + "decided by the outcomes above; not counted"),
     ])
     _rate_for(plan, _sibling_runs(run_dir), "continue", batch_size)
     return plan

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from breakthrough.classify.topup import TOPUP_DEFAULT, topup_rules, topup_text
 from breakthrough.errors import BtError
 from breakthrough.protocol import Protocol
 from breakthrough.store import STORE_FILE, RunStore, check_writable
@@ -146,10 +148,12 @@ def check_model(store: RunStore, loaded: Any, run_dir: Path) -> None:
         store.update_manifest({"model_digest": loaded.digest})
 
 
-def preflight_continue(store: RunStore, settings: dict[str, Any], backend: str | None = None) -> None:
+def preflight_continue(store: RunStore, settings: dict[str, Any], backend: str | None = None,
+                       topup: tuple[str, ...] | None = None) -> None:
     """Before `bt continue` writes any run's protocol or loads a model: refuse a run whose
     manifest is empty, that is a `bt sample` run, whose settings could not run or differ from
-    the ones it was continued under (`record_continuation_protocol`), whose sample rows do not
+    the ones it was continued under (`record_continuation_protocol`), whose `--topup` rules
+    would drop or contradict the ones it was continued under (`resolve_topup`), whose sample rows do not
     match their checksums, that cannot be written, whose anchors lie beyond every base trace,
     whose engine backend differs from the one asked for, or whose model files no longer match
     its recorded revision and content digest, naming the setting (all known without loading
@@ -162,10 +166,11 @@ def preflight_continue(store: RunStore, settings: dict[str, Any], backend: str |
                       f"store is damaged; rerun `bt base` (or restore the store from a copy)")
     if "model_id" not in man:
         raise BtError(f"{store.run_dir}: the run has no model recorded; run `bt base` first")
-    if man.get("run_kind", "sample" if "attempts" in man else "base") != "base":
+    if store.run_kind() != "base":
         raise BtError(f"{store.run_dir}: a `bt sample` run (independent attempts), not a `bt base` "
                       f"run; bt continue continues base traces (run `bt base` for this cohort)")
     protocol = record_continuation_protocol(store, **settings)
+    resolve_topup(store.run_dir, man, topup)
     store.check_where()  # every row the cell programs will read, up front
     check_writable(store.run_dir)
     longest = store.conn.execute(
@@ -237,6 +242,115 @@ def refuse_changed_settings(run_dir: Path, have: Protocol, settings: dict[str, A
                       f"{opt} {show(asked)} (stored {show(was)} vs asked {show(asked)}); a run "
                       f"holds one protocol: leave {opt} out to use the run's{hint}, or start a "
                       f"new run")
+
+
+# The manifest entry that records the `--topup` rules a run was continued under, as their
+# canonical text ("terminal,ambiguous", "none"): every rule any continuation of the run ran.
+TOPUP_KEY = "topup"
+
+
+@dataclass(frozen=True)
+class TopupChoice:
+    """The `--topup` rules one `bt continue` runs on one run, and where they come from.
+
+    A run's top-up rules are a continuation setting like B or τ, with one difference: they are
+    only ever added to. Not given, they are the ones the run records (`TOPUP_KEY`); a rule
+    named beyond them is added, run and recorded; `none`, or a rule that cannot join them
+    ("posterior" beside "ambiguous"), is refused (`resolve_topup`). A run that records none
+    (never continued, or continued by a bt that did not record them) runs the default
+    ("terminal,ambiguous", as every bt before did) or the rules named."""
+
+    rules: tuple[str, ...]  # what this continuation runs (() = none)
+    stored: tuple[str, ...] | None  # the run's record before it; None: the run records none
+    asked: tuple[str, ...] | None  # --topup as given; None: not given
+    continued_before: bool = False  # the run was continued before (its record may be missing)
+
+    @property
+    def text(self) -> str:
+        return topup_text(self.rules)
+
+    @property
+    def added(self) -> tuple[str, ...]:
+        """Rules named beyond the run's recorded ones (empty when the run records none)."""
+        if self.stored is None:
+            return ()
+        return tuple(r for r in self.rules if r not in self.stored)
+
+    def describe(self) -> str:
+        """The rules and their source, as `bt continue` and `bt status` print them."""
+        if self.stored is not None:
+            if self.added:
+                was = topup_text(self.stored)
+                return f"{self.text} (the run's {was}, adding {','.join(self.added)})"
+            return f"{self.text} (the run's)"
+        if self.asked is not None:
+            return f"{self.text} (as asked)"
+        if self.continued_before:
+            return (f"{self.text} (the default: the run was continued before bt recorded its "
+                    f"top-up rules)")
+        return f"{self.text} (the default)"
+
+    def added_note(self) -> str:
+        """The closing line's words for a rule this continuation added to the run's record."""
+        if not self.added:
+            return ""
+        return (f"added top-up rule{'s' if len(self.added) > 1 else ''} "
+                f"{','.join(self.added)} to the run's {topup_text(self.stored or ())} "
+                f"(recorded: a plain `bt continue` now runs {self.text})")
+
+
+def stored_topup(man: dict[str, Any], run_dir: Path | str = "") -> tuple[str, ...] | None:
+    """The `--topup` rules a run records (`TOPUP_KEY`), or None when it records none."""
+    if TOPUP_KEY not in man:
+        return None
+    try:
+        return topup_rules(str(man[TOPUP_KEY]))
+    except ValueError as exc:
+        raise BtError(f"{run_dir}: unreadable top-up rules {man[TOPUP_KEY]!r} in the manifest "
+                      f"({exc})") from None
+
+
+def resolve_topup(run_dir: Path | str, man: dict[str, Any],
+                  asked: tuple[str, ...] | None) -> TopupChoice:
+    """The top-up rules a continuation of the run with manifest `man` runs (`TopupChoice`):
+    `asked` (the parsed `--topup`; None: not given) joined to the run's recorded rules.
+    Refused, naming stored vs asked: `--topup none` on a run that records rules (a run's
+    top-ups are only added to), and a rule that cannot join the recorded ones."""
+    stored = stored_topup(man, run_dir)
+    before = "continue_answer_budget" in man
+    if stored is None:
+        rules = topup_rules(TOPUP_DEFAULT) if asked is None else tuple(asked)
+        return TopupChoice(rules, None, asked, before)
+    if asked is None:
+        return TopupChoice(stored, stored, None, before)
+    was, now = topup_text(stored), topup_text(asked)
+    if not asked and stored:
+        raise BtError(f"{run_dir}: run was continued with --topup {was}, this request has "
+                      f"--topup none (stored {was} vs asked none); a run's top-up rules are "
+                      f"only added to: leave --topup out to use the run's, or start a new run")
+    try:
+        rules = topup_rules(set(stored) | set(asked))
+    except ValueError:  # "ambiguous" and "posterior": two answers to one question
+        raise BtError(f"{run_dir}: run was continued with --topup {was}, this request has "
+                      f"--topup {now} (stored {was} vs asked {now}); 'ambiguous' and "
+                      f"'posterior' are alternative rules for the same cells and a run's top-up "
+                      f"rules are only added to: leave --topup out to use the run's, or start a "
+                      f"new run") from None
+    return TopupChoice(rules, stored, asked, before)
+
+
+def record_topup(store: RunStore, rules: tuple[str, ...]) -> str:
+    """Record that the run was continued under `rules`: the run's recorded rules joined with
+    them (what a later plain `bt continue` runs). Returns the recorded text."""
+    stored = stored_topup(store.manifest(), store.run_dir) or ()
+    try:
+        text = topup_text(set(stored) | set(rules))
+    except ValueError as exc:  # callers resolve first (`resolve_topup`); an API caller may not
+        raise BtError(f"{store.run_dir}: --topup {topup_text(rules)} cannot join the run's "
+                      f"{topup_text(stored)}: {exc}") from None
+    if store.manifest().get(TOPUP_KEY) != text:
+        store.update_manifest({TOPUP_KEY: text})
+    return text
 
 
 def store_protocol(store: RunStore, protocol: Protocol) -> Protocol:

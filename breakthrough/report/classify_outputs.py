@@ -3,10 +3,11 @@ the HTML report out.
 
 `classify_runs` reads every run whole from its store, including the protocol it was made
 under (`RunStore.protocol()`: a run without one is refused, never re-inferred from its
-samples), labels it with `breakthrough.classify.frames.classify_frames` and writes everything
+samples; a `bt sample` run, independent attempts, is no study run and is skipped), labels it with `breakthrough.classify.frames.classify_frames` and writes everything
 with `write_outputs`:
 
-    labels.{parquet,csv}        one row per cell (all runs; column `run`)
+    labels.{parquet,csv}        one row per cell that ran its protocol (all runs; column `run`)
+    unfinished.{parquet,csv}    the cells that have not (not continued, incomplete): no regime
     curves, probe_cells, restart_cells   per (cell, anchor) curves and per-cell posteriors
     plan.csv, plan.json         the next work under the chosen --topup rules (plan.json also
                                 holds the plans of the compared rules)
@@ -22,24 +23,27 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from breakthrough.classify.frames import Band, ClassifyResult, classify_frames, extra_summary
+from breakthrough.classify.completeness import STATUSES, status_counts
 from breakthrough.classify.plan import PlanItem
 from breakthrough.classify.summary import summarize
 from breakthrough.report import figures as F
 from breakthrough.report import html as H
 from breakthrough.report.cell_details import CellDetail, cell_details, problem_line, problem_text
 from breakthrough.report.cell_figure import cell_svg
+from breakthrough.errors import BtError
 from breakthrough.store import RunStore, run_dirs
 
 TABLES = ("labels", "curves", "probe_cells", "restart_cells", "label_hardening",
-          "topup_resolution", "arms", "a2")
-OPTIONAL_TABLES = ("arms", "a2")  # written when a run holds a second probe arm
+          "topup_resolution", "arms", "a2", "unfinished")
+# written when a run holds a second probe arm, or a cell that has not run its protocol
+OPTIONAL_TABLES = ("arms", "a2", "unfinished")
 
 
 @dataclass
@@ -51,6 +55,8 @@ class ClassifyReport:
     summary: dict
     results: dict[str, ClassifyResult]  # run name → result
     paths: dict[str, Any]
+    notes: list[str] = field(default_factory=list)  # what the command says beside the tables
+    runs: list[Path] = field(default_factory=list)  # the run directories classified
 
     @property
     def plan_items(self) -> int:
@@ -77,7 +83,8 @@ def classify_runs(runs: Sequence[Path], out: Path | None = None, *,
     results: dict[str, ClassifyResult] = {}
     details: dict[str, dict[str, CellDetail]] = {}
     problems: dict[str, dict[str, str | None]] = {}
-    for d in run_dirs(runs):
+    dirs, notes = study_runs(runs)
+    for d in dirs:
         name, i = d.name, 2
         while name in results:
             name, i = f"{d.name}-{i}", i + 1
@@ -96,8 +103,50 @@ def classify_runs(runs: Sequence[Path], out: Path | None = None, *,
     out_dir = default_out_dir(runs) if out is None else Path(out)
     paths = write_outputs(results, out_dir, cell_pages=cell_pages, details=details,
                           problems=problems)
+    notes += result_notes(results)
     return ClassifyReport(out_dir=out_dir, index=paths["index"], summary=paths["summary_obj"],
-                          results=results, paths=paths)
+                          results=results, paths=paths, notes=notes, runs=dirs)
+
+
+def study_runs(runs: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """(the study runs among `runs`, notes): run directories or folders of them, without the
+    `bt sample` runs (independent attempts: no probes, no restarts, nothing to label), which
+    one note names. Refused when no study run is left."""
+    dirs, skipped = [], []
+    for d in run_dirs(runs):
+        with RunStore(d, readonly=True) as store:
+            (dirs if store.run_kind() == "base" else skipped).append(d)
+    if not dirs:
+        raise BtError(f"{', '.join(map(str, skipped))}: `bt sample` run"
+                      f"{'s' if len(skipped) > 1 else ''} (independent attempts), not a study run "
+                      f"of `bt base` + `bt continue`; nothing to label")
+    notes = [f"skipped {len(skipped)} `bt sample` run{'s' if len(skipped) > 1 else ''} "
+             f"(independent attempts, not a study run): {', '.join(map(str, skipped))}"
+             ] if skipped else []
+    return dirs, notes
+
+
+def result_notes(results: Mapping[str, ClassifyResult]) -> list[str]:
+    """The notes of the classified runs: the cells left unlabelled (one note, every run), and
+    the restart cells whose R counts attempts no rule of the study's wave 3 would have."""
+    notes = []
+    frames = [r.unfinished for r in results.values() if len(r.unfinished)]
+    if frames:
+        un = pd.concat(frames, ignore_index=True)
+        parts = [f"{(un['status'] == s).sum()} {s}" for s in STATUSES if (un["status"] == s).any()]
+        notes.append(
+            f"left {len(un)} cell{'s' if len(un) != 1 else ''} unlabelled ({', '.join(parts)}): "
+            f"a cell gets a regime once its probes and restarts are stored (`bt status` says "
+            f"what each lacks; `bt continue` runs it); unfinished.csv lists them")
+    whole = sum(r.restarts_whole for r in results.values())
+    if whole:
+        m = next(iter(results.values())).protocol.restart_samples
+        notes.append(
+            f"{whole} restart cell{'s' if whole != 1 else ''} hold{'s' if whole == 1 else ''} more "
+            f"than {m} attempts with 0/{m} or {m}/{m} in the first {m} (the study's wave 3 never "
+            f"enlarged one): R counts all of them, as the protocol's development/supplement "
+            f"pooled restart panel does (section 4)")
+    return notes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,7 +278,10 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
                         prior=first.summary.get("prior")) if len(labels) else dict(first.summary)
     for key in ("topup", "posterior_band", "survival_draws", "survival_seed", "protocol"):
         summary[key] = first.summary.get(key)
-    summary["runs"] = {run: {"cells": int(len(r.labels)), "plan_items": len(r.plan),
+    summary["unfinished_counts"] = status_counts(combined["unfinished"])
+    summary["restart_cells_whole"] = sum(r.restarts_whole for r in results.values())
+    summary["runs"] = {run: {"cells": int(len(r.labels)), "unfinished": int(len(r.unfinished)),
+                             "plan_items": len(r.plan),
                              "regime_counts": r.summary.get("regime_counts", {}),
                              "protocol": r.summary.get("protocol")}
                        for run, r in results.items()}

@@ -154,6 +154,14 @@ def _summary_block(summary: Mapping) -> str:
         frame = pd.DataFrame({m: [c.get(r, 0) for r in regs] for m, c in counts.items()},
                              index=regs).reset_index(names="regime")
         parts.append("<h2>Regime counts</h2>" + table(frame))
+    unfinished = summary.get("unfinished_counts") or {}
+    if unfinished:  # classify.completeness: no regime, counted apart (unfinished.csv)
+        parts.append("<h2>Not labelled</h2><p class='note'>Cells that have not run their "
+                     "protocol (no probes and no restarts, or restarts they are owed missing) "
+                     "get no regime; unfinished.csv lists them and what each lacks.</p><p>"
+                     + "; ".join(f"{html.escape(str(m))}: " + ", ".join(
+                         f"{n} {html.escape(str(st))}" for st, n in c.items())
+                         for m, c in unfinished.items()) + "</p>")
     ds = summary.get("delta_sensitivity_counts")
     if ds:
         parts.append("<p>δ sensitivity (non-instant cells with T_V(δ)): " + ", ".join(

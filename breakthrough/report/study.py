@@ -75,6 +75,7 @@ class StudyReport:
     figures: dict[str, Path]
     tables: list[Path]
     missing: list[Missing] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # `bt classify`'s (skipped runs, unlabelled cells)
 
 
 def default_study_dir(runs: Sequence[Path]) -> Path:
@@ -211,6 +212,7 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
     runs_text = " ".join(str(r) for r in roots)
 
     cl = classify_runs(roots, out_dir / "classify", draws=draws, seed=seed, cell_pages=cell_pages)
+    dirs = cl.runs  # the study runs: a `bt sample` run is skipped (cl.notes says so)
     summary, labels = cl.summary, cl.paths["labels"]
     protocol = next(iter(cl.results.values())).protocol
     budgets = sorted({int(c) for r in cl.results.values() for c in r.protocol.restart_budgets})
@@ -293,4 +295,4 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
     }
     index = render(out_dir / "index.html", context)
     return StudyReport(out_dir=out_dir, index=index, headlines=heads, figures=figures,
-                       tables=tables, missing=missing)
+                       tables=tables, missing=missing, notes=cl.notes)

@@ -68,8 +68,12 @@ def test_classify_frames_cells_without_samples():
     extra = pd.DataFrame([{"cell_id": "g:p9", "problem_id": "p9", "model": "g", "stage": "dev",
                            "level": 2, "subject": "x", "answer": "1", "reasoning_tokens": 10}])
     res = classify_frames(samples, pd.concat([cells, extra]), draws=5)
-    row = res.labels.set_index("cell_id").loc["g:p9"]
-    assert row["regime"] == "unsolved_hard" and row["n_anchors"] == 0
+    # issue 29, item 9: a cell with no probe and no restart has not run its protocol: no regime
+    # (it was `unsolved_hard`), listed apart and counted in the summary
+    assert "g:p9" not in set(res.labels["cell_id"])
+    row = res.unfinished.set_index("cell_id").loc["g:p9"]
+    assert row["status"] == "not continued" and row["model"] == "g"
+    assert res.summary["unfinished_counts"] == {"g": {"not continued": 1}}
 
 
 def test_small_budget_run_classifies_under_its_protocol():
@@ -80,6 +84,8 @@ def test_small_budget_run_classifies_under_its_protocol():
     assert reg["m:p1"] == "budget_limited" and reg["g:p2"] == "instant_scratch_solvable"
     assert res.summary["protocol"]["budget_limited_at"] == 256
     assert res.summary["protocol"]["budget"] == 64
-    # under the default protocol the same samples hold no probe at B = 1,024: no event anywhere
+    # under the default protocol the same samples hold no probe at B = 1,024 and none of its
+    # restart budgets: no cell ran that protocol, so none is labelled (issue 29, item 9)
     default = classify_frames(samples, cells, draws=2)
-    assert set(default.labels["n_anchors"]) == {0}
+    assert default.labels.empty and set(default.unfinished["status"]) == {"incomplete"}
+    assert all("restarts at 1024" in m for m in default.unfinished["missing"])

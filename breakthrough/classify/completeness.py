@@ -1,0 +1,105 @@
+"""Which cells have not run their protocol yet (pure: a samples frame in, a table out).
+
+A label is a result only when the cell's protocol ran: its probes (3.1) and the restarts it is
+owed (4: every restart budget, or the scratch budget alone for a cell instant on its canonical
+probe summaries). A run that was interrupted, or never continued, holds cells without them;
+labelling those would turn missing work into `unsolved_hard` (no crossing, R = nothing). So
+`bt classify` gives them no regime and counts them apart, and `bt status` says what they lack:
+
+    not continued   no probe and no restart stored (a run never continued, or a cell the
+                    interrupted run did not reach)
+    incomplete      some stored, but a probe cell holds fewer than its canonical branches, or
+                    a restart budget the cell is owed holds fewer than its canonical attempts
+
+Stored samples count whether graded or not: an ungraded sample is work done (`bt grade`
+grades it), not work missing. What a cell still owes after that (bisection, top-ups) is the
+plan of next work (`classify.plan`), not a reason to withhold its label: the study labelled
+cells before their top-ups too (the development cohort, `--topup terminal`).
+
+The scheduler runs a cell's steps in order (probes, bisection, restarts, top-ups), so a cell
+whose owed restarts are all in has finished its probes; a probe anchor with no sample at all
+shows as restarts missing. A restart budget is owed only where its reasoning budget and the
+answer reserve fit the total cap (as `pipeline.branches.check_budget` asks, without the few
+forced-close tokens it also counts).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from breakthrough.classify.panels import PanelRow
+from breakthrough.classify.plan import restart_budgets_of
+from breakthrough.protocol import DEFAULT, Protocol
+
+NOT_CONTINUED = "not continued"
+INCOMPLETE = "incomplete"
+STATUSES = (NOT_CONTINUED, INCOMPLETE)
+COLUMNS = ["cell_id", "model", "problem_id", "status", "missing"]
+
+
+def _stored(samples: pd.DataFrame, kind: str, budget: int | None, canonical: int
+            ) -> dict[str, dict[int, int]]:
+    """cell → point (anchor, or restart budget) → canonical branches stored (graded or not)."""
+    if samples.empty or "kind" not in samples.columns:
+        return {}
+    frame = samples[samples["kind"] == kind]
+    if budget is not None:
+        frame = frame[frame["budget"].astype(int) == int(budget)]
+    point = "anchor" if kind == "probe" else "budget"
+    out: dict[str, dict[int, int]] = {}
+    for (cell, at), g in frame.groupby(["cell_id", point], sort=True):
+        out.setdefault(str(cell), {})[int(at)] = int(g.loc[g["branch"] < canonical,
+                                                           "branch"].nunique())
+    return out
+
+
+def _owed_budgets(probe_rows: list[PanelRow], protocol: Protocol) -> tuple[int, ...]:
+    """The restart budgets a cell is owed (4), those that fit the total cap."""
+    room = protocol.total_cap - protocol.answer_budget
+    return tuple(c for c in restart_budgets_of(probe_rows, protocol.tau, protocol) if c <= room)
+
+
+def unfinished_cells(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
+                     probe_rows: dict[str, list[PanelRow]] | None = None,
+                     protocol: Protocol = DEFAULT) -> pd.DataFrame:
+    """One row per cell that has not run its protocol (module doc): cell_id, model,
+    problem_id, status ("not continued" / "incomplete") and what is missing, sorted by cell_id.
+    `cells` (a cells frame) names cells the samples do not; `probe_rows` (the probe panel by
+    cell, `panels.rows_by_cell`) decides whether a cell is owed every restart budget or the
+    scratch budget alone (no rows: every budget)."""
+    ids = set(map(str, samples["cell_id"])) if len(samples) else set()
+    if cells is not None and len(cells):
+        ids |= set(map(str, cells["cell_id"]))
+    probes = _stored(samples, "probe", protocol.budget, protocol.samples)
+    restarts = _stored(samples, "restart", None, protocol.restart_samples)
+    rows = []
+    for cell in sorted(ids):
+        have_p, have_r = probes.get(cell, {}), restarts.get(cell, {})
+        if not have_p and not have_r:
+            status, missing = NOT_CONTINUED, "no probes, no restarts"
+        else:
+            short = [f"{a} ({n} of {protocol.samples})" for a, n in have_p.items()
+                     if n < protocol.samples]
+            owed = _owed_budgets((probe_rows or {}).get(cell, []), protocol)
+            lack = [str(c) for c in owed if have_r.get(c, 0) < protocol.restart_samples]
+            if not short and not lack:
+                continue
+            status = INCOMPLETE
+            missing = "; ".join(
+                ([f"restarts at {','.join(lack)}"] if lack else [])
+                + ([f"probes at {', '.join(short)}"] if short else []))
+        model, _, pid = cell.partition(":")
+        rows.append({"cell_id": cell, "model": model, "problem_id": pid or cell,
+                     "status": status, "missing": missing})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def status_counts(unfinished: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """model → status → cells, over an `unfinished_cells` table (statuses with no cell left
+    out)."""
+    out: dict[str, dict[str, int]] = {}
+    if unfinished is None or unfinished.empty:
+        return out
+    for (model, status), g in unfinished.groupby(["model", "status"], sort=True):
+        out.setdefault(str(model), {})[str(status)] = int(len(g))
+    return out
