@@ -437,11 +437,12 @@ def geometry_model(name: str, vocab: int = 49_152, *, dtype: str = "float32", se
     return model
 
 
-def write_geometry_model(out: Path, name: str, tokenizer=None, *, seed: int = 0) -> Path:
+def write_geometry_model(out: Path, name: str, tokenizer=None, *, seed: int = 0,
+                         heads: int | None = None) -> Path:
     """`geometry_model` saved as an mlx-lm folder with a real tokenizer (SmolLM2's by default;
     the qwen family is chosen by the loader's caller), what `bt base --model` and the benches
     load."""
     tok = tokenizer or tokenizer_from_gguf()
-    cfg = geometry_config(name, len(tok), tok.eos_token_id)
-    model = geometry_model(name, len(tok), seed=seed)
+    cfg = geometry_config(name, len(tok), tok.eos_token_id, heads=heads)
+    model = geometry_model(name, len(tok), seed=seed, heads=heads)
     return save_model_folder(out, model, cfg, tok)
