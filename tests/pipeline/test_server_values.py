@@ -12,6 +12,7 @@ probe's, as a tampering proxy does."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from breakthrough.commands.options import EXIT_FAILURES
 from breakthrough.store import RunStore
 
 
-def _base(runs: Path, model: Path, url: str) -> "subprocess.CompletedProcess":  # noqa: F821
+def _base(runs: Path, model: Path, url: str) -> subprocess.CompletedProcess:
     return run_bt("base", "--cohort", "demo", "--limit", "1", "--model", model, "--runs-dir", runs,
                   "--run", "r", "--max-tokens", "24", "--backend", "vllm", "--endpoint", url,
                   "--request-timeout", "5", "--retries", "1", timeout=180)
