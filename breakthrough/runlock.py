@@ -9,7 +9,9 @@ process ends, however it ends (SIGKILL included), so a lock is never stale and n
 cleaned up. The file holds the holder's pid and command for the message and exists only while
 held: the holder removes it before letting go, and a waiter checks that the file it locked is
 still the one at the path (else it opens the new one), so two holders are impossible. A run
-folder the lock had to make is removed again when nothing was put in it."""
+folder the lock had to make is removed again when nothing was put in it. An OS error on the way
+(a read-only folder, a full disk refusing the holder's line) is one line naming the folder or
+run.lock (breakthrough/outputs.py), never a traceback."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from breakthrough.errors import BtError
+from breakthrough.outputs import cannot_write, make_folder, writing
 
 LOCK_FILE = "run.lock"
 POLL_S = 0.2
@@ -34,10 +37,7 @@ def run_lock(run_dir: Path, *, wait: float = 0.0) -> Iterator[None]:
     the lock had to make, before letting go)."""
     run_dir = Path(run_dir)
     made_dir = not run_dir.exists()
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BtError(f"{run_dir}: cannot make the run folder ({exc.strerror or exc})") from None
+    make_folder(run_dir)
     path = run_dir / LOCK_FILE
     try:
         fd = _acquire(path, run_dir, wait)
@@ -46,8 +46,10 @@ def run_lock(run_dir: Path, *, wait: float = 0.0) -> Iterator[None]:
             _remove_empty(run_dir)
         raise
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {' '.join(['bt', *sys.argv[1:]])[:300]}\n".encode())
+        with writing(path):  # a full disk: ENOSPC names no file of its own
+            line = f"{os.getpid()} {' '.join(['bt', *sys.argv[1:]])[:300]}\n".encode()
+            os.pwrite(fd, line, 0)
+            os.ftruncate(fd, len(line))
         yield
     finally:
         path.unlink(missing_ok=True)  # still ours: only a holder removes the file
@@ -64,7 +66,7 @@ def _acquire(path: Path, run_dir: Path, wait: float) -> int:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise BtError(f"{run_dir}: cannot take the run's lock ({exc.strerror or exc})") from None
+            raise cannot_write(path, exc, "cannot take the run's lock") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

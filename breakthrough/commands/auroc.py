@@ -11,6 +11,8 @@ from typing import Optional
 
 import typer
 
+from breakthrough.commands.options import MAX_DRAWS
+
 
 def auroc(
     table: Path = typer.Argument(..., help="CSV, TSV or parquet table (e.g. `bt export` output)."),
@@ -35,7 +37,8 @@ def auroc(
         "(BY, GROUP...) while the bootstrap still resamples GROUP... units.",
     ),
     bootstrap: int = typer.Option(
-        2000, "--bootstrap", "-b", min=0, help="Group-clustered bootstrap draws (0: no intervals)."
+        2000, "--bootstrap", "-b", min=0, max=MAX_DRAWS,
+        help="Group-clustered bootstrap draws (0: no intervals)."
     ),
     seed: Optional[int] = typer.Option(
         None, "--seed", help="Bootstrap seed (numpy Generator; default: the seed of protocol 9.8)."

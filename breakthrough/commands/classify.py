@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
-from breakthrough.commands.options import count
+from breakthrough.commands.options import MAX_DRAWS, count
 from breakthrough.errors import BtError
-from breakthrough.protocol import DEFAULT
+from breakthrough.protocol import DEFAULT, MAX_SEED
 
 
 def _print_tables(summary: dict, index: Path, plan_items: int, topup: str,
@@ -89,8 +89,9 @@ def register(app: typer.Typer) -> None:
         band_hi: Optional[float] = typer.Option(None, help="--topup posterior: upper "
                                                            "P(rate≥τ) bound (default: the "
                                                            "run's posterior band)."),
-        draws: int = typer.Option(200, min=0, help="Posterior redraws for regime survival."),
-        seed: int = typer.Option(0, help="Seed of the posterior redraws."),
+        draws: int = typer.Option(200, min=0, max=MAX_DRAWS,
+                                  help="Posterior redraws for regime survival."),
+        seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the posterior redraws."),
         cell_pages: bool = typer.Option(True, help="Write one HTML page per cell."),
     ) -> None:
         """Label every cell (T_F, R̂, adv, T_V, regime) under the protocol stored in its run,

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from breakthrough.outputs import write_bytes
+
 BUILD_TARGETS = ("source", "math89", "math500", "demo", "uoo", "arith", "all")
 
 
@@ -103,8 +105,7 @@ def _build_uoo(out_dir: Path, check: bool, console) -> bool:
             ok &= same
             console.print(f"{'same' if same else 'DIFFERS'}  {path}")
         else:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            write_bytes(path, data)
             console.print(f"wrote {path}")
     return ok
 
@@ -119,8 +120,7 @@ def _build_arith(out_dir: Path, check: bool, console) -> bool:
         same = path.is_file() and path.read_bytes() == data
         console.print(f"{'same' if same else 'DIFFERS'}  {path}")
         return same
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    write_bytes(path, data)
     console.print(f"wrote {path}")
     return True
 

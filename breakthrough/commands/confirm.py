@@ -12,6 +12,7 @@ from typing import Optional
 
 import typer
 
+from breakthrough.commands.options import MAX_DRAWS
 from breakthrough.errors import BtError
 
 
@@ -104,7 +105,8 @@ def confirm(
     split_seed: Optional[int] = typer.Option(
         None, "--split-seed", help="Assign train/validation/test by hashing problem ids with "
                                    "this seed (54/18/17 of 89) instead of the cohort's `split`."),
-    draws: int = typer.Option(2000, "--draws", help="Problem-clustered bootstrap draws."),
+    draws: int = typer.Option(2000, "--draws", min=1, max=MAX_DRAWS,
+                              help="Problem-clustered bootstrap draws."),
 ) -> None:
     """Confirmatory early-signal test (protocol 9.5): ΔAUROC of baseline + 15 frozen summaries
     over the difficulty baseline, on the test split, for the primary (base-run success) and

@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from breakthrough.commands.options import MAX_DRAWS
 from breakthrough.errors import BtError
 
 DEFAULT_ANCHORS = "4,8,16,32,64,128,192,256,384,512"  # = signals.probe.DEFAULT_ANCHORS
@@ -39,7 +40,8 @@ def probe(
     model: Optional[str] = typer.Option(None, help="Model for a dump (alias, folder or hub id; "
                                                    "default: the offline default). A run uses its own."),
     max_tokens: int = typer.Option(512, help="Generated tokens forced per trajectory."),
-    bootstrap: int = typer.Option(2000, min=0, help="Problem-clustered bootstrap draws (0: no CIs)."),
+    bootstrap: int = typer.Option(2000, min=0, max=MAX_DRAWS,
+                                  help="Problem-clustered bootstrap draws (0: no CIs)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: RUN/probe, "
                                                                   "or DUMP.probe beside the dump)."),
 ) -> None:

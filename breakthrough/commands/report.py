@@ -14,7 +14,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from breakthrough.commands.options import MAX_DRAWS
 from breakthrough.errors import BtError
+from breakthrough.protocol import MAX_SEED
 
 
 def _print(tables: list, console: Console) -> None:
@@ -60,9 +62,9 @@ def study(
     probe: Optional[list[Path]] = typer.Option(
         None, "--probe", help="`bt probe` output folder; repeat for several (default: RUN/probe "
                               "of each run that has one)."),
-    draws: int = typer.Option(200, min=0, help="Posterior redraws for regime survival (as "
-                                               "`bt classify`)."),
-    seed: int = typer.Option(0, help="Seed of the posterior redraws."),
+    draws: int = typer.Option(200, min=0, max=MAX_DRAWS, help="Posterior redraws for regime "
+                                                              "survival (as `bt classify`)."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the posterior redraws."),
     cell_pages: bool = typer.Option(True, help="Write one HTML page per cell (under "
                                                "OUT/classify/cells)."),
 ) -> None:

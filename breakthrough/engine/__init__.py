@@ -12,10 +12,52 @@ __all__ = ["BACKENDS", "HTTP_BACKENDS", "Engine", "EngineSpec", "http_options", 
 
 
 def parse_endpoints(text: str | None) -> tuple[str, ...]:
-    """`--endpoint URL[,URL...]` as a tuple of base URLs (no trailing slash)."""
-    if not text:
+    """`--endpoint URL[,URL...]` as a tuple of base URLs (no trailing slash), each checked
+    (`check_endpoint`); an empty element (`URL,`, `A,,B`) is a typo, refused naming it."""
+    if text is None:
         return ()
-    return tuple(u.strip().rstrip("/") for u in text.split(",") if u.strip())
+    parts = [u.strip() for u in str(text).split(",")]
+    if not any(parts):
+        raise BtError("--endpoint: empty value; expected http://HOST:PORT[,http://HOST:PORT...]")
+    for i, part in enumerate(parts, 1):
+        if not part:
+            raise BtError(f"--endpoint: element {i} of {text!r} is empty; expected "
+                          "comma-separated URLs (e.g. http://10.0.0.1:8000,http://10.0.0.2:8000)")
+    return tuple(check_endpoint(u.rstrip("/")) for u in parts)
+
+
+def check_endpoint(url: str) -> str:
+    """`url` when it is an http(s) URL with a host and, if given, a port in 1..65535; else one
+    line naming --endpoint (a malformed URL such as `http://[::1` reached the user as
+    httpx.InvalidURL)."""
+    from urllib.parse import urlsplit
+
+    def bad(why: str) -> BtError:
+        return BtError(f"--endpoint: {url!r} is not a server URL ({why}); expected "
+                       "http://HOST:PORT (e.g. http://127.0.0.1:8000)")
+
+    if any(c.isspace() for c in url) or not url.isprintable():
+        raise bad("it holds a space or a control character")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", ...
+        raise bad(str(exc)) from None
+    if parts.scheme not in ("http", "https"):
+        raise bad("the scheme must be http or https")
+    if not parts.hostname:
+        raise bad("no host")
+    if port == 0:
+        raise bad("port 0")
+    if parts.query or parts.fragment:
+        raise bad("a query or fragment")
+    import httpx  # the client that will use it must read it too
+
+    try:
+        httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise bad(str(exc)) from None
+    return url
 
 
 def http_options(backend: str, endpoint: str | None, max_inflight: int,
@@ -29,9 +71,6 @@ def http_options(backend: str, endpoint: str | None, max_inflight: int,
         raise BtError(f"--backend {backend} needs --endpoint URL[,URL...] (e.g. http://127.0.0.1:8000)")
     if backend not in HTTP_BACKENDS and endpoints:
         raise BtError(f"--endpoint applies to --backend {' or '.join(HTTP_BACKENDS)}, not {backend}")
-    for url in endpoints:
-        if not url.startswith(("http://", "https://")) or len(url) < 10:
-            raise BtError(f"--endpoint: expected http://HOST:PORT, got {url!r}")
     if len(set(endpoints)) != len(endpoints):
         raise BtError("--endpoint: the same URL is given twice")
     if max_inflight < 0:

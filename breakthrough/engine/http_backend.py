@@ -9,6 +9,11 @@ endpoint; retries and failures follow engine/http_client.py: a request that keep
 yields a result with finish_reason "error" (and `error`), an endpoint that stops answering has
 its cells re-routed, and the run goes on.
 
+Nothing a server answers is taken on faith: every answer's token ids must lie in the model's
+vocabulary, its log-probs be finite and <= 0 and its counts agree (wire.check_values); an answer
+that fails is retried like a malformed one, then its request fails (stored in the run's errors
+table, exit 3, retried by a rerun), so a misbehaving server or proxy never puts a value into a run.
+
 What is exact and what is not (recorded per run in `identity()`):
   * token ids and finish reasons: exact (multi-token stop sequences are matched here, on the
     ids, exactly as the MLX backend stops);
@@ -32,7 +37,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -202,13 +207,18 @@ class HttpEngine:
     def _parse(self, body: Any) -> wire.Completion:
         return wire.parse_vllm(body) if self.backend == "vllm" else wire.parse_sglang(body)
 
+    def _parser(self, req: GenRequest) -> Callable[[Any], wire.Completion]:
+        """The answer to `req` parsed and its values checked against the model (wire.
+        check_values): a value that cannot be true is a malformed answer, retried like one."""
+        return lambda body: wire.check_values(self._parse(body), self.vocab_size, len(req.prompt))
+
     def _check_raw_logprobs(self, ep: Endpoint) -> str:
         """"raw" when the server's generation log-probs equal the raw scores of the same
         position; else "processed" (refused unless accepted)."""
         ids = probe_ids(self.vocab_size)
         req = GenRequest(key="bt-logprob-probe", prompt=ids, max_tokens=1, seed=0, sampling=PROBE_SAMPLING)
         try:
-            comp = ep.post(self._path(), self._body(ep, req), self._parse)
+            comp = ep.post(self._path(), self._body(ep, req), self._parser(req))
         except RequestFailed as exc:  # e.g. answers /v1/models but no POST within the deadline
             raise _ProbeFailed(f"{exc} (the one-token startup probe)") from None
         try:
@@ -294,7 +304,7 @@ class HttpEngine:
                     e.url for e in self.fleet.endpoints)
                 return self._failed(req, f"no endpoint answers ({why})", t0, "")
             try:
-                comp = ep.post(self._path(), self._body(ep, req), self._parse)
+                comp = ep.post(self._path(), self._body(ep, req), self._parser(req))
             except EndpointDown as exc:
                 self.fleet.mark_dead(ep, str(exc))
                 down = str(exc)

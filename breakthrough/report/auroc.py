@@ -21,6 +21,7 @@ import pandas as pd
 
 from breakthrough import stats as S
 from breakthrough.errors import BtError
+from breakthrough.outputs import write_text
 
 DEFAULT_SEED = 20260831  # the math128 dissection's seed (protocol 9.8)
 LOO_NAME = "LOO reference"
@@ -334,11 +335,8 @@ def auroc_table(table: Path | str, *, group: Sequence[str], score: Sequence[str]
                              by=by, bootstrap=bootstrap,
                              seed=DEFAULT_SEED if seed is None else seed,
                              drop_singletons=drop_singletons)
-    out_path = Path(out) if out else default_out(table)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    tmp.write_text(json.dumps(result.report, indent=2, allow_nan=False) + "\n")
-    tmp.replace(out_path)
+    out_path = write_text(Path(out) if out else default_out(table),
+                          json.dumps(result.report, indent=2, allow_nan=False) + "\n")
     result.out = out_path
     return result
 

@@ -32,6 +32,7 @@ import pandas as pd
 from breakthrough.classify.frames import Band, ClassifyResult, classify_frames, extra_summary
 from breakthrough.classify.completeness import STATUSES, status_counts
 from breakthrough.classify.plan import PlanItem
+from breakthrough.outputs import make_folder, write_atomic, write_text
 from breakthrough.classify.summary import summarize
 from breakthrough.report import figures as F
 from breakthrough.report import html as H
@@ -174,20 +175,15 @@ def _clean(obj: Any) -> Any:
 
 def write_json(path: Path, obj: Any) -> Path:
     """Write JSON atomically (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_clean(obj), indent=2, sort_keys=False, default=_jsonable) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text(path, json.dumps(_clean(obj), indent=2, sort_keys=False,
+                                       default=_jsonable) + "\n")
 
 
 def write_table(frame: pd.DataFrame, stem: Path) -> list[Path]:
     """The frame as STEM.parquet (for pandas) and STEM.csv (for everyone else)."""
-    stem.parent.mkdir(parents=True, exist_ok=True)
     pq, csv = stem.with_suffix(".parquet"), stem.with_suffix(".csv")
-    frame.to_parquet(pq, index=False)
-    frame.to_csv(csv, index=False)
+    write_atomic(pq, lambda tmp: frame.to_parquet(tmp, index=False))
+    write_atomic(csv, lambda tmp: frame.to_csv(tmp, index=False))
     return [pq, csv]
 
 
@@ -265,8 +261,7 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     report's R(C) columns and figures use every run's restart budgets. Returns {"index":
     path, "summary": path, "tables": [...], "figures": {...}, "cells": {(run, cell_id):
     page}, "summary_obj": dict, "labels": frame}."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(out_dir)
     first = next(iter(results.values()))
     protocol = first.protocol
     combined = _combined(results)
@@ -293,7 +288,7 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
              for f in write_table(combined[k], out / k)]
     chosen = pd.concat([plan_frame(r.plan, run) for run, r in results.items()],
                        ignore_index=True)
-    chosen.to_csv(out / "plan.csv", index=False)
+    write_atomic(out / "plan.csv", lambda tmp: chosen.to_csv(tmp, index=False))
     write_json(out / "plan.json", {
         "topup": first.topup,
         "items": [{"run": run} | it.to_dict() for run, r in results.items() for it in r.plan],

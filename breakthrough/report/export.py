@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from breakthrough.outputs import make_folder, write_atomic, write_text
 from breakthrough.store import RunStore
 
 FORMATS = ("parquet", "csv")
@@ -26,22 +27,20 @@ def export_run(run: Path | str, out: Path | str | None = None, *, format: str = 
         samples = store.samples_frame(arrays=arrays)
         cells = store.cells_frame()
         manifest = store.manifest()
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     array_cols = [c for c in ARRAY_COLUMNS if c in samples]
     for col in array_cols:
         samples[col] = [a.tolist() for a in samples[col]]
     written = []
     for name, frame in (("samples", samples), ("cells", cells)):
         path = out / f"{name}.{format}"
-        tmp = path.with_suffix(path.suffix + ".tmp")
         if format == "parquet":
-            frame.to_parquet(tmp, index=False)
+            write_atomic(path, lambda tmp, f=frame: f.to_parquet(tmp, index=False))
         else:
             frame = frame.copy()
             for col in array_cols if name == "samples" else []:
                 frame[col] = [json.dumps(v) for v in frame[col]]
-            frame.to_csv(tmp, index=False)
-        tmp.replace(path)
+            write_atomic(path, lambda tmp, f=frame: f.to_csv(tmp, index=False))
         written.append(path)
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    write_text(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
     return written

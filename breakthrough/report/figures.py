@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from breakthrough.outputs import write_atomic
 from breakthrough.classify.regimes import FIGURE_CLASSES, collapse_regime
 
 # One colour per figure class (the collapsed regimes of `regimes.FIGURE_CLASS`, which is where
@@ -50,10 +51,8 @@ def _figure(w: float, h: float):
 
 def save(fig, path: str | Path) -> Path:
     """Write a figure as PNG (tight bounding box, so outside legends are kept)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    return path
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI,
+                                                     bbox_inches="tight"))
 
 
 def _empty(ax, text: str) -> None:

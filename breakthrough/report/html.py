@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from breakthrough.outputs import write_text
 from breakthrough.report.cell_details import CellDetail, shown_text
 from breakthrough.report.names import field_name, finish_name, regime_name
 
@@ -116,11 +117,7 @@ def _page(title: str, body: str) -> str:
 
 
 def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text(path, text)
 
 
 def _rel(target: Path, start: Path) -> str:

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from breakthrough.errors import BtError
+from breakthrough.outputs import write_atomic, write_text
 from breakthrough.report import headlines as HL
 from breakthrough.report.classify_outputs import classify_runs, write_json, write_table
 from breakthrough.report.html import STYLE, fmt
@@ -117,9 +118,7 @@ def check_inputs(runs: Sequence[Path], confirm: Path | None,
 
 
 def _copy(src: Path, dst: Path) -> Path:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dst)
-    return dst
+    return write_atomic(dst, lambda tmp: shutil.copyfile(src, tmp))
 
 
 def _a2_table(classify_dir: Path) -> pd.DataFrame:
@@ -189,11 +188,7 @@ def render(path: Path, context: Mapping[str, Any]) -> Path:
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)),
                       autoescape=select_autoescape(("html", "j2")), undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
-    text = env.get_template("study.html.j2").render(**context)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text(path, env.get_template("study.html.j2").render(**context))
 
 
 def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,

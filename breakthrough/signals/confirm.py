@@ -41,7 +41,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from breakthrough.errors import BtError
+from breakthrough.outputs import make_folder, write_atomic
 from breakthrough.signals.run_signals import OUTPUT_NAME as SIGNALS_NAME
 from breakthrough.signals.summaries import FROZEN_SUMMARIES
 from breakthrough.stats import auroc, bootstrap_decomposition, percentile_interval
@@ -478,9 +478,7 @@ def results_frame(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def _write_atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    write_atomic(path, write)
 
 
 def run_confirm(runs: Sequence[Path | str], labels: Path | str, out: Path | str, *,
@@ -547,8 +545,7 @@ def run_confirm(runs: Sequence[Path | str], labels: Path | str, out: Path | str,
         "notes": ft.notes,
         "results": results,
     }
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_folder(out)
     json_path, csv_path = out_dir / JSON_NAME, out_dir / CSV_NAME
     text = json.dumps(_clean(summary), indent=2) + "\n"
     _write_atomic(json_path, lambda p: p.write_text(text, encoding="utf-8"))

@@ -16,6 +16,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from breakthrough.outputs import write_atomic
+
 DPI = 100
 PREREGISTERED = 512
 ENDPOINT_TITLES = {"primary": "Primary: base-run success",
@@ -32,12 +34,8 @@ def _figure(w: float, h: float):
 
 
 def _save(fig, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=DPI, bbox_inches="tight")
-    tmp.replace(path)
-    return path
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI,
+                                                     bbox_inches="tight"))
 
 
 def _finite(v: Any) -> bool:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from breakthrough.errors import BtError
+from breakthrough.outputs import make_folder, write_atomic, write_text
 from breakthrough.signals import probe
 from breakthrough.tasks.cohorts import jsonl_records
 
@@ -236,10 +237,10 @@ def run_probe(path: Path, *, model: str | None = None, anchors: Sequence[int] = 
 
 def _write(out: Path, result: probe.ProbeTable, src: Source, anchors: Sequence[int],
            max_tokens: int, bootstrap: int) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     paths = [out / name for name in OUTPUT_FILES]
-    result.table.to_csv(paths[0], index=False)
-    result.table.to_parquet(paths[1], index=False)
+    write_atomic(paths[0], lambda tmp: result.table.to_csv(tmp, index=False))
+    write_atomic(paths[1], lambda tmp: result.table.to_parquet(tmp, index=False))
     summary = {
         "source": src.kind, "model": src.model, "trajectories": len(src.trajectories),
         "anchors": list(map(int, anchors)), "max_tokens": max_tokens, "bootstrap": bootstrap,
@@ -249,7 +250,7 @@ def _write(out: Path, result: probe.ProbeTable, src: Source, anchors: Sequence[i
         "top1_agreement_mean": _finite(result.top1_mean), "top1_agreement_p10": _finite(result.top1_p10),
         "table": json.loads(result.table.to_json(orient="records")),
     }
-    paths[2].write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_text(paths[2], json.dumps(summary, indent=2) + "\n")
     _figure(result.table, paths[3])
     return paths
 
@@ -302,5 +303,7 @@ def _figure(table, path: Path) -> None:
                     va="center", transform=ax.transAxes, fontsize=9, color="grey")
     axes[0][0].set_ylabel("AUROC")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    finally:
+        plt.close(fig)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from breakthrough.errors import BtError
+from breakthrough.outputs import write_atomic
 from breakthrough.signals.summaries import DEFAULT_WINDOW, FROZEN_SUMMARIES, STREAM_SUMMARIES, summarize
 from breakthrough.store import RunStore
 
@@ -47,10 +48,7 @@ def run_signals(run: Path | str, out: Path | str | None = None, *, window: int =
     rows = summary_rows(frame, window)
     table = pd.DataFrame(rows, columns=[*ID_COLUMNS, "window", *FROZEN_SUMMARIES, *STREAM_SUMMARIES])
     path = Path(out) if out else Path(run) / OUTPUT_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    table.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    write_atomic(path, lambda tmp: table.to_parquet(tmp, index=False))
     return path, len(table)
 
 

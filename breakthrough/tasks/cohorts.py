@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from breakthrough.errors import BtError
+from breakthrough.outputs import write_text
 
 ENV_DIR = "BT_COHORTS_DIR"
 FAMILIES = ("math", "optimum", "arith")  # arith: the demonstration family (not the study)
@@ -266,12 +267,7 @@ def write_cohort(path: Path, rows: list[dict]) -> Path:
     """Validate and write rows atomically in the canonical format."""
     text = render_cohort(rows)
     parse_cohort_text(text, str(path))  # never write a file the loader would refuse
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    tmp.replace(path)
-    return path
+    return write_text(path, text)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ Modes (`fake.mode`, changeable while it runs):
   "silent-after-probe" the startup probes are answered (a one-token generation and the
                       prompt scores), every later POST is not.
 `shift` moves the prompt scores away from the generation log-probs (a processed-logprobs
-server). `posts` counts generation POSTs; `auth` records each request's Authorization header."""
+server). `corrupt` (a key of CORRUPTIONS, or None) alters every generation answer but the
+startup probe's (and that one too when `corrupt_probe`), as a tampering proxy would: a value
+that cannot be true of the model. `posts` counts generation POSTs; `auth` records each request's Authorization header."""
 
 from __future__ import annotations
 
@@ -34,6 +36,38 @@ def _score_answer(shift: float) -> dict:
     return {"choices": [{"index": 0, "text": "", "finish_reason": "length", "prompt_logprobs": [None, last]}]}
 
 
+def _alter(answer: dict, how: str) -> dict:
+    """A deep copy of a completion answer with one value made impossible (CORRUPTIONS)."""
+    answer = json.loads(json.dumps(answer))
+    ch = answer["choices"][0]
+    lp = ch["logprobs"]
+    if how == "token-id":
+        ch["token_ids"][1] = 10_000_000
+        lp["tokens"][1] = "token_id:10000000"
+    elif how == "negative-id":
+        ch["token_ids"][2] = -1
+        lp["tokens"][2] = "token_id:-1"
+    elif how == "nan-logprob":
+        lp["token_logprobs"][1] = float("nan")  # json.dumps writes NaN; Python's json reads it
+    elif how == "positive-logprob":
+        lp["token_logprobs"][1] = 5.0
+    elif how == "top-logprob":
+        lp["top_logprobs"][0]["token_id:4875"] = float("inf")
+    elif how == "top-id":
+        lp["top_logprobs"][0]["token_id:70000"] = -9.0
+    elif how == "count":
+        lp["token_logprobs"] = lp["token_logprobs"][:-1]
+    elif how == "cached":
+        answer["usage"]["prompt_tokens_details"] = {"cached_tokens": 10**9}
+    else:
+        raise ValueError(how)
+    return answer
+
+
+CORRUPTIONS = ("token-id", "negative-id", "nan-logprob", "positive-logprob", "top-logprob",
+               "top-id", "count", "cached")
+
+
 def _one_token() -> dict:
     """The fixture's completion cut to its first token (the startup probe asks for one)."""
     ch = COMPLETION["choices"][0]
@@ -44,8 +78,10 @@ def _one_token() -> dict:
 
 
 class FakeVllm:
-    def __init__(self, shift: float = 0.0, mode: str = "ok", hang_s: float = 1.5) -> None:
+    def __init__(self, shift: float = 0.0, mode: str = "ok", hang_s: float = 1.5,
+                 corrupt: str | None = None) -> None:
         self.mode, self.shift, self.hang_s, self.posts = mode, shift, hang_s, 0
+        self.corrupt, self.corrupt_probe = corrupt, False
         self.auth: list[str | None] = []
         self.closed = threading.Event()
         fake = self
@@ -104,9 +140,11 @@ class FakeVllm:
                     return self._send(200, b'{"choices": [ {"text": ')
                 if mode == "hang":
                     fake.closed.wait(fake.hang_s)
+                answer = (COMPLETION if fake.corrupt is None or (probe and not fake.corrupt_probe)
+                          else _alter(COMPLETION, fake.corrupt))
                 if mode == "trickle":
-                    return self._trickle(json.dumps(COMPLETION).encode())
-                self._send(200, json.dumps(COMPLETION).encode())
+                    return self._trickle(json.dumps(answer).encode())
+                self._send(200, json.dumps(answer).encode())
 
             def _trickle(self, body: bytes) -> None:
                 self.send_response(200)

@@ -126,3 +126,37 @@ def test_a_source_that_has_nothing_ready_waits_for_a_result(fake) -> None:
 
     with pytest.raises(BtError, match="nothing ready"):
         list(eng.generate(stuck()))
+
+
+@pytest.mark.parametrize("how, words", [
+    ("token-id", "token id 10,000,000 is outside the model's vocabulary (0..49,151)"),
+    ("negative-id", "token id -1 is outside"),
+    ("nan-logprob", "log-prob nan is not a finite number <= 0"),
+    ("positive-logprob", "log-prob 5.0 is not a finite number <= 0"),
+    ("top-logprob", "log-prob inf of token id 4875"),
+    ("top-id", "token id 70,000 is outside"),
+    ("count", "6 token ids but 6 tokens / 5 logprobs"),
+    ("cached", "1,000,000,000 cached prompt tokens of a 6-token prompt"),
+])
+def test_a_value_that_cannot_be_true_fails_the_request(fake, how, words) -> None:
+    """Issue 29, item 5: an answer in the documented format whose values cannot be true of the
+    model (a tampering proxy) is retried like a malformed one, then fails the request; nothing
+    of it reaches a result."""
+    eng = _engine([fake.url])
+    fake.corrupt, before = how, fake.posts
+    res = _one(eng)
+    assert res.finish_reason == "error" and res.tokens == [] and len(res.logprobs) == 0
+    assert "malformed answer" in res.error and words in res.error, res.error
+    assert fake.posts - before == FAST.attempts
+    fake.corrupt = None
+    assert _one(eng).finish_reason == "length"
+
+
+def test_a_server_whose_probe_answer_cannot_be_true_is_not_used() -> None:
+    f = FakeVllm(corrupt="nan-logprob")
+    f.corrupt_probe = True
+    try:
+        with pytest.raises(BtError, match="no endpoint answers.*log-prob nan is not a finite number"):
+            _engine([f.url])
+    finally:
+        f.close()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from breakthrough.errors import BtError
 from breakthrough.hashing import sha256_file
+from breakthrough.outputs import write_text
 from breakthrough.tasks.cohorts import builtin_cohorts_dir, find_cohort_file, jsonl_records, render_cohort
 from breakthrough.tasks.math import extract
 
@@ -183,18 +184,9 @@ def write_source(out_dir: Path, root: Path | None = None) -> tuple[Path, dict]:
     rows, meta = derive_source_rows(root)
     text = render_cohort(rows)  # the cohort file format: sorted keys, UTF-8 kept
     meta["output_sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / SOURCE_FILENAME
-    _atomic_write(path, text)
-    _atomic_write(out_dir / META_FILENAME, json.dumps(meta, sort_keys=True, indent=2) + "\n")
+    path = write_text(out_dir / SOURCE_FILENAME, text)
+    write_text(out_dir / META_FILENAME, json.dumps(meta, sort_keys=True, indent=2) + "\n")
     return path, meta
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------- reading (no package needed)
