@@ -200,6 +200,7 @@ OPTION_NAMES: dict[str, str] = {
     "base_max_tokens": "--max-tokens", "base_seed": "--seed", "anchors": "--anchors",
     "samples": "--samples", "restart_samples": "--samples", "topup_samples": "--samples",
     "restart_budgets": "--restarts", "prior": "--prior", "posterior_band": "--band-lo/--band-hi",
+    "max_prompt_tokens": "--max-prompt-tokens",
 }
 
 

@@ -9,9 +9,9 @@ process ends, however it ends (SIGKILL included), so a lock is never stale and n
 cleaned up. The file holds the holder's pid and command for the message and exists only while
 held: the holder removes it before letting go, and a waiter checks that the file it locked is
 still the one at the path (else it opens the new one), so two holders are impossible. A run
-folder the lock had to make is removed again when nothing was put in it. An OS error on the way
-(a read-only folder, a full disk refusing the holder's line) is one line naming the folder or
-run.lock (breakthrough/outputs.py), never a traceback."""
+folder the lock had to make (and a runs folder it made for it) is removed again when nothing was
+put in it. An OS error on the way (a read-only folder, a full disk refusing the holder's line)
+is one line naming the folder or run.lock (breakthrough/outputs.py), never a traceback."""
 
 from __future__ import annotations
 
@@ -36,14 +36,13 @@ def run_lock(run_dir: Path, *, wait: float = 0.0) -> Iterator[None]:
     process holds it. The lock file exists only while held (its holder removes it, and a folder
     the lock had to make, before letting go)."""
     run_dir = Path(run_dir)
-    made_dir = not run_dir.exists()
+    made = _missing(run_dir)  # the run folder and the parents (a new --runs-dir) it makes
     make_folder(run_dir)
     path = run_dir / LOCK_FILE
     try:
         fd = _acquire(path, run_dir, wait)
     except BaseException:
-        if made_dir:
-            _remove_empty(run_dir)
+        _remove_empty(made)
         raise
     try:
         with writing(path):  # a full disk: ENOSPC names no file of its own
@@ -54,8 +53,7 @@ def run_lock(run_dir: Path, *, wait: float = 0.0) -> Iterator[None]:
     finally:
         path.unlink(missing_ok=True)  # still ours: only a holder removes the file
         os.close(fd)  # releases the lock
-        if made_dir:
-            _remove_empty(run_dir)
+        _remove_empty(made)
 
 
 def _acquire(path: Path, run_dir: Path, wait: float) -> int:
@@ -98,9 +96,21 @@ def holder_of(run_dir: Path) -> str | None:
     return f"pid {pid}: {command}" if pid.isdigit() else None
 
 
-def _remove_empty(run_dir: Path) -> None:
-    """Remove a run folder this lock made, when nothing was put in it (a failed start)."""
-    try:
-        run_dir.rmdir()
-    except OSError:
-        pass  # not empty: a run was made in it
+def _missing(run_dir: Path) -> list[Path]:
+    """`run_dir` and its parents that do not exist yet, deepest first."""
+    out = []
+    for p in (run_dir, *run_dir.parents):
+        if p.exists():
+            break
+        out.append(p)
+    return out
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders this lock made (deepest first) that nothing was put in (a failed
+    start leaves no empty run folder, nor an empty --runs-dir)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty: a run was made in it

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from breakthrough.errors import BtError
-from breakthrough.protocol import Protocol
+from breakthrough.protocol import OPTION_NAMES, Protocol
 from breakthrough.tasks.grade import Grade
 
 STORE_FILE = "store.sqlite"
@@ -60,6 +60,25 @@ IDENTITY_FIELDS = (
     "continuation",  # what continuations store and when they end (pipeline.cell_loop)
 )
 HIDDEN_DIR = "hidden"
+
+# The option a user types to set each identity field (a refusal names it first, then the
+# stored setting): `--cohort demo` into an arith run is a --cohort refusal, not "task_family".
+IDENTITY_OPTIONS = {
+    "model_id": "--model", "model_revision": "--model", "model_digest": "--model",
+    "family": "--model", "task_family": "--cohort", "cohort_digest": "--cohort",
+    "continue_answer_budget": "--answer-budget", "hidden_stride": "--hidden-stride",
+    "continuation.signals": "--instrument", "engine.backend": "--backend",
+    "engine.server": "--endpoint", "engine.server_version": "--endpoint",
+    "engine.model": "--endpoint",
+}
+
+
+def identity_option(name: str) -> str | None:
+    """The option that sets identity field `name` (`protocol.budget` -> --budget,
+    `continuation.signals` -> --instrument), or None when no option sets it."""
+    if name.startswith("protocol."):
+        return OPTION_NAMES.get(name.split(".")[1])
+    return IDENTITY_OPTIONS.get(name)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifest (
@@ -440,8 +459,10 @@ class RunStore:
                     name, was, now = _protocol_difference(have, wanted) or (name, was, now)
                 why = (" (another network: its weights, config or tokenizer files differ)"
                        if key == "model_digest" else "")
+                option = identity_option(name)
                 raise BtError(
-                    f"{self.run_dir}: run was made with {name}={was!r}, this request has "
+                    f"{self.run_dir}: {option + ': ' if option else ''}"
+                    f"run was made with {name}={was!r}, this request has "
                     f"{name}={now!r} ({name} {_short(was)} vs {_short(now)}){why}; use a new run "
                     f"directory (--run NAME) or the run's setting"
                 )
@@ -903,7 +924,14 @@ def run_dirs(paths: Sequence[str | Path]) -> list[Path]:
             raise BtError(f"{p}: no such run directory")
     if not found:
         raise BtError(f"no run directories (with {STORE_FILE}) under {', '.join(map(str, paths))}")
-    return found
+    seen: set[Path] = set()  # a run named twice (`bt continue r r`, or `r` and `./r`) is one run
+    unique = []
+    for run in found:
+        key = run.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(run)
+    return unique
 
 
 def check_writable(run_dir: Path) -> None:

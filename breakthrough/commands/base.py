@@ -9,9 +9,9 @@ import typer
 from breakthrough.commands.options import (EXIT_FAILURES, api_key_option, backend_option,
                                           check_engine_options, check_wait, count,
                                           endpoint_option, given_text, hidden_stride_for,
-                                          hidden_stride_option, max_inflight_option,
+                                          hidden_stride_option, max_inflight_option, name_list,
                                           processed_logprobs_option, request_timeout_option,
-                                          retries_option, wait_option)
+                                          retries_option, runs_dir_option, wait_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -29,7 +29,7 @@ def base(
     max_prompt_tokens: int = typer.Option(DEFAULT.max_prompt_tokens,
                                           help="Longest chat prompt accepted, in tokens (protocol 1.5); "
                                                "a longer one is refused before anything is written."),
-    runs_dir: Path = typer.Option(Path("runs"), help="Folder that holds run directories."),
+    runs_dir: Path = runs_dir_option("Folder that holds run directories."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the samples and tokens each "
                                  "phase would generate and an ETA from this machine's measured "
                                  "tokens/s; load no model, write nothing."),
@@ -65,11 +65,13 @@ def base(
     from breakthrough.models.registry import OFFLINE_DEFAULT
     from breakthrough.pipeline.base import BaseRequest, base_runs
 
-    console = Console(stderr=True)
+    console = Console(stderr=True)  # the progress display, notes, warnings
+    status = Console()  # what is about to run, on stdout: a refusal after it is stderr's one line
     check_engine_options(backend, batch_size)
     for value, option in ((model, "--model"), (problems, "--problems"), (run, "--run"),
                           (cohort, "--cohort")):
         given_text(value, option)
+    models, _ = name_list(model, "--model"), name_list(problems, "--problems")
     remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
                           request_timeout, retries, api_key)
     protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens, base_seed=seed,
@@ -77,13 +79,13 @@ def base(
     if limit is not None and limit < 1:
         raise BtError(f"--limit: expected a positive integer, got {limit}")
     if model is None:
-        console.print(
+        status.print(
             f"using the offline default model {OFFLINE_DEFAULT} (a plumbing model, not a solver); "
             f"the study's models: --model {STUDY_MODELS}", soft_wrap=True
         )
-        model = OFFLINE_DEFAULT
+        models = (OFFLINE_DEFAULT,)
     req = BaseRequest(
-        cohort=cohort, models=tuple(m.strip() for m in model.split(",") if m.strip()),
+        cohort=cohort, models=models,
         protocol=protocol,
         engine=EngineSpec(backend=backend, batch_size=batch_size, **remote), runs_dir=runs_dir, run=run,
         limit=limit, problems=problems, variant=prompt_variant,
@@ -95,7 +97,7 @@ def base(
         for plan in plan_base(req):
             typer.echo("\n".join(plan.lines()))
         return
-    reports = base_runs(req, announce=console.print, drive=lambda run: _run_with_progress(console, run))
+    reports = base_runs(req, announce=status.print, drive=lambda run: _run_with_progress(console, run))
     for rep in reports:
         _print_summary(rep.run_dir)
         if rep.failed:

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from breakthrough.commands.options import name_list, runs_dir_option
 from breakthrough.outputs import write_bytes
 
 BUILD_TARGETS = ("source", "math89", "math500", "demo", "uoo", "arith", "all")
@@ -249,8 +250,8 @@ def screen_cmd(
                                         "source's)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory (default: the "
                                        "cohorts directory)."),
-    runs_dir: Path = typer.Option(Path("runs"), help="Runs folder; the attempts go to "
-                                  "RUNS/screens/SOURCE-MODEL (resumable)."),
+    runs_dir: Path = runs_dir_option("Runs folder; the attempts go to RUNS/screens/SOURCE-MODEL "
+                                     "(resumable)."),
     limit: Optional[int] = typer.Option(None, help="Only the first N problems of the source."),
     problems: Optional[str] = typer.Option(None, help="Only these problem ids (comma-separated)."),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
@@ -271,7 +272,8 @@ def screen_cmd(
         raise BtError(f"--limit: expected a positive integer, got {limit}")
     if max_tokens < 1:
         raise BtError(f"--max-tokens: expected a positive integer, got {max_tokens}")
-    models = tuple(m.strip() for m in (model or OFFLINE_DEFAULT).split(",") if m.strip())
+    models = name_list(model, "--model") or (OFFLINE_DEFAULT,)
+    name_list(problems, "--problems")
     seed_list = parse_seeds(seeds)
     n = len(seed_list) * len(models)
     if band is None and n < 2:

@@ -13,7 +13,7 @@ from breakthrough.commands.options import (EXIT_FAILURES, MEMORY_GB_HELP, api_ke
                                           check_engine_options, check_wait, count,
                                           endpoint_option, int_list, max_inflight_option,
                                           processed_logprobs_option, request_timeout_option,
-                                          retries_option, wait_option)
+                                          retries_option, runs_dir_option, wait_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -50,7 +50,7 @@ def continue_(
     tau: float = typer.Option(None, show_default=False,
                               help="Solve-rate threshold for a crossing. "
                               + RUNS_SETTING.format(default=DEFAULT.tau)),
-    runs_dir: Path = typer.Option(Path("runs"), help="Where runs live (used when no RUN is given)."),
+    runs_dir: Path = runs_dir_option("Where runs live (used when no RUN is given)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the samples and tokens each "
                                  "phase would generate and an ETA from this machine's measured "
                                  "tokens/s; load no model, write nothing."),
@@ -125,7 +125,8 @@ def continue_(
             typer.echo("\n".join(plan.lines()))
         return
     failed = False
-    for rep in continue_runs(dirs, settings, opts, progress=lambda run_dir, man: _announce(console, run_dir, man),
+    status = Console()  # what is about to run, on stdout: a refusal after it is stderr's one line
+    for rep in continue_runs(dirs, settings, opts, progress=lambda run_dir, man: _announce(status, run_dir, man),
                              drive=lambda run: _with_progress(console, run)):
         added = rep.topup.added_note() if rep.topup else ""
         if rep.nothing_to_do:
@@ -162,6 +163,8 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
                 remote: dict, batch_size: int, memory_gb: str, lock_wait: float) -> None:
     """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
     the HTTP backends' settings (`engine.http_options`)."""
+    from rich.console import Console
+
     from breakthrough.engine import EngineSpec
     from breakthrough.pipeline.budget_arm import add_budget_runs
     from breakthrough.store import run_dirs
@@ -175,8 +178,10 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
     engine = EngineSpec(backend=backend, batch_size=batch_size,
                         memory_budget_bytes=memory_budget(memory_gb), **remote)
 
+    status = Console()  # on stdout, as `bt continue`'s announcement
+
     def announce(run_dir: Path, man: dict) -> None:
-        console.print(f"[bold]{run_dir.name}[/]: probe arm at B={budget} beside the run's "
+        status.print(f"[bold]{run_dir.name}[/]: probe arm at B={budget} beside the run's "
                       f"probes, {count(man['base_traces'], 'base trace')} of "
                       f"{man.get('model_alias')}")
 

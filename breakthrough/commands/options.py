@@ -3,6 +3,8 @@ one line naming the option, raised before any store is opened or model loaded.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from breakthrough.errors import BtError
@@ -179,6 +181,41 @@ def given_text(value: str | None, option: str) -> str | None:
     if value is not None and not str(value).strip():
         raise BtError(f"{option}: empty value; leave the option out, or name something")
     return value
+
+
+def name_list(text: str | None, option: str) -> tuple[str, ...] | None:
+    """A comma-separated list of names (--model, --problems) checked whole: no empty element
+    (`--model X,` or `a,,b` is a typo, never "X and nothing"). None (not given) stays None."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise BtError(f"{option}: empty value; leave the option out, or name something")
+    for i, part in enumerate(parts, 1):
+        if not part:
+            raise BtError(f"{option}: element {i} of {text!r} is empty; expected comma-separated "
+                          "names (e.g. a,b)")
+    return tuple(parts)
+
+
+def path(option: str):
+    """typer's `parser=` for a folder or file option (--runs-dir, --out): the text as a Path,
+    refused when empty (`--runs-dir ''` is Path('.'), which wrote runs into the working
+    directory)."""
+    def path(value: str | Path) -> Path:
+        if isinstance(value, Path):  # the default
+            return value
+        if not str(value).strip():
+            raise BtError(f"{option}: empty path; leave the option out, or name a folder "
+                          "(. for this one)")
+        return Path(value)
+
+    return path
+
+
+def runs_dir_option(help: str) -> typer.models.OptionInfo:
+    return typer.Option(Path("runs"), "--runs-dir", parser=path("--runs-dir"), metavar="<path>",
+                        help=help)
 
 
 def wait_option() -> typer.models.OptionInfo:

@@ -20,8 +20,12 @@ DEFAULT_ANCHORS = "4,8,16,32,64,128,192,256,384,512"  # = signals.probe.DEFAULT_
 def parse_anchors(text: str, max_tokens: int) -> tuple[int, ...]:
     """--anchors: comma-separated t with 4 <= t <= --max-tokens (a vector is the mean of the
     states of generated tokens t-4 .. t-1, all forced)."""
+    parts = [x.strip() for x in text.split(",")]
+    if any(parts) and not all(parts):
+        raise BtError(f"--anchors: element {parts.index('') + 1} of {text!r} is empty; expected "
+                      "comma-separated integers")
     try:
-        vals = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+        vals = tuple(sorted({int(x) for x in parts if x}))
     except ValueError:
         raise BtError(f"--anchors: expected comma-separated integers, got {text!r}") from None
     if not vals:

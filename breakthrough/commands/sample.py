@@ -10,9 +10,9 @@ import typer
 from breakthrough.commands.options import (EXIT_FAILURES, api_key_option, backend_option,
                                           check_engine_options, check_wait, count,
                                           endpoint_option, given_text, hidden_stride_for,
-                                          hidden_stride_option, max_inflight_option,
+                                          hidden_stride_option, max_inflight_option, name_list,
                                           processed_logprobs_option, request_timeout_option,
-                                          retries_option, wait_option)
+                                          retries_option, runs_dir_option, wait_option)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -27,8 +27,8 @@ def sample(
                                    "screen budget is 3,072)."),
     max_prompt_tokens: int = typer.Option(DEFAULT.max_prompt_tokens,
                                           help="Longest chat prompt accepted, in tokens."),
-    runs_dir: Path = typer.Option(Path("runs"), help="Runs folder; attempts go to "
-                                  "RUNS/attempts/COHORT-MODEL (out of the way of bt continue)."),
+    runs_dir: Path = runs_dir_option("Runs folder; attempts go to RUNS/attempts/COHORT-MODEL "
+                                     "(out of the way of bt continue)."),
     run: str = typer.Option(None, help="Run name under RUNS/attempts (default COHORT-MODEL)."),
     limit: int = typer.Option(None, help="Only the first N problems of the cohort."),
     problems: str = typer.Option(None, help="Only these problem ids (comma-separated)."),
@@ -56,11 +56,13 @@ def sample(
     from breakthrough.models.registry import OFFLINE_DEFAULT
     from breakthrough.pipeline.sample import SampleRequest, plan_sample, sample_runs
 
-    console = Console(stderr=True)
+    console = Console(stderr=True)  # notes and warnings
+    status = Console()  # what is about to run, on stdout: a refusal after it is stderr's one line
     check_engine_options(backend, batch_size)
     for value, option in ((model, "--model"), (problems, "--problems"), (run, "--run"),
                           (cohort, "--cohort")):
         given_text(value, option)
+    models, _ = name_list(model, "--model"), name_list(problems, "--problems")
     remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
                           request_timeout, retries, api_key)
     if limit is not None and limit < 1:
@@ -70,9 +72,9 @@ def sample(
     protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens,
                                       max_prompt_tokens=max_prompt_tokens).validate()
     if model is None:
-        console.print(f"using the offline default model {OFFLINE_DEFAULT}", soft_wrap=True)
-        model = OFFLINE_DEFAULT
-    req = SampleRequest(cohort=cohort, models=tuple(m.strip() for m in model.split(",") if m.strip()),
+        status.print(f"using the offline default model {OFFLINE_DEFAULT}", soft_wrap=True)
+        models = (OFFLINE_DEFAULT,)
+    req = SampleRequest(cohort=cohort, models=models,
                         attempts=attempts, protocol=protocol,
                         engine=EngineSpec(backend=backend, batch_size=batch_size, **remote),
                         runs_dir=runs_dir, run=run, limit=limit, problems=problems,
@@ -82,7 +84,7 @@ def sample(
         typer.echo("\n".join(plan_sample(req)))
         return
     failed = False
-    for rep in sample_runs(req, announce=console.print):
+    for rep in sample_runs(req, announce=status.print):
         typer.echo(f"{rep.run_dir}: {count(rep.generated, 'attempt')} generated "
                    f"({rep.tokens:,} tokens, {rep.solved} solved), {rep.skipped} already done"
                    + (f", {rep.failed} failed on request errors (rerun to retry)" if rep.failed else ""))

@@ -45,7 +45,7 @@ from typing import Any
 
 from breakthrough.engine.contract import GenRequest, GenResult, SharedPrefix
 from breakthrough.errors import BtError
-from breakthrough.protocol import Sampling
+from breakthrough.protocol import MAX_TOKENS, Sampling
 
 MAX_TOP = 20
 MAX_QUEUE = 64  # requests accepted beyond the batch's rows (`bt serve --max-queue`)
@@ -543,6 +543,16 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def check_model_len(max_model_len: int, loaded: Any) -> None:
+    """--max-model-len within the model's context (max_position_embeddings), when it says one:
+    a longer limit would accept requests the model cannot attend over."""
+    ctx = loaded.config.get("max_position_embeddings")
+    if max_model_len and isinstance(ctx, int) and max_model_len > ctx:
+        raise BtError(f"--max-model-len: {max_model_len:,} is beyond {loaded.alias}'s "
+                      f"{ctx:,}-token context (max_position_embeddings); use at most {ctx:,}, "
+                      "or 0 for the whole context")
+
+
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, batch_size: int = 8,
           announce=print, *, allow_remote: bool = False, api_key: str | None = None,
           max_queue: int = MAX_QUEUE, max_model_len: int = 0) -> None:
@@ -559,13 +569,14 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, batch_size: int
         raise BtError(f"--port: {port} is not a TCP port")
     if max_queue < 0:
         raise BtError(f"--max-queue: expected 0 or a positive integer, got {max_queue}")
-    if max_model_len < 0:
-        raise BtError(f"--max-model-len: expected 0 (the model's context) or a positive integer, "
-                      f"got {max_model_len}")
+    if not 0 <= max_model_len <= MAX_TOKENS:
+        raise BtError(f"--max-model-len: expected 0 (the model's context) or a positive integer "
+                      f"<= {MAX_TOKENS:,}, got {max_model_len:,}")
     check_access(host, allow_remote, api_key)
     sock = listening_socket(host, port)  # before loading: a taken port fails at once
     try:
         loaded = load_model(model)
+        check_model_len(max_model_len, loaded)
         server = MlxServer(loaded, batch_size=batch_size, max_queue=max_queue)
         app = build_app(server, model, api_key=api_key, max_model_len=max_model_len)
         bound = sock.getsockname()[1]

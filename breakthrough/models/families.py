@@ -143,5 +143,6 @@ def build_prompt_ids(
     )
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     if len(ids) > max_prompt_tokens:
-        raise BtError(f"prompt has {len(ids)} tokens, over the {max_prompt_tokens}-token limit")
+        raise BtError(f"prompt has {len(ids):,} tokens, over the --max-prompt-tokens limit of "
+                      f"{max_prompt_tokens:,}")
     return ids

@@ -265,9 +265,11 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
     for name in req.models:
         ident = model_identity(name)  # from the files: a differing run is refused before loading
         run_dir = req.runs_dir / run_name(req.run, req.models, cohort_name, ident.alias)
+        # the backend first: another backend also changes the default --hidden-stride, and the
+        # user typed --backend
+        refuse_other_backend(run_dir, req.engine.backend)
         refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, req.variant,
                                                      req.hidden_stride))
-        refuse_other_backend(run_dir, req.engine.backend)
         if _all_stored(run_dir, ident.alias, rows):  # said before any model is loaded
             say(f"{run_dir}: nothing to do: the {len(rows)} base trace{'' if len(rows) == 1 else 's'}"
                 f" asked for {'is' if len(rows) == 1 else 'are'} stored (no model loaded)")
@@ -317,5 +319,5 @@ def refuse_other_backend(run_dir: Path, backend: str) -> None:
     with RunStore(run_dir, readonly=True) as store:
         have = (store.manifest().get("engine") or {}).get("backend")
     if have and have != backend:
-        raise BtError(f"{run_dir}: run was made with engine.backend={have!r}, this request has "
+        raise BtError(f"{run_dir}: --backend: run was made with engine.backend={have!r}, this request has "
                       f"engine.backend={backend!r}; a run never mixes backends (use --backend {have})")

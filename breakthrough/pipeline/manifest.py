@@ -182,7 +182,7 @@ def preflight_continue(store: RunStore, settings: dict[str, Any], backend: str |
                       f"no probe would run: use anchors up to {longest:,}")
     have_backend = (man.get("engine") or {}).get("backend")
     if backend and have_backend and have_backend != backend:
-        raise BtError(f"{store.run_dir}: run was made with engine.backend={have_backend!r}, this "
+        raise BtError(f"{store.run_dir}: --backend: run was made with engine.backend={have_backend!r}, this "
                       f"request has engine.backend={backend!r}; a run never mixes backends "
                       f"(use --backend {have_backend})")
     ident = model_identity(man["model_id"])

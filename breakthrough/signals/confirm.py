@@ -568,8 +568,12 @@ FIGURES_DIR = "figures"
 def parse_forecast_tokens(text: str) -> tuple[int, ...]:
     """--forecast-token: one t or a comma-separated sweep (e.g. 128,256,512,1024,2048), each
     at least 2, no repeats; returned sorted."""
+    parts = [x.strip() for x in str(text).split(",")]
+    if any(parts) and not all(parts):
+        raise BtError(f"--forecast-token: element {parts.index('') + 1} of {text!r} is empty; "
+                      "expected integers separated by commas")
     try:
-        vals = [int(x) for x in str(text).split(",") if x.strip()]
+        vals = [int(x) for x in parts if x]
     except ValueError:
         raise BtError(f"--forecast-token: expected integers separated by commas, got {text!r}") from None
     if not vals:

@@ -154,5 +154,6 @@ def test_max_prompt_tokens_at_the_boundary(architecture_models, name) -> None:
     loaded = architecture_models[name]
     ids = build_prompt_ids(loaded.tokenizer, loaded.family, MSG)
     assert build_prompt_ids(loaded.tokenizer, loaded.family, MSG, max_prompt_tokens=len(ids)) == ids
-    with pytest.raises(BtError, match=f"prompt has {len(ids)} tokens, over the {len(ids) - 1}-token"):
+    with pytest.raises(BtError, match=f"prompt has {len(ids):,} tokens, over the "
+                                      f"--max-prompt-tokens limit of {len(ids) - 1:,}"):
         build_prompt_ids(loaded.tokenizer, loaded.family, MSG, max_prompt_tokens=len(ids) - 1)

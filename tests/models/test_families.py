@@ -47,7 +47,7 @@ def test_build_prompt_ids(smollm2_tokenizer):
     assert text.startswith("<|im_start|>system\nYou are a careful mathematical assistant.<|im_end|>")
     assert msg in text and text.endswith("<|im_start|>assistant\n")
     assert ids == tok.encode(text, add_special_tokens=False)
-    with pytest.raises(BtError, match="over the 2048-token limit"):
+    with pytest.raises(BtError, match="over the --max-prompt-tokens limit of 2,048"):
         build_prompt_ids(tok, FAMILIES["plain"], "word " * 3000)
 
 

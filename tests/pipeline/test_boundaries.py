@@ -60,7 +60,8 @@ def test_prompt_of_exactly_the_limit_is_accepted_one_more_is_refused(tiny_model)
     with pytest.raises(BtError) as err:
         build_prompt_ids(tok, fam, user_message(_row(words + 1), "plain"),
                          max_prompt_tokens=LIMIT)
-    assert str(err.value) == f"prompt has {LIMIT + 1} tokens, over the {LIMIT}-token limit"
+    assert str(err.value) == (f"prompt has {LIMIT + 1:,} tokens, over the --max-prompt-tokens "
+                              f"limit of {LIMIT:,}")
     # the limit is the protocol's constant, not a fixed number: one more token is allowed
     over = build_prompt_ids(tok, fam, user_message(_row(words + 1), "plain"),
                             max_prompt_tokens=LIMIT + 1)
@@ -86,15 +87,15 @@ def test_bt_base_at_the_prompt_limit(tmp_path, tiny_model_dir, tiny_model):
     # progress display on stderr first: see test_refused_prompt_writes_nothing)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr + refused.stdout
     errors = [x for x in refused.stderr.splitlines() if x.startswith("bt: error:")]
-    assert errors == [f"bt: error: problem p_over: prompt has {LIMIT + 1} tokens, over the "
-                      f"{LIMIT}-token limit"]
+    assert errors == [f"bt: error: problem p_over: prompt has {LIMIT + 1:,} tokens, over the "
+                      f"--max-prompt-tokens limit of {LIMIT:,}"]
 
 
 def test_refused_prompt_writes_nothing(tmp_path, tiny_model_dir, tiny_model):
     over = _cohort(tmp_path / "over.jsonl", [_row(_words_for(tiny_model, LIMIT) + 1, "p_over")])
     refused = run_bt("base", "--cohort", over, "--model", tiny_model_dir, "--runs-dir",
                      tmp_path / "runs", "--run", "over", "--max-tokens", "2")
-    assert_one_line_error(refused, 2, "p_over", f"over the {LIMIT}-token limit")
+    assert_one_line_error(refused, 2, "p_over", f"over the --max-prompt-tokens limit of {LIMIT:,}")
     assert not (tmp_path / "runs" / "over").exists()
 
 
@@ -106,7 +107,7 @@ def test_max_prompt_tokens_option_at_the_boundary(tmp_path, tiny_model_dir, tiny
     args = ("base", "--cohort", cohort, "--model", tiny_model_dir, "--runs-dir", tmp_path / "runs",
             "--max-tokens", "2")
     refused = run_bt(*args, "--run", "short", "--max-prompt-tokens", str(n - 1))
-    assert_one_line_error(refused, 2, "p3", f"over the {n - 1}-token limit")
+    assert_one_line_error(refused, 2, "p3", f"over the --max-prompt-tokens limit of {n - 1:,}")
     assert not (tmp_path / "runs" / "short").exists()
     done = run_bt(*args, "--run", "exact", "--max-prompt-tokens", str(n))
     assert done.returncode == 0, done.stderr

@@ -50,7 +50,7 @@ def _base(tmp_path: Path, model: Path, url: str, *extra: object, **env: str) -> 
 
 
 def _error_line(proc: subprocess.CompletedProcess) -> str:
-    """The one `bt: error:` line (bt base announces the model on stderr before it connects)."""
+    """The one `bt: error:` line (bt base announces the model on stdout before it connects)."""
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("bt: error:")]
     assert len(errors) == 1, proc.stderr
@@ -76,7 +76,8 @@ def test_a_silent_endpoint_ends_bt_base_in_one_line(tmp_path: Path, tiny_model_d
     assert "no endpoint answers" in line and f.url in line
     assert "no answer within 1s" in line and "after 2 attempts" in line  # --retries 1: 2 attempts
     assert posts == 2
-    assert len(proc.stderr.splitlines()) == 2  # the run's announcement, the error: no progress bar
+    assert len(proc.stderr.splitlines()) == 1  # the error alone: no progress bar (issue 29)
+    assert "1 problem of demo" in proc.stdout  # the run's announcement
     assert not (tmp_path / "r").exists()  # nothing written
 
 
