@@ -33,7 +33,8 @@ def write_run(run):
     split_of = hash_splits(pids, 3)
     recs, grades = [], []
     with RunStore(run, create=True) as store:
-        store.update_manifest({"protocol": DEFAULT.to_dict()})
+        store.update_manifest({"protocol": DEFAULT.to_dict(), "model_id": "tiny",
+                               "cohort_digest": "fixture"})
         store.add_cells([{"cell_id": f"tiny:{p}", "model": "tiny", "prompt_ids": [1, 2, 3],
                           "item": {"id": p, "family": "math", "stage": "t", "answer": "1",
                                    "problem": f"Find $x$ if $x + {i} = {2 * i}$.",
