@@ -145,9 +145,11 @@ class Protocol:
 
     @classmethod
     def from_dict(cls, data: object, *, partial: bool = False) -> "Protocol":
-        """The inverse of `to_dict`; raises ValueError naming missing or unknown constants.
-        With `partial`, missing constants take the defaults (manifests of older runs held a
-        subset)."""
+        """The inverse of `to_dict`; raises ValueError naming missing or unknown constants, or
+        the first constant whose type is not its default's (a stored `"budget": "four"`: a run's
+        manifest is read back by every command, so a damaged one is named, never computed
+        with). With `partial`, missing constants take the defaults (manifests of older runs
+        held a subset)."""
         if not isinstance(data, dict):
             raise ValueError("no protocol")
         names = {f.name for f in fields(cls)}
@@ -158,6 +160,10 @@ class Protocol:
         if missing or unknown:
             raise ValueError("; ".join(([f"missing {', '.join(missing)}"] if missing else [])
                                        + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
+        for name, value in sorted(data.items()):
+            problem = _type_problem(getattr(DEFAULT, name), value)
+            if problem:
+                raise ValueError(f"{name}: {problem}")
         values = dict(data)
         values["sampling"] = Sampling(**values["sampling"])
         for f in fields(cls):
@@ -202,6 +208,33 @@ OPTION_NAMES: dict[str, str] = {
     "restart_budgets": "--restarts", "prior": "--prior", "posterior_band": "--band-lo/--band-hi",
     "max_prompt_tokens": "--max-prompt-tokens",
 }
+
+
+def _type_problem(default: object, value: object) -> str | None:
+    """What is wrong with the type of a stored constant, judged by its default's type (None
+    when it fits): an int where an int is, a number where a float is, a list of those where a
+    tuple is, the sampling constants by theirs."""
+    def number(v: object, whole: bool) -> bool:
+        return isinstance(v, int if whole else (int, float)) and not isinstance(v, bool)
+
+    if isinstance(default, Sampling):
+        if not isinstance(value, dict) or set(value) - set(asdict(default)):
+            return f"expected an object of {', '.join(asdict(default))}, got {_show(value)}"
+        for key, v in sorted(value.items()):
+            whole = isinstance(getattr(default, key), int)
+            if not number(v, whole):
+                return f"{key}: expected {'an integer' if whole else 'a number'}, got {v!r}"
+        return None
+    if isinstance(default, tuple):
+        whole = all(isinstance(d, int) for d in default)
+        if not isinstance(value, (list, tuple)) or not all(number(v, whole) for v in value):
+            return f"expected a list of {'integers' if whole else 'numbers'}, got {value!r}"
+        return None
+    if isinstance(default, str):
+        return None if isinstance(value, str) else f"expected a string, got {value!r}"
+    if not number(value, isinstance(default, int)):
+        return f"expected {'an integer' if isinstance(default, int) else 'a number'}, got {value!r}"
+    return None
 
 
 def _positive_int(value: object, high: int | None = None) -> bool:

@@ -17,6 +17,15 @@ complete.json) commits with the sample. A kill between the rename and the commit
 row names (an orphan): the next sample committed takes that id and replaces it, and
 `remove_orphan_hidden` (run by `bt base` / `bt sample` before generating) removes any other;
 `verify_hidden` checks every file against its row and lists orphans.
+
+Row checksums: every sample row holds a checksum of what it was written with, checked by every
+command that reads the row and by `bt verify`. What it covers is the store's schema version
+(the manifest's `schema_version`, recorded by the first write and kept for the store's life):
+2, a row's token ids, text, finish reason, seed and prefix length (stores made before issue
+29); 3, every stored field a label or signal is computed from (`CHECKED_FIELDS`: the row, its
+signals and hidden-vector index row, its grade, its cell's gold answer and cohort row), one
+digest per field, so a mismatch names the field. A schema-2 store keeps schema-2 checksums when
+this bt adds to it: each store verifies under the one rule it was written with.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +50,13 @@ from breakthrough.protocol import OPTION_NAMES, Protocol
 from breakthrough.tasks.grade import Grade
 
 STORE_FILE = "store.sqlite"
-SCHEMA_VERSION = "2"
+# The layout and checksum coverage this bt writes into a new store (module docstring); it reads
+# OLDEST_SCHEMA..SCHEMA_VERSION. A bt that reads only 2 refuses a 3 ("made by a newer bt")
+# rather than calling every row of it damaged.
+SCHEMA_VERSION = "3"
+OLDEST_SCHEMA = 2
+COVERAGE = {2: "token ids, text, finish reason, seed and prefix length only",
+            3: "every field a label or signal is computed from"}
 # Manifest keys that define a run's identity; any difference means "another experiment".
 IDENTITY_FIELDS = (
     "schema_version",
@@ -67,7 +82,8 @@ IDENTITY_OPTIONS = {
     "model_id": "--model", "model_revision": "--model", "model_digest": "--model",
     "family": "--model", "task_family": "--cohort", "cohort_digest": "--cohort",
     "continue_answer_budget": "--answer-budget", "hidden_stride": "--hidden-stride",
-    "continuation.signals": "--instrument", "engine.backend": "--backend",
+    "continuation.signals": "--instrument", "continuation.kv_bits": "--kv-bits",
+    "engine.backend": "--backend",
     "engine.server": "--endpoint", "engine.server_version": "--endpoint",
     "engine.model": "--endpoint",
 }
@@ -79,6 +95,74 @@ def identity_option(name: str) -> str | None:
     if name.startswith("protocol."):
         return OPTION_NAMES.get(name.split(".")[1])
     return IDENTITY_OPTIONS.get(name)
+
+
+def _schema_number(value: Any) -> int | None:
+    """A manifest's schema_version as a number ("3" or 3), None when it is not one."""
+    try:
+        return int(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    except ValueError:
+        return None
+
+
+def _expect(kind: type | tuple[type, ...], what: str, ok: Callable[[Any], bool] = bool
+            ) -> Callable[[Any], str | None]:
+    return lambda v: (None if isinstance(v, kind) and not isinstance(v, bool) and ok(v)
+                      else f"expected {what}, got {_short(v)[:60]}")
+
+
+def _protocol_problem(value: Any) -> str | None:
+    """A stored protocol that cannot be read back, or holds a constant no run could have run
+    under (a subset of the constants is an older bt's, read with the defaults)."""
+    try:
+        problems = Protocol.from_dict(value, partial=True).problems()
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return f"{problems[0][0]}: {problems[0][1]}" if problems else None
+
+
+_TEXT = _expect(str, "a string", lambda v: True)
+_NAME = _expect(str, "a non-empty string")
+_OBJECT = _expect(dict, "an object", lambda v: True)
+# What each manifest value must be (`manifest_problems`), checked on every open of a store,
+# read-only or not, and before a value is written: a damaged manifest is named (its key and what
+# it holds) and never computed with. Keys not listed are documentation and are only JSON.
+MANIFEST_SCHEMA: dict[str, Callable[[Any], str | None]] = {
+    "schema_version": lambda v: (
+        None if OLDEST_SCHEMA <= (_schema_number(v) or 0) <= int(SCHEMA_VERSION)
+        else f"expected a schema number {OLDEST_SCHEMA}..{SCHEMA_VERSION}, got {_short(v)[:60]}"),
+    "run_kind": lambda v: None if v in ("base", "sample") else f"expected base or sample, got {v!r}",
+    "model_id": _NAME, "model_revision": _TEXT, "model_digest": _NAME, "model_alias": _NAME,
+    "family": _NAME, "task_family": _NAME, "protocol_digest": _NAME, "cohort": _NAME,
+    "cohort_digest": _NAME, "prompt_version": _NAME, "platform": _TEXT,
+    "protocol": _protocol_problem,
+    "continue_answer_budget": _expect(int, "a positive integer", lambda v: v > 0),
+    "hidden_stride": _expect(int, "an integer >= 0", lambda v: v >= 0),
+    "engine": _OBJECT, "continuation": _OBJECT, "packages": _OBJECT, "throughput": _OBJECT,
+    "attempts": _OBJECT, "topup": _NAME,
+    "probe_arms": _expect(list, "a list of objects", lambda v: all(isinstance(a, dict) for a in v)),
+}
+# What every run's manifest holds from its first write (`bt base`, `bt sample`) on.
+MANIFEST_REQUIRED = ("schema_version", "model_id", "cohort_digest", "protocol")
+
+
+def manifest_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, what is wrong) for every manifest entry that is not JSON, required key that is
+    missing and value that does not fit `MANIFEST_SCHEMA`; `raw` is key -> the stored JSON
+    text. An empty manifest (a store whose first write has not happened) has none."""
+    if not raw:
+        return []
+    out = [(key, "missing") for key in MANIFEST_REQUIRED if key not in raw]
+    for key, text in sorted(raw.items()):
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            out.append((key, f"not valid JSON ({_short(text)[:40]!r})"))
+            continue
+        problem = MANIFEST_SCHEMA[key](value) if key in MANIFEST_SCHEMA else None
+        if problem:
+            out.append((key, problem))
+    return out
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifest (
@@ -260,31 +344,192 @@ class HiddenCheck:
         return not self.problems and not self.orphans
 
 
-def _checksum(rec: SampleRecord, token_blob: bytes) -> str:
-    return _row_checksum(token_blob, rec.text, rec.finish_reason, rec.seed, rec.prefix_len)
+# Schema 3: what a sample row's checksum covers, one digest per field in this order (so a
+# mismatch names the field), each of its SQLite storage class and bytes: the row (its key, seed,
+# prefix, tokens, segment codes, per-token arrays, text, finish reason, request facts), the
+# sidecars its signals are read from (signals; the hidden-vector index row, whose sha256 covers
+# the file), its grade, and its cell's row (the gold answer and the cohort row it is graded
+# against). Not covered: timings (elapsed_s, peak_mem_mb, created_at, graded_at), which no result
+# reads. With each field, the storage classes it may hold: another is damage in any schema (a
+# BLOB column holding TEXT cannot be read as tokens), as is TEXT that is not UTF-8.
+_ANY = ("integer", "real", "text", "null")
+CHECKED_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("cell_id", "s.cell_id", ("text",)),
+    ("kind", "s.kind", ("text",)),
+    ("anchor", "s.anchor", ("integer",)),
+    ("budget", "s.budget", ("integer",)),
+    ("branch", "s.branch", ("integer",)),
+    ("seed", "s.seed", ("integer",)),
+    ("prefix_len", "s.prefix_len", ("integer",)),
+    ("n_tokens", "s.n_tokens", ("integer",)),
+    ("token_ids", "s.token_ids", ("blob",)),
+    ("segments", "s.segments", ("blob", "null")),
+    ("logprobs", "s.logprobs", ("blob", "null")),
+    ("entropies", "s.entropies", ("blob", "null")),
+    ("sampling_entropies", "s.sampling_entropies", ("blob", "null")),
+    ("text", "s.text", ("text",)),
+    ("finish_reason", "s.finish_reason", ("text",)),
+    ("extra", "s.extra", ("text",)),
+    ("signals.names", "sig.names", ("text", "null")),
+    ("signals.data", "sig.data", ("blob", "null")),
+    ("hidden_vectors.path", "h.path", ("text", "null")),
+    ("hidden_vectors.rows", "h.rows", ("integer", "null")),
+    ("hidden_vectors.dim", "h.dim", ("integer", "null")),
+    ("hidden_vectors.stride", "h.stride", ("integer", "null")),
+    ("hidden_vectors.bytes", "h.bytes", ("integer", "null")),
+    ("hidden_vectors.sha256", "h.sha256", ("text", "null")),
+    ("grade.grader", "g.grader", ("text", "null")),
+    ("grade.version", "g.version", ("text", "null")),
+    ("grade.correct", "g.correct", ("integer", "null")),
+    ("grade.status", "g.status", ("text", "null")),
+    ("grade.method", "g.method", ("text", "null")),
+    ("grade.extracted", "g.extracted", ("text", "null")),
+    ("grade.detail", "g.detail", ("text", "null")),
+    ("cell.problem_id", "c.problem_id", ("text",)),
+    ("cell.model", "c.model", ("text",)),
+    ("cell.stage", "c.stage", _ANY),
+    ("cell.level", "c.level", _ANY),
+    ("cell.subject", "c.subject", _ANY),
+    ("cell.answer", "c.answer", _ANY),
+    ("cell.item", "c.item", ("text",)),
+    ("cell.prompt_ids", "c.prompt_ids", ("blob",)),
+    ("cell.reasoning_tokens", "c.reasoning_tokens", ("integer", "null")),
+)
+_FIELD = {name: i for i, (name, _, _) in enumerate(CHECKED_FIELDS)}
+_DIGEST = 16  # hex characters per field: a schema-3 checksum is 16 x len(CHECKED_FIELDS)
+# the tables besides samples the fields come from (absent from a store made before them: NULL)
+_JOINS = {"c": ("cells", "c.cell_id = s.cell_id"), "g": ("grades", "g.sample_id = s.sample_id"),
+          "sig": ("signals", "sig.sample_id = s.sample_id"),
+          "h": ("hidden_vectors", "h.sample_id = s.sample_id")}
 
 
-def _row_checksum(token_blob: bytes | None, text: str, finish_reason: str, seed: int,
-                  prefix_len: int) -> str:
-    """What a sample row's `checksum` column holds: token ids, text, finish reason, seed and
-    prefix length, so a row edited or zeroed after it was written no longer matches."""
-    h = hashlib.sha256(token_blob or b"")
-    h.update(str(text).encode())
-    h.update(f"|{finish_reason}|{seed}|{prefix_len}".encode())
+def _checked_sql(tables: set[str]) -> str:
+    """SELECT of every sample's id, stored checksum and, per `CHECKED_FIELDS` entry, its storage
+    class and its bytes (`CAST AS BLOB`: what SQLite stores, read without decoding, so TEXT that
+    is not UTF-8 is damage to report, never a traceback)."""
+    cols = []
+    for _, expr, _ in CHECKED_FIELDS:
+        alias = expr.split(".")[0]
+        cols.append("NULL, NULL" if alias != "s" and _JOINS[alias][0] not in tables
+                    else f"typeof({expr}), CAST({expr} AS BLOB)")
+    joins = "".join(f" LEFT JOIN {table} {alias} ON {on}" for alias, (table, on) in _JOINS.items()
+                    if table in tables)
+    return (f"SELECT s.sample_id, typeof(s.checksum), CAST(s.checksum AS BLOB), {', '.join(cols)} "
+            f"FROM samples s{joins}")
+
+
+@dataclass
+class RowDamage:
+    """One sample row that does not match its checksum: where it is (its key, read without
+    trusting it), the fields whose digests differ (schema 3), and what else is wrong, in words:
+    a field that holds what it cannot (a storage class, text that is not UTF-8), a checksum
+    that is not one, a grade or sidecar row that was removed. Both are empty for a schema-2
+    mismatch, which cannot say which field changed."""
+
+    sample_id: int
+    where: str  # "cell kind anchor A budget B branch N"
+    cell_id: str
+    changed: list[str]
+    wrong: list[str]
+
+    def describe(self) -> str:
+        parts = ([f"{', '.join(self.changed)} changed since it was written"] if self.changed
+                 else []) + self.wrong
+        if not parts:
+            parts = ["its token ids, text, finish reason, seed or prefix length changed since it "
+                     "was written"]
+        return f"sample {self.sample_id} ({self.where}): {'; '.join(parts)}"
+
+
+def _field_digest(storage: str | None, data: bytes | None) -> str:
+    return hashlib.sha256(b"%s:%s" % ((storage or "null").encode(), data or b"")).hexdigest()[:_DIGEST]
+
+
+def _checksum(values: Sequence[Any], schema: int) -> str:
+    """A row's checksum under `schema` from its `_checked_sql` values (storage class, bytes per
+    field): 3, the field digests in order; 2, what stores made before issue 29 hold (a sha256
+    of token ids, text, finish reason, seed and prefix length; the same bytes as then)."""
+    if schema >= 3:
+        return "".join(_field_digest(values[2 * i], values[2 * i + 1])
+                       for i in range(len(CHECKED_FIELDS)))
+    blob = lambda name: values[2 * _FIELD[name] + 1] or b""  # noqa: E731
+    h = hashlib.sha256(blob("token_ids"))
+    h.update(blob("text"))
+    h.update(b"|" + blob("finish_reason") + b"|" + blob("seed") + b"|" + blob("prefix_len"))
     return h.hexdigest()[:32]
+
+
+def _row_damage(row: Sequence[Any], schema: int | None) -> RowDamage | None:
+    """What is wrong with one `_checked_sql` row (None when nothing). `schema` None (a store
+    whose manifest cannot say, being checked by `bt verify`): the checksum's own length says."""
+    values = row[3:]
+    stored = (row[2] or b"").decode("ascii", "replace") if row[1] == "text" else ""
+    if schema is None:
+        schema = 2 if len(stored) == 32 else int(SCHEMA_VERSION)
+    wrong, mistyped = [], set()
+    for i, (name, _, allowed) in enumerate(CHECKED_FIELDS):
+        storage, data = values[2 * i] or "null", values[2 * i + 1]
+        if storage not in allowed:
+            wrong.append(f"{name} holds {storage}, not {' or '.join(allowed)}")
+        elif storage == "text" and not _utf8(data):
+            wrong.append(f"{name} holds text that is not UTF-8")
+        else:
+            continue
+        mistyped.add(name)
+    expected = _checksum(values, schema)
+    changed: list[str] = []
+    if schema < 3:  # one digest of five fields: a mismatch cannot say which
+        if stored == expected and not wrong:
+            return None
+    elif stored == expected and not wrong:
+        return None
+    elif len(stored) != len(expected):
+        wrong.append("its checksum is not a schema-3 checksum")
+    else:
+        changed = [name for i, (name, _, _) in enumerate(CHECKED_FIELDS) if name not in mistyped
+                   and stored[i * _DIGEST:(i + 1) * _DIGEST] != expected[i * _DIGEST:(i + 1) * _DIGEST]]
+        if not changed and not wrong:
+            return None
+        for group in ("signals", "hidden_vectors", "grade"):  # a whole sidecar row gone: one word
+            names = [n for n, _, _ in CHECKED_FIELDS if n.startswith(group + ".")]
+            if (all((values[2 * _FIELD[n]] or "null") == "null" for n in names)
+                    and set(names) & set(changed)):
+                changed = [n for n in changed if n not in names]
+                wrong.append(f"its {group} row was removed")
+    text = lambda name: (values[2 * _FIELD[name] + 1] or b"").decode("utf-8", "replace")  # noqa: E731
+    where = (f"{text('cell_id')} {text('kind')} anchor {text('anchor')} budget {text('budget')} "
+             f"branch {text('branch')}")
+    return RowDamage(sample_id=int(row[0]), where=where, cell_id=text("cell_id"), changed=changed,
+                     wrong=wrong)
+
+
+def _utf8(data: bytes | None) -> bool:
+    try:
+        (data or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class RunStore:
     """The store of one run directory. `RunStore(run_dir)` opens an existing store for writing,
     `create=True` makes a new one, `readonly=True` only reads (status, export, classify,
     reports): it never creates a schema or writes a byte, so a 0-byte or damaged file stays as
-    it was and is refused with one line naming it."""
+    it was and is refused with one line naming it; a run whose folder cannot be written (an
+    archived copy, `chattr +i`) is read as an immutable file.
 
-    def __init__(self, run_dir: str | Path, *, create: bool = False, readonly: bool = False) -> None:
+    Every open checks the manifest against `MANIFEST_SCHEMA` and refuses a damaged one in one
+    line naming its key, before anything is read or written; `check_manifest=False` (`bt
+    verify`, which lists every problem itself) opens it anyway."""
+
+    def __init__(self, run_dir: str | Path, *, create: bool = False, readonly: bool = False,
+                 check_manifest: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STORE_FILE
         self.readonly = readonly
         self._verified: set[int] = set()  # sample ids checked (or written) by this object
+        # the store's schema: what its checksums cover (None: its manifest cannot say)
+        self.schema: int | None = int(SCHEMA_VERSION)
         if not self.path.exists() and (readonly or not create):
             raise BtError(f"{self.run_dir}: not a run directory (no {STORE_FILE}); run `bt base` first")
         if self.path.exists() and not (create and self.path.stat().st_size == 0):
@@ -297,8 +542,8 @@ class RunStore:
             if not readonly:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
             if readonly:
-                self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                                            timeout=60, isolation_level=None)
+                self.conn = sqlite3.connect(_readonly_uri(self.path), uri=True, timeout=60,
+                                            isolation_level=None)
                 self.conn.execute("PRAGMA query_only=ON")
             else:
                 self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
@@ -309,7 +554,7 @@ class RunStore:
                 raise BtError(f"{self.path}: not a bt run store (it holds other tables: "
                               f"{', '.join(sorted(tables)[:5])}); bt writes only into its own stores")
             if "manifest" in tables:
-                self._check_schema_version()
+                self._check_manifest(check_manifest)
             if not readonly:
                 self.conn.execute("PRAGMA journal_mode=WAL")
                 self.conn.execute("PRAGMA synchronous=FULL")
@@ -321,6 +566,8 @@ class RunStore:
             raise
         except (sqlite3.OperationalError, OSError) as exc:
             self.discard_new()
+            if readonly and isinstance(exc, sqlite3.OperationalError) and _is_write_failure(exc):
+                raise _read_error(self.path, exc) from None
             if isinstance(exc, OSError) or _is_write_failure(exc):
                 raise _write_error(self.path, exc) from None
             raise BtError(f"{self.path}: not a readable run store ({exc}); it is damaged or "
@@ -352,20 +599,35 @@ class RunStore:
                 pass  # something else was put there meanwhile: leave it
         self.created = False
 
-    def _check_schema_version(self) -> None:
-        """A store made by a newer bt is refused (its layout may mean other things); a
-        manifest entry that is not JSON is named."""
-        row = self.conn.execute("SELECT value FROM manifest WHERE key='schema_version'").fetchone()
-        if row is None:
-            return
+    def raw_manifest(self) -> dict[str, bytes]:
+        """key -> stored JSON bytes of every manifest entry (read as bytes: an entry that is not
+        UTF-8 is a damaged value to name, never a decoding traceback)."""
+        rows = self.conn.execute("SELECT CAST(key AS BLOB), CAST(value AS BLOB) FROM manifest")
+        return {bytes(k or b"").decode("utf-8", "replace"): bytes(v or b"") for k, v in rows}
+
+    def manifest_problems(self) -> list[tuple[str, str]]:
+        """(key, what is wrong) of every manifest entry that does not fit `MANIFEST_SCHEMA`."""
+        return manifest_problems(self.raw_manifest())
+
+    def _check_manifest(self, refuse: bool) -> None:
+        """A store made by a newer bt is refused (its layout may mean other things); with
+        `refuse`, so is a manifest that does not fit `MANIFEST_SCHEMA`, naming the first key.
+        Sets `schema` (an empty manifest: the schema its first write will record)."""
+        raw = self.raw_manifest()
         try:
-            version = int(json.loads(row[0]))
-        except (ValueError, TypeError):
-            raise BtError(f"{self.path}: damaged manifest: key 'schema_version' holds {row[0]!r}, "
-                          f"not a schema number; restore the store from a copy") from None
-        if version > int(SCHEMA_VERSION):
+            version = _schema_number(json.loads(raw["schema_version"])) if raw else int(SCHEMA_VERSION)
+        except (KeyError, ValueError):
+            version = None
+        if version is not None and version > int(SCHEMA_VERSION):
             raise BtError(f"{self.path}: made by a newer bt (store schema {version}, this bt reads "
                           f"schema {SCHEMA_VERSION}); upgrade bt (pip install -U breakthrough)")
+        problems = manifest_problems(raw)
+        self.schema = None if any(k == "schema_version" for k, _ in problems) else version
+        if problems and refuse:
+            key, problem = problems[0]
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise BtError(f"{self.path}: damaged manifest: key {key!r}: {problem}{more}; the run "
+                          f"cannot be trusted: restore the store from a copy")
 
     def _check_header(self) -> None:
         """A file that is not SQLite, or one cut short, fails here before anything is written
@@ -423,7 +685,7 @@ class RunStore:
         """key -> value of every manifest entry; an entry that is not JSON is refused naming
         its key (a damaged store, never "an older bt")."""
         out = {}
-        for key, value in self.conn.execute("SELECT key, value FROM manifest"):
+        for key, value in self.raw_manifest().items():
             try:
                 out[key] = json.loads(value)
             except (ValueError, TypeError):
@@ -432,8 +694,9 @@ class RunStore:
         return out
 
     def ensure_manifest(self, wanted: dict[str, Any]) -> None:
-        """Write the manifest of a new run, or refuse a request whose identity differs."""
-        wanted = {"schema_version": SCHEMA_VERSION, **wanted}
+        """Write the manifest of a new run, or refuse a request whose identity differs. The
+        schema a store was made with stays its own (a schema-2 store keeps its checksums)."""
+        wanted = {"schema_version": str(self.schema or SCHEMA_VERSION), **wanted}
         have = self.manifest()
         self.check_identity(wanted, have)
         self.update_manifest({k: v for k, v in wanted.items() if k not in have})
@@ -496,8 +759,17 @@ class RunStore:
 
     def update_manifest(self, values: dict[str, Any]) -> None:
         """Set manifest entries (the first writer of a key is `ensure_manifest`; later phases,
-        e.g. `bt continue` recording its B and anchors, update documentation entries here)."""
+        e.g. `bt continue` recording its B and anchors, update documentation entries here).
+        A value that does not fit `MANIFEST_SCHEMA` is refused before anything is written; the
+        first write of a store's manifest records the schema it is written with."""
+        for key, value in values.items():
+            problem = MANIFEST_SCHEMA[key](value) if key in MANIFEST_SCHEMA else None
+            if problem:
+                raise BtError(f"{self.path}: manifest key {key!r} would hold a wrong value "
+                              f"({problem}); nothing was written")
         with self.transaction() as c:
+            if c.execute("SELECT 1 FROM manifest LIMIT 1").fetchone() is None:
+                values = {"schema_version": str(self.schema or SCHEMA_VERSION), **values}
             for key, value in values.items():
                 c.execute(
                     "INSERT OR REPLACE INTO manifest(key, value) VALUES (?, ?)",
@@ -598,7 +870,7 @@ class RunStore:
                         rec.elapsed_s,
                         rec.peak_mem_mb,
                         time.time(),
-                        _checksum(rec, tok or b""),
+                        "",  # sealed below, once the row's grade, signals and vectors are in
                     ),
                 )
                 if cur.rowcount == 0:
@@ -615,9 +887,37 @@ class RunStore:
                 if grade is not None:
                     self._write_grade(c, cur.lastrowid, grade)
             for cell_id, n in (reasoning_tokens or {}).items():
-                c.execute("UPDATE cells SET reasoning_tokens=? WHERE cell_id=?", (n, cell_id))
+                # set once, with the cell's base trace: its samples' checksums cover it
+                c.execute("UPDATE cells SET reasoning_tokens=? WHERE cell_id=? AND "
+                          "reasoning_tokens IS NULL", (n, cell_id))
+            self._seal(c, written)
         self._verified.update(written)  # committed by this object: no need to hash them again
         return inserted
+
+    def _seal(self, c: sqlite3.Connection, ids: Sequence[int]) -> None:
+        """Write the checksums of rows `ids` (inside the transaction that wrote them), computed
+        from what the store now holds, read back by the query every check uses: what is
+        checked later is exactly what was sealed."""
+        for rows in self._checked_rows(ids, c):
+            c.executemany("UPDATE samples SET checksum=? WHERE sample_id=?",
+                          [(_checksum(r[3:], self.schema or int(SCHEMA_VERSION)), r[0])
+                           for r in rows])
+
+    def _checked_rows(self, ids: Sequence[int] | None = None,
+                      conn: sqlite3.Connection | None = None) -> Iterator[list[tuple]]:
+        """`_checked_sql` rows of samples `ids` (all samples when None), in chunks."""
+        conn = conn or self.conn
+        sql = _checked_sql(self._tables())
+        if ids is None:
+            cur = conn.execute(sql + " ORDER BY s.sample_id")
+            while rows := cur.fetchmany(500):
+                yield rows
+            return
+        ids = list(ids)
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            yield conn.execute(f"{sql} WHERE s.sample_id IN ({','.join('?' * len(chunk))})",
+                               chunk).fetchall()
 
     def _write_hidden(self, c: sqlite3.Connection, sample_id: int, rec: SampleRecord,
                       payload: bytes) -> None:
@@ -744,56 +1044,58 @@ class RunStore:
         return [dict(zip(("cell_id", "request", "endpoint", "message", "created_at"), r)) for r in rows]
 
     def set_grades(self, pairs: Sequence[tuple[int, Grade]]) -> None:
-        """Store (or replace) grades for existing samples in one transaction (`bt grade`)."""
+        """Store (or replace) grades for existing samples in one transaction (`bt grade`), and
+        the checksums that cover them: only of rows that match theirs first (a damaged row is
+        refused, never sealed again as if it were whole)."""
+        ids = [int(sid) for sid, _ in pairs]
+        self._check_ids(ids)
         with self.transaction() as c:
             for sample_id, grade in pairs:
                 self._write_grade(c, sample_id, grade)
+            self._seal(c, ids)
 
     def ungraded(self, *, include_graded: bool = False) -> list[tuple[int, str, str, str]]:
         """(sample_id, cell_id, text, finish_reason) of samples without a grade (of every
         sample with `include_graded`, for a regrade)."""
-        sql = ("SELECT s.sample_id, s.token_ids, s.text, s.finish_reason, s.seed, s.prefix_len,"
-               " s.checksum, s.cell_id FROM samples s LEFT JOIN grades g USING(sample_id)")
-        if not include_graded:
-            sql += " WHERE g.sample_id IS NULL"
-        rows = list(self.conn.execute(sql + " ORDER BY s.sample_id"))
-        self.check_rows(rows)  # a grade of a changed row would look like a real result
-        return [(r[0], r[7], r[2], r[3]) for r in rows]
+        where = "" if include_graded else " WHERE s.sample_id NOT IN (SELECT sample_id FROM grades)"
+        self.check_where(where)  # a grade of a changed row would look like a real result
+        return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
+            "SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s" + where
+            + " ORDER BY s.sample_id")]
 
     def items(self) -> dict[str, dict[str, Any]]:
         """cell_id -> the cohort row the cell was made from (what graders judge against)."""
         return {cid: json.loads(item) for cid, item in self.conn.execute("SELECT cell_id, item FROM cells")}
 
-    def verify_integrity(self) -> list[int]:
-        """Sample ids whose stored checksum does not match their payload (should be empty)."""
-        rows = self.conn.execute("SELECT sample_id, token_ids, text, finish_reason, seed, "
-                                 "prefix_len, checksum FROM samples ORDER BY sample_id")
-        return [int(r[0]) for r in rows if _row_checksum(*r[1:6]) != r[6]]
+    def verify_integrity(self) -> list[RowDamage]:
+        """Every sample row that does not match its checksum (empty when the store is whole)."""
+        return [d for rows in self._checked_rows() for r in rows
+                if (d := _row_damage(r, self.schema)) is not None]
 
     def check_where(self, where: str = "", params: tuple = ()) -> None:
-        """`check_rows` of the samples `where` selects (a WHERE clause on samples as `s`) that
-        this object has not checked or written yet: each row's payload is read and hashed once
-        per command, however often its cell's samples are read again."""
-        ids = [int(r[0]) for r in self.conn.execute("SELECT s.sample_id FROM samples s" + where,
-                                                    params) if int(r[0]) not in self._verified]
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            self.check_rows(self.conn.execute(
-                "SELECT sample_id, token_ids, text, finish_reason, seed, prefix_len, checksum FROM "
-                f"samples WHERE sample_id IN ({','.join('?' * len(chunk))})", chunk))
+        """`_check_ids` of the samples `where` selects (a WHERE clause on samples as `s`)."""
+        self._check_ids([int(r[0]) for r in self.conn.execute(
+            "SELECT s.sample_id FROM samples s" + where, params)])
 
-    def check_rows(self, rows: Iterable[Sequence[Any]]) -> None:
-        """Refuse, in one line, sample rows (sample_id, token_ids, text, finish_reason, seed,
-        prefix_len, checksum) whose checksum does not match: every command that reads samples
-        checks the rows it uses (a sha256 of a few KB per row), `bt verify` checks all."""
-        rows = list(rows)
-        bad = [int(r[0]) for r in rows if _row_checksum(*r[1:6]) != r[6]]
-        self._verified.update(int(r[0]) for r in rows if int(r[0]) not in bad)
+    def _check_ids(self, ids: Iterable[int]) -> None:
+        """Refuse, in one line, sample rows `ids` that do not match their checksums: every
+        command that reads samples checks the rows it uses (a sha256 of a few KB per row) once
+        per command (rows this object checked or wrote are not hashed again); `bt verify`
+        checks all."""
+        todo = [i for i in ids if i not in self._verified]
+        bad: list[RowDamage] = []
+        for rows in self._checked_rows(todo):
+            for r in rows:
+                damage = _row_damage(r, self.schema)
+                if damage is None:
+                    self._verified.add(int(r[0]))
+                else:
+                    bad.append(damage)
         if bad:
-            more = f" and {len(bad) - 1:,} more" if len(bad) > 1 else ""
-            raise BtError(f"{self.path}: sample {bad[0]}{more} does not match its checksum (its "
-                          f"tokens or text were changed after it was written); the store is "
-                          f"damaged: `bt verify {self.run_dir}` lists what, restore it from a copy")
+            more = f" (and {len(bad) - 1:,} more rows)" if len(bad) > 1 else ""
+            raise BtError(f"{self.path}: {bad[0].describe()}: it does not match its checksum"
+                          f"{more}; the store is damaged: `bt verify {self.run_dir}` lists what, "
+                          f"restore it from a copy")
 
     # ---- frames -------------------------------------------------------------------------
     def cells_frame(self):  # -> pd.DataFrame
@@ -942,6 +1244,28 @@ def check_writable(run_dir: Path) -> None:
     for p in (path, run_dir):
         if p.exists() and not os.access(p, os.W_OK):
             raise _write_error(path, OSError(errno.EACCES, f"{p} is read-only or immutable"))
+
+
+def _readonly_uri(path: Path) -> str:
+    """The URI a reader opens `path` with: `mode=ro`, and `immutable=1` when its folder cannot be
+    written and no -wal file holds commits: a WAL store's readers need a -shm file beside it,
+    which an archived run's folder (read-only, `chattr +i`) cannot take, and no writer can
+    change such a store either (it would need its own -wal there)."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    wal = path.with_name(path.name + "-wal")
+    if not os.access(path.parent, os.W_OK) and not (wal.exists() and wal.stat().st_size):
+        uri += "&immutable=1"
+    return uri
+
+
+def _read_error(path: Path, exc: BaseException) -> BtError:
+    """One line for a store a reader cannot open (a folder it cannot write whose -wal file
+    still holds commits: SQLite needs a -shm file beside it to read them)."""
+    wal = path.with_name(path.name + "-wal")
+    why = (f"{wal.name} holds commits not yet in {path.name} and its folder cannot be written"
+           if wal.exists() and wal.stat().st_size else "its folder or file cannot be read")
+    return BtError(f"{path}: cannot read the run store ({exc}): {why}; make the folder "
+                   f"writable, or read a copy of the run folder")
 
 
 def _is_write_failure(exc: sqlite3.OperationalError) -> bool:

@@ -43,3 +43,12 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 2,
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+def snapshot(run: Path) -> dict[str, bytes]:
+    """Every file of a run directory (store, WAL, hidden vectors) by relative path; not the
+    -shm file, SQLite's shared-memory index, which readers update by design, nor an empty
+    -wal (a reader of a WAL store opens one; it holds nothing)."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
+            if p.is_file() and not p.name.endswith("-shm")
+            and not (p.name.endswith("-wal") and p.stat().st_size == 0)}

@@ -77,11 +77,12 @@ def frames(spec: dict | None = None, budget: int = 1024) -> tuple[pd.DataFrame, 
 
 def write_store(run_dir: Path, spec: dict, protocol: Protocol | None = DEFAULT) -> Path:
     """A run store holding spec's cells and graded samples (probes at the protocol's B) and, in
-    its manifest, the protocol (`protocol=None`: a run made by an older bt, without one)."""
+    its manifest, what every run's holds: a model, a cohort digest and the protocol
+    (`protocol=None`: a manifest without one, refused as damaged)."""
     budget = (protocol or DEFAULT).budget
     with RunStore(run_dir, create=True) as store:
-        if protocol is not None:
-            store.update_manifest({"protocol": protocol.to_dict()})
+        store.update_manifest({"model_id": "fixture", "cohort_digest": "fixture",
+                               **({"protocol": protocol.to_dict()} if protocol else {})})
         store.add_cells([{"cell_id": cell, "model": cell.split(":")[0],
                           "item": {"id": cell.split(":")[1], "stage": s["stage"],
                                    "level": s["level"], "answer": "1"},

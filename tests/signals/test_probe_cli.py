@@ -75,12 +75,14 @@ def test_probe_on_a_jsonl_dump_writes_the_table(dump, tiny_model_dir, tmp_path):
 def test_probe_on_a_run_reads_its_attempts(tiny_model, tiny_model_dir, tmp_path):
     """A run store holding graded attempts (token ids and prompt ids as bt stores them)."""
     from breakthrough.models.hidden_states import tokenize_dump
+    from breakthrough.protocol import DEFAULT
     from breakthrough.store import RunStore, SampleRecord
     from breakthrough.tasks.grade import Grade
 
     run = tmp_path / "run"
     store = RunStore(run, create=True)
-    store.update_manifest({"model_id": str(tiny_model_dir)})
+    store.update_manifest({"model_id": str(tiny_model_dir), "cohort_digest": "fixture",
+                           "protocol": DEFAULT.to_dict()})
     cells, records, grades = [], [], []
     for p in range(PROBLEMS):
         prompt, _ = tokenize_dump(tiny_model.tokenizer, f"Compute {p} * 3.", "")
