@@ -76,7 +76,8 @@ def test_classify_leaves_unfinished_cells_unlabelled_with_one_note(tmp_path):
 def test_a_run_never_continued_is_not_labelled_at_all(tmp_path):
     run = tmp_path / "fresh"
     with RunStore(run, create=True) as store:
-        store.update_manifest({"protocol": DEFAULT.to_dict()})
+        store.update_manifest({"protocol": DEFAULT.to_dict(), "model_id": "tiny",
+                               "cohort_digest": "fixture"})
         store.add_cells([{"cell_id": f"g:p{i}", "model": "g", "item": {"id": f"p{i}"},
                           "prompt_ids": [1]} for i in range(3)])
         store.add_samples([_base(f"g:p{i}") for i in range(3)])
@@ -108,6 +109,7 @@ def _sample_run(path):
     restarts."""
     with RunStore(path, create=True) as store:
         store.update_manifest({"run_kind": "sample", "protocol": DEFAULT.to_dict(),
+                               "model_id": "tiny", "cohort_digest": "fixture",
                                "attempts": {"kind": "attempt", "max_tokens": 16}})
         store.add_cells([{"cell_id": "g:p1", "model": "g", "item": {"id": "p1", "answer": "1"},
                           "prompt_ids": [1]}])
