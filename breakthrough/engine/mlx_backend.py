@@ -166,12 +166,22 @@ class MlxEngine:
         shared_prefixes: int = SHARED_PREFIXES,
         instrument: bool = True,
         kv_bits: int | None = None,
+        share_prefixes: bool | None = None,
     ):
         self.model = model
         _blas_notice_once()
         # `--kv-bits`: plain attention layers hold keys and values quantized to this many bits
         # (None: the model's dtype). It changes tokens: a run records it (cell_loop).
         self.kv_bits = None if kv_bits is None else check_kv_bits(model, kv_bits)
+        # Rows point into their cell's one prefix copy (`shared_kv`) only where memory needs it
+        # (None: `capacity` decides): when the budget holds `batch_size` rows with a copy each
+        # (mlx-lm's batch cache, counted twice for its growth), they keep their copies, since
+        # assembling a layer's batch keys and values every step costs time (on the tiny CPU
+        # bench model, bt fell from 13.6x to about 2.7x the plain loop under load). Quantized
+        # KV exists only as shared rows.
+        self.share_prefixes = bool(share_prefixes) or kv_bits is not None
+        self._share_fixed = share_prefixes is not None or kv_bits is not None
+        self._unshared_tokens = 0  # the longest row without a shared prefix `capacity` saw
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         if not self.eos_ids:
             raise BtError("the model has no EOS token id; cannot generate")
@@ -318,7 +328,7 @@ class MlxEngine:
         """Rows are admitted by the bytes they add (`_fits`), not by a fixed row count: the
         scheduler may offer up to `batch_size` requests and the engine holds back the one that
         does not fit until rows finish (issue 28)."""
-        return bool(self.memory_budget_bytes)
+        return bool(self.memory_budget_bytes) and self.share_prefixes
 
     def layout(self) -> CacheBytes:
         """The model's cache layout (`prefix_cache.CacheBytes`), measured once."""
@@ -343,6 +353,16 @@ class MlxEngine:
                          max_prefixes=self._max_prefixes, snapshots=self._snapshots())
         if self.reuse_prefixes:
             self._prefix_slots = rule.slots
+        if not shared:
+            self._unshared_tokens = max(self._unshared_tokens, tokens)
+        if shared and not self._share_fixed:
+            # the old rule: every row its own copy, counted twice, at the longest row asked for
+            longest = max(tokens, self._unshared_tokens)
+            copies = self.layout().row(longest) * 2 * self.batch_size
+            reserve = rule.slots * self.layout().prefix_cache(shared, self._snapshots())
+            self.share_prefixes = reserve + copies > budget
+            if not self.share_prefixes:
+                return self.batch_size
         if rule.rows < 1:
             raise BtError(f"--memory-gb {budget / 2**30:.3g} cannot hold one row of {tokens} tokens"
                           + (f" ({shared} of them a shared prefix held once)" if shared else "")
@@ -401,8 +421,8 @@ class MlxEngine:
         """Whether `req` can join the `in_flight` rows within `--memory-gb` (always, without a
         budget): what the caches hold now, plus the bytes it adds, plus one decode step's
         transient at the longest row."""
-        if not self.memory_budget_bytes:
-            return True
+        if not self.memory_budget_bytes or not self.share_prefixes:
+            return True  # without sharing, `capacity` admitted batch_size full rows up front
         length, add = self._cost(req)
         longest = max([length, *self._row_len.values()])
         need = self._held_bytes() + add + self.layout().step_transient(in_flight + 1, longest)
@@ -477,7 +497,7 @@ class MlxEngine:
         for layer in cache:
             if self.kv_bits and type(layer) in (KVCache, QuantizedKVCache):
                 layer = QuantizedSharedRowCache.quantized_from(layer, self.kv_bits, KV_GROUP_SIZE)
-            elif type(layer) is KVCache:
+            elif type(layer) is KVCache and self.share_prefixes:
                 layer = SharedRowCache.from_cache(layer)
             if isinstance(layer, SharedRowCache):
                 layer.reserve(room)

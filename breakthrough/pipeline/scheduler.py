@@ -192,9 +192,10 @@ def memory_plan(engine: Engine, cells: Sequence[CellPlan], protocol: Protocol) -
         return None
     probe = max(c.probe_row(protocol) for c in cells)
     restart = max(c.restart_row(protocol) for c in cells)
-    rows_p = engine.capacity(probe[0], shared_tokens=probe[1])
     rows_r = engine.capacity(restart)
-    engine.capacity(probe[0], shared_tokens=probe[1])  # leaves the probes' prefix slots set
+    # after the restarts': leaves the probes' prefix slots set, and (MlxEngine) decides whether
+    # rows must share their prefix's one copy, knowing the longest restart too
+    rows_p = engine.capacity(probe[0], shared_tokens=probe[1])
     budget = getattr(engine, "memory_budget_bytes", 0)
     auto = getattr(engine, "memory_auto_line", None)
     text = auto or (f"--memory-gb {budget / 2**30:g}" if budget else "no --memory-gb cap")

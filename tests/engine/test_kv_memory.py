@@ -131,16 +131,18 @@ def test_branches_hold_one_copy_of_their_prefix_and_equal_fresh_prefills(fp32_qw
     mx.eval(fp32_qwen3.parameters())
     mx.clear_cache()
     before = mx.get_active_memory()
-    engine = MlxEngine(fp32_qwen3, [511], batch_size=8)
+    engine = MlxEngine(fp32_qwen3, [511], batch_size=8, share_prefixes=True)
     shared = {r.key: r.tokens for r in engine.generate(reqs)}
     assert engine.admitted_rows_max == 4
     assert engine.peak_memory_bytes - before < 2 * prefix
     fresh = MlxEngine(fp32_qwen3, [511], batch_size=8, reuse_prefixes=False)
     assert {r.key: r.tokens for r in fresh.generate(reqs)} == shared
+    copies = MlxEngine(fp32_qwen3, [511], batch_size=8, share_prefixes=False)  # mlx-lm's cache
+    assert {r.key: r.tokens for r in copies.generate(reqs)} == shared
     # a budget that holds the prefix and two rows: admitted two at a time, the same tokens
     longest = len(prompt) + 384 + 5
     row = layout.own_row(5) + layout.step_transient(1, longest)
-    tight = MlxEngine(fp32_qwen3, [511], batch_size=8,
+    tight = MlxEngine(fp32_qwen3, [511], batch_size=8, share_prefixes=True,
                       memory_budget_bytes=int(prefix + 2.5 * row))
     assert {r.key: r.tokens for r in tight.generate(reqs)} == shared
     assert tight.admitted_rows_max == 2
@@ -188,3 +190,16 @@ def test_a_run_records_its_kv_bits_and_never_mixes_them(tmp_path) -> None:
     assert run_kv_bits({"continuation": continuation_identity(False, 4)}, None, tmp_path) == 4
     with pytest.raises(BtError, match="--kv-bits 8: the run was continued with the model's own"):
         run_kv_bits({"continuation": continuation_identity(False)}, 8, tmp_path)
+
+
+def test_rows_keep_their_own_copies_while_memory_allows(bf16_geometry) -> None:
+    """Sharing costs a per-step assembly of each layer's batch keys and values: rows share their
+    prefix's one copy only when the budget cannot hold `--batch-size` rows with a copy each."""
+    _, model = bf16_geometry
+    roomy = MlxEngine(model, [0], batch_size=4, memory_budget_bytes=64 * GiB)
+    assert _probe(roomy, 1024) == 4
+    assert not roomy.share_prefixes and not roomy.admits_by_memory
+    tight = MlxEngine(model, [0], batch_size=32, memory_budget_bytes=24 * GiB)
+    assert _probe(tight, 16384) >= 8
+    assert tight.share_prefixes and tight.admits_by_memory
+    assert MlxEngine(model, [0], kv_bits=8).share_prefixes  # quantized rows are always shared
