@@ -79,11 +79,15 @@ def auto_budget(model: Any, offered: tuple[int, str] | None = None) -> AutoBudge
     recommended working set includes the weights (unified memory); available RAM was measured
     after they were loaded, so only the margin comes off it."""
     size, source = offered if offered is not None else offered_bytes()
-    weights = weights_bytes(model)
+    return _auto(size, source, weights_bytes(model), loaded=True)
+
+
+def _auto(size: int, source: str, weights: int, *, loaded: bool) -> AutoBudget:
+    """`offered` bytes less the weights (unless they were loaded before available RAM was read)
+    and the margin."""
     margin = max(MARGIN_MIN, int(MARGIN_SHARE * size))
-    taken = weights if source.startswith("Metal") else 0
-    budget = max(MIN_BUDGET, size - taken - margin)
-    return AutoBudget(budget, source, size, weights, margin)
+    taken = weights if source.startswith("Metal") or not loaded else 0
+    return AutoBudget(max(MIN_BUDGET, size - taken - margin), source, size, weights, margin)
 
 
 SHARED_PREFIXES = 8  # cells' prefixes an MLX engine keeps at most (the scheduler sorts their probes)
@@ -172,8 +176,5 @@ def budget_without_loading(folder: Any, budget_bytes: int | None) -> tuple[int, 
     size read from their files."""
     if budget_bytes is not None:
         return budget_bytes, f"--memory-gb {budget_bytes / GiB:g}"
-    size, source = offered_bytes()
-    weights = folder_weights_bytes(folder)
-    margin = max(MARGIN_MIN, int(MARGIN_SHARE * size))
-    budget = max(MIN_BUDGET, size - weights - margin)  # not loaded yet: either memory pays
-    return budget, AutoBudget(budget, source, size, weights, margin).describe()
+    auto = _auto(*offered_bytes(), folder_weights_bytes(folder), loaded=False)
+    return auto.budget_bytes, auto.describe()

@@ -239,7 +239,6 @@ class MlxEngine:
         # The most rows in flight in a decode step whose longest context was up to each power of
         # two (the bench's "rows in flight at each anchor depth").
         self.rows_by_context: dict[int, int] = {}
-        self.memory_rows: int | None = None  # rows the budget admits at the deepest anchor
         # Keys of rows to drop before their end (`cancel`: bt serve's client went away).
         self._cancelled: set[str] = set()
         self._cancel_lock = threading.Lock()

@@ -200,8 +200,6 @@ def memory_plan(engine: Engine, cells: Sequence[CellPlan], protocol: Protocol) -
     auto = getattr(engine, "memory_auto_line", None)
     text = auto or (f"--memory-gb {budget / 2**30:g}" if budget else "no --memory-gb cap")
     plan = MemoryPlan(rows_p, rows_r, probe[0], int(getattr(engine, "batch_size", rows_p)), text)
-    if hasattr(engine, "memory_rows"):
-        engine.memory_rows = rows_p
     return plan
 
 
