@@ -208,10 +208,19 @@ def _stops(body: dict) -> tuple[str, ...]:
     return tuple(dict.fromkeys(stop))
 
 
+UNSUPPORTED = (  # fields that would change the answer, accepted only at their neutral value
+    ("n", lambda v: v in (None, 1)), ("best_of", lambda v: v in (None, 1)),
+    ("stream", lambda v: not v), ("echo", lambda v: not v), ("use_beam_search", lambda v: not v),
+    ("ignore_eos", lambda v: not v), ("suffix", lambda v: not v), ("logit_bias", lambda v: not v),
+    ("presence_penalty", lambda v: v in (None, 0)), ("frequency_penalty", lambda v: v in (None, 0)),
+    ("repetition_penalty", lambda v: v in (None, 1)), ("min_tokens", lambda v: v in (None, 0)),
+    ("tools", lambda v: not v), ("response_format", lambda v: v in (None, {"type": "text"})),
+)
+
+
 def _unsupported(body: dict) -> None:
-    for name, ok in (("n", lambda v: v in (None, 1)), ("best_of", lambda v: v in (None, 1)),
-                     ("stream", lambda v: not v), ("echo", lambda v: not v),
-                     ("use_beam_search", lambda v: not v), ("ignore_eos", lambda v: not v)):
+    """Refuse a field bt serve would otherwise ignore while the client counts on it."""
+    for name, ok in UNSUPPORTED:
         if not ok(body.get(name)):
             raise BadRequest(f"{name}: {body.get(name)!r} is not supported by bt serve")
 

@@ -17,7 +17,7 @@ from engine.serve_procs import bt_serve
 from breakthrough.models.tokens import decode
 from breakthrough.serve.errors import BadRequest
 from breakthrough.serve.parse import Served, parse_chat_request, parse_completion_request
-from breakthrough.serve.stops import StopStrings, find_stop
+from breakthrough.serve.stops import SEQUENCES_PER_STOP, StopStrings, find_stop
 
 PROMPT_TEXT = "The capital of France is"
 MESSAGES = [{"role": "system", "content": "Answer briefly."},
@@ -78,12 +78,14 @@ def _first_holding(tokenizer, ids: list[int], stop: str) -> int:
 
 
 def _stop_in(pieces: list[str], full: str, within: bool) -> str:
-    """A stop string taken from the middle of a generated text: inside one token's text, or
-    spanning two tokens (the last character of one and the first of the next)."""
+    """A stop string taken from the middle of a generated text: one token's whole text (four
+    characters or more: few tokens hold it), or spanning two tokens (the last character of one
+    and the first of the next)."""
     for i in range(len(pieces) // 3, len(pieces) - 1):
         a, b = pieces[i], pieces[i + 1]
-        cand = a[-2:] if within else a[-1:] + b[:1]
-        if len(cand) == 2 and cand.isprintable() and "\ufffd" not in cand and full.find(cand) > 0:
+        cand = a if within else a[-1:] + b[:1]
+        if (len(cand) >= (4 if within else 2) and cand.isprintable() and "\ufffd" not in cand
+                and full.find(cand) > 0):
             return cand
     pytest.skip("no usable stop string in this sample")
 
@@ -171,6 +173,9 @@ def test_bodies_it_cannot_serve_are_4xx_json(client, path: str, raw: bytes) -> N
     ("/v1/completions", {"prompt": ["a", "b"]}, "2 prompts"),
     ("/v1/completions", {"prompt": [1], "stop": 7}, "stop:"),
     ("/v1/completions", {"prompt": [1], "ignore_eos": True}, "ignore_eos"),
+    ("/v1/completions", {"prompt": [1], "presence_penalty": 0.5}, "presence_penalty"),
+    ("/v1/chat/completions", {"messages": MESSAGES, "tools": [{"type": "function"}]}, "tools"),
+    ("/v1/chat/completions", {"messages": MESSAGES, "stream": True}, "stream"),
     ("/v1/completions", {"prompt": " x" * 10_000, "max_tokens": 1}, "context of 8,192"),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, "messages[0]"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
@@ -218,3 +223,4 @@ def test_find_stop_is_the_first_token_whose_text_holds_a_stop(tiny_model) -> Non
     seqs = StopStrings(tok).sequences(", f")
     assert all(", f" in decode(tok, s) for s in seqs)  # every sequence spells it: no early end
     assert tuple(tok.encode(", f", add_special_tokens=False)) in seqs
+    assert len(StopStrings(tok).sequences("e")) == SEQUENCES_PER_STOP  # capped, commonest first
