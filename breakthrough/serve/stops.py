@@ -89,7 +89,7 @@ def find_stop(tokenizer: Any, tokens: Sequence[int], stops: Sequence[str]) -> St
 
 def cut(res: GenResult, n: int) -> GenResult:
     """`res` with only its first `n` tokens (and their statistics): ended by a stop string."""
-    def head(a):
+    def head(a: Any) -> Any:
         return None if a is None else a[:n]
 
     return replace(res, tokens=list(res.tokens[:n]), logprobs=res.logprobs[:n],
