@@ -171,7 +171,8 @@ def _messages(body: dict, served: Served, generation_prompt: bool) -> list[int]:
         if isinstance(content, list):  # OpenAI content parts: text only
             texts = []
             for j, part in enumerate(content):
-                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                if (not isinstance(part, dict) or part.get("type") != "text"
+                        or not isinstance(part.get("text"), str)):
                     raise BadRequest(f"messages[{i}].content[{j}]: only text parts "
                                      '({"type": "text", "text": ...}) are served')
                 texts.append(part["text"])
