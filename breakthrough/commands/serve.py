@@ -1,4 +1,5 @@
-"""`bt serve`: the local MLX engine behind a vLLM-style `/v1/completions` (a fleet member)."""
+"""`bt serve`: the local MLX engine behind vLLM's OpenAI-compatible API (a fleet member, or a
+server for ordinary clients)."""
 
 from __future__ import annotations
 
@@ -33,14 +34,16 @@ def serve(
                                            "is a 400 naming the limit); 0: the model's context "
                                            "(max_position_embeddings)."),
 ) -> None:
-    """Serve the model to `bt base|continue --backend vllm --endpoint URL[,URL...]`.
+    """Serve the model over HTTP, to `bt ... --backend vllm --endpoint URL` and OpenAI clients.
 
-    Token-id prompts, per-request seeds (the local MLX backend's tokens exactly), top-20
-    log-probs, bt's exact entropies as an extra field, one prefill per cell. A client that
-    disconnects stops its generation. Ctrl-C stops."""
+    /v1/completions (token ids or text), /v1/chat/completions (the model's chat template),
+    /tokenize, /detokenize; per-request seeds (the local MLX backend's tokens exactly), stop
+    strings, top-20 log-probs, bt's exact entropies as an extra field, one prefill per cell.
+    A client that disconnects stops its generation. One line per request on stderr. Ctrl-C
+    stops."""
     import sys
 
-    from breakthrough.engine.serve import serve as run_server
+    from breakthrough.serve.app import serve as run_server
     from breakthrough.models.registry import OFFLINE_DEFAULT
 
     run_server(model or OFFLINE_DEFAULT, host=host, port=port, batch_size=batch_size,

@@ -32,6 +32,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from breakthrough.errors import BtError
+
 T = TypeVar("T")
 
 
@@ -41,6 +43,18 @@ class EndpointDown(Exception):
 
 class RequestFailed(Exception):
     """The endpoint answered, but never with a usable result for this request."""
+
+
+def check_api_key(key: str | None) -> str | None:
+    """`key` as it goes into `Authorization: Bearer KEY` (None: no key), or one line naming
+    --api-key: the one rule for a key, whether bt sends it (`--api-key`, BT_API_KEY) or
+    `bt serve` expects it (`--api-key`, BT_SERVE_API_KEY). A key must be a non-empty header
+    value: no spaces or control characters."""
+    if key is None:
+        return None
+    if not key or any(c.isspace() for c in key) or not key.isprintable():
+        raise BtError("--api-key: expected a non-empty key without spaces or control characters")
+    return key
 
 
 RETRIED_4XX = (408, 429)  # request timeout, too many requests: the server is busy, not the request bad

@@ -20,8 +20,10 @@ from bt_cli import assert_one_line_error, run_bt
 from engine.serve_procs import bt_serve
 
 from breakthrough.engine.http_backend import HttpEngine
-from breakthrough.engine.serve import (MAX_BODY_BYTES, BadRequest, check_access, is_loopback,
-                                       parse_completion_request)
+from breakthrough.serve.auth import check_access, is_loopback
+from breakthrough.serve.errors import BadRequest
+from breakthrough.serve.parse import Served, parse_completion_request
+from breakthrough.serve.routes import MAX_BODY_BYTES
 from breakthrough.errors import BtError
 
 KEY = "test-key-21"
@@ -84,10 +86,10 @@ def test_an_oversized_body_is_413(client) -> None:
 
 def test_the_context_rule_is_prompt_plus_max_tokens() -> None:
     body = {"prompt": PROMPT, "max_tokens": 8}
-    parse_completion_request(body, ("m",), 49152, max_len=16)  # 8 + 8 fits exactly
+    parse_completion_request(body, Served(("m",), 49152, max_len=16))  # 8 + 8 fits exactly
     with pytest.raises(BadRequest, match="at most 8"):
-        parse_completion_request({**body, "max_tokens": 9}, ("m",), 49152, max_len=16)
-    parse_completion_request({**body, "max_tokens": 10**6}, ("m",), 49152, max_len=0)  # unknown: no cap
+        parse_completion_request({**body, "max_tokens": 9}, Served(("m",), 49152, max_len=16))
+    parse_completion_request({**body, "max_tokens": 10**6}, Served(("m",), 49152))  # unknown: no cap
 
 
 def _long_request(url: str, max_tokens: int) -> socket.socket:

@@ -10,7 +10,8 @@ from starlette.testclient import TestClient
 
 from breakthrough.engine.contract import GenRequest, SharedPrefix
 from breakthrough.engine.mlx_backend import MlxEngine
-from breakthrough.engine.serve import MlxServer, build_app
+from breakthrough.serve.generation import MlxServer
+from breakthrough.serve.routes import build_app
 from breakthrough.protocol import Sampling
 
 
@@ -61,8 +62,8 @@ def test_shared_prefix_and_follows_reuse_without_changing_tokens(client) -> None
 
 
 @pytest.mark.parametrize("patch, field", [
-    ({"prompt": "hello"}, "prompt"), ({"prompt": [1, 10**9]}, "outside the vocabulary"),
-    ({"n": 2}, "n:"), ({"stream": True}, "stream"), ({"stop": ["\n"]}, "stop"),
+    ({"prompt": ""}, "prompt: empty"), ({"prompt": [1, 10**9]}, "outside the vocabulary"),
+    ({"n": 2}, "n:"), ({"stream": True}, "stream"), ({"stop": [""]}, "stop"),
     ({"max_tokens": 0}, "max_tokens"), ({"temperature": "hot"}, "temperature"),
     ({"model": "other"}, "model"), ({"bt": {"shared_prefix": 3}}, "bt.shared_prefix"),
 ])
