@@ -171,7 +171,7 @@ def beside(loaded, batch: int, steps: int, sampling: Sampling) -> tuple[float, f
     import mlx.core as mx
     import numpy as np
 
-    from breakthrough.engine import sampling as smp
+    from breakthrough.engine.sampling import keys, numpy_draw, numpy_stats
     from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
 
     gen = _filled(SeededBatchGenerator, loaded, batch, steps,
@@ -180,12 +180,12 @@ def beside(loaded, batch: int, steps: int, sampling: Sampling) -> tuple[float, f
     tokens = gb._next_tokens
     mx.eval(tokens)
     x = np.array(loaded.model(tokens[:, None], cache=gb.prompt_cache)[:, -1, :].astype(mx.float32))
-    settings = smp.row_settings_np([sampling] * batch, x.shape[1])
-    draw = smp.draw_np(x, smp.row_keys(range(batch), [0] * batch), settings)
+    settings = numpy_draw.row_settings_np([sampling] * batch, x.shape[1])
+    draw = numpy_draw.draw_np(x, keys.row_keys(range(batch), [0] * batch), settings)
 
     def job() -> float:
         t0 = time.perf_counter()
-        smp.draw_stats_np(x, draw, settings.k)
+        numpy_stats.draw_stats_np(x, draw, settings.k)
         return time.perf_counter() - t0
 
     alone, together, job_times = [], [], []

@@ -28,22 +28,16 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
-from breakthrough.engine.sampling import (
+from breakthrough.engine.sampling.keys import row_keys
+from breakthrough.engine.sampling.mlx_path import RowParams, row_params, sample_step, top_logprobs
+from breakthrough.engine.sampling.numpy_draw import RowSettingsNp, draw_np, row_settings_np
+from breakthrough.engine.sampling.numpy_stats import draw_stats_np, top_logprobs_np
+from breakthrough.engine.sampling.signals import (
     HIDDEN_FIELDS,
-    RowParams,
-    RowSettingsNp,
-    draw_np,
-    draw_stats_np,
     hidden_signals,
     hidden_signals_np,
-    row_keys,
-    row_params,
-    row_settings_np,
-    sample_step,
     token_signals,
     token_signals_np,
-    top_logprobs,
-    top_logprobs_np,
 )
 from breakthrough.protocol import Sampling
 
