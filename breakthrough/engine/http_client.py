@@ -32,6 +32,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from breakthrough.engine.contract import REQUEST_TIMEOUT_S, RETRIES
+
 T = TypeVar("T")
 
 
@@ -51,10 +53,10 @@ class RetryPolicy:
     """How long one request may take and how often it is tried (`--request-timeout`,
     `--retries`)."""
 
-    attempts: int = 3
+    attempts: int = RETRIES + 1
     backoff_s: float = 0.5
     max_backoff_s: float = 8.0
-    timeout_s: float = 600.0
+    timeout_s: float = REQUEST_TIMEOUT_S
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (0-based)."""
