@@ -62,7 +62,7 @@ the forward, so the reuse does not shorten its step). The `--beside` run after: 
 step, 101.84 forward, 13.9 %.
 MLX's own CPU exp is scalar (14 ms for the same pass), so moving the statistics into the
 forward's graph is slower. On Apple silicon or CUDA the draw and the statistics are part of the
-step's MLX graph (`sampling.sample_step`) and this split is the one to measure there.
+step's MLX graph (`sampling.mlx_path.sample_step`) and this split is the one to measure there.
 
     .venv/bin/python bench/decode_profile.py                  # tiny: 4 layers, width 128
     .venv/bin/python bench/decode_profile.py --model deep     # 8 layers, width 384

@@ -1,6 +1,6 @@
 """The MLX backend: mlx-lm's `BatchGenerator` (continuous batching) with one batched sampler.
 
-Sampling (protocol 1.4; `sampling.py`, driven by `batch_step.py`). One call per decode step
+Sampling (protocol 1.4; `sampling/`, driven by `batch_step.py`). One call per decode step
 draws every row's next token: a Gumbel-max over the row's candidate log-probs divided by the
 temperature, with Gumbel noise hashed from (row seed, token index, token id), never from MLX's
 global RNG, so a row's tokens do not depend on what else shares its batch. The candidate set
