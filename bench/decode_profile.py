@@ -62,7 +62,7 @@ the forward, so the reuse does not shorten its step). The `--beside` run after: 
 step, 101.84 forward, 13.9 %.
 MLX's own CPU exp is scalar (14 ms for the same pass), so moving the statistics into the
 forward's graph is slower. On Apple silicon or CUDA the draw and the statistics are part of the
-step's MLX graph (`sampling.sample_step`) and this split is the one to measure there.
+step's MLX graph (`sampling.mlx_path.sample_step`) and this split is the one to measure there.
 
     .venv/bin/python bench/decode_profile.py                  # tiny: 4 layers, width 128
     .venv/bin/python bench/decode_profile.py --model deep     # 8 layers, width 384
@@ -171,7 +171,7 @@ def beside(loaded, batch: int, steps: int, sampling: Sampling) -> tuple[float, f
     import mlx.core as mx
     import numpy as np
 
-    from breakthrough.engine import sampling as smp
+    from breakthrough.engine.sampling import keys, numpy_draw, numpy_stats
     from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
 
     gen = _filled(SeededBatchGenerator, loaded, batch, steps,
@@ -180,12 +180,12 @@ def beside(loaded, batch: int, steps: int, sampling: Sampling) -> tuple[float, f
     tokens = gb._next_tokens
     mx.eval(tokens)
     x = np.array(loaded.model(tokens[:, None], cache=gb.prompt_cache)[:, -1, :].astype(mx.float32))
-    settings = smp.row_settings_np([sampling] * batch, x.shape[1])
-    draw = smp.draw_np(x, smp.row_keys(range(batch), [0] * batch), settings)
+    settings = numpy_draw.row_settings_np([sampling] * batch, x.shape[1])
+    draw = numpy_draw.draw_np(x, keys.row_keys(range(batch), [0] * batch), settings)
 
     def job() -> float:
         t0 = time.perf_counter()
-        smp.draw_stats_np(x, draw, settings.k)
+        numpy_stats.draw_stats_np(x, draw, settings.k)
         return time.perf_counter() - t0
 
     alone, together, job_times = [], [], []

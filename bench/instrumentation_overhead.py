@@ -1,4 +1,4 @@
-"""What does the per-token instrumentation (protocol 2.2, `engine/sampling.py:token_signals*`)
+"""What does the per-token instrumentation (protocol 2.2, `engine/sampling/signals.py:token_signals*`)
 cost? Generated tokens/s of the MLX engine with full instrumentation vs log-prob-only
 (`MlxEngine(instrument=False)`: log-prob and the two entropies only), same requests, same run.
 

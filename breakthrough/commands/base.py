@@ -61,7 +61,8 @@ def base(
     Each trace also stores every 8th token's hidden vector (protocol 2.2; see --hidden-stride)."""
     from rich.console import Console
 
-    from breakthrough.engine import EngineSpec, http_options
+    from breakthrough.commands.engine_options import http_options
+    from breakthrough.engine import EngineSpec
     from breakthrough.models.registry import OFFLINE_DEFAULT
     from breakthrough.pipeline.base import BaseRequest, base_runs
 

@@ -90,7 +90,8 @@ def continue_(
     identity, so the result equals an uninterrupted run)."""
     from rich.console import Console
 
-    from breakthrough.engine import EngineSpec, http_options
+    from breakthrough.commands.engine_options import http_options
+    from breakthrough.engine import EngineSpec
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
     from breakthrough.store import run_dirs
 
@@ -162,7 +163,7 @@ def continue_(
 def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend: str,
                 remote: dict, batch_size: int, memory_gb: str, lock_wait: float) -> None:
     """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
-    the HTTP backends' settings (`engine.http_options`)."""
+    the HTTP backends' settings (`engine_options.http_options`)."""
     from rich.console import Console
 
     from breakthrough.engine import EngineSpec

@@ -30,11 +30,9 @@ def max_inflight_option() -> typer.models.OptionInfo:
                                 "else 16).")
 
 
-REQUEST_TIMEOUT_S = 600.0  # the defaults of EngineSpec.request_timeout_s and .retries
-RETRIES = 2
-
-
 def request_timeout_option() -> typer.models.OptionInfo:
+    from breakthrough.engine.contract import REQUEST_TIMEOUT_S  # EngineSpec's default
+
     return typer.Option(REQUEST_TIMEOUT_S, "--request-timeout", metavar="SECONDS",
                         help="--backend vllm|sglang: seconds one attempt of a request may take "
                              "(connecting, sending, each read of the answer) before it is "
@@ -44,6 +42,8 @@ def request_timeout_option() -> typer.models.OptionInfo:
 
 
 def retries_option() -> typer.models.OptionInfo:
+    from breakthrough.engine.contract import RETRIES  # EngineSpec's default
+
     return typer.Option(RETRIES, "--retries", metavar="N",
                         help="--backend vllm|sglang: further attempts of a request after a "
                              "connection error, timeout, 5xx / 429 answer or malformed body "
@@ -131,14 +131,11 @@ def memory_budget(text: str | None) -> int | None:
 
 
 def check_engine_options(backend: str, batch_size: int, memory_gb: str | None = None) -> None:
-    """--backend is known, --batch-size is a positive row count, --memory-gb is auto or a
-    positive number of GB."""
-    from breakthrough.engine.contract import BACKENDS  # numpy: not at `bt` start-up
+    """--backend is known, --batch-size is a positive row count (both checked by `EngineSpec`,
+    their one home), --memory-gb is auto or a positive number of GB."""
+    from breakthrough.engine.contract import EngineSpec  # numpy: not at `bt` start-up
 
-    if backend not in BACKENDS:
-        raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    if batch_size < 1:
-        raise BtError(f"--batch-size: expected a positive integer, got {batch_size}")
+    EngineSpec(backend=backend, batch_size=batch_size)
     memory_budget(memory_gb)
 
 

@@ -52,7 +52,8 @@ def sample(
     every 8th token's hidden vector (protocol 2.2; see --hidden-stride)."""
     from rich.console import Console
 
-    from breakthrough.engine import EngineSpec, http_options
+    from breakthrough.commands.engine_options import http_options
+    from breakthrough.engine import EngineSpec
     from breakthrough.models.registry import OFFLINE_DEFAULT
     from breakthrough.pipeline.sample import SampleRequest, plan_sample, sample_runs
 

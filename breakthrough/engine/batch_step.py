@@ -4,17 +4,16 @@ mlx-lm calls each row's sampler separately when rows have different samplers (th
 row has its own seed), which serialises the per-token work the batch should share. This module
 keeps mlx-lm's continuous batching (prefill, cache merging, stop matching, row removal) and
 replaces only the decode step (`GenerationBatch._step`): one forward pass, then one fused graph
-(`sampling.sample_step`) that draws every row's next token from its own identity key and
-computes its statistics, evaluated asynchronously with the step as mlx-lm does. On MLX's CPU
-device the same sampler runs in numpy (`sampling.sample_step_np`) on the evaluated logits,
-since MLX's CPU exp and argpartition are scalar code (about 70x slower than numpy's here).
+(`sampling.mlx_path.sample_step`) that draws every row's next token from its own identity key
+and computes its statistics, evaluated asynchronously with the step as mlx-lm does. On MLX's
+CPU device the same sampler runs in numpy (`sampling.numpy_draw`, `sampling.numpy_stats`) on
+the evaluated logits, since MLX's CPU exp and argpartition are scalar code.
 
 A row is described by a `RowSpec` passed where mlx-lm expects a sampler; it carries the row's
 seed, sampling setting and the index of its next token. Each response's `logprobs` field holds
-that token's statistics `[log-prob, entropy, sampling entropy]` (floats; followed by the
-`sampling.SIGNAL_FIELDS` when the row is instrumented) instead of a full
-vocabulary vector, so nothing vocabulary-sized leaves the step; rows asking for it (`top`) also
-get each step's most likely ids and their log-probs.
+that token's `StepStats` (log-prob, entropy, sampling entropy, the instrumentation fields when
+the row is instrumented, and the step's most likely ids and log-probs when the row asks for
+them: `top`) instead of a full vocabulary vector, so nothing vocabulary-sized leaves the step.
 
 Written against mlx-lm 0.32.x (pinned in pyproject.toml): `_step` and `generate` follow that
 version's code."""
@@ -22,30 +21,36 @@ version's code."""
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import NamedTuple
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
-from breakthrough.engine.sampling import (
+from breakthrough.engine.sampling.keys import row_keys
+from breakthrough.engine.sampling.mlx_path import RowParams, row_params, sample_step, top_logprobs
+from breakthrough.engine.sampling.numpy_draw import RowSettingsNp, draw_np, row_settings_np
+from breakthrough.engine.sampling.numpy_stats import draw_stats_np, top_logprobs_np
+from breakthrough.engine.sampling.signals import (
     HIDDEN_FIELDS,
-    RowParams,
-    RowSettingsNp,
-    draw_np,
-    draw_stats_np,
     hidden_signals,
     hidden_signals_np,
-    row_keys,
-    row_params,
-    row_settings_np,
-    sample_step,
     token_signals,
     token_signals_np,
-    top_logprobs,
-    top_logprobs_np,
 )
 from breakthrough.protocol import Sampling
+
+
+class StepStats(NamedTuple):
+    """One row's statistics for one generated token: the `logprobs` field of each response of
+    a `SeededBatchGenerator` (nothing vocabulary-sized leaves the step)."""
+
+    logprob: float  # log-probability of the drawn token under the full distribution
+    entropy: float  # entropy of the model's full next-token distribution (nats)
+    sampling_entropy: float  # entropy of the distribution the token was drawn from (0: greedy)
+    signals: list[float]  # SIGNAL_FIELDS then HIDDEN_FIELDS when the batch is instrumented, else []
+    top_ids: list[int] | None  # the step's `top` most likely ids, descending, when rows ask
+    top_logprobs: list[float] | None  # their log-probs
 
 
 class RowSpec:
@@ -125,7 +130,7 @@ def _stats_worker() -> ThreadPoolExecutor:
 
 
 class _CpuStats:
-    """One CPU step's statistics (sampling.draw_stats_np, the instrumentation, the top
+    """One CPU step's statistics (`numpy_stats.draw_stats_np`, the instrumentation, the top
     log-probs) from its logits and draw. Holds the MLX logits so that the numpy view `x` of
     their memory stays valid.
 
@@ -172,7 +177,7 @@ class SeededGenerationBatch(GenerationBatch):
     _settings: RowParams | RowSettingsNp | None = None
 
     def _row_settings(self, specs: list[RowSpec], vocab: int, build):
-        """`build(samplings, vocab)` (sampling.row_params for MLX, row_settings_np for numpy),
+        """`build(samplings, vocab)` (mlx_path.row_params or numpy_draw.row_settings_np),
         rebuilt only when the rows' samplings change: rows come and go between steps, but most
         steps see the same batch."""
         key = (build, vocab) + tuple(s.sampling for s in specs)  # compared by value
@@ -181,7 +186,9 @@ class SeededGenerationBatch(GenerationBatch):
             self._settings_key = key
         return self._settings
 
-    def _step(self) -> tuple[list[int], list[Any]]:
+    def _step(self) -> tuple[list[int], list[StepStats]]:
+        """One decode step, as mlx-lm's: forward the tokens drawn last step, draw the next ones
+        and start evaluating them, then read the last step's tokens and statistics."""
         self._current_tokens = self._next_tokens
         self._current_logprobs = self._next_logprobs
         inputs = self._current_tokens
@@ -191,89 +198,130 @@ class SeededGenerationBatch(GenerationBatch):
         specs: list[RowSpec] = self.samplers
         instrument = any(s.instrument for s in specs)
         keep_hidden = [s.hidden_stride > 0 and s.step % s.hidden_stride == 0 for s in specs]
-        hidden = None
-        if instrument or any(keep_hidden):
-            logits, hidden = forward_with_hidden(self.model, inputs[:, None], self.prompt_cache)
-        else:
-            logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
-        for job in {id(b[0]): b[0] for b, _ in self._current_logprobs
-                    if isinstance(b[0], _CpuStats)}.values():
-            job.start()  # the previous step's statistics, beside this forward
+        logits, hidden = self._forward(inputs, instrument or any(keep_hidden))
+        self._start_previous_stats()
         keys = row_keys([s.seed for s in specs], [s.step for s in specs])
-        kept = []  # this step's kept vectors, evaluated with the step (their buffer then goes)
-        if hidden is not None and any(keep_hidden):
-            for i, s in enumerate(specs):
-                if keep_hidden[i]:
-                    kept.append(hidden[i].astype(mx.float16))
-                    s.hidden_rows.append((s.step, kept[-1]))
+        kept = _keep_hidden_rows(specs, hidden, keep_hidden)
         for s in specs:
             s.step += 1
         top = max((s.top for s in specs), default=0)
-        bundle: tuple
         if mx.default_device() == mx.cpu:
-            # MLX's CPU exp / argpartition are scalar: the vocabulary-sized work runs in numpy
-            # on a view of the evaluated logits (same definition as sampling.sample_step). Only
-            # the draw is on the path of the next forward; the statistics and instrumentation
-            # run on a worker thread beside that forward and are read one step later.
-            logits = logits.astype(mx.float32)
-            hidden_np = None
-            if hidden is not None:
-                hidden = hidden.astype(mx.float32)
-                mx.eval(logits, hidden)
-                hidden_np = np.asarray(hidden)
-            else:
-                mx.eval(logits)
-            x = np.asarray(logits)
-            settings = self._row_settings(specs, x.shape[1], row_settings_np)
-            draw = draw_np(x, keys, settings)
-            job = _CpuStats(logits, x, draw, settings.k, list(specs), instrument, hidden_np, top)
-            bundle = (job,)
-            tokens = mx.array(draw.tokens.astype(np.uint32))
+            tokens, bundle = self._draw_cpu(logits, hidden, keys, specs, instrument, top)
         else:
-            tokens, stats = sample_step(logits, mx.array(keys),
-                                        self._row_settings(specs, logits.shape[-1], row_params))
-            if instrument:
-                prev = None
-                if any(s.prev is not None for s in specs):
-                    zero = mx.zeros((logits.shape[-1],), dtype=mx.float32)
-                    prev = (mx.stack([zero if s.prev is None else s.prev for s in specs]),
-                            mx.array([s.prev is not None for s in specs]))
-                signals, logp = token_signals(logits, tokens, prev)
-                if hidden is not None:
-                    hidden = hidden.astype(mx.float32)
-                    prev_h = None
-                    if any(s.prev_hidden is not None for s in specs):
-                        zero_h = mx.zeros((hidden.shape[-1],), dtype=mx.float32)
-                        prev_h = (mx.stack([zero_h if s.prev_hidden is None else s.prev_hidden
-                                            for s in specs]),
-                                  mx.array([s.prev_hidden is not None for s in specs]))
-                    hid = hidden_signals(hidden, prev_h)
-                else:
-                    hid = mx.full((len(specs), len(HIDDEN_FIELDS)), float("nan"))
-                stats = mx.concatenate([stats, signals, hid], axis=1)
-                for i, s in enumerate(specs):
-                    s.prev = logp[i] if s.instrument else None
-                    s.prev_hidden = hidden[i] if s.instrument and hidden is not None else None
-            bundle = (stats,) + (top_logprobs(logits, top) if top > 0 else ())
+            tokens, bundle = self._draw_mlx(logits, hidden, keys, specs, instrument, top)
 
         # Start the next step's tokens and statistics, then read the current ones (as mlx-lm).
         self._next_tokens = tokens
         self._next_logprobs = [(bundle, i) for i in range(len(specs))]
         mx.async_eval(tokens, *[a for a in bundle if isinstance(a, mx.array)], *kept)
-
-        current = self._current_logprobs
-        bundles = {id(b): b for b, _ in current}
-        arrays = {k: b[0].result() if isinstance(b[0], _CpuStats) else b for k, b in bundles.items()}
-        mx.eval(inputs, *[a for b in arrays.values() for a in b if isinstance(a, mx.array)])
-        lists = {k: [a.tolist() for a in b] for k, b in arrays.items()}
-        # Per row: [log-prob, entropy, sampling entropy, *SIGNAL_FIELDS, *HIDDEN_FIELDS when
-        # instrumented]
-        # (+ [top ids], [top log-probs]).
-        current_stats = [[col[i] for col in lists[id(b)]] for b, i in current]
+        current_stats = self._read_current(inputs)
         inputs = inputs.tolist()
         for sti, ti in zip(self.tokens, inputs):
             sti.append(ti)
         return inputs, current_stats
+
+    def _forward(self, inputs, with_hidden: bool):
+        """(last-position logits [n, V], final-normalised hidden state [n, d] or None), lazily;
+        the hidden state only when some row is instrumented or keeps this step's vector."""
+        if with_hidden:
+            return forward_with_hidden(self.model, inputs[:, None], self.prompt_cache)
+        return self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :], None
+
+    def _start_previous_stats(self) -> None:
+        """Hand the previous step's CPU statistics to their worker, to run beside this forward."""
+        for job in {id(b[0]): b[0] for b, _ in self._current_logprobs
+                    if isinstance(b[0], _CpuStats)}.values():
+            job.start()
+
+    def _draw_cpu(self, logits, hidden, keys, specs: list[RowSpec], instrument: bool,
+                  top: int) -> tuple[mx.array, tuple]:
+        """(tokens, bundle) on MLX's CPU device: MLX's CPU exp / argpartition are scalar, so the
+        vocabulary-sized work runs in numpy on a view of the evaluated logits (the same
+        definition as `mlx_path.sample_step`). Only the draw is on the path of the next forward;
+        the statistics and instrumentation (`_CpuStats`, the bundle) run on a worker thread
+        beside that forward and are read one step later."""
+        logits = logits.astype(mx.float32)
+        hidden_np = None
+        if hidden is not None:
+            hidden = hidden.astype(mx.float32)
+            mx.eval(logits, hidden)
+            hidden_np = np.asarray(hidden)
+        else:
+            mx.eval(logits)
+        x = np.asarray(logits)
+        settings = self._row_settings(specs, x.shape[1], row_settings_np)
+        draw = draw_np(x, keys, settings)
+        job = _CpuStats(logits, x, draw, settings.k, list(specs), instrument, hidden_np, top)
+        return mx.array(draw.tokens.astype(np.uint32)), (job,)
+
+    def _draw_mlx(self, logits, hidden, keys, specs: list[RowSpec], instrument: bool,
+                  top: int) -> tuple[mx.array, tuple]:
+        """(tokens, bundle of lazy arrays: the statistics [n, C], then the top ids and log-probs
+        when rows ask for them) as one MLX graph (Metal / CUDA devices)."""
+        tokens, stats = sample_step(logits, mx.array(keys),
+                                    self._row_settings(specs, logits.shape[-1], row_params))
+        if instrument:
+            stats = mx.concatenate([stats, *_mlx_signals(logits, hidden, tokens, specs)], axis=1)
+        return tokens, (stats,) + (top_logprobs(logits, top) if top > 0 else ())
+
+    def _read_current(self, inputs) -> list[StepStats]:
+        """Each row's `StepStats` of the tokens this step forwarded (evaluated now, one step
+        after they were started)."""
+        current = self._current_logprobs
+        bundles = {id(b): b for b, _ in current}
+        arrays = {k: b[0].result() if isinstance(b[0], _CpuStats) else b
+                  for k, b in bundles.items()}
+        mx.eval(inputs, *[a for b in arrays.values() for a in b if isinstance(a, mx.array)])
+        lists = {k: [a.tolist() for a in b] for k, b in arrays.items()}
+        return [_row_stats(lists[id(b)], i) for b, i in current]
+
+
+def _keep_hidden_rows(specs: list[RowSpec], hidden, keep_hidden: list[bool]) -> list:
+    """Append this step's hidden vector (float16) to each row that keeps it (`RowSpec.
+    hidden_rows`, under the row's current token index); returns the vectors, to be evaluated
+    with the step so that their buffer then goes."""
+    kept: list = []
+    if hidden is not None and any(keep_hidden):
+        for i, s in enumerate(specs):
+            if keep_hidden[i]:
+                kept.append(hidden[i].astype(mx.float16))
+                s.hidden_rows.append((s.step, kept[-1]))
+    return kept
+
+
+def _previous(values: list, width: int):
+    """(rows' previous states stacked [n, width], has-previous bool [n]) for the transition
+    fields, rows without one as zeros; None when no row has one."""
+    if all(v is None for v in values):
+        return None
+    zero = mx.zeros((width,), dtype=mx.float32)
+    return (mx.stack([zero if v is None else v for v in values]),
+            mx.array([v is not None for v in values]))
+
+
+def _mlx_signals(logits, hidden, tokens, specs: list[RowSpec]) -> tuple[mx.array, mx.array]:
+    """The instrumentation columns of one MLX step: (SIGNAL_FIELDS [n, F], HIDDEN_FIELDS [n, H],
+    NaN without a hidden state); updates each instrumented row's previous
+    log-distribution and hidden state for the next step's transition fields."""
+    prev = _previous([s.prev for s in specs], logits.shape[-1])
+    signals, logp = token_signals(logits, tokens, prev)
+    if hidden is not None:
+        hidden = hidden.astype(mx.float32)
+        hid = hidden_signals(hidden, _previous([s.prev_hidden for s in specs], hidden.shape[-1]))
+    else:
+        hid = mx.full((len(specs), len(HIDDEN_FIELDS)), float("nan"))
+    for i, s in enumerate(specs):
+        s.prev = logp[i] if s.instrument else None
+        s.prev_hidden = hidden[i] if s.instrument and hidden is not None else None
+    return signals, hid
+
+
+def _row_stats(columns: list[list], i: int) -> StepStats:
+    """Row i's `StepStats` from a step's bundle as lists: the statistics [n, C] (then the top ids
+    and log-probs [n, k] when rows asked for them)."""
+    row = columns[0][i]
+    top_ids, top_lps = (columns[1][i], columns[2][i]) if len(columns) == 3 else (None, None)
+    return StepStats(row[0], row[1], row[2], row[3:], top_ids, top_lps)
 
 
 class SeededPromptBatch(PromptProcessingBatch):

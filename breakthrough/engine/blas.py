@@ -2,11 +2,10 @@
 
 Why: the `mlx[cpu]` wheel bundles the netlib *reference* BLAS (`mlx_cpu.libs/libblas-*.so`),
 single-threaded and unblocked, so a batched decode step costs nearly as much per row as a
-single one (measured: a 49,152 x 384 output layer at batch 32 took 656 ms, 32 ms with OpenBLAS;
-`bt continue` on the issue-15 workload 211 s -> 62 s). libmlx resolves `cblas_sgemm` through the
-process's global symbol scope first, so a BLAS opened with RTLD_GLOBAL *before* the first
-`import mlx.core` takes over every float matmul. Quantized (4-bit) matmuls are MLX's own kernels
-and do not go through BLAS.
+single one, and the float matmuls (the output layer above all) dominate a CPU step. libmlx
+resolves `cblas_sgemm` through the process's global symbol scope first, so a BLAS opened with
+RTLD_GLOBAL *before* the first `import mlx.core` takes over every float matmul. Quantized
+(4-bit) matmuls are MLX's own kernels and do not go through BLAS.
 
 `load_optimised_blas()` runs from `breakthrough/__init__.py` (stdlib and ctypes only, so every
 entry point of the package, `bt`, the tests and the bench scripts, gets it before any module

@@ -170,6 +170,28 @@ class Engine(Protocol):
     def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]: ...
 
 
+REQUEST_TIMEOUT_S = 600.0
+"""Default seconds one attempt of an HTTP request may take (`--request-timeout`)."""
+RETRIES = 2
+"""Default further attempts of a failed HTTP request (`--retries`)."""
+MAX_REQUEST_TIMEOUT_S = 86400.0
+"""A day: beyond it a hung server is not worth waiting for."""
+MAX_RETRIES = 100
+
+
+def check_batch_size(batch_size: int) -> None:
+    """`--batch-size` is a positive number of rows (bt's engines and `bt serve`)."""
+    if batch_size < 1:
+        raise BtError(f"--batch-size: expected a positive integer, got {batch_size}")
+
+
+def check_api_key(key: str | None) -> None:
+    """An API key, when given, is one printable word: it goes into an HTTP header (bt's client
+    sends it, `bt serve` expects it)."""
+    if key is not None and (not key or any(c.isspace() for c in key) or not key.isprintable()):
+        raise BtError("--api-key: expected a non-empty key without spaces or control characters")
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """What the user asked for; `breakthrough.engine.make_engine` turns it into an Engine.
@@ -205,10 +227,30 @@ class EngineSpec:
     endpoints: tuple[str, ...] = ()
     max_inflight: int = 0
     accept_processed_logprobs: bool = False
-    request_timeout_s: float = 600.0
-    retries: int = 2
+    request_timeout_s: float = REQUEST_TIMEOUT_S
+    retries: int = RETRIES
     api_key: str | None = field(default=None, repr=False)
     instrument: bool = True
+
+    def __post_init__(self) -> None:
+        """Refuse settings no engine can run, in one line naming the option that sets each: the
+        one place these rules live (the commands build an EngineSpec before anything is
+        written, so a mistake is refused there)."""
+        if self.backend not in BACKENDS:
+            raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        check_batch_size(self.batch_size)
+        if self.endpoints and self.backend not in HTTP_BACKENDS:
+            raise BtError(f"--endpoint applies to --backend {' or '.join(HTTP_BACKENDS)}, "
+                          f"not {self.backend}")
+        if self.max_inflight < 0:
+            raise BtError("--max-inflight: expected 0 (the server's limit) or a positive integer, "
+                          f"got {self.max_inflight}")
+        if not (0 < self.request_timeout_s <= MAX_REQUEST_TIMEOUT_S):  # also refuses nan
+            raise BtError(f"--request-timeout: expected seconds in (0, {MAX_REQUEST_TIMEOUT_S:g}], "
+                          f"got {self.request_timeout_s:g}")
+        if not 0 <= self.retries <= MAX_RETRIES:
+            raise BtError(f"--retries: expected an integer in [0, {MAX_RETRIES}], got {self.retries}")
+        check_api_key(self.api_key)
 
 
 BACKENDS: tuple[str, ...] = ("mlx", "mlx-fresh", "vllm", "sglang")

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from breakthrough.errors import BtError
+from breakthrough.engine.contract import REQUEST_TIMEOUT_S, RETRIES
 
 T = TypeVar("T")
 
@@ -45,18 +45,6 @@ class RequestFailed(Exception):
     """The endpoint answered, but never with a usable result for this request."""
 
 
-def check_api_key(key: str | None) -> str | None:
-    """`key` as it goes into `Authorization: Bearer KEY` (None: no key), or one line naming
-    --api-key: the one rule for a key, whether bt sends it (`--api-key`, BT_API_KEY) or
-    `bt serve` expects it (`--api-key`, BT_SERVE_API_KEY). A key must be a non-empty header
-    value: no spaces or control characters."""
-    if key is None:
-        return None
-    if not key or any(c.isspace() for c in key) or not key.isprintable():
-        raise BtError("--api-key: expected a non-empty key without spaces or control characters")
-    return key
-
-
 RETRIED_4XX = (408, 429)  # request timeout, too many requests: the server is busy, not the request bad
 
 
@@ -65,10 +53,10 @@ class RetryPolicy:
     """How long one request may take and how often it is tried (`--request-timeout`,
     `--retries`)."""
 
-    attempts: int = 3
+    attempts: int = RETRIES + 1
     backoff_s: float = 0.5
     max_backoff_s: float = 8.0
-    timeout_s: float = 600.0
+    timeout_s: float = REQUEST_TIMEOUT_S
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (0-based)."""

@@ -1,6 +1,6 @@
 """The MLX backend: mlx-lm's `BatchGenerator` (continuous batching) with one batched sampler.
 
-Sampling (protocol 1.4; `sampling.py`, driven by `batch_step.py`). One call per decode step
+Sampling (protocol 1.4; `sampling/`, driven by `batch_step.py`). One call per decode step
 draws every row's next token: a Gumbel-max over the row's candidate log-probs divided by the
 temperature, with Gumbel noise hashed from (row seed, token index, token id), never from MLX's
 global RNG, so a row's tokens do not depend on what else shares its batch. The candidate set
@@ -583,7 +583,7 @@ class MlxEngine:
     def generate(self, requests: Iterable[GenRequest]) -> Iterator[GenResult]:
         import mlx.core as mx
 
-        from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
+        from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator, StepStats
 
         pending = iter(requests)
         gen = SeededBatchGenerator(
@@ -654,17 +654,15 @@ class MlxEngine:
                     context = len(row.req.prompt) + len(row.tokens)  # before this token
                     self.attention_real += context
                     longest = max(longest, context)
-                    # This token's statistics from the batched step (batch_step.py):
-                    # [[log-prob, entropy, sampling entropy]] (+ [top ids], [top log-probs]).
-                    stats = resp.logprobs
+                    stats: StepStats = resp.logprobs  # this token's, from the batched step
                     row.tokens.append(int(resp.token))
-                    row.logprobs.append(stats[0][0])
-                    row.entropies.append(stats[0][1])
-                    row.sampling_entropies.append(stats[0][2])
+                    row.logprobs.append(stats.logprob)
+                    row.entropies.append(stats.entropy)
+                    row.sampling_entropies.append(stats.sampling_entropy)
                     if self.instrument:
-                        row.signals.append(stats[0][3:])
-                    if len(stats) == 3:
-                        row.top.append((stats[1], stats[2]))
+                        row.signals.append(stats.signals)
+                    if stats.top_ids is not None:
+                        row.top.append((stats.top_ids, stats.top_logprobs))
                     if resp.finish_reason is None:
                         continue
                     del rows[resp.uid]

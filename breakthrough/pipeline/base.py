@@ -251,8 +251,6 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
         raise BtError(f"--prompt-variant: expected plain or explicit, got {req.variant!r}")
     if req.protocol.base_max_tokens < 1:
         raise BtError("--max-tokens must be >= 1")
-    if req.engine.batch_size < 1:
-        raise BtError("--batch-size must be >= 1")
     check_hidden_stride(req.hidden_stride, req.engine.backend)
     check_runs_dir(req.runs_dir)
     if not req.models:

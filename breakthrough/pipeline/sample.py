@@ -98,8 +98,6 @@ def check_request(req: SampleRequest) -> None:
         raise BtError(f"--attempts: expected 1..{MAX_ATTEMPTS}, got {req.attempts}")
     if req.protocol.base_max_tokens < 1:
         raise BtError("--max-tokens must be >= 1")
-    if req.engine.batch_size < 1:
-        raise BtError("--batch-size must be >= 1")
     if req.seeds is not None and len(req.seeds) != req.attempts:
         raise BtError(f"--seeds: {len(req.seeds)} seeds for {req.attempts} attempts")
     if not req.models:

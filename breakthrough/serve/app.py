@@ -45,12 +45,12 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, batch_size: int
     per request. Every option is checked, and the socket bound, before the model loads."""
     import uvicorn
 
+    from breakthrough.engine.contract import check_batch_size
     from breakthrough.models.loading import load_model
     from breakthrough.serve.generation import MlxServer
     from breakthrough.serve.routes import build_app
 
-    if batch_size < 1:
-        raise BtError("--batch-size must be >= 1")
+    check_batch_size(batch_size)
     if not 0 <= port <= 65535:
         raise BtError(f"--port: {port} is not a TCP port")
     if max_queue < 0:

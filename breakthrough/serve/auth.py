@@ -8,7 +8,7 @@ import hmac
 import ipaddress
 from typing import Any
 
-from breakthrough.engine.http_client import check_api_key
+from breakthrough.engine.contract import check_api_key
 from breakthrough.errors import BtError
 from breakthrough.serve.errors import error_body
 

@@ -8,7 +8,7 @@ import pytest
 
 from breakthrough.engine.contract import GenRequest
 from breakthrough.engine.mlx_backend import MlxEngine
-from breakthrough.engine.sampling import (
+from breakthrough.engine.sampling.signals import (
     HIDDEN_FIELDS,
     SIGNAL_FIELDS,
     TAIL_K,

@@ -1,4 +1,4 @@
-"""The batched seeded sampler (engine/sampling.py): mlx-lm's candidate set, the right
+"""The batched seeded sampler (engine/sampling/): mlx-lm's candidate set, the right
 distribution, batch independence, exact per-token statistics."""
 
 from __future__ import annotations
@@ -6,13 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from breakthrough.engine.sampling import (
-    candidates,
-    row_keys,
-    row_params,
-    sample_step,
-    top_logprobs,
-)
+from breakthrough.engine.sampling.keys import row_keys
+from breakthrough.engine.sampling.mlx_path import candidates, row_params, sample_step, top_logprobs
 from breakthrough.protocol import Sampling
 
 GREEDY = Sampling(temperature=0.0)
@@ -148,7 +143,7 @@ def test_top_logprobs_are_the_full_distribution_top_k():
 def test_numpy_step_equals_mlx_step(sampling):
     """The CPU path (numpy, used on MLX's CPU device) and the MLX path draw the same tokens with
     the same statistics: one definition, two implementations."""
-    from breakthrough.engine.sampling import sample_step_np, top_logprobs_np
+    from breakthrough.engine.sampling.numpy_stats import sample_step_np, top_logprobs_np
 
     logits = _logits(6, vocab=3000, seed=5, scale=3.0)
     seeds, steps = [3, 4, 5, 6, 7, 8], [0, 1, 2, 3, 4, 5]
@@ -163,7 +158,7 @@ def test_numpy_step_equals_mlx_step(sampling):
 
 
 def test_chunked_top_candidates_are_the_top_k():
-    from breakthrough.engine.sampling import _top_candidates_np
+    from breakthrough.engine.sampling.numpy_search import top_candidates
 
     rng = np.random.default_rng(6)
     x = rng.normal(size=(5, 49152)).astype(np.float32)
@@ -171,7 +166,7 @@ def test_chunked_top_candidates_are_the_top_k():
     x[2, :300] += 20.0  # the top in one chunk
     x[3] = np.round(x[3])  # many ties
     for k in (1, 20, 64):
-        got = _top_candidates_np(x, k)
+        got = top_candidates(x, k)
         for r in range(5):
             kth = np.sort(x[r])[-k]
             assert len(set(got[r].tolist())) == k and np.all(x[r, got[r]] >= kth)
@@ -193,7 +188,7 @@ def test_top_p_decided_from_group_bounds_or_the_exact_mass(monkeypatch, top1_mas
     mass only for rows whose bounds straddle the cut; either way the kept set is the
     definition's. Flat rows are decided by the bounds alone; a row whose top token holds
     ~0.95 of the mass (the protocol's top_p) needs the exact mass."""
-    from breakthrough.engine import sampling as S
+    from breakthrough.engine.sampling import numpy_draw as D
 
     vocab, k = 49152, 20
     rng = np.random.default_rng(11)
@@ -202,13 +197,13 @@ def test_top_p_decided_from_group_bounds_or_the_exact_mass(monkeypatch, top1_mas
     row[123] = np.float32(np.log(top1_mass / (1 - top1_mass) * rest))  # p(123) = top1_mass
     flat = rng.normal(size=(3, vocab)).astype(np.float32) * np.float32([[0.3], [1.0], [2.0]])
     calls = []
-    exact = S._exact_mass
-    monkeypatch.setattr(S, "_exact_mass", lambda xs, top: calls.append(len(xs)) or exact(xs, top))
+    exact = D._exact_mass
+    monkeypatch.setattr(D, "_exact_mass", lambda xs, top: calls.append(len(xs)) or exact(xs, top))
     sampling = Sampling(temperature=0.6, top_p=0.95, top_k=k)
     for x in (flat, np.concatenate([flat, row[None]])):
         calls.clear()
         n = len(x)
-        draw = S.draw_np(x, S.row_keys(range(n), [0] * n), S.row_settings_np([sampling] * n, vocab))
+        draw = D.draw_np(x, row_keys(range(n), [0] * n), D.row_settings_np([sampling] * n, vocab))
         for r in range(n):
             kept = np.isfinite(draw.scaled[r])
             assert np.array_equal(kept, _top_p_keep_by_definition(x[r], k, 0.95)), r
@@ -223,7 +218,8 @@ def test_statistics_reuse_the_draws_exact_mass_exps_bit_for_bit(greedy_rows):
     """Issue 22: rows whose top-p cut needs the exact mass have their exp(x - max) computed by
     the draw (on the next forward's path); the statistics reuse them (`Draw.exps`) instead of a
     second exp pass, and every number is bit-identical to computing them afresh."""
-    from breakthrough.engine import sampling as S
+    from breakthrough.engine.sampling import numpy_draw as D
+    from breakthrough.engine.sampling.numpy_stats import draw_stats_np
 
     vocab, k, n = 49152, 20, 7
     rng = np.random.default_rng(5)
@@ -232,13 +228,13 @@ def test_statistics_reuse_the_draws_exact_mass_exps_bit_for_bit(greedy_rows):
         rest = np.exp(x[r].astype(np.float64)).sum()
         x[r, 17 * r] = np.float32(np.log(0.9499 / (1 - 0.9499) * rest))
     samplings = [Sampling(temperature=0.0)] * greedy_rows + [Sampling(temperature=0.6, top_p=0.95, top_k=k)] * (n - greedy_rows)
-    settings = S.row_settings_np(samplings, vocab)
-    draw = S.draw_np(x, S.row_keys(range(n), [0] * n), settings)
+    settings = D.row_settings_np(samplings, vocab)
+    draw = D.draw_np(x, row_keys(range(n), [0] * n), settings)
     assert draw.exps is not None and len(draw.exps[0]) >= 2
-    fresh = S.Draw(draw.tokens, draw.sampled, draw.scaled, draw.top_ids)
+    fresh = D.Draw(draw.tokens, draw.sampled, draw.scaled, draw.top_ids)
     for keep in (False, True):
-        got, full = S.draw_stats_np(x, draw, settings.k, keep_probs=keep)
-        want, want_full = S.draw_stats_np(x, fresh, settings.k, keep_probs=keep)
+        got, full = draw_stats_np(x, draw, settings.k, keep_probs=keep)
+        want, want_full = draw_stats_np(x, fresh, settings.k, keep_probs=keep)
         assert np.array_equal(got, want)
         assert np.array_equal(full.lse, want_full.lse) and np.array_equal(full.entropy, want_full.entropy)
         assert (full.probs is None) == (not keep) and (not keep or np.array_equal(full.probs, want_full.probs))
@@ -248,10 +244,10 @@ def test_uniform_draw_never_reaches_one():
     """The Gumbel draw -log(-log u) is finite for every hash value: u < 1 even for the largest
     one (v1's 24-bit draw rounded it to 1.0 in float32, a +inf that could pick a filtered
     token)."""
-    from breakthrough.engine import sampling as S
+    from breakthrough.engine.sampling.keys import U23
 
     h = np.array([0, 0xFFFFFFFF, 0xFFFFFE00, 0x1FF], dtype=np.uint32)
-    u = ((h >> 9).astype(np.float32) + 0.5) * np.float32(S._U23)
+    u = ((h >> 9).astype(np.float32) + 0.5) * np.float32(U23)
     assert np.all(u > 0) and np.all(u < 1)
     assert np.all(np.isfinite(-np.log(-np.log(u))))
 
@@ -262,7 +258,7 @@ def test_full_distribution_blocks_equal_float64_and_each_row_alone(rows):
     sums: on a real-size vocabulary its log-sum-exp, entropy and kept probabilities equal a
     float64 computation, for row counts that do not fill the last block, and every row's values
     are bit-identical to that row computed alone (the batch must not change a row's numbers)."""
-    from breakthrough.engine.sampling import full_distribution_np
+    from breakthrough.engine.sampling.numpy_stats import full_distribution_np
 
     x = np.asarray(_logits(rows, vocab=49_152, seed=11, scale=3.0))
     full = full_distribution_np(x, keep_probs=True)

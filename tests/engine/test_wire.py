@@ -172,8 +172,8 @@ def test_sampling_entropy_is_unknown_without_top_k_and_zero_when_greedy() -> Non
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_topk_signals_equal_the_full_distribution_definitions(seed: int) -> None:
     """What a server's top-20 determines equals the full-distribution instrumentation of the
-    MLX backend (sampling.token_signals_np); the rest is NaN, never a guess."""
-    from breakthrough.engine.sampling import SIGNAL_FIELDS, token_signals_np
+    MLX backend (sampling.signals.token_signals_np); the rest is NaN, never a guess."""
+    from breakthrough.engine.sampling.signals import SIGNAL_FIELDS, token_signals_np
     from breakthrough.engine.topk_stats import topk_signals
 
     rng = np.random.default_rng(seed)

@@ -26,9 +26,9 @@ from engine.fake_vllm import FakeVllm
 from engine.serve_procs import bt_serve
 
 from breakthrough.cli import app
-from breakthrough.commands.options import EXIT_FAILURES, REQUEST_TIMEOUT_S, RETRIES
-from breakthrough.engine import http_options
-from breakthrough.engine.contract import EngineSpec
+from breakthrough.commands.engine_options import http_options
+from breakthrough.commands.options import EXIT_FAILURES
+from breakthrough.engine.contract import REQUEST_TIMEOUT_S, RETRIES, EngineSpec
 from breakthrough.engine.http_client import RetryPolicy
 from breakthrough.errors import BtError
 from breakthrough.store import RunStore
@@ -157,10 +157,18 @@ def test_out_of_range_options_are_one_line(tmp_path: Path, command: str, args: l
     ({"api_key": "tab\there"}, "--api-key"),
 ])
 def test_http_options_are_checked(args: dict, words: str) -> None:
-    base = dict(backend="vllm", endpoint="http://127.0.0.1:9", max_inflight=0, accept_processed_logprobs=False)
-    with pytest.raises(BtError, match=words):
-        http_options(**base, **args)
-    ok = http_options(**base, request_timeout=2.5, retries=0, api_key="k")
+    """The options are refused by `http_options` (the command's parsing) and by `EngineSpec`
+    itself (the one home of each value's rule), with the same line."""
+    base = dict(backend="vllm", endpoint="http://127.0.0.1:9", max_inflight=0,
+                accept_processed_logprobs=False, request_timeout=REQUEST_TIMEOUT_S, retries=RETRIES)
+    with pytest.raises(BtError, match=words) as parsed:
+        http_options(**{**base, **args})
+    fields = {"request_timeout": "request_timeout_s"}
+    with pytest.raises(BtError) as made:
+        EngineSpec(backend="vllm", endpoints=("http://127.0.0.1:9",),
+                   **{fields.get(k, k): v for k, v in args.items()})
+    assert str(made.value) == str(parsed.value)
+    ok = http_options(**{**base, "request_timeout": 2.5, "retries": 0}, api_key="k")
     assert (ok["request_timeout_s"], ok["retries"], ok["api_key"]) == (2.5, 0, "k")
     assert http_options(**{**base, "backend": "mlx", "endpoint": None}, api_key="k")["api_key"] is None
     assert "sekret" not in repr(EngineSpec(api_key="sekret"))  # never shown
