@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from breakthrough.errors import BtError
+from breakthrough.outputs import replace_atomic
 from breakthrough.protocol import OPTION_NAMES, Protocol
 from breakthrough.tasks.grade import Grade
 
@@ -307,26 +308,7 @@ def _hidden_payload(rec: SampleRecord) -> bytes | None:
 def _write_atomic(path: Path, data: bytes) -> None:
     """`data` to `path` so that a kill at any moment leaves the old file or the whole new one
     (protocol 8.1: temp file, fsync, rename, then the folder's entry made durable)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    try:
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:  # pragma: no cover - a platform without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+    replace_atomic(path, lambda tmp: tmp.write_bytes(data), durable=True)
 
 
 @dataclass
@@ -1212,6 +1194,19 @@ def _first_difference(name: str, was: Any, now: Any) -> tuple[str, Any, Any]:
             if was.get(key) != now.get(key):
                 return _first_difference(f"{name}.{key}", was.get(key), now.get(key))
     return name, was, now
+
+
+def run_names(dirs: Sequence[str | Path]) -> list[str]:
+    """The names of these runs in every multi-run table (`bt classify`'s `run` column, which
+    `bt confirm` joins its labels on): a run's folder name, a repeated one with -2, -3, ... in
+    argument order."""
+    names: list[str] = []
+    for d in map(Path, dirs):
+        name, i = d.name, 2
+        while name in names:
+            name, i = f"{d.name}-{i}", i + 1
+        names.append(name)
+    return names
 
 
 def run_dirs(paths: Sequence[str | Path]) -> list[Path]:

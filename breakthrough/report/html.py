@@ -11,7 +11,6 @@ can find it in labels.csv.
 from __future__ import annotations
 
 import html
-import math
 import os
 import re
 import zlib
@@ -24,6 +23,7 @@ import pandas as pd
 from breakthrough.outputs import write_text
 from breakthrough.report.cell_details import CellDetail, shown_text
 from breakthrough.report.names import field_name, finish_name, regime_name
+from breakthrough.stats import missing
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1500px;color:#222}
@@ -59,15 +59,11 @@ def hash_str(s: str) -> int:
     return zlib.crc32(s.encode())
 
 
-def _missing(v) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-
-
 def fmt(v, col: str | None = None) -> str:
     """A value as the pages show it (escaped): — for missing, yes/no for flags, regimes by
     their human names, whole numbers without decimals (thousands separated), others to 3
     decimals."""
-    if _missing(v) or (col == "anchor" and v == -1):  # -1: a restart has no anchor
+    if missing(v) or (col == "anchor" and v == -1):  # -1: a restart has no anchor
         return "—"
     if col == "regime":
         return html.escape(regime_name(v))

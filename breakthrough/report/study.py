@@ -29,9 +29,9 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from breakthrough.errors import BtError
-from breakthrough.outputs import write_atomic, write_text
+from breakthrough.outputs import write_atomic, write_json, write_text
 from breakthrough.report import headlines as HL
-from breakthrough.report.classify_outputs import classify_runs, write_json, write_table
+from breakthrough.report.classify_outputs import classify_runs, write_table
 from breakthrough.report.html import STYLE, fmt
 from breakthrough.report.names import field_name, model_name
 from breakthrough.store import run_dirs
