@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from breakthrough.engine.contract import BACKENDS, HTTP_BACKENDS, Engine, EngineSpec
 from breakthrough.errors import BtError
+
+if TYPE_CHECKING:
+    from breakthrough.engine.contract import BACKENDS, HTTP_BACKENDS, Engine, EngineSpec
 
 __all__ = ["BACKENDS", "HTTP_BACKENDS", "Engine", "EngineSpec", "http_options", "make_engine",
            "parse_endpoints"]
+
+_CONTRACT_NAMES = ("BACKENDS", "HTTP_BACKENDS", "Engine", "EngineSpec")
+
+
+def __getattr__(name: str) -> Any:
+    """The contract's names, imported on first use: `import breakthrough` runs this package's
+    `blas` module, and the contract needs NumPy, which a command that never generates (`bt
+    --help`, `bt status`) should not pay for at start-up."""
+    if name in _CONTRACT_NAMES:
+        from breakthrough.engine import contract
+
+        return getattr(contract, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def parse_endpoints(text: str | None) -> tuple[str, ...]:
@@ -66,6 +81,8 @@ def http_options(backend: str, endpoint: str | None, max_inflight: int,
     """The HTTP fields of an `EngineSpec` from `--endpoint`, `--max-inflight`,
     `--accept-processed-logprobs`, `--request-timeout`, `--retries` and `--api-key`, checked
     without touching the network (one-line BtError)."""
+    from breakthrough.engine.contract import HTTP_BACKENDS
+
     endpoints = parse_endpoints(endpoint)
     if backend in HTTP_BACKENDS and not endpoints:
         raise BtError(f"--backend {backend} needs --endpoint URL[,URL...] (e.g. http://127.0.0.1:8000)")
@@ -94,6 +111,8 @@ MAX_RETRIES = 100
 
 def make_engine(spec: EngineSpec, loaded: Any) -> Engine:
     """The backend `spec` names, for the model `loaded` (a `models.loading.LoadedModel`)."""
+    from breakthrough.engine.contract import BACKENDS, HTTP_BACKENDS
+
     if spec.backend not in BACKENDS:
         raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {spec.backend!r}")
     if spec.batch_size < 1:
