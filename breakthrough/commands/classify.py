@@ -67,7 +67,7 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str,
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("classify")
+    @app.command("classify", short_help="Label every cell (T_F, adv(t), T_V, regime); write reports.")
     def classify_cmd(
         runs: list[Path] = typer.Argument(..., help="Run directories (with store.sqlite) or "
                                                     "folders of them, e.g. runs/."),

@@ -292,10 +292,10 @@ def screen_cmd(
 
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(
-        help="Problem cohorts: build (deterministic recipes), list, show, screen.", no_args_is_help=True
+        help="Problem cohorts: build (deterministic recipes), list, show, screen.", short_help="Problem cohorts: build, list, show, screen.", no_args_is_help=True
     )
-    sub.command("build")(build)
-    sub.command("list")(list_cmd)
-    sub.command("show")(show)
-    sub.command("screen")(screen_cmd)
+    sub.command("build", short_help="Regenerate cohort files deterministically.")(build)
+    sub.command("list", short_help="List every cohort a name reaches, with counts.")(list_cmd)
+    sub.command("show", short_help="Show a cohort's counts and selection texts.")(show)
+    sub.command("screen", short_help="Keep problems solved within a band (protocol 6.2).")(screen_cmd)
     app.add_typer(sub, name="cohorts")

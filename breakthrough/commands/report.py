@@ -92,6 +92,6 @@ def register(app: typer.Typer) -> None:
     report_app = typer.Typer(
         help="Reports over finished runs.", no_args_is_help=True, add_completion=False
     )
-    report_app.command("uoo")(uoo)
-    report_app.command("study")(study)
+    report_app.command("uoo", short_help="Uniqueness-of-Optimum leaderboard and counts.")(uoo)
+    report_app.command("study", short_help="Write the study's one HTML page across runs.")(study)
     app.add_typer(report_app, name="report")

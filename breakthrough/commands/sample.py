@@ -96,4 +96,4 @@ def sample(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sample")(sample)
+    app.command("sample", short_help="Generate N seeded from-scratch attempts per problem.")(sample)

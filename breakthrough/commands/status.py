@@ -47,4 +47,4 @@ def status(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("status")(status)
+    app.command("status", short_help="Show what is done and what remains per cell.")(status)

@@ -47,4 +47,4 @@ def verify(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("verify")(verify)
+    app.command("verify", short_help="Check that runs are intact, read-only.")(verify)
