@@ -1,6 +1,7 @@
 """Fast answers (issue 30, item 4): nothing heavy is imported before a command needs it.
 `import breakthrough.cli` (what every `bt` call runs first, `--help` and `--version` included)
-loads none of pandas, scipy, matplotlib, mlx, mlx_lm, sympy or NumPy; `bt status` leaves
+loads none of pandas, scipy, matplotlib, mlx, mlx_lm, sympy, NumPy (nor rich, which only a
+command that prints tables needs); `bt status` leaves
 scipy.stats alone; `bt models list` and `bt cohorts list` load no model library. Times are
 measured by bench/startup.py, not asserted here."""
 
@@ -26,7 +27,7 @@ def _imported(stderr: str) -> set[str]:
 
 def test_import_cli_loads_nothing_heavy(tmp_path):
     code = ("import sys, breakthrough.cli; "
-            f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
+            f"print(' '.join(m for m in {(*HEAVY, 'rich')!r} if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=bt_env(), timeout=120, cwd=tmp_path)  # the installed package
     assert proc.returncode == 0, proc.stderr
