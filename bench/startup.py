@@ -11,15 +11,17 @@ store without a model) in a temporary folder.
     .venv/bin/python bench/startup.py [--runs 7] [--bt PATH]
 
 PYTHONPATH picks whose code the console script runs (e.g. PYTHONPATH=/path/to/checkout to time
-another checkout with the same venv). Prints one line per command: median, min, max, target, and
-whether the median meets it; the machine's load average is printed first (a busy machine is
-slower, so compare numbers taken at similar load).
+another checkout with the same venv). Prints one line per command: median wall time, min, max,
+the median CPU time (user + system, which load changes little), the target, and whether the
+median meets it; the machine's load average is printed first (a busy machine is slower, so
+compare numbers taken at similar load).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,15 +34,19 @@ FAST_S = 0.2  # --version, --help
 READ_ONLY_S = 0.5  # status, verify, cohorts list, models list
 
 
-def _time(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
-    """Seconds from start to exit of `cmd` (output discarded); a failure stops the bench."""
+def _time(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds from start to exit, CPU seconds user + system) of `cmd`, output discarded;
+    a failure stops the bench. The CPU time is what the command costs whatever else runs: on a
+    busy machine it stays near the wall time an idle machine would show."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
-    return elapsed
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -71,11 +77,13 @@ def main() -> None:
               f"load(1 min)={load:.2f}  cpus={os.cpu_count()}")
         _time([bt, "--version"], work, env)  # warm the file cache once
         for argv, target in commands:
-            times = [_time([bt, *argv], work, env) for _ in range(args.runs)]
+            runs = [_time([bt, *argv], work, env) for _ in range(args.runs)]
+            times = [wall for wall, _ in runs]
             med = statistics.median(times)
+            cpu = statistics.median(c for _, c in runs)
             label = "bt " + " ".join("RUN" if a == str(run) else a for a in argv)
-            print(f"{label:<16} median {med:6.3f} s  (min {min(times):.3f}, max {max(times):.3f})  "
-                  f"target <= {target:.1f} s  {'ok' if med <= target else 'OVER'}")
+            print(f"{label:<16} median {med:6.3f} s  (min {min(times):.3f}, max {max(times):.3f}; "
+                  f"cpu {cpu:.3f} s)  target <= {target:.1f} s  {'ok' if med <= target else 'OVER'}")
 
 
 if __name__ == "__main__":
