@@ -168,4 +168,4 @@ def _print_summary(run_dir: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("base")(base)
+    app.command("base", short_help="Generate one long base solution per problem x model.")(base)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from breakthrough.commands.options import name_list, runs_dir_option
+from breakthrough.commands.options import json_option, name_list, print_json, runs_dir_option
 from breakthrough.outputs import write_bytes
 
 BUILD_TARGETS = ("source", "math89", "math500", "demo", "uoo", "arith", "all")
@@ -130,8 +130,11 @@ def list_cmd(
     directory: Optional[Path] = typer.Option(
         None, "--dir", help="List only this folder (default: ./cohorts of the working directory, "
         "or $BT_COHORTS_DIR, then the cohorts built into bt)."),
+    as_json: bool = json_option(),
 ) -> None:
-    """Every cohort a name reaches, with its row count, families, stand-ins, stages and folder."""
+    """Every cohort a name reaches, with its row count, families, stand-ins, stages and folder.
+    With --json: a list with one object per cohort (its file path, the full digest, and `error`
+    for a file that cannot be read as a cohort)."""
     from rich.table import Table
 
     from breakthrough.errors import BtError
@@ -142,6 +145,13 @@ def list_cmd(
     infos = list_cohorts(directory, strict=False)
     where = str(directory) if directory is not None else ", ".join(map(str, cohort_search_dirs()))
     builtin = builtin_cohorts_dir().resolve()
+    if as_json:
+        print_json([{"name": i.name, "rows": i.rows, "families": list(i.families),
+                     "standins": i.standins, "stages": list(i.stages), "digest": i.digest,
+                     "path": str(i.path),
+                     "builtin": i.path.parent.resolve() == builtin, "error": i.error}
+                    for i in infos])
+        return
     table = Table(title=f"cohorts in {where}")
     for col in ("name", "rows", "families", "stand-ins", "stages", "digest", "folder"):
         table.add_column(col, justify="right" if col in ("rows", "stand-ins") else "left")
@@ -292,10 +302,10 @@ def screen_cmd(
 
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(
-        help="Problem cohorts: build (deterministic recipes), list, show, screen.", no_args_is_help=True
+        help="Problem cohorts: build (deterministic recipes), list, show, screen.", short_help="Problem cohorts: build, list, show, screen.", no_args_is_help=True
     )
-    sub.command("build")(build)
-    sub.command("list")(list_cmd)
-    sub.command("show")(show)
-    sub.command("screen")(screen_cmd)
+    sub.command("build", short_help="Regenerate cohort files deterministically.")(build)
+    sub.command("list", short_help="List every cohort a name reaches, with counts.")(list_cmd)
+    sub.command("show", short_help="Show a cohort's counts and selection texts.")(show)
+    sub.command("screen", short_help="Keep problems solved within a band (protocol 6.2).")(screen_cmd)
     app.add_typer(sub, name="cohorts")

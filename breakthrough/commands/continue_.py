@@ -238,4 +238,4 @@ def _with_progress(console, run):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("continue")(continue_)
+    app.command("continue", short_help="Probe prefixes of every base trace, run restarts.")(continue_)

@@ -229,3 +229,16 @@ def check_wait(wait: float) -> float:
     if not (math.isfinite(wait) and 0 <= wait <= 86400):
         raise BtError(f"--wait: expected seconds in 0..86400, got {wait}")
     return float(wait)
+
+
+def json_option() -> typer.models.OptionInfo:
+    return typer.Option(False, "--json", help="Print one JSON document (machine-readable) "
+                                              "instead of tables.")
+
+
+def print_json(data: object) -> None:
+    """`data` as one indented JSON document on stdout (paths as strings, non-ASCII kept), for
+    `--json`: `json.loads` of the whole output gives it back."""
+    import json
+
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))

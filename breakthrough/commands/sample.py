@@ -97,4 +97,4 @@ def sample(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sample")(sample)
+    app.command("sample", short_help="Generate N seeded from-scratch attempts per problem.")(sample)

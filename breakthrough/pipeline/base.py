@@ -25,7 +25,7 @@ from breakthrough.engine import HTTP_BACKENDS, EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest, GenResult
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
-from breakthrough.models.loading import load_model, model_identity
+from breakthrough.models.loading import fetch_hub_models, load_model, model_identity
 from breakthrough.models.tokens import decode
 from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.pipeline.branches import request_facts
@@ -259,6 +259,7 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
     digest = cohort_digest(all_rows)
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
+    fetch_hub_models(req.models)  # every missing hub model named at once, before any run
     reports = []
     for name in req.models:
         ident = model_identity(name)  # from the files: a differing run is refused before loading

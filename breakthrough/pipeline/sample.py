@@ -31,7 +31,7 @@ from typing import Any
 from breakthrough.engine import EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
-from breakthrough.models.loading import load_model, model_identity
+from breakthrough.models.loading import fetch_hub_models, load_model, model_identity
 from breakthrough.pipeline.base import (base_cells, check_hidden_stride, check_runs_dir,
                                         commit_trajectory, select_rows)
 from breakthrough.pipeline.manifest import (check_engine, record_throughput, refuse_changed_run,
@@ -213,6 +213,7 @@ def sample_runs(req: SampleRequest, *, announce: Callable[[str], None] | None = 
     digest = cohort_digest(all_rows)
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
+    fetch_hub_models(req.models)  # every missing hub model named at once, before any run
     planned = []
     for name in req.models:  # every model checked before any is loaded or written
         ident = model_identity(name)
