@@ -31,7 +31,7 @@ def max_inflight_option() -> typer.models.OptionInfo:
 
 
 def request_timeout_option() -> typer.models.OptionInfo:
-    from breakthrough.engine.contract import REQUEST_TIMEOUT_S  # EngineSpec's default
+    from breakthrough.engine.http_limits import REQUEST_TIMEOUT_S  # EngineSpec's default
 
     return typer.Option(REQUEST_TIMEOUT_S, "--request-timeout", metavar="SECONDS",
                         help="--backend vllm|sglang: seconds one attempt of a request may take "
@@ -42,7 +42,7 @@ def request_timeout_option() -> typer.models.OptionInfo:
 
 
 def retries_option() -> typer.models.OptionInfo:
-    from breakthrough.engine.contract import RETRIES  # EngineSpec's default
+    from breakthrough.engine.http_limits import RETRIES  # EngineSpec's default
 
     return typer.Option(RETRIES, "--retries", metavar="N",
                         help="--backend vllm|sglang: further attempts of a request after a "
