@@ -295,6 +295,8 @@ def _plan_one(req: SampleRequest, rows: list[dict], alias: str, cohort_name: str
     plan = RunPlan(run_dir, alias, [PhasePlan(
         "attempts", missing, missing * req.protocol.base_max_tokens,
         f"{missing:,} of {total:,} attempts to generate")])
-    siblings = sibling_runs(run_dir) + sibling_runs(req.runs_dir / "_")
+    siblings = list(dict.fromkeys(  # attempts and screens measure alike; base runs last
+        sibling_runs(run_dir) + sibling_runs(req.runs_dir / "attempts" / "_")
+        + sibling_runs(req.runs_dir / "screens" / "_") + sibling_runs(req.runs_dir / "_")))
     rate_for(plan, siblings, KIND, req.engine.batch_size, fallback="base")
     return plan

@@ -64,6 +64,9 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     ran = run_bt(*cont, "--batch-size", "4", "--topup", "none")
     assert ran.returncode == 0, ran.stderr
     said = " ".join(ran.stderr.split())
+    # the display counts samples and tokens against the run's bound, with tok/s and an ETA
+    assert re.search(r"all .*\d+ samples \d+/<=\d+ tokens .*tok/s .*ETA <= ", said), said
+    assert "-:--:--" not in said
     occ = re.search(r"batch occupancy (\d+)% of 4", said)
     assert occ and 0 < int(occ.group(1)) <= 100, said
     assert "rows at the deepest anchor" in said and "peak memory" in said
@@ -81,3 +84,10 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     assert all(line.strip().startswith("optimistic bound, not the estimate") for line in full)
     at8 = run_bt(*more, "--batch-size", "8", "--dry-run")
     assert "no `bt continue` of tiny-llama at batch size 8 has measured its own" in at8.stdout
+
+    # --add-budget takes --dry-run: the arm's probes and their token bound; nothing written
+    before = (run / "store.sqlite").read_bytes()
+    arm = run_bt("continue", run, "--add-budget", "16", "--dry-run")
+    assert arm.returncode == 0, arm.stderr
+    assert re.search(r"arm B=16 +\d+ samples?, at most \d+ tokens", arm.stdout), arm.stdout
+    assert (run / "store.sqlite").read_bytes() == before
