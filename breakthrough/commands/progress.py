@@ -79,7 +79,7 @@ class _MeterColumn(ProgressColumn):
 
 class TokensColumn(_MeterColumn):
     def text(self) -> str:
-        return f"{self.meter.tokens:,}/<={self.meter.bound:,} tokens"
+        return f"{self.meter.tokens:,}/<={max(self.meter.bound, self.meter.tokens):,} tokens"
 
 
 class TokensPerSecond(_MeterColumn):
@@ -90,6 +90,8 @@ class TokensPerSecond(_MeterColumn):
 
 class EtaColumn(_MeterColumn):
     def text(self) -> str:
+        if self.meter.engine is not None and self.meter.tokens > self.meter.bound:
+            return "ETA: past the planned bound (top-ups)"  # bt continue's are not planned
         eta = self.meter.eta_s
         return f"ETA <= {_clock(eta)}" if eta is not None else "ETA ..."
 

@@ -16,19 +16,21 @@ The rate scales with the rows in flight (a decode step costs about the same for 
 8). The record holds the measured run's mean batch occupancy; a plan with fewer samples than
 the rows the measurement had in flight gets the rate scaled down to its rows, so the ETA stays
 an upper bound. An ETA that assumes a fuller batch than measured is printed only as a labelled
-optimistic bound, never as the estimate. Model loading and prompt prefill are not counted."""
+optimistic bound, never as the estimate. Start-up and model loading are not counted."""
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from breakthrough.classify.panels import probe_panel
 from breakthrough.classify.plan import bisection_midpoint
+from breakthrough.errors import BtError
 from breakthrough.pipeline.cells import plan_cell
 from breakthrough.pipeline.manifest import (machine_name, record_continuation_protocol,
-                                             resolve_topup, run_name)
+                                             resolve_topup)
 from breakthrough.protocol import Protocol
 from breakthrough.store import STORE_FILE, RunStore
 
@@ -45,7 +47,7 @@ class PhasePlan:
 
 LARGE_RUN_TOKENS = 1_000_000  # a command about to generate more says so before it starts
 COMMANDS = {"attempt": "sample"}  # the command that records a phase's rate, where not its name
-GENERATION_ONLY = "generation only: start-up, model loading and prefill come on top"
+GENERATION_ONLY = "generation only: start-up and model loading come on top"
 
 
 def command_of(phase: str) -> str:
@@ -119,6 +121,7 @@ def large_run_line(plan: RunPlan) -> str | None:
 
 
 def plural(count: int, noun: str) -> str:
+    """"1 sample", "2 samples", "2 branches"."""
     return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith(("ch", "s")) else "s")
 
 
@@ -152,8 +155,11 @@ def measured(run_dirs: list[Path], model: str, phase: str,
     for run_dir in run_dirs:
         if not (run_dir / STORE_FILE).exists():
             continue
-        with RunStore(run_dir, readonly=True) as store:
-            man = store.manifest()
+        try:
+            with RunStore(run_dir, readonly=True) as store:
+                man = store.manifest()
+        except (BtError, sqlite3.Error):  # a damaged or foreign run holds no rate to use
+            continue
         if man.get("model_alias") != model:
             continue
         for key in keys:

@@ -40,7 +40,7 @@ def test_one_cell_runs_show_tokens_and_an_eta(tmp_path, tiny_model_dir):
     assert "2 samples, at most 32 tokens" in said
     # a model's first bt sample: bt base's rate stands in, said so, with what it leaves out
     assert "measured by `bt base` in r" in said and "no `bt sample` of tiny-llama" in said, said
-    assert "generation only: start-up, model loading and prefill come on top" in said
+    assert "generation only: start-up and model loading come on top" in said
     assert not (runs / "attempts").exists()  # nothing written
     ran = run_bt(*sample)
     assert ran.returncode == 0, ran.stderr
