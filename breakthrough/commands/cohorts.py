@@ -265,6 +265,9 @@ def screen_cmd(
     limit: Optional[int] = typer.Option(None, help="Only the first N problems of the source."),
     problems: Optional[str] = typer.Option(None, help="Only these problem ids (comma-separated)."),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the attempts and tokens still "
+                                 "to generate and an ETA from this machine's measured tokens/s; "
+                                 "load no model, write nothing."),
 ) -> None:
     """Screen a cohort (protocol 6.2): seeds x models x a screening budget, keep the problems
     whose verified successes fall in a band, write them as a new cohort with the selection
@@ -274,7 +277,12 @@ def screen_cmd(
     from breakthrough.errors import BtError
     from breakthrough.models.registry import OFFLINE_DEFAULT
     from breakthrough.pipeline.sample import SampleRequest
-    from breakthrough.pipeline.screen import parse_band, parse_seeds, screen, screen_request
+    from rich.console import Console
+
+    from breakthrough.commands.progress import drive_samples
+    from breakthrough.pipeline.sample import plan_sample
+    from breakthrough.pipeline.screen import (check_screen, parse_band, parse_seeds, screen,
+                                              screen_request)
     from breakthrough.protocol import DEFAULT
 
     check_engine_options("mlx", batch_size)
@@ -294,8 +302,15 @@ def screen_cmd(
                            protocol=DEFAULT.with_overrides(base_max_tokens=max_tokens).validate(),
                            engine=EngineSpec(backend="mlx", batch_size=batch_size),
                            runs_dir=runs_dir, limit=limit, problems=problems)
+    req = screen_request(sample, seed_list, lohi, name, out, stage)
+    if dry_run:
+        check_screen(req)
+        for plan in plan_sample(req.sample):
+            typer.echo("\n".join(plan.lines()))
+        return
     console = _console()
-    res = screen(screen_request(sample, seed_list, lohi, name, out, stage), announce=console.print)
+    res = screen(req, announce=console.print,
+                 drive=lambda run: drive_samples(Console(stderr=True), run, "screen", max_tokens))
     console.print(f"wrote {res.path}: {len(res.kept)} of {len(res.counts)} problems with "
                   f"verified successes in [{lohi[0]}, {lohi[1]}]")
 
