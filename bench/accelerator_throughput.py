@@ -4,7 +4,7 @@ with a real 4-bit model: `bt continue` against the plain mlx-lm reference loop, 
 It runs `continue_throughput.py`'s study-proportions workload (`--workload study8`: anchors
 8..1024 x 4, B = 128, answer 64, restarts 128..1024 x 4) with a real model, by default `qwen3-4b`
 (mlx-community/Qwen3-4B-4bit, which must already be in the local Hugging Face cache:
-`huggingface-cli download mlx-community/Qwen3-4B-4bit`), and a larger batch, since a GPU forward
+`hf download mlx-community/Qwen3-4B-4bit`), and a larger batch, since a GPU forward
 pass is cheap per row. Prints the device, tok/s of both sides and the ratio per repeat and the
 median. A real model can stop early (EOS, its own </think>), so the two sides' token counts may
 differ a little; the ratio is of tok/s. Not run in CI; on a CPU-only machine it refuses unless

@@ -10,6 +10,7 @@ from typing import NoReturn
 
 import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer._click.utils import PacifyFlushWrapper
 
 from breakthrough.errors import BtError
 
@@ -20,7 +21,7 @@ app = typer.Typer(
     name="bt",
     help="breakthrough: prefix-value vs budget-fit experiments on reasoning traces.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
     # Plain click help: paragraphs of the docstrings are reflowed (rich mode keeps their
     # source line breaks mid-sentence) and flags show no `<bool>` metavar.
@@ -81,7 +82,43 @@ def main(argv: list[str] | None = None) -> None:
     typer >= 0.29 bundles its own click (`typer._click`), and in non-standalone mode it *returns*
     the code of a `typer.Exit` (and 130 for Ctrl-C) instead of raising, so both are handled here:
     BtError and usage errors -> 2, `typer.Exit(n)` -> n, Ctrl-C -> 130 with "interrupted, rerun
-    to resume", an OS error naming a file (e.g. a read-only output folder) -> one line, 2."""
+    to resume", an OS error naming a file (e.g. a read-only output folder) -> one line, 2.
+
+    A reader that stops early (`bt status runs/ | head -1`) ends the command quietly with 0:
+    the output it wanted was printed."""
+    try:
+        _main(argv)
+    except BrokenPipeError:
+        _closed_stdout()
+    except SystemExit as exc:
+        if exc.code == 1 and _broken_pipe_exit(exc):
+            _closed_stdout()
+        raise
+
+
+def _broken_pipe_exit(exc: SystemExit) -> bool:
+    """Whether `exc` is a library's exit 1 for a reader that stopped reading (not a failure):
+    rich's `Console.on_broken_pipe` raises it when a table meets a closed pipe, and typer exits
+    1 for a broken pipe inside a command after wrapping stdout so its flush stays quiet."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code if tb is not None else None
+    if code is not None and code.co_name == "on_broken_pipe" and "rich" in code.co_filename:
+        return True
+    return isinstance(sys.stdout, PacifyFlushWrapper)
+
+
+def _closed_stdout() -> NoReturn:
+    """Exit 0 after the reader of stdout went away; stdout now points at /dev/null so that the
+    interpreter's last flush at exit cannot fail again (Python's documented recipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.__stdout__.fileno())
+    raise SystemExit(0)
+
+
+def _main(argv: list[str] | None) -> None:
+    """`main` less the broken-pipe handling: every other way a command ends."""
     try:
         code = app(args=argv, prog_name="bt", standalone_mode=False)
     except BtError as exc:

@@ -78,4 +78,4 @@ def auroc(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("auroc")(auroc)
+    app.command("auroc", short_help="Pooled, within- and between-problem AUROC of a score column.")(auroc)

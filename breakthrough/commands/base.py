@@ -93,12 +93,13 @@ def base(
         hidden_stride=hidden_stride_for(hidden_stride, backend), lock_wait=check_wait(wait),
     )
     if dry_run:
-        from breakthrough.pipeline.dry_run import plan_base
+        from breakthrough.pipeline.base import plan_base
 
         for plan in plan_base(req):
             typer.echo("\n".join(plan.lines()))
         return
-    reports = base_runs(req, announce=status.print, drive=lambda run: _run_with_progress(console, run))
+    reports = base_runs(req, announce=status.print,
+                        drive=lambda run: _run_with_progress(console, run, max_tokens))
     for rep in reports:
         _print_summary(rep.run_dir)
         if rep.failed:
@@ -110,38 +111,11 @@ def base(
         raise typer.Exit(EXIT_FAILURES)  # finished with failures: the run is incomplete
 
 
-def _run_with_progress(console, run):
-    """Drive `run(on_start, on_sample)` under a rich progress display."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+def _run_with_progress(console, run, max_tokens: int):
+    """Drive `run(on_start, on_sample)` under the samples/tokens display (commands.progress)."""
+    from breakthrough.commands.progress import drive_samples
 
-    from breakthrough.commands.progress import TokensPerSecond
-
-    state: dict = {"solved": 0}
-    rate = TokensPerSecond()
-
-    progress = Progress(
-        TextColumn("[bold]base[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
-        rate, TextColumn("solved {task.fields[solved]}"), TimeElapsedColumn(),
-        TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
-    )
-    # Drawn from on_start on: a refusal before it (e.g. no endpoint answers) stays one line.
-    try:
-        task = progress.add_task("base", total=None, solved=0)
-
-        def on_start(n: int, engine) -> None:
-            rate.attach(engine)
-            progress.update(task, total=n)
-            progress.start()
-
-        def on_sample(rec, grade) -> None:
-            state["solved"] += int(bool(grade and grade.correct))
-            progress.update(task, advance=1, solved=state["solved"])
-
-        rep = run(on_start, on_sample)
-    finally:
-        if progress.live.is_started:
-            progress.stop()
+    rep = drive_samples(console, run, "base", max_tokens)
     if rep.skipped:
         console.print(f"{count(rep.skipped, 'cell')} already done (resumed)")
     return rep
@@ -168,4 +142,4 @@ def _print_summary(run_dir: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("base")(base)
+    app.command("base", short_help="Generate one long base solution per problem x model.")(base)

@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
 from breakthrough.commands.options import MAX_DRAWS, count
@@ -25,6 +23,9 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str,
     """Regime counts per model (in 5.3 precedence order, as the summary holds them), the cells
     left unlabelled apart, δ sensitivity, agreement, plan sizes, the notes and the report's
     path."""
+    from rich.console import Console  # rich is imported when a command prints, not at start-up
+    from rich.table import Table
+
     console = Console()
     counts = summary.get("regime_counts", {})
     unfinished = summary.get("unfinished_counts") or {}
@@ -67,7 +68,7 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str,
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("classify")
+    @app.command("classify", short_help="Label every cell (T_F, adv(t), T_V, regime); write reports.")
     def classify_cmd(
         runs: list[Path] = typer.Argument(..., help="Run directories (with store.sqlite) or "
                                                     "folders of them, e.g. runs/."),

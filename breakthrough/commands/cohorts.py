@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from breakthrough.commands.options import name_list, runs_dir_option
+from breakthrough.commands.options import json_option, name_list, print_json, runs_dir_option
 from breakthrough.outputs import write_bytes
 
 BUILD_TARGETS = ("source", "math89", "math500", "demo", "uoo", "arith", "all")
@@ -130,8 +130,11 @@ def list_cmd(
     directory: Optional[Path] = typer.Option(
         None, "--dir", help="List only this folder (default: ./cohorts of the working directory, "
         "or $BT_COHORTS_DIR, then the cohorts built into bt)."),
+    as_json: bool = json_option(),
 ) -> None:
-    """Every cohort a name reaches, with its row count, families, stand-ins, stages and folder."""
+    """Every cohort a name reaches, with its row count, families, stand-ins, stages and folder.
+    With --json: a list with one object per cohort (its file path, the full digest, and `error`
+    for a file that cannot be read as a cohort)."""
     from rich.table import Table
 
     from breakthrough.errors import BtError
@@ -142,6 +145,13 @@ def list_cmd(
     infos = list_cohorts(directory, strict=False)
     where = str(directory) if directory is not None else ", ".join(map(str, cohort_search_dirs()))
     builtin = builtin_cohorts_dir().resolve()
+    if as_json:
+        print_json([{"name": i.name, "rows": i.rows, "families": list(i.families),
+                     "standins": i.standins, "stages": list(i.stages), "digest": i.digest,
+                     "path": str(i.path),
+                     "builtin": i.path.parent.resolve() == builtin, "error": i.error}
+                    for i in infos])
+        return
     table = Table(title=f"cohorts in {where}")
     for col in ("name", "rows", "families", "stand-ins", "stages", "digest", "folder"):
         table.add_column(col, justify="right" if col in ("rows", "stand-ins") else "left")
@@ -255,6 +265,9 @@ def screen_cmd(
     limit: Optional[int] = typer.Option(None, help="Only the first N problems of the source."),
     problems: Optional[str] = typer.Option(None, help="Only these problem ids (comma-separated)."),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the attempts and tokens still "
+                                 "to generate and an ETA from this machine's measured tokens/s; "
+                                 "load no model, write nothing."),
 ) -> None:
     """Screen a cohort (protocol 6.2): seeds x models x a screening budget, keep the problems
     whose verified successes fall in a band, write them as a new cohort with the selection
@@ -264,7 +277,12 @@ def screen_cmd(
     from breakthrough.errors import BtError
     from breakthrough.models.registry import OFFLINE_DEFAULT
     from breakthrough.pipeline.sample import SampleRequest
-    from breakthrough.pipeline.screen import parse_band, parse_seeds, screen, screen_request
+    from rich.console import Console
+
+    from breakthrough.commands.progress import drive_samples
+    from breakthrough.pipeline.sample import plan_sample
+    from breakthrough.pipeline.screen import (check_screen, parse_band, parse_seeds, screen,
+                                              screen_request)
     from breakthrough.protocol import DEFAULT
 
     check_engine_options("mlx", batch_size)
@@ -284,18 +302,25 @@ def screen_cmd(
                            protocol=DEFAULT.with_overrides(base_max_tokens=max_tokens).validate(),
                            engine=EngineSpec(backend="mlx", batch_size=batch_size),
                            runs_dir=runs_dir, limit=limit, problems=problems)
+    req = screen_request(sample, seed_list, lohi, name, out, stage)
+    if dry_run:
+        check_screen(req)
+        for plan in plan_sample(req.sample):
+            typer.echo("\n".join(plan.lines()))
+        return
     console = _console()
-    res = screen(screen_request(sample, seed_list, lohi, name, out, stage), announce=console.print)
+    res = screen(req, announce=console.print,
+                 drive=lambda run: drive_samples(Console(stderr=True), run, "screen", max_tokens))
     console.print(f"wrote {res.path}: {len(res.kept)} of {len(res.counts)} problems with "
                   f"verified successes in [{lohi[0]}, {lohi[1]}]")
 
 
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(
-        help="Problem cohorts: build (deterministic recipes), list, show, screen.", no_args_is_help=True
+        help="Problem cohorts: build (deterministic recipes), list, show, screen.", short_help="Problem cohorts: build, list, show, screen.", no_args_is_help=True
     )
-    sub.command("build")(build)
-    sub.command("list")(list_cmd)
-    sub.command("show")(show)
-    sub.command("screen")(screen_cmd)
+    sub.command("build", short_help="Regenerate cohort files deterministically.")(build)
+    sub.command("list", short_help="List every cohort a name reaches, with counts.")(list_cmd)
+    sub.command("show", short_help="Show a cohort's counts and selection texts.")(show)
+    sub.command("screen", short_help="Keep problems solved within a band (protocol 6.2).")(screen_cmd)
     app.add_typer(sub, name="cohorts")

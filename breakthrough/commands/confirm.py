@@ -140,4 +140,4 @@ def confirm(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("confirm")(confirm)
+    app.command("confirm", short_help="Confirmatory early-signal test (protocol 9.5).")(confirm)

@@ -172,10 +172,13 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
 
     if budget < 1:
         raise BtError(f"--add-budget: expected a positive number of tokens, got {budget}")
-    if dry_run:
-        raise BtError("--add-budget: --dry-run is not available for a second probe arm; "
-                      "run without --dry-run")
     check_engine_options(backend, batch_size, memory_gb)
+    if dry_run:
+        from breakthrough.pipeline.budget_arm import plan_add_budget
+
+        for plan in plan_add_budget(run_dirs(paths), budget, batch_size, backend):
+            typer.echo("\n".join(plan.lines()))
+        return
     engine = EngineSpec(backend=backend, batch_size=batch_size,
                         memory_budget_bytes=memory_budget(memory_gb), **remote)
 
@@ -185,6 +188,8 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
         status.print(f"[bold]{run_dir.name}[/]: probe arm at B={budget} beside the run's "
                       f"probes, {count(man['base_traces'], 'base trace')} of "
                       f"{man.get('model_alias')}")
+        if man.get("large_run"):
+            status.print(man["large_run"], soft_wrap=True)
 
     for rep in add_budget_runs(run_dirs(paths), budget, engine, progress=announce,
                                drive=lambda run: _with_progress(console, run),
@@ -203,26 +208,24 @@ def _announce(console, run_dir: Path, man: dict) -> None:
         f"probes at B={p['budget']}, answer {p['answer_budget']}, {count(p['samples'], 'sample')}; restarts at "
         f"{','.join(map(str, p['restart_budgets']))}; top-ups: {man['topup_choice'].describe()}"
     )
+    if man.get("large_run"):
+        console.print(man["large_run"], soft_wrap=True)
 
 
 def _with_progress(console, run):
-    """Drive `run(on_start, on_sample)` under a rich progress display."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    """Drive `run(on_start, on_sample)` under the display (commands.progress): one metered row
+    (tokens against the run's bound, tok/s, ETA) and the samples of each phase. Drawn from
+    on_start on: a refusal before it (e.g. no endpoint answers) stays one line."""
+    from breakthrough.commands.progress import Meter, sample_progress
 
-    from breakthrough.commands.progress import TokensPerSecond
-
-    rate = TokensPerSecond()
-
-    progress = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("samples"), rate, TimeElapsedColumn(), TextColumn("ETA"),
-                        TimeRemainingColumn(), console=console)
-    # Drawn from on_start on: a refusal before it (e.g. no endpoint answers) stays one line.
+    meter = Meter()
+    progress = sample_progress(console, meter)
     try:
         tasks = {}
 
         def on_start(totals: dict, engine) -> None:
-            rate.attach(engine)
+            meter.attach(engine, totals.get("max_tokens", 0))
+            tasks["all"] = progress.add_task("all", total=None, meter=True)
             tasks["probes"] = progress.add_task("probes", total=totals["probes"])
             for phase in ("refinement", "restarts", "topups"):
                 tasks[phase] = progress.add_task(phase, total=None)
@@ -230,6 +233,7 @@ def _with_progress(console, run):
 
         def on_sample(phase: str, n: int) -> None:
             progress.update(tasks[phase], advance=n)
+            progress.update(tasks["all"], advance=n)
 
         return run(on_start, on_sample)
     finally:
@@ -238,4 +242,4 @@ def _with_progress(console, run):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("continue")(continue_)
+    app.command("continue", short_help="Probe prefixes of every base trace, run restarts.")(continue_)

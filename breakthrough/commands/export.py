@@ -29,4 +29,4 @@ def export(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("export")(export)
+    app.command("export", short_help="Write a run's samples and cells as flat tables.")(export)

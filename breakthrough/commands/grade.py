@@ -32,4 +32,4 @@ def grade(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("grade")(grade)
+    app.command("grade", short_help="Grade a run's stored samples without regenerating them.")(grade)

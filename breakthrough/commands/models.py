@@ -5,18 +5,29 @@ from __future__ import annotations
 
 import typer
 
+from breakthrough.commands.options import json_option, print_json
 
-def list_cmd() -> None:
-    """Model aliases, their checkpoints and families, and whether each is available offline."""
+
+def list_cmd(as_json: bool = json_option()) -> None:
+    """Model aliases, their checkpoints and families, and whether each is available offline.
+    Checkpoint ids are printed whole (a long local path folds instead). With --json: a list
+    with one object per model (alias, repo, family, local, path, note)."""
     from rich.console import Console
     from rich.table import Table
 
     from breakthrough.models.registry import list_models
 
+    rows = list_models()
+    if as_json:
+        print_json(rows)
+        return
     table = Table(title="models (any local mlx-lm folder or hub id also works)")
-    for col in ("alias", "checkpoint", "family", "local", "note"):
-        table.add_column(col)
-    for r in list_models():
+    table.add_column("alias", no_wrap=True)
+    table.add_column("checkpoint", no_wrap=True, min_width=max(len(r["repo"]) for r in rows))
+    table.add_column("family", no_wrap=True)
+    table.add_column("local", overflow="fold")
+    table.add_column("note")
+    for r in rows:
         local = f"yes ({r['path']})" if r["local"] else "no"
         table.add_row(r["alias"], r["repo"], r["family"], local, r["note"])
     Console(width=160).print(table)
@@ -44,6 +55,6 @@ def prepare(
 
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(help="Models: list the registry, prepare the offline default.", no_args_is_help=True)
-    sub.command("list")(list_cmd)
-    sub.command("prepare")(prepare)
+    sub.command("list", short_help="List model aliases, checkpoints and local copies.")(list_cmd)
+    sub.command("prepare", short_help="Convert the offline default model once (no network).")(prepare)
     app.add_typer(sub, name="models")

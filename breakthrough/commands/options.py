@@ -31,7 +31,7 @@ def max_inflight_option() -> typer.models.OptionInfo:
 
 
 def request_timeout_option() -> typer.models.OptionInfo:
-    from breakthrough.engine.contract import REQUEST_TIMEOUT_S  # EngineSpec's default
+    from breakthrough.engine.http_limits import REQUEST_TIMEOUT_S  # EngineSpec's default
 
     return typer.Option(REQUEST_TIMEOUT_S, "--request-timeout", metavar="SECONDS",
                         help="--backend vllm|sglang: seconds one attempt of a request may take "
@@ -42,7 +42,7 @@ def request_timeout_option() -> typer.models.OptionInfo:
 
 
 def retries_option() -> typer.models.OptionInfo:
-    from breakthrough.engine.contract import RETRIES  # EngineSpec's default
+    from breakthrough.engine.http_limits import RETRIES  # EngineSpec's default
 
     return typer.Option(RETRIES, "--retries", metavar="N",
                         help="--backend vllm|sglang: further attempts of a request after a "
@@ -229,3 +229,16 @@ def check_wait(wait: float) -> float:
     if not (math.isfinite(wait) and 0 <= wait <= 86400):
         raise BtError(f"--wait: expected seconds in 0..86400, got {wait}")
     return float(wait)
+
+
+def json_option() -> typer.models.OptionInfo:
+    return typer.Option(False, "--json", help="Print one JSON document (machine-readable) "
+                                              "instead of tables.")
+
+
+def print_json(data: object) -> None:
+    """`data` as one indented JSON document on stdout (paths as strings, non-ASCII kept), for
+    `--json`: `json.loads` of the whole output gives it back."""
+    import json
+
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))

@@ -75,4 +75,4 @@ def probe(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("probe")(probe)
+    app.command("probe", short_help="Hidden-state probes: pooled vs within-problem AUROC.")(probe)

@@ -1,28 +1,171 @@
-"""Progress-bar pieces shared by the long-running commands (`bt base`, `bt continue`)."""
+"""Progress display shared by the generating commands (`bt base`, `bt continue` and its
+`--add-budget` arm, `bt sample`, `bt cohorts screen`).
+
+What it counts: samples (finished / planned) and generated tokens against the run's token
+bound (every unfinished sample running to its cap), not cells: a one-cell run generates
+thousands of tokens before its cell is done, and an ETA in cells stays `-:--:--` until then.
+The ETA is the tokens still allowed by the bound over the tokens/s measured so far, so it is
+an upper bound ("<="), known from the first decode step on. The token count is the engine's
+running counter (`Engine.generated_tokens`, advanced every decode step), read by rich's
+refresh thread between results."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from rich.progress import ProgressColumn
+from rich.console import Console
+from rich.progress import (BarColumn, Progress, ProgressBar, ProgressColumn, TaskID, TextColumn,
+                           TimeElapsedColumn)
 from rich.text import Text
 
 
-class TokensPerSecond(ProgressColumn):
-    """Live generated tokens/s, read from the engine's running counter (`attach` it once the
-    engine exists; rich's refresh thread renders it between results)."""
+@dataclass
+class Meter:
+    """The live token account of one run: the engine's counter against the run's token bound."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.engine: Any = None
-        self.t0 = time.perf_counter()
+    bound: int = 0  # tokens the run generates at most (shrinks as samples end under their cap)
+    engine: Any = None
+    start_tokens: int = 0
+    t0: float = field(default_factory=time.perf_counter)
 
-    def attach(self, engine: Any) -> None:
-        self.engine, self.t0 = engine, time.perf_counter()
+    def attach(self, engine: Any, bound: int) -> None:
+        """Start counting `engine`'s generated tokens against `bound`, from now."""
+        self.engine, self.bound, self.t0 = engine, int(bound), time.perf_counter()
+        self.start_tokens = int(getattr(engine, "generated_tokens", 0) or 0)
 
-    def render(self, task) -> Text:
+    def shrink(self, unused: int) -> None:
+        """A sample ended `unused` tokens under its cap: the bound loses them."""
+        self.bound -= max(int(unused), 0)
+
+    @property
+    def tokens(self) -> int:
         if self.engine is None:
-            return Text("")
-        dt = max(time.perf_counter() - self.t0, 1e-9)
-        return Text(f"{self.engine.generated_tokens / dt:6.1f} tok/s")
+            return 0
+        return int(getattr(self.engine, "generated_tokens", 0) or 0) - self.start_tokens
+
+    @property
+    def rate(self) -> float | None:
+        """Generated tokens/s so far; None before the first token."""
+        done = self.tokens
+        return done / max(time.perf_counter() - self.t0, 1e-9) if done > 0 else None
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at most: the bound's remaining tokens at the rate so far."""
+        rate = self.rate
+        return max(self.bound - self.tokens, 0) / rate if rate else None
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+class _MeterColumn(ProgressColumn):
+    """A column that reads the run's `Meter`, drawn on the tasks whose field `meter` is set."""
+
+    def __init__(self, meter: Meter) -> None:
+        super().__init__()
+        self.meter = meter
+
+    def render(self, task: Any) -> Text:
+        return Text(self.text()) if task.fields.get("meter") else Text("")
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+
+class TokensColumn(_MeterColumn):
+    def text(self) -> str:
+        return f"{self.meter.tokens:,}/<={max(self.meter.bound, self.meter.tokens):,} tokens"
+
+
+class TokensPerSecond(_MeterColumn):
+    def text(self) -> str:
+        rate = self.meter.rate
+        return f"{rate:6.1f} tok/s" if rate else "   ... tok/s"
+
+
+class EtaColumn(_MeterColumn):
+    def text(self) -> str:
+        if self.meter.engine is not None and self.meter.tokens > self.meter.bound:
+            return "ETA: past the planned bound (top-ups)"  # bt continue's are not planned
+        eta = self.meter.eta_s
+        return f"ETA <= {_clock(eta)}" if eta is not None else "ETA ..."
+
+
+class SamplesColumn(ProgressColumn):
+    """`done/total samples` (`done samples` while the total is not known)."""
+
+    def render(self, task: Any) -> Text:
+        done = int(task.completed)
+        unit = task.fields.get("unit", "samples")
+        text = (f"{done:,}/{int(task.total):,} {unit}" if task.total is not None
+                else f"{done:,} {unit}")
+        if "solved" in task.fields:
+            text += f", {task.fields['solved']:,} solved"
+        return Text(text)
+
+
+class TokenBar(BarColumn):
+    """The bar of a metered task: tokens generated against the run's bound."""
+
+    def __init__(self, meter: Meter) -> None:
+        super().__init__()
+        self.meter = meter
+
+    def render(self, task: Any) -> ProgressBar:
+        if not task.fields.get("meter"):
+            return super().render(task)
+        bound = max(self.meter.bound, 1)
+        return ProgressBar(total=bound, completed=min(self.meter.tokens, bound),
+                           width=None if self.bar_width is None else max(1, self.bar_width),
+                           pulse=self.meter.engine is None, animation_time=task.get_time())
+
+
+def sample_progress(console: Console, meter: Meter) -> Progress:
+    """The display: one metered row (samples, tokens, tok/s, ETA) and any rows of sample counts
+    (the phases of `bt continue`)."""
+    return Progress(TextColumn("{task.description:<10}"), TokenBar(meter), SamplesColumn(),
+                    TokensColumn(meter), TokensPerSecond(meter), TimeElapsedColumn(),
+                    EtaColumn(meter), console=console)
+
+
+class SampleRun:
+    """Drives a one-row display for a command whose samples are whole trajectories (base
+    traces, attempts): `start(n, engine)` and `done(tokens)` are its callbacks."""
+
+    def __init__(self, console: Console, label: str, max_tokens: int) -> None:
+        self.meter = Meter()
+        self.max_tokens = int(max_tokens)
+        self.progress = sample_progress(console, self.meter)
+        self.task: TaskID = self.progress.add_task(label, total=None, meter=True, solved=0)
+        self.solved = 0
+
+    def start(self, n: int, engine: Any) -> None:
+        self.meter.attach(engine, n * self.max_tokens)
+        self.progress.update(self.task, total=n)
+        self.progress.start()
+
+    def done(self, tokens: int, solved: bool = False) -> None:
+        """One sample finished after `tokens` generated tokens."""
+        self.meter.shrink(self.max_tokens - tokens)
+        self.solved += int(solved)
+        self.progress.update(self.task, advance=1, solved=self.solved)
+
+    def stop(self) -> None:
+        if self.progress.live.is_started:
+            self.progress.stop()
+
+
+def drive_samples(console: Console, run: Any, label: str, max_tokens: int) -> Any:
+    """Drive `run(on_start, on_sample)` of whole-trajectory samples (at most `max_tokens` each)
+    under the display; drawn from on_start on, so a refusal before it stays one line."""
+    bar = SampleRun(console, label, max_tokens)
+    try:
+        return run(bar.start, lambda rec, grade: bar.done(len(rec.token_ids),
+                                                          bool(grade and grade.correct)))
+    finally:
+        bar.stop()

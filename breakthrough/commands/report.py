@@ -8,19 +8,22 @@ Parses the options, calls `breakthrough.report.uoo_report.uoo_report` or
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from breakthrough.commands.options import MAX_DRAWS
 from breakthrough.errors import BtError
 from breakthrough.protocol import MAX_SEED
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 def _print(tables: list, console: Console) -> None:
     """Each `TextTable` as a rich table, its note after it."""
+    from rich.table import Table
+
     for tt in tables:
         t = Table(title=tt.title)
         for col in tt.columns:
@@ -44,6 +47,8 @@ def uoo(
 ) -> None:
     """Uniqueness-of-Optimum report: leaderboard over the 29, count accuracy by bin and kind,
     under/over-counts, Fisher / exact McNemar between runs, run-to-run count agreement."""
+    from rich.console import Console
+
     from breakthrough.report.uoo_report import uoo_report  # imported when run, not at start-up
 
     if ci not in ("wilson", "exact"):
@@ -73,6 +78,8 @@ def study(
     compute, δ sensitivity, conservative and cross-model agreement, top-up resolution, label
     hardening, T_V events, A2, probe dissection, the confirmatory result), their tables as
     CSV/parquet, and what is missing with the command that would produce it."""
+    from rich.console import Console
+
     from breakthrough.report.study import study_report  # pandas, matplotlib: not at start-up
 
     rep = study_report(runs, out, confirm=confirm, probes=probe, draws=draws, seed=seed,
@@ -92,6 +99,6 @@ def register(app: typer.Typer) -> None:
     report_app = typer.Typer(
         help="Reports over finished runs.", no_args_is_help=True, add_completion=False
     )
-    report_app.command("uoo")(uoo)
-    report_app.command("study")(study)
+    report_app.command("uoo", short_help="Uniqueness-of-Optimum leaderboard and counts.")(uoo)
+    report_app.command("study", short_help="Write the study's one HTML page across runs.")(study)
     app.add_typer(report_app, name="report")

@@ -53,6 +53,7 @@ def sample(
     from rich.console import Console
 
     from breakthrough.commands.engine_options import http_options
+    from breakthrough.commands.progress import drive_samples
     from breakthrough.engine import EngineSpec
     from breakthrough.models.registry import OFFLINE_DEFAULT
     from breakthrough.pipeline.sample import SampleRequest, plan_sample, sample_runs
@@ -82,10 +83,12 @@ def sample(
                         hidden_stride=hidden_stride_for(hidden_stride, backend),
                         lock_wait=check_wait(wait))
     if dry_run:
-        typer.echo("\n".join(plan_sample(req)))
+        for plan in plan_sample(req):
+            typer.echo("\n".join(plan.lines()))
         return
     failed = False
-    for rep in sample_runs(req, announce=status.print):
+    for rep in sample_runs(req, announce=status.print,
+                           drive=lambda run: drive_samples(console, run, "attempts", max_tokens)):
         typer.echo(f"{rep.run_dir}: {count(rep.generated, 'attempt')} generated "
                    f"({rep.tokens:,} tokens, {rep.solved} solved), {rep.skipped} already done"
                    + (f", {rep.failed} failed on request errors (rerun to retry)" if rep.failed else ""))
@@ -97,4 +100,4 @@ def sample(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sample")(sample)
+    app.command("sample", short_help="Generate N seeded from-scratch attempts per problem.")(sample)

@@ -53,4 +53,4 @@ def serve(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve")(serve)
+    app.command("serve", short_help="Serve a model over HTTP for --backend vllm.")(serve)

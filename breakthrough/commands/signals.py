@@ -35,4 +35,4 @@ def signals(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("signals")(signals)
+    app.command("signals", short_help="Write one row of frozen summaries per trajectory.")(signals)

@@ -6,17 +6,21 @@ from pathlib import Path
 
 import typer
 
+from breakthrough.commands.options import json_option, print_json
+
 
 def status(
     runs: list[Path] = typer.Argument(..., metavar="RUN",
                                       help="Run directories, or folders of runs (e.g. runs/)."),
     tau: float = typer.Option(None, help="Solve-rate threshold used to plan what remains "
                                          "(default: the run's)."),
+    as_json: bool = json_option(),
 ) -> None:
     """What is done and what remains per cell: base, probes (anchors, k/n) at the run's B,
     restarts, and the samples still planned under the run's --topup rules; a cell that has not
     run its protocol says `not continued` or `incomplete` (what it lacks), and a count line
-    closes each run. Reads the protocol and the top-up rules stored in the run."""
+    closes each run. Reads the protocol and the top-up rules stored in the run. With --json:
+    a list with one object per run (run, title, cells, counts)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -28,6 +32,9 @@ def status(
         from breakthrough.protocol import DEFAULT
 
         DEFAULT.with_overrides(tau=tau).validate()
+    if as_json:
+        print_json([run_status(run_dir, tau).as_dict(run_dir) for run_dir in run_dirs(runs)])
+        return
     console = Console()
     if not console.is_terminal:  # piped: whole lines (a pipe has no width to fold cell ids to)
         console = Console(width=100_000)
@@ -47,4 +54,4 @@ def status(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("status")(status)
+    app.command("status", short_help="Show what is done and what remains per cell.")(status)

@@ -5,16 +5,33 @@ are parsed in `breakthrough.commands` (`engine_options`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from breakthrough.engine.contract import BACKENDS, HTTP_BACKENDS, Engine, EngineSpec
 from breakthrough.errors import BtError
 
+if TYPE_CHECKING:
+    from breakthrough.engine.contract import BACKENDS, HTTP_BACKENDS, Engine, EngineSpec
+
 __all__ = ["BACKENDS", "HTTP_BACKENDS", "Engine", "EngineSpec", "make_engine"]
+
+_CONTRACT_NAMES = ("BACKENDS", "HTTP_BACKENDS", "Engine", "EngineSpec")
+
+
+def __getattr__(name: str) -> Any:
+    """The contract's names, imported on first use: `import breakthrough` runs this package's
+    `blas` module, and the contract needs NumPy, which a command that never generates (`bt
+    --help`, `bt status`) should not pay for at start-up."""
+    if name in _CONTRACT_NAMES:
+        from breakthrough.engine import contract
+
+        return getattr(contract, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_engine(spec: EngineSpec, loaded: Any) -> Engine:
     """The backend `spec` names, for the model `loaded` (a `models.loading.LoadedModel`)."""
+    from breakthrough.engine.contract import HTTP_BACKENDS
+
     if spec.backend in HTTP_BACKENDS:
         if spec.kv_bits:
             raise BtError(f"--kv-bits applies to the MLX backends, not --backend {spec.backend} "

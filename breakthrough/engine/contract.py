@@ -21,6 +21,12 @@ from typing import Any, Iterable, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 
+from breakthrough.engine.http_limits import (  # noqa: F401  (re-exported: the spec's defaults)
+    MAX_REQUEST_TIMEOUT_S,
+    MAX_RETRIES,
+    REQUEST_TIMEOUT_S,
+    RETRIES,
+)
 from breakthrough.errors import BtError
 from breakthrough.protocol import Sampling
 
@@ -170,13 +176,6 @@ class Engine(Protocol):
     def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]: ...
 
 
-REQUEST_TIMEOUT_S = 600.0
-"""Default seconds one attempt of an HTTP request may take (`--request-timeout`)."""
-RETRIES = 2
-"""Default further attempts of a failed HTTP request (`--retries`)."""
-MAX_REQUEST_TIMEOUT_S = 86400.0
-"""A day: beyond it a hung server is not worth waiting for."""
-MAX_RETRIES = 100
 
 
 def check_batch_size(batch_size: int) -> None:

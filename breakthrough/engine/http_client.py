@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from breakthrough.engine.contract import REQUEST_TIMEOUT_S, RETRIES
+from breakthrough.engine.http_limits import REQUEST_TIMEOUT_S, RETRIES
 
 T = TypeVar("T")
 

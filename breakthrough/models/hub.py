@@ -32,11 +32,21 @@ def snapshot(repo: str, *, local_only: bool = True) -> Path:
 
 
 def local_snapshot(repo: str) -> Path | None:
-    """The cached snapshot of `repo`, or None when it is not in the local cache."""
+    """The cached snapshot of `repo`, or None when it is not in the local cache.
+
+    Read from the cache's own layout (`models--ORG--NAME/refs/main` names the commit whose
+    folder is `snapshots/COMMIT`), which is all `snapshot_download(local_files_only=True)` looks
+    at, without importing huggingface_hub's downloader or mlx_lm: `bt models list` and every
+    `--dry-run` ask this for each model and should answer at once."""
+    from huggingface_hub.constants import HF_HUB_CACHE  # paths from the environment only
+
+    folder = Path(HF_HUB_CACHE) / ("models--" + repo.replace("/", "--"))
     try:
-        return snapshot(repo)
-    except Exception:
+        commit = (folder / "refs" / "main").read_text().strip()
+    except OSError:
         return None
+    snap = folder / "snapshots" / commit
+    return snap if commit and snap.is_dir() else None
 
 
 def hub_file(repo: str, filename: str) -> Path:

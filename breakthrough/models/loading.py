@@ -240,21 +240,57 @@ def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, 
         raise BtError(f"unknown model {name!r}: not an alias ({known}), a folder, or a hub id")
     local = hub.local_snapshot(target)
     if local is None:
-        if hub.offline_requested():
-            raise BtError(
-                f"model {target} is not in the local Hugging Face cache and HF_HUB_OFFLINE is "
-                f"set; download it first (huggingface-cli download {target}) or use the "
-                f"offline default {OFFLINE_DEFAULT}"
-            )
-        try:
-            local = hub.snapshot(target, local_only=False)
-        except Exception as exc:
-            raise BtError(
-                f"cannot load model {target}: not in the local Hugging Face cache and the "
-                f"download failed ({type(exc).__name__}); use the offline default "
-                f"{OFFLINE_DEFAULT} or download it where there is network"
-            ) from None
+        fetch_hub_models([name])
+        local = hub.local_snapshot(target)
+        if local is None:  # downloaded, yet not where the cache keeps snapshots
+            raise BtError(f"model {target}: downloaded, but not found in the local Hugging "
+                          f"Face cache afterwards; try {download_commands([target])}")
     return local, target, f"{target}@{local.name}", content_digest(local)
+
+
+def download_commands(repos: list[str]) -> str:
+    """"hf download A; hf download B": the command of the installed huggingface-hub's CLI
+    (`hf`; it no longer ships `huggingface-cli`) for each missing model."""
+    return "; ".join(f"hf download {r}" for r in repos)
+
+
+def fetch_hub_models(names: list[str] | tuple[str, ...]) -> None:
+    """Every hub model among `names` (aliases or hub ids) in the local Hugging Face cache
+    before any run starts: with HF_HUB_OFFLINE set nothing is downloaded and every missing one
+    is named in one line with its `hf download` command; otherwise each missing one is
+    downloaded, and when downloads fail the line names every model that is still missing (not
+    only the first), with its command. Local folders and the offline default pass untouched."""
+    missing: list[str] = []
+    for name in names:
+        spec, target = resolve(name)
+        if (spec is not None and spec.offline) or target.startswith(REVISION_PREFIXES) \
+                or Path(target).expanduser().exists() or not _looks_like_hub_id(target):
+            continue
+        if hub.local_snapshot(target) is None and target not in missing:
+            missing.append(target)
+    if not missing:
+        return
+    if hub.offline_requested():
+        one = len(missing) == 1
+        raise BtError(f"{'model' if one else 'models'} {', '.join(missing)} "
+                      f"{'is' if one else 'are'} not in the local Hugging Face cache and "
+                      f"HF_HUB_OFFLINE is set; download {'it' if one else 'them'} first "
+                      f"({download_commands(missing)}) or use the offline default "
+                      f"{OFFLINE_DEFAULT}")
+    failed: list[tuple[str, str]] = []
+    for target in missing:
+        try:
+            hub.snapshot(target, local_only=False)
+        except Exception as exc:  # what huggingface_hub raises varies by the failure
+            failed.append((target, type(exc).__name__))
+    if failed:
+        repos = [r for r, _ in failed]
+        why = ", ".join(f"{r}: {err}" for r, err in failed)
+        one = len(repos) == 1
+        raise BtError(f"cannot load {'model' if one else 'models'} {', '.join(repos)}: not in "
+                      f"the local Hugging Face cache and the download failed ({why}); download "
+                      f"{'it' if one else 'them'} where there is network "
+                      f"({download_commands(repos)}) or use the offline default {OFFLINE_DEFAULT}")
 
 
 def _folder_digest(folder: Path) -> str:

@@ -25,10 +25,12 @@ from breakthrough.engine import HTTP_BACKENDS, EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest, GenResult
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
-from breakthrough.models.loading import load_model, model_identity
+from breakthrough.models.loading import fetch_hub_models, load_model, model_identity
 from breakthrough.models.tokens import decode
 from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.pipeline.branches import request_facts
+from breakthrough.pipeline.dry_run import (PhasePlan, RunPlan, large_run_line, plural, rate_for,
+                                           sibling_runs)
 from breakthrough.pipeline.manifest import (cell_id, check_engine, record_throughput,
                                              refuse_changed_run, request_identity, run_alias, run_manifest,
                                              run_name)
@@ -193,7 +195,6 @@ def run_base(
         store.close()
 
 
-
 def select_rows(rows: list[dict], problems: str | None, limit: int | None, cohort: str) -> list[dict]:
     """Apply --problems (ids, in cohort order) and --limit (first N)."""
     if problems:
@@ -259,6 +260,7 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
     digest = cohort_digest(all_rows)
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
+    fetch_hub_models(req.models)  # every missing hub model named at once, before any run
     reports = []
     for name in req.models:
         ident = model_identity(name)  # from the files: a differing run is refused before loading
@@ -272,9 +274,27 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
             say(f"{run_dir}: nothing to do: the {len(rows)} base trace{'' if len(rows) == 1 else 's'}"
                 f" asked for {'is' if len(rows) == 1 else 'are'} stored (no model loaded)")
             continue
+        _say_if_large(req, run_dir, ident.alias, rows, say)
         with run_lock(run_dir, wait=req.lock_wait):  # before loading: a busy run costs nothing
             reports.append(_base_one(req, name, run_dir, rows, digest, cohort_name, say, drive))
     return reports
+
+
+def _say_if_large(req: BaseRequest, run_dir: Path, alias: str, rows: list[dict],
+                  say: Callable[[str], None]) -> None:
+    """Before a model loads: the one line of a run about to generate more than
+    `dry_run.LARGE_RUN_TOKENS` tokens (its bound and ETA)."""
+    from breakthrough.store import STORE_FILE
+
+    done: set[str] = set()
+    if (run_dir / STORE_FILE).exists():
+        with RunStore(run_dir, readonly=True) as store:
+            done = {key[0] for key in store.existing_keys("base")}
+            alias = store.manifest().get("model_alias") or alias
+    todo = [r for r in rows if cell_id(alias, r["id"]) not in done]
+    line = large_run_line(base_plan(run_dir, alias, rows, todo, req))
+    if line:
+        say(line)
 
 
 def _base_one(req: BaseRequest, name: str, run_dir: Path, rows: list[dict], digest: str,
@@ -287,7 +307,7 @@ def _base_one(req: BaseRequest, name: str, run_dir: Path, rows: list[dict], dige
     if ctx and req.protocol.base_max_tokens > int(ctx):
         say(f"note: {loaded.alias} has a {int(ctx):,}-token context; generation beyond it degrades")
     say(f"[bold]{loaded.alias}[/]: {len(rows)} problem{'' if len(rows) == 1 else 's'} of "
-        f"{cohort_name} -> {run_dir}")
+        f"{cohort_name} -> {run_dir}; prompt family: {loaded.family.name}")
 
     def run(on_start=None, on_sample=None):
         return run_base(loaded=loaded, rows=rows, cohort=cohort_name, cohort_digest=digest,
@@ -319,3 +339,33 @@ def refuse_other_backend(run_dir: Path, backend: str) -> None:
     if have and have != backend:
         raise BtError(f"{run_dir}: --backend: run was made with engine.backend={have!r}, this request has "
                       f"engine.backend={backend!r}; a run never mixes backends (use --backend {have})")
+
+
+def plan_base(req: BaseRequest) -> list[RunPlan]:
+    """`bt base --dry-run`: per model, the base traces still missing and their token bound."""
+    from breakthrough.models.loading import model_alias
+    from breakthrough.store import STORE_FILE
+
+    rows = select_rows(load_cohort(req.cohort), req.problems, req.limit, req.cohort)
+    cohort_name = Path(req.cohort).stem
+    plans = []
+    for name in req.models:
+        alias = model_alias(name)
+        run_dir = req.runs_dir / run_name(req.run, req.models, cohort_name, alias)
+        done: set[str] = set()
+        if (run_dir / STORE_FILE).exists():
+            with RunStore(run_dir, readonly=True) as store:
+                done = {key[0] for key in store.existing_keys("base")}
+        todo = [r for r in rows if f"{alias}:{r['id']}" not in done]
+        plans.append(base_plan(run_dir, alias, rows, todo, req))
+    return plans
+
+
+def base_plan(run_dir: Path, alias: str, rows: list[dict], todo: list[dict],
+              req: BaseRequest) -> RunPlan:
+    """The base phase of one run: `todo` of `rows` still to generate, with its ETA."""
+    plan = RunPlan(run_dir, alias, [PhasePlan(
+        "base", len(todo), len(todo) * req.protocol.base_max_tokens,
+        f"{plural(len(rows) - len(todo), 'cell')} already done" if len(todo) < len(rows) else "")])
+    rate_for(plan, sibling_runs(run_dir), "base", req.engine.batch_size)
+    return plan

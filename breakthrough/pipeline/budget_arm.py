@@ -25,8 +25,11 @@ from breakthrough.engine.contract import EngineSpec
 from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import Branch, check_budget, close_tokens
-from breakthrough.pipeline.cell_loop import SIGNALS_FULL, ContinueReport, run_scheduled
+from breakthrough.pipeline.cell_loop import (SIGNALS_FULL, ContinueReport, run_scheduled,
+                                             with_bound)
 from breakthrough.pipeline.cells import plan_cell
+from breakthrough.pipeline.dry_run import (PhasePlan, RunPlan, large_run_line, plural, rate_for,
+                                           sibling_runs)
 from breakthrough.pipeline.manifest import check_engine, check_model, preflight_continue
 from breakthrough.pipeline.scheduler import CellState, RunScheduler, branches_for, memory_plan
 from breakthrough.protocol import Protocol
@@ -138,7 +141,8 @@ def add_budget_runs(run_dirs: Sequence[Path], budget: int, engine_spec: EngineSp
                     lock_wait: float = 0.0) -> list[ContinueReport]:
     """`bt continue RUN... --add-budget B2`: check every run first (nothing is written or
     loaded for a run that would be refused), then run each run's arm, holding every run's lock
-    as `bt continue` does (`runlock`; `lock_wait` seconds to wait for a busy one)."""
+    as `bt continue` does (`runlock`; `lock_wait` seconds to wait for a busy one).
+    `progress(run_dir, manifest)` gets "large_run" as `bt continue`'s does."""
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
             preflight_continue(store, {}, engine_spec.backend)
@@ -154,17 +158,54 @@ def _add_budget_locked(run_dirs: Sequence[Path], budget: int, engine_spec: Engin
                        drive: Callable[[Callable], ContinueReport] | None) -> list[ContinueReport]:
     reports = []
     for run_dir in run_dirs:
+        plan = plan_add_budget([run_dir], budget, engine_spec.batch_size, engine_spec.backend)[0]
         with RunStore(run_dir, readonly=True) as store:
             man = store.manifest()
             man = {**man, "protocol": {**man["protocol"], "budget": int(budget)},
-                   "base_traces": len(store.existing_keys("base"))}
+                   "base_traces": len(store.existing_keys("base")),
+                   "large_run": large_run_line(plan)}
         if progress:
             progress(run_dir, man)
         loaded = load_model(man["model_id"], family=man.get("family"))
 
-        def run(on_start=None, on_sample=None, run_dir=run_dir, loaded=loaded):
-            return add_budget_run(run_dir, loaded, budget, engine_spec, on_start=on_start,
-                                  on_sample=on_sample)
+        def run(on_start=None, on_sample=None, run_dir=run_dir, loaded=loaded,
+                bound=plan.max_tokens):
+            return add_budget_run(run_dir, loaded, budget, engine_spec, on_sample=on_sample,
+                                  on_start=with_bound(on_start, bound))
 
         reports.append(drive(run) if drive else run())
     return reports
+
+
+def plan_add_budget(run_dirs: list[Path], budget: int, batch_size: int = 32,
+                    backend: str | None = None) -> list[RunPlan]:
+    """`bt continue --add-budget B2 --dry-run`: per run, the arm's probes still missing (its
+    targets' anchors that leave room for B2 + the answer reserve, m branches each) and their
+    token bound, refused as the arm itself would be (`budget_arm.arm_protocol`), with an ETA
+    from `bt continue`'s rate (the arm runs on its scheduler)."""
+    plans = []
+    for run_dir in run_dirs:
+        with RunStore(run_dir, readonly=True) as store:
+            preflight_continue(store, {}, backend)
+            primary = store.protocol()
+            arm = arm_protocol(store, budget)
+            targets = arm_targets(probe_panel(store.samples_frame(arrays=False, kind="probe"),
+                                              primary), primary.tau, primary)
+            base = store.samples_frame(kind="base")
+            have = store.existing_keys()
+            model = store.manifest().get("model_alias", "?")
+        samples = 0
+        for rec in base.to_dict(orient="records"):
+            cid = rec["cell_id"]
+            cell = plan_cell(cid, {}, [], rec, arm)
+            fits = [a for a in targets.get(cid, ()) if a <= cell.reasoning_tokens
+                    and check_budget(cell.cut(a), arm.budget, arm)]
+            samples += sum(1 for a in fits for b in range(arm.samples)
+                           if (cid, "probe", a, arm.budget, b) not in have)
+        plan = RunPlan(run_dir, model, [PhasePlan(
+            f"arm B={budget}", samples, samples * (arm.budget + arm.answer_budget),
+            f"{len(targets):,} target trajector{'y' if len(targets) == 1 else 'ies'}, "
+            f"{plural(arm.samples, 'branch')} per anchor")])
+        rate_for(plan, sibling_runs(run_dir), "continue", batch_size, fallback="base")
+        plans.append(plan)
+    return plans

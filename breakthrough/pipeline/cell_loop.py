@@ -39,6 +39,7 @@ from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import close_tokens
 from breakthrough.pipeline.cells import CellPlan, plan_cell, similar_length_chunks
+from breakthrough.pipeline.dry_run import large_run_line, plan_continue
 from breakthrough.pipeline.manifest import (TopupChoice, check_engine, check_model,
                                              preflight_continue, record_continuation_protocol,
                                              record_throughput, record_topup, resolve_topup,
@@ -205,14 +206,24 @@ def has_work(store: RunStore, protocol: Protocol, opts: ContinueOptions) -> bool
     return bool(cells_with_work(store, cells, protocol, tau=protocol.tau, topup=topup))
 
 
+def with_bound(on_start: Callable[[dict, Any], None] | None,
+               max_tokens: int) -> Callable[[dict, Any], None] | None:
+    """`on_start` told the run's token bound too (totals["max_tokens"], `dry_run`'s plan): what
+    a progress display's ETA counts down."""
+    if on_start is None:
+        return None
+    return lambda totals, engine: on_start({**totals, "max_tokens": max_tokens}, engine)
+
+
 def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions, *,
                   progress: Callable[[Path, dict], None] | None = None,
                   drive: Callable[[Callable], ContinueReport] | None = None) -> list[ContinueReport]:
     """`bt continue`: check every run, then, run by run, load its model, record its protocol
     with `settings` (B, anchors, samples, ...) and run every phase.
 
-    `progress(run_dir, manifest)` announces a run (its manifest plus "base_traces" and
-    "topup_choice", the `TopupChoice` it runs: `opts.topup` joined to the run's rules);
+    `progress(run_dir, manifest)` announces a run (its manifest plus "base_traces",
+    "topup_choice", the `TopupChoice` it runs: `opts.topup` joined to the run's rules, and
+    "large_run", the line of a run past `dry_run.LARGE_RUN_TOKENS`, else None);
     `drive(run)` wraps `run(on_start, on_sample)` (the CLI's progress display). Every run's
     lock is held throughout (`runlock`): a second `bt continue` on one of them is refused,
     naming the holder, or waits `opts.lock_wait` seconds."""
@@ -230,7 +241,7 @@ def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: Cont
 def _continue_locked(run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions, *,
                      progress: Callable[[Path, dict], None] | None = None,
                      drive: Callable[[Callable], ContinueReport] | None = None) -> list[ContinueReport]:
-    protocols, choices = {}, {}
+    protocols, choices, bounds = {}, {}, {}
     for run_dir in run_dirs:  # written by continue_run, once the engine can run it
         with RunStore(run_dir, readonly=True) as store:
             protocols[run_dir] = record_continuation_protocol(store, **settings)
@@ -238,6 +249,10 @@ def _continue_locked(run_dirs: Sequence[Path], settings: dict[str, Any], opts: C
             man = {**store.manifest(), "protocol": protocols[run_dir].to_dict(),
                    "base_traces": len(store.existing_keys("base")),
                    "topup_choice": choices[run_dir]}
+        plan = plan_continue([run_dir], settings, opts.engine.batch_size, topup=opts.topup,
+                             memory=False)[0]
+        bounds[run_dir] = plan.max_tokens
+        man["large_run"] = large_run_line(plan)
         if progress:
             progress(run_dir, man)
     reports = []
@@ -256,7 +271,8 @@ def _continue_locked(run_dirs: Sequence[Path], settings: dict[str, Any], opts: C
         run_opts = replace(run_opts, kv_bits=run_kv_bits(man, opts.kv_bits, run_dir))
 
         def run(on_start=None, on_sample=None, run_dir=run_dir, loaded=loaded, run_opts=run_opts):
-            return continue_run(run_dir, loaded, run_opts, on_start=on_start, on_sample=on_sample)
+            return continue_run(run_dir, loaded, run_opts, on_sample=on_sample,
+                                on_start=with_bound(on_start, bounds[run_dir]))
 
         rep = drive(run) if drive else run()
         rep.topup = choice

@@ -1,34 +1,38 @@
-"""`--dry-run` of `bt base` and `bt continue`: what a command would generate, per phase, and
-how long that takes on this machine, without loading a model or writing a byte.
+"""`--dry-run` of `bt base`, `bt continue` (and its `--add-budget` arm), `bt sample` and
+`bt cohorts screen`: what a command would generate, per phase, and how long that takes on this
+machine, without loading a model or writing a byte; and the one line a command about to
+generate more than `LARGE_RUN_TOKENS` says before it starts (`large_run_line`).
 
 Counts come from the run's store (read-only) and the protocol the command would run under;
 token counts are upper bounds (every sample running to its budget). The ETA divides them by
-the generated tokens/s that an earlier call of the SAME command measured for the same model
-at the same batch size on this machine, stored in its run's manifest
-(`manifest.record_throughput`). Why not another command's rate: `bt base` (a few 16K
-trajectories at batch 8) and `bt continue` (thousands of short branches at batch 32) run the
-batch at very different sizes and fullness; a base rate made one continue ETA five times too
-long. The record also holds the run's mean batch occupancy (token-weighted rows in flight /
-batch size), printed with the ETA, and the ETA's lower end assumes a full batch
-(rate / occupancy): the rate scales with the rows in flight, and a run with more cells in
-flight fills the batch better than one with few."""
+the generated tokens/s an earlier call measured for the same model on this machine, stored in
+its run's manifest (`manifest.record_throughput`): first the same command at the same batch
+size; else (a model's first `bt continue`, a first `bt sample`) the rate `bt base` measured,
+and the ETA says which it used. Why the command matters: `bt base` (a few long trajectories at
+batch 8) and `bt continue` (thousands of short branches at batch 32) run the batch at very
+different sizes and fullness.
+
+The rate scales with the rows in flight (a decode step costs about the same for 2 rows as for
+8). The record holds the measured run's mean batch occupancy; a plan with fewer samples than
+the rows the measurement had in flight gets the rate scaled down to its rows, so the ETA stays
+an upper bound. An ETA that assumes a fuller batch than measured is printed only as a labelled
+optimistic bound, never as the estimate. Start-up and model loading are not counted."""
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from breakthrough.classify.panels import probe_panel
 from breakthrough.classify.plan import bisection_midpoint
-from breakthrough.models.loading import model_alias
-from breakthrough.pipeline.base import BaseRequest, select_rows
+from breakthrough.errors import BtError
 from breakthrough.pipeline.cells import plan_cell
 from breakthrough.pipeline.manifest import (machine_name, record_continuation_protocol,
-                                             resolve_topup, run_name)
+                                             resolve_topup)
 from breakthrough.protocol import Protocol
 from breakthrough.store import STORE_FILE, RunStore
-from breakthrough.tasks.cohorts import load_cohort
 
 
 @dataclass
@@ -39,6 +43,16 @@ class PhasePlan:
     samples: int
     max_tokens: int
     note: str = ""
+
+
+LARGE_RUN_TOKENS = 1_000_000  # a command about to generate more says so before it starts
+COMMANDS = {"attempt": "sample"}  # the command that records a phase's rate, where not its name
+GENERATION_ONLY = "generation only: start-up and model loading come on top"
+
+
+def command_of(phase: str) -> str:
+    """`bt NAME` of the command whose runs record `phase`'s throughput."""
+    return f"`bt {COMMANDS.get(phase, phase)}`"
 
 
 @dataclass
@@ -52,6 +66,7 @@ class RunPlan:
     rate_source: str = ""
     occupancy: float | None = None  # of the measured run (None: not recorded)
     missing_rate: str = ""  # why there is no rate (no measurement of this command / batch size)
+    rate_note: str = ""  # how the rate was carried over (another command's, scaled to rows)
     memory: str = ""  # what --memory-gb admits at the deepest anchor (bt continue)
 
     @property
@@ -59,35 +74,55 @@ class RunPlan:
         return sum(p.max_tokens for p in self.phases)
 
     @property
+    def samples(self) -> int:
+        return sum(p.samples for p in self.phases)
+
+    @property
     def eta_s(self) -> float | None:
         return self.max_tokens / self.tokens_per_s if self.tokens_per_s else None
+
+    def eta_text(self) -> str:
+        """`ETA at most ...` at the rate and where it came from, or why it is unknown."""
+        if self.eta_s is None:
+            return (f"ETA unknown: {self.missing_rate or 'no measured tokens/s of ' + self.model}"
+                    f" (a run stores it when it finishes)")
+        note = f"; {self.rate_note}" if self.rate_note else ""
+        return (f"ETA at most {_duration(self.eta_s)} at {self.tokens_per_s:,.1f} tokens/s "
+                f"({self.rate_source}{note})")
 
     def lines(self) -> list[str]:
         """What `--dry-run` prints for this run."""
         out = [f"{self.run_dir} ({self.model}):"]
         for p in self.phases:
-            out.append(f"  {p.phase:<10} {_n(p.samples, 'sample')}, at most {p.max_tokens:,} "
+            out.append(f"  {p.phase:<10} {plural(p.samples, 'sample')}, at most {p.max_tokens:,} "
                        f"tokens" + (f" ({p.note})" if p.note else ""))
         if self.max_tokens == 0:
             out.append("  nothing to do: every sample these phases need is stored")
-        elif self.eta_s is None:
-            out.append(f"  ETA unknown: {self.missing_rate or 'no measured tokens/s of ' + self.model}"
-                       f" (a run stores it when it finishes)")
-        else:
-            line = (f"  ETA at most {_duration(self.eta_s)} at {self.tokens_per_s:,.1f} "
-                    f"tokens/s ({self.rate_source})")
-            if self.occupancy:
-                full = self.eta_s * min(self.occupancy, 1.0)
-                line += (f"; batch occupancy was {self.occupancy:.0%}: {_duration(full)} if the "
-                         f"batch stays full")
-            out.append(line)
+            return out + ([f"  {self.memory}"] if self.memory else [])
+        out.append(f"  {self.eta_text()}")
+        if self.eta_s is not None:
+            out.append(f"  ({GENERATION_ONLY})")
+        if self.eta_s is not None and self.occupancy and self.occupancy < 0.9:
+            full = self.eta_s * self.occupancy
+            out.append(f"  optimistic bound, not the estimate: {_duration(full)} if the batch "
+                       f"stayed full (the measured run filled {self.occupancy:.0%} of it)")
         if self.memory:
             out.append(f"  {self.memory}")
         return out
 
 
-def _n(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+def large_run_line(plan: RunPlan) -> str | None:
+    """The line a command says before generating more than `LARGE_RUN_TOKENS` tokens for one
+    run (its token bound and ETA); None for a smaller run."""
+    if plan.max_tokens <= LARGE_RUN_TOKENS:
+        return None
+    return (f"{plan.run_dir.name}: a large run: at most {plan.max_tokens:,} tokens "
+            f"({plural(plan.samples, 'sample')}); {plan.eta_text()}; --dry-run shows the plan")
+
+
+def plural(count: int, noun: str) -> str:
+    """"1 sample", "2 samples", "2 branches"."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith(("ch", "s")) else "s")
 
 
 def _duration(seconds: float) -> str:
@@ -120,8 +155,11 @@ def measured(run_dirs: list[Path], model: str, phase: str,
     for run_dir in run_dirs:
         if not (run_dir / STORE_FILE).exists():
             continue
-        with RunStore(run_dir, readonly=True) as store:
-            man = store.manifest()
+        try:
+            with RunStore(run_dir, readonly=True) as store:
+                man = store.manifest()
+        except (BtError, sqlite3.Error):  # a damaged or foreign run holds no rate to use
+            continue
         if man.get("model_alias") != model:
             continue
         for key in keys:
@@ -131,22 +169,47 @@ def measured(run_dirs: list[Path], model: str, phase: str,
             if batch_size is not None and got.get("batch_size") != int(batch_size):
                 continue
             at = f" at batch {batch_size}" if batch_size is not None else ""
-            return got, f"measured by `bt {phase}`{at} in {run_dir.name}"
+            return got, f"measured by {command_of(phase)}{at} in {run_dir.name}"
     return None
 
 
-def _rate_for(plan: RunPlan, run_dirs: list[Path], phase: str, batch_size: int) -> None:
-    """Fill `plan`'s rate from `measured` (same command, model, batch size), or say why not."""
+def rate_for(plan: RunPlan, run_dirs: list[Path], phase: str, batch_size: int,
+              fallback: str | None = None) -> None:
+    """Fill `plan`'s rate from `measured`: the same command, model and batch size, else (with
+    `fallback`) the rate `bt {fallback}` measured for the model, said so; scaled down to the
+    rows the plan can keep in flight (`_scale_to_rows`). Without either, say why not."""
     got = measured(run_dirs, plan.model, phase, batch_size)
-    if got:
-        plan.tokens_per_s, plan.rate_source = float(got[0]["tokens_per_s"]), got[1]
-        plan.occupancy = got[0].get("occupancy")
-    else:
-        plan.missing_rate = (f"no `bt {phase}` of {plan.model} at batch size {batch_size} has "
-                             f"measured its tokens/s on this machine yet")
+    if got is None and fallback:
+        got = measured(run_dirs, plan.model, fallback)
+        if got is not None:
+            plan.rate_note = (f"no {command_of(phase)} of {plan.model} at batch size "
+                              f"{batch_size} has measured its own yet")
+    if got is None:
+        plan.missing_rate = (f"no {command_of(phase)} of {plan.model} at batch size "
+                             f"{batch_size} has measured its tokens/s on this machine yet")
+        return
+    rec, plan.rate_source = got
+    plan.tokens_per_s = float(rec["tokens_per_s"])
+    plan.occupancy = None if plan.rate_note else rec.get("occupancy")  # another command's batch
+    _scale_to_rows(plan, rec, min(batch_size, plan.samples))
 
 
-def _sibling_runs(run_dir: Path) -> list[Path]:
+def _scale_to_rows(plan: RunPlan, rec: dict, rows: int) -> None:
+    """A measurement that had more rows in flight (occupancy x batch size) than the plan can
+    fill (`rows`) made more tokens per step than the plan will: scale its rate down to `rows`
+    (the occupancy bound then no longer applies: the plan's batch is as full as it gets)."""
+    if not rec.get("occupancy") or not rec.get("batch_size") or rows < 1:
+        return
+    had = float(rec["occupancy"]) * int(rec["batch_size"])
+    if rows < had - 1e-9:
+        plan.tokens_per_s = float(plan.tokens_per_s or 0) * rows / had
+        plan.occupancy = None
+        plan.rate_note += ("; " if plan.rate_note else "") + (
+            f"scaled to the {plural(rows, 'row')} this plan keeps in flight from the {had:.1f} "
+            f"measured")
+
+
+def sibling_runs(run_dir: Path) -> list[Path]:
     """The run itself, then the other runs beside it (same model, maybe measured there)."""
     parent = run_dir.parent
     others = sorted(d for d in parent.iterdir() if d != run_dir and (d / STORE_FILE).exists()) \
@@ -154,35 +217,14 @@ def _sibling_runs(run_dir: Path) -> list[Path]:
     return [run_dir, *others]
 
 
-def plan_base(req: BaseRequest) -> list[RunPlan]:
-    """`bt base --dry-run`: per model, the base traces still missing and their token bound."""
-    rows = select_rows(load_cohort(req.cohort), req.problems, req.limit, req.cohort)
-    cohort_name = Path(req.cohort).stem
-    plans = []
-    for name in req.models:
-        alias = model_alias(name)
-        run_dir = req.runs_dir / run_name(req.run, req.models, cohort_name, alias)
-        done: set[str] = set()
-        if (run_dir / STORE_FILE).exists():
-            with RunStore(run_dir, readonly=True) as store:
-                done = {key[0] for key in store.existing_keys("base")}
-        todo = [r for r in rows if f"{alias}:{r['id']}" not in done]
-        plan = RunPlan(run_dir, alias, [PhasePlan(
-            "base", len(todo), len(todo) * req.protocol.base_max_tokens,
-            f"{_n(len(rows) - len(todo), 'cell')} already done" if len(todo) < len(rows) else "")])
-        _rate_for(plan, _sibling_runs(run_dir), "base", req.engine.batch_size)
-        plans.append(plan)
-    return plans
-
-
 def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: int = 32, *,
                   topup: tuple[str, ...] | None = None, memory_bytes: int | None = None,
-                  kv_bits: int | None = None) -> list[RunPlan]:
+                  kv_bits: int | None = None, memory: bool = True) -> list[RunPlan]:
     """`bt continue --dry-run`: per run, probes, refinement, restarts (and the top-ups, which
     depend on outcomes, under the rules `topup` joined to the run's: `resolve_topup`) under the
     protocol the command would record, with an ETA from the rate `bt continue` measured at
     `batch_size`, and what `--memory-gb` (`memory_bytes`; None: auto) admits at the deepest
-    anchor."""
+    anchor (with `memory`)."""
     plans = []
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
@@ -192,13 +234,16 @@ def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: in
             base = store.samples_frame(kind="base")
             have = store.existing_keys()
             panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol)
-            prompts = {cid: len(store.cell_prompt(cid)[1]) for cid in base["cell_id"]}
+            prompts = {cid: len(store.cell_prompt(cid)[1]) for cid in base["cell_id"]} \
+                if memory else {}
         plan = _continue_plan(run_dir, man.get("model_alias", "?"), protocol, base, have,
                               panel, batch_size, rules)
+        plans.append(plan)
+        if not memory:
+            continue
         bits = kv_bits if kv_bits is not None else (man.get("continuation") or {}).get("kv_bits")
         plan.memory = memory_line(man.get("model_id", ""), base, prompts, protocol, batch_size,
                                   memory_bytes, bits)
-        plans.append(plan)
     return plans
 
 
@@ -272,5 +317,5 @@ def _continue_plan(run_dir: Path, model: str, p: Protocol, base: Any, have: set,
         PhasePlan("topups", 0, 0, (f"--topup {topup}: " if topup else "")
                   + "decided by the outcomes above; not counted"),
     ])
-    _rate_for(plan, _sibling_runs(run_dir), "continue", batch_size)
+    rate_for(plan, sibling_runs(run_dir), "continue", batch_size, fallback="base")
     return plan

@@ -31,9 +31,11 @@ from typing import Any
 from breakthrough.engine import EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
-from breakthrough.models.loading import load_model, model_identity
+from breakthrough.models.loading import fetch_hub_models, load_model, model_identity
 from breakthrough.pipeline.base import (base_cells, check_hidden_stride, check_runs_dir,
                                         commit_trajectory, select_rows)
+from breakthrough.pipeline.dry_run import (PhasePlan, RunPlan, large_run_line, rate_for,
+                                           sibling_runs)
 from breakthrough.pipeline.manifest import (check_engine, record_throughput, refuse_changed_run,
                                              request_identity, run_alias, run_manifest,
                                              run_name)
@@ -213,15 +215,20 @@ def sample_runs(req: SampleRequest, *, announce: Callable[[str], None] | None = 
     digest = cohort_digest(all_rows)
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
-    planned = []
+    fetch_hub_models(req.models)  # every missing hub model named at once, before any run
+    planned, aliases = [], []
     for name in req.models:  # every model checked before any is loaded or written
         ident = model_identity(name)
+        aliases.append(ident.alias)
         run_dir = run_dir_for(req, cohort_name, ident.alias)
         refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, "plain",
                                                      req.hidden_stride, run_kind="sample"))
         planned.append((name, run_dir))
     reports = []
-    for name, run_dir in planned:
+    for (name, run_dir), alias in zip(planned, aliases):
+        large = large_run_line(_plan_one(req, rows, alias, cohort_name))
+        if large:  # said before the model loads
+            say(large)
         with run_lock(run_dir, wait=req.lock_wait):  # before loading: a busy run costs nothing
             reports.append(_sample_one(req, name, run_dir, rows, digest, cohort_name, say, drive))
     return reports
@@ -261,31 +268,34 @@ def success_counts(run_dirs: Sequence[Path], attempts: int) -> dict[str, tuple[i
     return out
 
 
-def plan_sample(req: SampleRequest) -> list[str]:
-    """`bt sample --dry-run`: per model, the attempts still missing, their token bound and an ETA
-    from this machine's measured tokens/s (attempts, else base traces, of the same model); loads
-    no model, writes nothing."""
-    from breakthrough.pipeline.dry_run import _duration, _sibling_runs, measured_rate
-
+def plan_sample(req: SampleRequest) -> list[RunPlan]:
+    """`bt sample --dry-run` (and a screen's): per model, the attempts still missing, their
+    token bound and an ETA from this machine's measured tokens/s (attempts of the same model at
+    the same batch size, else its base traces, said so; scaled to the rows the attempts keep in
+    flight); loads no model, writes nothing."""
     check_request(req)
     all_rows = load_cohort(req.cohort)
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
-    lines = []
-    for name in req.models:
-        alias = model_identity(name).alias
-        run_dir = run_dir_for(req, cohort_name, alias)
-        have: set[tuple[str, int]] = set()
-        if (run_dir / "store.sqlite").exists():
-            with RunStore(run_dir, readonly=True) as store:
-                have = {(k[0], k[4]) for k in store.existing_keys(KIND)}
-        missing = sum(1 for r in rows for b in range(req.attempts)
-                      if (f"{alias}:{r['id']}", b) not in have)
-        tokens = missing * req.protocol.base_max_tokens
-        lines.append(f"{run_dir}: {missing:,} of {len(rows) * req.attempts:,} attempts to generate, "
-                     f"at most {tokens:,} tokens")
-        siblings = _sibling_runs(run_dir) + _sibling_runs(req.runs_dir / "_")
-        rate, source = measured_rate(siblings, alias, (KIND, "base"), req.engine.batch_size)
-        lines.append(f"  ETA at most {_duration(tokens / rate)} at {rate:,.1f} tokens/s ({source})"
-                     if rate else f"  ETA unknown: no measured tokens/s of {alias} on this machine yet")
-    return lines
+    return [_plan_one(req, rows, model_identity(name).alias, cohort_name) for name in req.models]
+
+
+def _plan_one(req: SampleRequest, rows: list[dict], alias: str, cohort_name: str) -> RunPlan:
+    """The attempts one model's run still needs (see `plan_sample`)."""
+    run_dir = run_dir_for(req, cohort_name, alias)
+    have: set[tuple[str, int]] = set()
+    if (run_dir / "store.sqlite").exists():
+        with RunStore(run_dir, readonly=True) as store:
+            have = {(k[0], k[4]) for k in store.existing_keys(KIND)}
+            alias = store.manifest().get("model_alias") or alias
+    missing = sum(1 for r in rows for b in range(req.attempts)
+                  if (f"{alias}:{r['id']}", b) not in have)
+    total = len(rows) * req.attempts
+    plan = RunPlan(run_dir, alias, [PhasePlan(
+        "attempts", missing, missing * req.protocol.base_max_tokens,
+        f"{missing:,} of {total:,} attempts to generate")])
+    siblings = list(dict.fromkeys(  # attempts and screens measure alike; base runs last
+        sibling_runs(run_dir) + sibling_runs(req.runs_dir / "attempts" / "_")
+        + sibling_runs(req.runs_dir / "screens" / "_") + sibling_runs(req.runs_dir / "_")))
+    rate_for(plan, siblings, KIND, req.engine.batch_size, fallback="base")
+    return plan

@@ -109,22 +109,21 @@ def select_in_band(rows: list[dict], counts: dict[str, tuple[int, int]], req: Sc
     return kept
 
 
-def screen(req: ScreenRequest, *, announce: Callable[[str], None] | None = None) -> ScreenResult:
+def screen(req: ScreenRequest, *, announce: Callable[[str], None] | None = None,
+           drive: Callable[[Callable], SampleReport] | None = None) -> ScreenResult:
     """Run (or resume) the screen's attempts, count verified successes per problem over seeds x
-    models, and write the cohort of the problems in the band."""
+    models, and write the cohort of the problems in the band (`announce`, `drive`: as
+    `sample_runs`'s)."""
     s = req.sample
-    check_request(s)
+    check_screen(req)
     path = output_path(req)
     lo, hi = req.band
-    if hi > s.attempts * len(s.models):
-        raise BtError(f"--band: HI={hi} exceeds the {s.attempts * len(s.models)} attempts per problem "
-                      f"({s.attempts} seeds x {len(s.models)} models)")
     all_rows = load_cohort(s.cohort)
     from breakthrough.pipeline.base import select_rows
 
     rows = select_rows(all_rows, s.problems, s.limit, s.cohort)
     source = Path(s.cohort).stem
-    reports = sample_runs(s, announce=announce)
+    reports = sample_runs(s, announce=announce, drive=drive)
     if any(r.failed for r in reports):
         raise BtError("some screen attempts failed on request errors; rerun to retry them "
                       "(no cohort written)")
@@ -142,6 +141,16 @@ def screen(req: ScreenRequest, *, announce: Callable[[str], None] | None = None)
                       f"{', '.join(map(str, dist))}); no cohort written")
     write_cohort(path, kept_rows)
     return ScreenResult(path=path, kept=[r["id"] for r in kept_rows], counts=counts, reports=reports)
+
+
+def check_screen(req: ScreenRequest) -> None:
+    """What `screen` refuses before any attempt runs: the request, the output name, the band."""
+    s = req.sample
+    check_request(s)
+    output_path(req)
+    if req.band[1] > s.attempts * len(s.models):
+        raise BtError(f"--band: HI={req.band[1]} exceeds the {s.attempts * len(s.models)} attempts "
+                      f"per problem ({s.attempts} seeds x {len(s.models)} models)")
 
 
 def screen_request(sample: SampleRequest, seeds: tuple[int, ...], band: tuple[int, int], name: str,

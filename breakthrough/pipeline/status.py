@@ -3,7 +3,7 @@ and its recorded `--topup` rules."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from breakthrough.classify.completeness import STATUSES, unfinished_cells
@@ -40,6 +40,12 @@ class RunStatus:
                 key = {"base": "no base trace", "done": "done"}.get(c.next, "work planned")
             out[key] += 1
         return out
+
+    def as_dict(self, run_dir: Path) -> dict:
+        """`bt status --json` of this run: its folder, title, one object per cell and the
+        counts of the count line."""
+        return {"run": str(run_dir), "title": self.title,
+                "cells": [asdict(c) for c in self.cells], "counts": self.counts()}
 
     def count_line(self) -> str:
         counts = self.counts()

@@ -1,6 +1,7 @@
 """`--dry-run` on `bt base` and `bt continue`: the samples and tokens each phase would
-generate and an ETA from the tokens/s that finished runs stored for this machine and model;
-no model is loaded and nothing is written."""
+generate and an ETA from the tokens/s that finished runs stored for this machine and model
+(a model's first `bt continue` from the rate `bt base` measured, said so); no model is loaded
+and nothing is written."""
 
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     again = run_bt(*base, "--dry-run", "--limit", "3")
     assert again.returncode == 0, again.stderr
     assert "1 sample, at most 24 tokens" in again.stdout and "2 cells already done" in again.stdout
-    assert "tokens/s (measured by `bt base` at batch 8 in r)" in again.stdout
-    assert "batch occupancy was" in again.stdout
+    assert "tokens/s (measured by `bt base` at batch 8 in r" in again.stdout
+    # the measurement had 2 rows in flight, this plan 1: its rate is scaled down, said so
+    assert "scaled to the 1 row this plan keeps in flight" in again.stdout, again.stdout
 
     cont = ("continue", run, "--anchors", "2,4", "--samples", "2", "--budget", "4",
             "--answer-budget", "4", "--restarts", "4,8")
@@ -45,8 +47,9 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     assert plan.returncode == 0, plan.stderr
     lines = {line.split()[0]: line for line in plan.stdout.splitlines()[1:] if line.strip()}
     assert {"probes", "refinement", "restarts", "topups", "ETA"} <= set(lines)
-    # never another command's rate (bt base's, at batch 8): continue has not measured one yet
-    assert "ETA unknown" in lines["ETA"] and "`bt continue` of tiny-llama at batch size 32" in lines["ETA"]
+    # issue 30: the first continue of a model estimates from the rate bt base measured, said so
+    assert "ETA at most" in lines["ETA"] and "measured by `bt base` in r" in lines["ETA"]
+    assert "no `bt continue` of tiny-llama at batch size 32 has measured its own" in lines["ETA"]
     # restarts: 2 cells x 2 budgets x 2 samples; tokens (4+4)*2 + (8+4)*2 per cell
     assert "8 samples, at most 80 tokens" in lines["restarts"]
     # issue 28: what --memory-gb (auto by default) admits at the deepest anchor, model unloaded
@@ -61,6 +64,9 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     ran = run_bt(*cont, "--batch-size", "4", "--topup", "none")
     assert ran.returncode == 0, ran.stderr
     said = " ".join(ran.stderr.split())
+    # the display counts samples and tokens against the run's bound, with tok/s and an ETA
+    assert re.search(r"all .*\d+ samples \d+/<=\d+ tokens .*tok/s .*ETA <= ", said), said
+    assert "-:--:--" not in said
     occ = re.search(r"batch occupancy (\d+)% of 4", said)
     assert occ and 0 < int(occ.group(1)) <= 100, said
     assert "rows at the deepest anchor" in said and "peak memory" in said
@@ -71,6 +77,17 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     more = cont
     at4 = run_bt(*more, "--batch-size", "4", "--dry-run")
     assert "measured by `bt continue` at batch 4 in r" in at4.stdout, at4.stdout
-    assert f"batch occupancy was {rec['occupancy']:.0%}" in at4.stdout
+    eta = [line for line in at4.stdout.splitlines() if "ETA" in line]
+    assert len(eta) == 1 and "ETA at most" in eta[0]  # the one estimate, at the measured rate
+    full = [line for line in at4.stdout.splitlines() if "batch" in line and "full" in line]
+    # a full-batch figure is only ever a labelled optimistic bound, never the estimate
+    assert all(line.strip().startswith("optimistic bound, not the estimate") for line in full)
     at8 = run_bt(*more, "--batch-size", "8", "--dry-run")
-    assert "ETA unknown" in at8.stdout and "at batch size 8" in at8.stdout
+    assert "no `bt continue` of tiny-llama at batch size 8 has measured its own" in at8.stdout
+
+    # --add-budget takes --dry-run: the arm's probes and their token bound; nothing written
+    before = (run / "store.sqlite").read_bytes()
+    arm = run_bt("continue", run, "--add-budget", "16", "--dry-run")
+    assert arm.returncode == 0, arm.stderr
+    assert re.search(r"arm B=16 +\d+ samples?, at most \d+ tokens", arm.stdout), arm.stdout
+    assert (run / "store.sqlite").read_bytes() == before

@@ -15,7 +15,7 @@ def test_offline_missing_hub_model_is_one_line_and_writes_nothing(tmp_path):
                   "--model", "no-such-org/no-such-model", "--runs-dir", tmp_path / "runs",
                   HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
     assert_one_line_error(proc, 2, "no-such-org/no-such-model", "HF_HUB_OFFLINE",
-                          "huggingface-cli download")
+                          "hf download no-such-org/no-such-model")
     assert not (tmp_path / "runs").exists()
 
 

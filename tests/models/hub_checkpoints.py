@@ -13,7 +13,7 @@ layers) and the tokenizer is byte-level with the real special tokens (at their r
 Gemma and Ministral), so the whole cache builds in about a second.
 
 Each model lands in `$HF_HOME/hub/models--ORG--NAME/snapshots/<rev>/` (symlinks into `blobs/`)
-with `refs/main`, exactly as `huggingface-cli download` leaves it, so `bt` finds it with
+with `refs/main`, exactly as `hf download` leaves it, so `bt` finds it with
 HF_HUB_OFFLINE=1. Where each
 shape comes from: tests/models/hub/README.md."""
 
@@ -334,7 +334,7 @@ def write_checkpoint(snap: Path, shape: HubShape, *, seed: int = 0) -> Path:
 
 def _as_blobs(snap: Path) -> None:
     """Move the snapshot's files into the repository's `blobs/` (named by content hash) and leave
-    relative symlinks, the layout `huggingface-cli download` leaves on Linux and macOS."""
+    relative symlinks, the layout `hf download` leaves on Linux and macOS."""
     blobs = snap.parent.parent / "blobs"
     blobs.mkdir(exist_ok=True)
     for f in sorted(p for p in snap.iterdir() if p.is_file() and not p.is_symlink()):

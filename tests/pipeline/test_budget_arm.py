@@ -20,8 +20,8 @@ def test_add_budget_option_refusals_before_any_read(tmp_path: Path) -> None:
     args = ("mlx", {}, 8, 1.0, 0.0)  # backend, HTTP settings, batch size, memory GB, lock wait
     with pytest.raises(BtError, match="--add-budget: expected a positive"):
         _add_budget(Console(), [tmp_path], 0, False, *args)
-    with pytest.raises(BtError, match="--dry-run"):
-        _add_budget(Console(), [tmp_path], 4096, True, *args)
+    with pytest.raises(BtError, match="--add-budget: expected a positive"):
+        _add_budget(Console(), [tmp_path], 0, True, *args)  # --dry-run refuses it alike
 
 
 def test_an_arm_needs_primary_probes_and_another_budget(tmp_path: Path) -> None:

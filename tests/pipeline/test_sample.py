@@ -88,7 +88,7 @@ def test_sample_stores_n_graded_seeded_attempts_and_resumes(tmp_path: Path, tiny
 def test_sample_dry_run_writes_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
     res = _sample(tmp_path, tiny_model_dir, "--attempts", "4", "--dry-run")
     assert res.exit_code == 0, res.output
-    assert "8 of 8 attempts to generate, at most 48 tokens" in res.output
+    assert "8 samples, at most 48 tokens (8 of 8 attempts to generate)" in res.output
     assert not (tmp_path / "attempts").exists()
 
 

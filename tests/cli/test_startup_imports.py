@@ -1,0 +1,59 @@
+"""Fast answers (issue 30, item 4): nothing heavy is imported before a command needs it.
+`import breakthrough.cli` (what every `bt` call runs first, `--help` and `--version` included)
+loads none of pandas, scipy, matplotlib, mlx, mlx_lm, sympy, NumPy (nor rich, which only a
+command that prints tables needs); `bt status` leaves
+scipy.stats alone; `bt models list` and `bt cohorts list` load no model library. Times are
+measured by bench/startup.py, not asserted here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bt_cli import bt_env, run_bt
+from store_writer import write_run
+
+HEAVY = ("pandas", "scipy", "matplotlib", "mlx", "mlx_lm", "sympy", "numpy", "transformers",
+         "huggingface_hub", "pyarrow")
+
+
+def _imported(stderr: str) -> set[str]:
+    """Every module named by `-X importtime` / PYTHONPROFILEIMPORTTIME output."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines()
+            if line.startswith("import time:") and "|" in line}
+
+
+def test_import_cli_loads_nothing_heavy(tmp_path):
+    code = ("import sys, breakthrough.cli; "
+            f"print(' '.join(m for m in {(*HEAVY, 'rich')!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=bt_env(), timeout=120, cwd=tmp_path)  # the installed package
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [], f"import breakthrough.cli loaded {proc.stdout.strip()}"
+
+
+def _top_level(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+@pytest.mark.parametrize("args", [("--version",), ("--help",), ("cohorts", "list"),
+                                  ("models", "list")], ids=" ".join)
+def test_light_commands_load_no_heavy_library(args, tmp_path):
+    proc = run_bt(*args, PYTHONPROFILEIMPORTTIME="1", HF_HOME=str(tmp_path / "hf"))
+    assert proc.returncode == 0, proc.stderr
+    heavy = _top_level(_imported(proc.stderr)) & set(HEAVY) - {"huggingface_hub"}
+    assert not heavy, f"bt {' '.join(args)} imported {sorted(heavy)}"
+    if args == ("models", "list"):  # only the cache's paths, not the downloader
+        assert "huggingface_hub.file_download" not in _imported(proc.stderr)
+
+
+def test_status_and_verify_leave_scipy_stats_and_models_alone(tmp_path):
+    run = write_run(tmp_path / "runs" / "small")
+    for args in (("status", run), ("verify", run)):
+        proc = run_bt(*args, PYTHONPROFILEIMPORTTIME="1")
+        assert proc.returncode == 0, proc.stderr
+        mods = _imported(proc.stderr)
+        assert "scipy.stats" not in mods and not _top_level(mods) & {"mlx", "mlx_lm", "sympy",
+                                                                      "matplotlib"}, args
