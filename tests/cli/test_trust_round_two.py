@@ -192,12 +192,11 @@ def test_3_a_folder_that_cannot_be_written_is_read_as_an_immutable_file(made, tm
     cannot be written, a reader opens the store with `immutable=1` (so SQLite makes no -shm
     or -wal beside it); otherwise with `mode=ro` (and SQLite adds them, as readers of a WAL
     store do)."""
-    import breakthrough.store as store_module
     from breakthrough.store import RunStore
 
     run = _copy(made["v3"], tmp_path / "run")
     real_access = os.access
-    monkeypatch.setattr(store_module.os, "access",
+    monkeypatch.setattr(os, "access",
                         lambda p, mode: False if Path(p) == run and mode == os.W_OK
                         else real_access(p, mode))
     with RunStore(run, readonly=True) as store:
