@@ -92,7 +92,7 @@ def continue_(
 
     from breakthrough.engine import EngineSpec, http_options
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
-    from breakthrough.store import run_dirs
+    from breakthrough.store import find_runs
 
     console = Console(stderr=True)
     remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
@@ -116,7 +116,10 @@ def continue_(
                         **remote)
     opts = ContinueOptions(topup=rules, engine=engine, lock_wait=check_wait(wait),
                            instrument=instrument, kv_bits=kv_bits)
-    dirs = run_dirs(runs or [runs_dir])
+    found = find_runs(runs or [runs_dir], study=True)  # no output folder, no `bt sample` run
+    for note in found.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    dirs = found.runs
     if dry_run:
         from breakthrough.pipeline.dry_run import plan_continue
 

@@ -25,10 +25,13 @@ def verify(
     prefix length only). Prints one line per problem; exit 0 when intact, 1 when damage was
     found, 2 when the store cannot be opened at all."""
     from breakthrough.pipeline.verify import verify_run
-    from breakthrough.store import COVERAGE, run_dirs
+    from breakthrough.store import COVERAGE, find_runs
 
     damaged = []
-    for run_dir in run_dirs(runs):
+    found = find_runs(runs)
+    for note in found.notes:  # folders that are no run
+        typer.echo(f"note: {note}", err=True)
+    for run_dir in found.runs:
         rep = verify_run(run_dir)
         for line in rep.problems:
             typer.echo(line)

@@ -34,7 +34,7 @@ from breakthrough.report import headlines as HL
 from breakthrough.report.classify_outputs import classify_runs, write_json, write_table
 from breakthrough.report.html import STYLE, fmt
 from breakthrough.report.names import field_name, model_name
-from breakthrough.store import run_dirs
+from breakthrough.store import find_runs
 
 TEMPLATES = Path(__file__).parent / "templates"
 PROBE_SUMMARY, PROBE_FIGURE = "probe_summary.json", "probe_figure.png"
@@ -107,7 +107,7 @@ def check_inputs(runs: Sequence[Path], confirm: Path | None,
                  probes: Sequence[Path] | None) -> list[Path]:
     """The run directories, refused before anything is written: no run, a --confirm folder
     without confirm.json, a --probe folder without probe_summary.json."""
-    dirs = run_dirs(runs)
+    dirs = find_runs(runs, study=True).runs
     if confirm is not None and not (Path(confirm) / "confirm.json").is_file():
         raise BtError(f"--confirm: {confirm} holds no confirm.json (the output folder of "
                       f"`bt confirm`)")
@@ -204,10 +204,10 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
     confirm_dir = Path(confirm) if confirm else default_confirm_dir(roots)
     probe_dirs = [Path(p) for p in probes] if probes else \
         [d / "probe" for d in dirs if (d / "probe" / PROBE_SUMMARY).is_file()]
-    runs_text = " ".join(str(r) for r in roots)
 
     cl = classify_runs(roots, out_dir / "classify", draws=draws, seed=seed, cell_pages=cell_pages)
-    dirs = cl.runs  # the study runs: a `bt sample` run is skipped (cl.notes says so)
+    dirs = cl.runs  # the study runs: no `bt sample` run, no output folder (cl.notes says so)
+    runs_text = " ".join(str(r) for r in dirs)  # a hint names only the runs it would fill
     summary, labels = cl.summary, cl.paths["labels"]
     protocol = next(iter(cl.results.values())).protocol
     budgets = sorted({int(c) for r in cl.results.values() for c in r.protocol.restart_budgets})
