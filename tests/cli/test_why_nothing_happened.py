@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+from bt_cli import run_bt
+from classify_fixture import cell_spec, write_store
 
 from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.grade import Grade
-from bt_cli import run_bt
-from classify_fixture import cell_spec, write_store
 
 
 def _run(path: Path, cells: tuple[str, ...], model: Path) -> Path:
