@@ -195,6 +195,7 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float) -> H
         cs = [c for c in sorted(budgets) if f"R_{c}" in g and g[f"R_{c}"].notna().any()]
         if len(cs) < 2:
             continue
+        n_all, n_ni = int((labels["model"] == m).sum()), len(g)
         g = g.dropna(subset=[f"R_{c}" for c in cs])
         if g.empty:
             continue
@@ -206,10 +207,14 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float) -> H
         for c, k in zip(cs, solved):
             rows.append({"model": model_name(m), "budget": c, "cells": len(g),
                          "solved_from_scratch": int(k), "share": round(int(k) / len(g), 4)})
+        out = [_count(n, "instant cell") for n in (n_all - n_ni,) if n] + \
+            [_count(n, "cell") + " missing a restart budget" for n in (n_ni - len(g),) if n]
+        why = (f"n = {len(g)} of {_count(n_all, 'cell')}: the non-instant cells measured at "
+               f"every budget" + (f"; {' and '.join(out)} left out" if out else ""))
         sentences.append(
-            f"{model_name(m)} (n = {len(g)}): " + " → ".join(_pct(int(k), len(g)) for k in solved)
+            f"{model_name(m)} ({why}): " + " → ".join(_pct(int(k), len(g)) for k in solved)
             + " at " + " → ".join(f"{c:,}" for c in cs) + f" ({', '.join(str(int(k)) for k in solved)}"
-            f" of {len(g)}); {int(dec.sum())} of {len(g)} curves decrease between consecutive "
+            f" of {len(g)}); {int(dec.sum())} of {_count(len(g), 'curve')} decrease between consecutive "
             f"budgets, {int(reversal.sum())} cross back below τ.")
     if not rows:
         return None
@@ -250,8 +255,8 @@ def matched_compute(labels: pd.DataFrame, budgets: Sequence[int], tau: float) ->
             f"{model_name(m)}: {_count(row['cells'], 'cell')} with an A1 terminal event; in-grid "
             f"({row['in_grid']}): prefix > restart in {row['in_grid_wins']}/{row['in_grid']}, "
             f"median advantage {_signed(row['in_grid_median_advantage'])}; boundary proxies "
-            f"(t + B beyond {c_max:,}; {row['proxies']}): {row['proxy_wins']} wins, "
-            f"{row['proxy_ties']} ties; R({c_max:,}) ≥ τ in {row['reach_tau_at_c_max']}/"
+            f"(t + B beyond {c_max:,}; {row['proxies']}): {_count(row['proxy_wins'], 'win')}, "
+            f"{_count(row['proxy_ties'], 'tie')}; R({c_max:,}) ≥ τ in {row['reach_tau_at_c_max']}/"
             f"{row['cells']}; R({c_max:,}) ≥ the prefix's pooled rate in "
             f"{row['match_prefix_at_c_max']}/{row['cells']}.")
     return Headline("matched_compute", "Matched compute (9.3)", sentences, {"rows": rows},
