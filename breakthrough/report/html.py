@@ -45,7 +45,8 @@ section.glossary h2{font-size:14px;margin:0.2em 0 0.4em}
 section.glossary dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0}
 section.glossary dt{font-weight:bold} section.glossary dd{margin:0}
 p.no-data{color:#555;font-style:italic;margin:0.3em 0 1em}
-math{font-size:1.05em}
+math{font-size:1.1em}
+details.asy{color:#555;font-size:13px} details.asy pre{white-space:pre-wrap;font-size:12px}
 img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
 .note{color:#555;font-size:13px}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;font-size:15px}
