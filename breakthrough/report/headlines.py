@@ -214,7 +214,8 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float) -> H
         sentences.append(
             f"{model_name(m)} ({why}): " + " → ".join(_pct(int(k), len(g)) for k in solved)
             + " at " + " → ".join(f"{c:,}" for c in cs) + f" ({', '.join(str(int(k)) for k in solved)}"
-            f" of {len(g)}); {int(dec.sum())} of {_count(len(g), 'curve')} decrease between consecutive "
+            f" of {len(g)}); {int(dec.sum())} of {_count(len(g), 'curve')} decrease between "
+            f"consecutive "
             f"budgets, {int(reversal.sum())} cross back below τ.")
     if not rows:
         return None
@@ -256,7 +257,8 @@ def matched_compute(labels: pd.DataFrame, budgets: Sequence[int], tau: float) ->
             f"({row['in_grid']}): prefix > restart in {row['in_grid_wins']}/{row['in_grid']}, "
             f"median advantage {_signed(row['in_grid_median_advantage'])}; boundary proxies "
             f"(t + B beyond {c_max:,}; {row['proxies']}): {_count(row['proxy_wins'], 'win')}, "
-            f"{_count(row['proxy_ties'], 'tie')}; R({c_max:,}) ≥ τ in {row['reach_tau_at_c_max']}/"
+            f"{_count(row['proxy_ties'], 'tie')}; R({c_max:,}) ≥ τ in "
+            f"{row['reach_tau_at_c_max']}/"
             f"{row['cells']}; R({c_max:,}) ≥ the prefix's pooled rate in "
             f"{row['match_prefix_at_c_max']}/{row['cells']}.")
     return Headline("matched_compute", "Matched compute (9.3)", sentences, {"rows": rows},

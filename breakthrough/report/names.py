@@ -171,8 +171,8 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("adv", "advantage adv(t) = p(t; B) − R̂(t + B): what the prefix is worth over a restart "
             "given the same number of tokens."),
     ("δ", "the advantage threshold (0.5 primary; 0.25 and 0.75 as sensitivity checks)."),
-    ("T_V", "prefix-value time T_V(δ): the first probed anchor with p(t; B) ≥ τ and adv(t) ≥ δ "
-            "that also holds at the next probed anchor."),
+    ("T_V", "prefix-value time T_V(δ): the first probed anchor with p(t; B) ≥ τ and "
+            "adv(t) ≥ δ that also holds at the next probed anchor."),
     ("regimes", "instant: T_F is reached within the first 16 tokens; budget-limited: a restart "
                 "from scratch reaches τ; prefix-limited: T_V exists (the prefix is worth more "
                 "than restarts); no crossing: T_F exists but adv never reaches δ; terminal: "

@@ -37,11 +37,13 @@ def test_problem_statements_show_math_as_mathml_never_raw_latex():
 
 def test_math_as_math_problems_write_it():
     """What MATH problems hold besides $…$: bare environments, spaced spans, Asymptote."""
-    env = math_html("Given that \\begin{align*} \\frac{1}{x}+y&=5,\\\\ x+y&=4 \\end{align*} compute")
+    env = math_html("Given that \\begin{align*} \\frac{1}{x}+y&=5,\\\\ x+y&=4 "
+                    "\\end{align*} compute")
     assert env.count("<math") == 1 and "display=\"block\"" in env and not has_raw_latex(env)
     spaced = math_html(r"Simplify $ \sqrt{x \sqrt{x}}. $ Express it.")
     assert spaced.count("<math") == 1 and not has_raw_latex(spaced)
-    asy = math_html(r"The graph of $y=f(x)$ is shown. [asy] draw((0,0)--(1,1)); [/asy] Find $f(1)$.")
+    asy = math_html(r"The graph of $y=f(x)$ is shown. [asy] draw((0,0)--(1,1)); [/asy] "
+                    r"Find $f(1)$.")
     assert asy.count("<math") == 2 and "<details class='asy'>" in asy
     assert "draw((0,0)--(1,1));" in asy and not has_raw_latex(asy)  # folded, not lost
 
