@@ -400,9 +400,11 @@ def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | Non
                 end = float(r.censoring_time) if not pd.isna(r.censoring_time) else start
                 hot = r.final_rate is not None and not pd.isna(r.final_rate) and \
                     r.final_rate >= tau - 1e-9
+                color = styles[f"censored, last p ≥ {tau:g}" if hot else "censored"]
                 ax.annotate("", xy=(end, y), xytext=(min(start, end), y),
-                            arrowprops={"arrowstyle": "->", "lw": 1, "color": styles[
-                                f"censored, last p ≥ {tau:g}" if hot else "censored"]})
+                            arrowprops={"arrowstyle": "->", "lw": 1, "color": color})
+                if end <= start:  # censored at the first anchor: a zero-length arrow, so a dot
+                    ax.plot([end], [y], "o", ms=3, color=color)
             lvl = getattr(r, "level", None)
             names.append(problem_of(r) + (f" L{int(lvl)}" if lvl is not None
                                           and not pd.isna(lvl) else ""))

@@ -82,7 +82,7 @@ def regime_summary(labels: pd.DataFrame) -> Headline | None:
             f"{int((cls == c).sum())} {c}" for c in FIGURE_CLASSES if (cls == c).any()))
     sentences = [f"{_count(n, 'cell')} ({_count(problems, 'problem')} × {len(models)} "
                  f"model{'s' if len(models) != 1 else ''}); " + "; ".join(parts) + ".",
-                 f"{prefix} of {_n(n)} cells {'is' if prefix == 1 else 'are'} prefix-limited."]
+                 f"{prefix} of {_count(n, 'cell')} {'is' if prefix == 1 else 'are'} prefix-limited."]
     return Headline("regimes", "Regime map (9.1)", sentences,
                     {"cells": n, "problems": int(problems), "prefix_limited": prefix},
                     {"regime_counts": table}, ("regime_map", "swimmer"))
@@ -172,7 +172,7 @@ def cross_model(labels: pd.DataFrame) -> Headline | None:
             per[c] = per.get(c, 0) + 1
     table = pd.DataFrame(rows)
     models = ", ".join(model_name(m) for m in _models(labels))
-    s = (f"Collapsed cross-model agreement ({models}): {agree}/{compared} problems"
+    s = (f"Collapsed cross-model agreement ({models}): {agree}/{compared} problem{'s' if compared != 1 else ''}"
          + (f" ({', '.join(f'{n} {c}' for c, n in sorted(per.items()))})." if per else "."))
     return Headline("cross_model", "Cross-model agreement (9.1)", [s],
                     {"agree": agree, "compared": compared},
@@ -307,8 +307,9 @@ def label_hardening(hardening: Sequence[Mapping[str, Any]]) -> Headline | None:
         sentences.append(
             f"{model_name(m)}: instant/interior/A1-event/censored {b} before → {a} after the "
             f"top-ups; labels changed on {_fmt_int(last.get('changed'))} of "
-            f"{int(last['total'])} trajectories; {_fmt_int(last.get('events_removed'))} events "
-            f"removed, {_fmt_int(last.get('events_added'))} added.")
+            f"{_count(last['total'], 'trajectory', 'trajectories')}; "
+            f"{_fmt_int(last.get('events_removed'))} events removed, "
+            f"{_fmt_int(last.get('events_added'))} added.")
     return Headline("label_hardening", "Label hardening (appendix)", sentences, {"rows": rows},
                     {"label_hardening": frame.assign(model=frame["model"].map(model_name))},
                     ("label_hardening",))
@@ -358,7 +359,7 @@ def confirmatory(confirm: Mapping[str, Any] | None,
             sentences.append(
                 f"{r['endpoint'].capitalize()} ({r['variant']}): ΔAUROC "
                 f"{_signed(r['delta_auroc'], 3)} {_ci(r)} on {r['test_rows']} test rows "
-                f"({r['test_problems']} problems; baseline {r['baseline_auroc']:.3f}, + early "
+                f"({_count(r['test_problems'], 'problem')}; baseline {r['baseline_auroc']:.3f}, + early "
                 f"{r['early_auroc']:.3f}) → {'success' if r['success'] else 'no success'}.")
         else:
             sentences.append(f"{r['endpoint'].capitalize()} ({r['variant']}): not fit "

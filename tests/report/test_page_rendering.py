@@ -128,6 +128,11 @@ def test_swimmer_rows_are_named_by_problem_and_empty_rows_are_not_drawn():
     ax = fig.axes[0]
     assert sorted(t.get_text() for t in ax.get_yticklabels()) == ["pA L2", "pB L2"]
     assert ax.get_ylim() == (-0.6, 1.6)  # two rows, no empty row above or below
+    # censored at the first anchor: a dot where the arrow would have no length
+    first = labels.assign(censoring_time=[np.nan, 64.0, np.nan])
+    ax = F.swimmer(first, first_anchor=64).axes[0]
+    assert any(list(line.get_xdata()) == [64.0] and line.get_marker() == "o"
+               for line in ax.get_lines())
 
 
 def test_regime_map_names_its_panels_and_problems():
