@@ -106,7 +106,7 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     named = len(labels["problem_id"].unique()) <= NAMED_MAX if len(labels) else False
     longest = max((len(str(p)) for p in labels["problem_id"].unique()), default=0) \
         if named else 0
-    fig = _figure(11, 2.4 + 0.9 * max(1, len(models)) + 0.07 * longest)
+    fig = _figure(11, 2.4 + 0.9 * max(1, len(models)) + 0.06 * longest)
     top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1.2, 1]})
     if labels.empty:
         _empty(top, "no cells")
@@ -166,7 +166,10 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     bottom.set_title("Cells per class and model", fontsize=10)
     bottom.legend(ncol=len(FIGURE_CLASSES), fontsize=8, loc="upper center",
                   bbox_to_anchor=(0.5, -0.4), frameon=False)
-    fig.subplots_adjust(hspace=0.45 + (0.5 if len(order) <= NAMED_MAX else 0.0))
+    if len(order) <= NAMED_MAX:  # room for the rotated problem names between the panels
+        fig.set_layout_engine("constrained")
+    else:
+        fig.subplots_adjust(hspace=0.45)
     return fig
 
 
@@ -232,10 +235,10 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0.7
                            xytext=(0, 6), ha="center", fontsize=8, color=colors[m])
     if n_lines <= LINES_NAMED_MAX:  # each line named by its problem at its end
         last = math.log2(max(max(cs) for cs, _, _ in cells.values())) if cells else 0.0
-        for (m, y), names in ends.items():
-            left.annotate(", ".join(sorted(names)), (last + 0.06, y), textcoords="offset points",
-                          xytext=(4, 0), fontsize=7, va="center", color=colors[m],
-                          annotation_clip=False)
+        for (m, y), names in ends.items():  # one name a line, stacked above the end point
+            left.annotate("\n".join(sorted(names)), (last, y), textcoords="offset points",
+                          xytext=(-6, 4), fontsize=6, ha="right", va="bottom",
+                          color=colors[m])
     if not drawn:
         _empty(left, "no non-instant cells with restarts")
         _empty(right, "")
