@@ -32,7 +32,7 @@ from breakthrough.errors import BtError
 from breakthrough.outputs import write_atomic, write_text
 from breakthrough.report import headlines as HL
 from breakthrough.report.classify_outputs import classify_runs, write_json, write_table
-from breakthrough.report.html import STYLE, fmt, plural
+from breakthrough.report.html import LEFT, STYLE, fmt, plural
 from breakthrough.report.names import GLOSSARY, field_name, model_name
 from breakthrough.store import run_dirs
 
@@ -172,12 +172,14 @@ def _missing(labels: pd.DataFrame, found: Mapping[str, Any], runs: str,
 
 def _table_rows(frame: pd.DataFrame) -> dict:
     """A frame as the template shows it: human headers (raw name in the tooltip), formatted
-    cells."""
+    cells, text columns (`html.LEFT`, and any column of text) left-aligned."""
     from markupsafe import Markup
 
     cols = list(frame.columns)
-    return {"columns": [(field_name(c), c) for c in cols],
-            "rows": [[Markup(fmt(v, c)) for c, v in zip(cols, rec)]
+    left = [c in LEFT or frame[c].dtype == object and frame[c].map(
+        lambda v: isinstance(v, str)).any() for c in cols]
+    return {"columns": [(field_name(c), c, lf) for c, lf in zip(cols, left)],
+            "rows": [[(Markup(fmt(v, c)), lf) for c, v, lf in zip(cols, rec, left)]
                      for rec in frame.itertuples(index=False, name=None)]}
 
 
