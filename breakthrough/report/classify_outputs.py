@@ -309,6 +309,9 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     figs = F.all_figures(labels, combined["probe_cells"], out / "figures", tau=protocol.tau,
                          target=protocol.topup_samples, budgets=budgets,
                          hardening=combined["label_hardening"], a2=combined["a2"])
+    gaps = F.figure_gaps(labels, combined["probe_cells"], budgets=budgets,
+                         target=protocol.topup_samples, hardening=combined["label_hardening"],
+                         a2=combined["a2"])
     index = out / "index.html"
     pages: dict[tuple[str, str], Path] = {}
     if cell_pages:
@@ -324,6 +327,8 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
                                             zip(labels["run"], labels["cell_id"])])
     H.write_report(index, title=title, labels=shown, restart_budgets=budgets, figures=figs,
                    summary=summary, cell_pages=pages, plan=chosen,
-                   files=files + [summary_path, out / "plan.csv", out / "plan.json"])
+                   files=files + [summary_path, out / "plan.csv", out / "plan.json"],
+                   figure_gaps=gaps)
     return {"index": index, "summary": summary_path, "tables": files, "figures": figs,
+            "figure_gaps": gaps,
             "cells": pages, "summary_obj": summary, "labels": labels}

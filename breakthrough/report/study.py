@@ -32,8 +32,8 @@ from breakthrough.errors import BtError
 from breakthrough.outputs import write_atomic, write_text
 from breakthrough.report import headlines as HL
 from breakthrough.report.classify_outputs import classify_runs, write_json, write_table
-from breakthrough.report.html import STYLE, fmt
-from breakthrough.report.names import field_name, model_name
+from breakthrough.report.html import LEFT, STYLE, fmt, plural
+from breakthrough.report.names import GLOSSARY, field_name, model_name
 from breakthrough.store import find_runs
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -213,12 +213,14 @@ def _missing(labels: pd.DataFrame, found: Mapping[str, Any], runs: str,
 
 def _table_rows(frame: pd.DataFrame) -> dict:
     """A frame as the template shows it: human headers (raw name in the tooltip), formatted
-    cells."""
+    cells, text columns (`html.LEFT`, and any column of text) left-aligned."""
     from markupsafe import Markup
 
     cols = list(frame.columns)
-    return {"columns": [(field_name(c), c) for c in cols],
-            "rows": [[Markup(fmt(v, c)) for c, v in zip(cols, rec)]
+    left = [c in LEFT or frame[c].dtype == object and frame[c].map(
+        lambda v: isinstance(v, str)).any() for c in cols]
+    return {"columns": [(field_name(c), c, lf) for c, lf in zip(cols, left)],
+            "rows": [[(Markup(fmt(v, c)), lf) for c, v, lf in zip(cols, rec, left)]
                      for rec in frame.itertuples(index=False, name=None)]}
 
 
@@ -229,6 +231,7 @@ def render(path: Path, context: Mapping[str, Any]) -> Path:
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)),
                       autoescape=select_autoescape(("html", "j2")), undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
+    env.filters["count"] = plural  # "1 cell", "2 cells"
     return write_text(path, env.get_template("study.html.j2").render(**context))
 
 
@@ -307,15 +310,16 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
            "missing": [m.__dict__ for m in missing]}
     write_json(out_dir / "headlines.json", doc)
 
+    gaps = cl.paths.get("figure_gaps", {})
     shown_figs = {h.key: [(n, STUDY_FIGURES.get(n, n)) for n in h.figures if n in figures]
                   for h in heads}
     used = {n for v in shown_figs.values() for n, _ in v}
     extra = [(n, STUDY_FIGURES.get(n, n.replace("_", " "))) for n in figures if n not in used]
     models = sorted(map(str, labels["model"].unique())) if len(labels) else []
     context = {
-        "title": f"Study report: {len(dirs)} run{'s' if len(dirs) != 1 else ''}, "
-                 f"{len(models)} model{'s' if len(models) != 1 else ''}",
+        "title": f"Study report: {plural(len(dirs), 'run')}, {plural(len(models), 'model')}",
         "style": STYLE,
+        "glossary": GLOSSARY,
         "runs": [{"name": n, "cells": r["cells"], "path": str(d)} for (n, r), d in
                  zip(summary.get("runs", {}).items(), dirs)],
         "models": [model_name(m) for m in models],
@@ -325,7 +329,9 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
         "headlines": [{"key": h.key, "title": h.title, "sentences": h.sentences,
                        "tables": [(n, _table_rows(f)) for n, f in h.tables.items()
                                   if f is not None and len(f.columns)],
-                       "figures": shown_figs[h.key]} for h in heads],
+                       "figures": shown_figs[h.key],
+                       "gaps": [(n.replace("_", " "), gaps[n]) for n in h.figures
+                                if n not in figures and n in gaps]} for h in heads],
         "extra_figures": extra,
         "missing": missing,
         "classify_index": os.path.relpath(cl.index, out_dir),
