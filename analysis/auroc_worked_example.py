@@ -167,8 +167,12 @@ def analyse_runs(
     """Load the runs' base samples and print the decomposition (overall and per model)."""
     import pandas as pd
 
-    from breakthrough.store import RunStore  # written to docs/architecture.md; imported lazily
+    from breakthrough.store import RunStore, find_runs  # docs/architecture.md; imported lazily
 
+    found = find_runs(run_dirs, study=True)  # `runs/*/` also names runs/classify, runs/attempts
+    for note in found.notes:
+        print(f"note: {note}")
+    run_dirs = [str(d) for d in found.runs]
     frames = []
     for rd in run_dirs:
         with RunStore(rd, readonly=True) as store:
@@ -224,9 +228,14 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     print_worked_example()
     if args.runs:
-        analyse_runs(
-            args.runs, args.tokens, args.group, args.bootstrap, args.seed, args.include_short
-        )
+        from breakthrough.errors import BtError
+
+        try:
+            analyse_runs(
+                args.runs, args.tokens, args.group, args.bootstrap, args.seed, args.include_short
+            )
+        except BtError as exc:  # one line, as bt says it
+            raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

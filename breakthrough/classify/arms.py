@@ -62,6 +62,23 @@ def arm_targets(probe_panel: pd.DataFrame, tau: float, protocol: Protocol) -> di
     return out
 
 
+def target_counts(probe_panel: pd.DataFrame, tau: float, protocol: Protocol) -> dict[str, int]:
+    """Why a primary-arm panel has the A2 targets it has: its probed trajectories, those
+    without a T_F event (p never stayed >= τ), those whose event is instant, and the targets."""
+    out = {"trajectories": 0, "no_event": 0, "instant": 0, "targets": 0}
+    for rows in rows_by_cell(probe_panel, "anchor").values():
+        canon = canonical_rates(rows)
+        tf = budget_fit_time(list(canon), list(canon.values()), tau)
+        out["trajectories"] += 1
+        if not tf.event_observed:
+            out["no_event"] += 1
+        elif is_instant(True, tf.interval_upper, protocol):
+            out["instant"] += 1
+        else:
+            out["targets"] += 1
+    return out
+
+
 def _split(cell: str) -> tuple[str, str]:
     model, _, pid = cell.partition(":")
     return model, pid or cell

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from breakthrough.commands.options import json_option, name_list, print_json, runs_dir_option
+from breakthrough.commands.options import given_text, json_option, name_list, print_json, runs_dir_option
 from breakthrough.outputs import write_bytes
 
 BUILD_TARGETS = ("source", "math89", "math500", "demo", "uoo", "arith", "all")
@@ -262,6 +262,9 @@ def screen_cmd(
                                        "cohorts directory)."),
     runs_dir: Path = runs_dir_option("Runs folder; the attempts go to RUNS/screens/SOURCE-MODEL "
                                      "(resumable)."),
+    run: Optional[str] = typer.Option(None, "--run", help="Run name under RUNS/screens (default "
+                                      "SOURCE-MODEL): a screen under other settings (--max-tokens, "
+                                      "--seeds) needs its own."),
     limit: Optional[int] = typer.Option(None, help="Only the first N problems of the source."),
     problems: Optional[str] = typer.Option(None, help="Only these problem ids (comma-separated)."),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
@@ -292,6 +295,7 @@ def screen_cmd(
         raise BtError(f"--max-tokens: expected a positive integer, got {max_tokens}")
     models = name_list(model, "--model") or (OFFLINE_DEFAULT,)
     name_list(problems, "--problems")
+    given_text(run, "--run")
     seed_list = parse_seeds(seeds)
     n = len(seed_list) * len(models)
     if band is None and n < 2:
@@ -301,7 +305,7 @@ def screen_cmd(
     sample = SampleRequest(cohort=source, models=models, attempts=len(seed_list),
                            protocol=DEFAULT.with_overrides(base_max_tokens=max_tokens).validate(),
                            engine=EngineSpec(backend="mlx", batch_size=batch_size),
-                           runs_dir=runs_dir, limit=limit, problems=problems)
+                           runs_dir=runs_dir, run=run, limit=limit, problems=problems)
     req = screen_request(sample, seed_list, lohi, name, out, stage)
     if dry_run:
         check_screen(req)

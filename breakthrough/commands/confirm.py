@@ -88,8 +88,9 @@ def confirm(
         None, "--signals", help="`bt signals` table of each run, in the runs' order; repeat "
                                 "(default: RUN/signals.parquet)."),
     labels: Optional[Path] = typer.Option(
-        None, "--labels", help="`bt classify` labels table (default: the one `bt classify RUN...` "
-                               "writes: RUN/classify/labels.parquet, or <common parent>/classify/)."),
+        None, "--labels", help="`bt classify` labels table (default: the labels `bt classify` wrote "
+                               "for these runs: in the folder the same arguments give it, "
+                               "RUN/classify/ or the runs' folder's classify/)."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Output folder for confirm.json and confirm.csv (default: "
                                   "beside the labels' classify folder, named confirm)."),
@@ -117,9 +118,9 @@ def confirm(
     for t in tokens:
         check_options(t, draws)
     if labels is None or out is None:
-        from breakthrough.report.classify_outputs import default_out_dir
+        from breakthrough.report.classify_outputs import labels_dir
 
-        classify_dir = default_out_dir(runs)
+        classify_dir = labels_dir(runs)
         labels = labels or classify_dir / "labels.parquet"
         out = out or classify_dir.parent / "confirm"
     if labels.suffix not in (".parquet", ".csv"):

@@ -93,7 +93,7 @@ def continue_(
     from breakthrough.commands.engine_options import http_options
     from breakthrough.engine import EngineSpec
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
-    from breakthrough.store import run_dirs
+    from breakthrough.store import find_runs
 
     console = Console(stderr=True)
     remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
@@ -117,7 +117,10 @@ def continue_(
                         **remote)
     opts = ContinueOptions(topup=rules, engine=engine, lock_wait=check_wait(wait),
                            instrument=instrument, kv_bits=kv_bits)
-    dirs = run_dirs(runs or [runs_dir])
+    found = find_runs(runs or [runs_dir], study=True)  # no output folder, no `bt sample` run
+    for note in found.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    dirs = found.runs
     if dry_run:
         from breakthrough.pipeline.dry_run import plan_continue
 
@@ -168,7 +171,7 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
 
     from breakthrough.engine import EngineSpec
     from breakthrough.pipeline.budget_arm import add_budget_runs
-    from breakthrough.store import run_dirs
+    from breakthrough.store import find_runs
 
     if budget < 1:
         raise BtError(f"--add-budget: expected a positive number of tokens, got {budget}")
@@ -176,7 +179,7 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
     if dry_run:
         from breakthrough.pipeline.budget_arm import plan_add_budget
 
-        for plan in plan_add_budget(run_dirs(paths), budget, batch_size, backend):
+        for plan in plan_add_budget(find_runs(paths).runs, budget, batch_size, backend):
             typer.echo("\n".join(plan.lines()))
         return
     engine = EngineSpec(backend=backend, batch_size=batch_size,
@@ -191,9 +194,16 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
         if man.get("large_run"):
             status.print(man["large_run"], soft_wrap=True)
 
-    for rep in add_budget_runs(run_dirs(paths), budget, engine, progress=announce,
+    found = find_runs(paths, study=True)  # no output folder, no `bt sample` run
+    for note in found.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    for rep in add_budget_runs(found.runs, budget, engine, progress=announce,
                                drive=lambda run: _with_progress(console, run),
                                lock_wait=lock_wait):
+        if rep.nothing_to_do:
+            console.print(f"{rep.run_dir.name}: arm B={budget}: nothing to do: {rep.notes[0]} "
+                          f"(no model loaded)", highlight=False, soft_wrap=True)
+            continue
         console.print(f"{rep.run_dir.name}: arm B={budget}: {count(rep.cells, 'cell')}, "
                       f"{count(rep.samples['probes'], 'probe sample')}; "
                       f"{rep.generated_tokens:,} tokens generated in {rep.elapsed_s:.1f}s")

@@ -19,10 +19,13 @@ def grade(
     from rich.console import Console
 
     from breakthrough.pipeline.grading import regrade_run
-    from breakthrough.store import run_dirs
+    from breakthrough.store import find_runs
 
     console = Console()
-    for run_dir in run_dirs(runs):
+    found = find_runs(runs)
+    for note in found.notes:  # folders that are no run
+        typer.echo(f"note: {note}", err=True)
+    for run_dir in found.runs:
         rep = regrade_run(run_dir, again=again)
         if not rep.graded:
             console.print(f"{run_dir}: nothing to grade")

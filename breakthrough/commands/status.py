@@ -26,19 +26,22 @@ def status(
     from rich.table import Table
 
     from breakthrough.pipeline.status import run_status
-    from breakthrough.store import run_dirs
+    from breakthrough.store import find_runs
 
     if tau is not None:  # nan or 2 would plan nothing sensible: refused in one line
         from breakthrough.protocol import DEFAULT
 
         DEFAULT.with_overrides(tau=tau).validate()
     if as_json:
-        print_json([run_status(run_dir, tau).as_dict(run_dir) for run_dir in run_dirs(runs)])
+        print_json([run_status(run_dir, tau).as_dict(run_dir) for run_dir in find_runs(runs).runs])
         return
     console = Console()
     if not console.is_terminal:  # piped: whole lines (a pipe has no width to fold cell ids to)
         console = Console(width=100_000)
-    for run_dir in run_dirs(runs):
+    found = find_runs(runs)
+    for note in found.notes:  # folders that are no run
+        typer.echo(f"note: {note}", err=True)
+    for run_dir in found.runs:
         status = run_status(run_dir, tau)
         title, rows = status.title, status.cells
         table = Table(title=escape(title))

@@ -27,11 +27,14 @@ def verify(
     found, 2 when the store cannot be opened at all. With --json: a list with one object per
     run (run, intact, problems, the counts checked, schema, coverage), the same exit status."""
     from breakthrough.pipeline.verify import verify_run
-    from breakthrough.store import COVERAGE, run_dirs
+    from breakthrough.store import COVERAGE, find_runs
 
     damaged = []
     reports = []
-    for run_dir in run_dirs(runs):
+    found = find_runs(runs)
+    for note in found.notes:  # folders that are no run
+        typer.echo(f"note: {note}", err=True)
+    for run_dir in found.runs:
         rep = verify_run(run_dir)
         if not rep.ok:
             damaged.append(run_dir)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from breakthrough.classify.arms import RULE_TEXT, arm_targets
+from breakthrough.classify.arms import RULE_TEXT, arm_targets, target_counts
 from breakthrough.classify.panels import probe_panel
 from breakthrough.engine import make_engine
 from breakthrough.engine.contract import EngineSpec
@@ -56,6 +56,42 @@ def arm_protocol(store: RunStore, budget: int) -> Protocol:
         raise BtError(f"{store.run_dir}: no probes at B={protocol.budget} yet: run "
                       f"`bt continue {store.run_dir}` first (the arm re-probes its targets)")
     return arm
+
+
+@dataclass(frozen=True)
+class ArmWork:
+    """What an arm at one budget still has to do in one run, from its store alone (no model):
+    the probe samples it needs that are not stored, and, when none, why."""
+
+    run_dir: Path
+    targets: int  # trajectories re-probed
+    missing: int  # the arm's probe samples not yet stored
+    why: str = ""  # when `missing` is 0: why, and what would change it
+
+
+def arm_work(store: RunStore, budget: int) -> ArmWork:
+    """The arm's remaining work in `store` (refused as `arm_protocol` refuses). Why: a rerun
+    with nothing left, or a run with no target, says so before a model is loaded."""
+    primary = store.protocol()
+    arm = arm_protocol(store, budget)
+    panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), primary)
+    targets = arm_targets(panel, primary.tau, primary)
+    have = store.existing_keys("probe")
+    missing = sum((cid, "probe", a, arm.budget, b) not in have
+                  for cid, anchors in targets.items() for a in anchors for b in range(arm.samples))
+    why = ""
+    if not targets:
+        n = target_counts(panel, primary.tau, primary)
+        why = (f"no trajectory is an A2 target ({RULE_TEXT}): of {n['trajectories']} probed at "
+               f"B={primary.budget}, {n['no_event']} never reach p >= τ={primary.tau:g} stably "
+               f"(no T_F event) and {n['instant']} have an instant one; the arm needs cells "
+               f"whose prefix becomes enough later in the trace (more problems, a model that "
+               f"solves them, or larger --anchors)")
+    elif not missing:
+        why = (f"every probe of the arm is stored ({len(targets)} target trajectories, "
+               f"{sum(map(len, targets.values()))} anchors x {arm.samples} branches at "
+               f"B={arm.budget})")
+    return ArmWork(Path(store.run_dir), len(targets), missing, why)
 
 
 def recorded_arms(manifest: dict) -> list[dict]:
@@ -143,21 +179,28 @@ def add_budget_runs(run_dirs: Sequence[Path], budget: int, engine_spec: EngineSp
     loaded for a run that would be refused), then run each run's arm, holding every run's lock
     as `bt continue` does (`runlock`; `lock_wait` seconds to wait for a busy one).
     `progress(run_dir, manifest)` gets "large_run" as `bt continue`'s does."""
+    work = {}
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
             preflight_continue(store, {}, engine_spec.backend)
-            arm_protocol(store, budget)
+            work[run_dir] = arm_work(store, budget)
     with ExitStack() as locks:
         for run_dir in run_dirs:
             locks.enter_context(run_lock(run_dir, wait=lock_wait))
-        return _add_budget_locked(run_dirs, budget, engine_spec, progress=progress, drive=drive)
+        return _add_budget_locked(run_dirs, budget, engine_spec, progress=progress, drive=drive,
+                                  work=work)
 
 
 def _add_budget_locked(run_dirs: Sequence[Path], budget: int, engine_spec: EngineSpec, *,
                        progress: Callable[[Path, dict], None] | None,
-                       drive: Callable[[Callable], ContinueReport] | None) -> list[ContinueReport]:
+                       drive: Callable[[Callable], ContinueReport] | None,
+                       work: dict[Path, ArmWork]) -> list[ContinueReport]:
     reports = []
     for run_dir in run_dirs:
+        if not work[run_dir].missing:  # said before any model is loaded, nothing written
+            reports.append(ContinueReport(run_dir=run_dir, nothing_to_do=True,
+                                          notes=[work[run_dir].why]))
+            continue
         plan = plan_add_budget([run_dir], budget, engine_spec.batch_size, engine_spec.backend)[0]
         with RunStore(run_dir, readonly=True) as store:
             man = store.manifest()

@@ -66,12 +66,58 @@ def shown_text(text: str) -> str:
     return SPECIAL_TOKENS.sub("", text)
 
 
+# A cut-off answer, as every page says it: the budget ended the text before a complete
+# answer (an unclosed \boxed{, or none), so the branch has no answer, whatever fragment the
+# text ends with.
+CUT_OFF = "cut off"
+CUT_OFF_FINISH = ("length", "answer_reserve")
+
+
+def balanced(text: str) -> bool:
+    """Whether every { of text is closed (a fragment like `\\boxed{(5,` is not)."""
+    depth = 0
+    for ch in text:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def is_cut_off(extracted: Any, finish_reason: Any, correct: Any = None) -> bool:
+    """A branch whose answer the token budget cut off: its extracted answer is a fragment
+    (unbalanced braces), or it ended at a token limit without a graded-correct answer and
+    without an extracted one."""
+    if not missing(extracted) and not balanced(str(extracted)):
+        return True
+    cut = str(finish_reason) in CUT_OFF_FINISH
+    return cut and missing(extracted) and not (not missing(correct) and bool(correct))
+
+
+_OPEN_MATH = re.compile(r"\\\(|\\\[|\$")
+
+
 def problem_line(problem: str | None, limit: int = 90) -> str | None:
-    """The start of a problem on one line (the run index's "problem" column)."""
+    """The start of a problem on one line (the run index's "problem" column). A cut never
+    falls inside a math span: the line ends before a span it would leave unclosed, so the page
+    never shows half a formula as raw LaTeX."""
     if not problem:
         return None
     line = " ".join(str(problem).split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+    if len(line) <= limit:
+        return line
+    from breakthrough.report.mathtext import _SPAN
+
+    cut = limit - 1
+    for m in _SPAN.finditer(line):
+        if m.start() < cut < m.end():  # the cut would split this span: end before it
+            cut = m.start()
+            break
+    head = line[:cut]
+    opened = list(_OPEN_MATH.finditer(head))
+    if head.count("$") % 2 and opened:  # an unpaired $ left in the head
+        head = head[: opened[-1].start()]
+    return head.rstrip() + "…"
 
 
 def verdict(correct: Any, status: Any) -> str:

@@ -20,6 +20,7 @@ with `write_outputs`:
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +37,7 @@ from breakthrough.report import figures as F
 from breakthrough.report import html as H
 from breakthrough.report.cell_details import CellDetail, cell_details, problem_line, problem_text
 from breakthrough.report.cell_figure import cell_svg
-from breakthrough.errors import BtError
-from breakthrough.store import RunStore, run_dirs, run_names
+from breakthrough.store import RunStore, find_runs, run_names
 
 TABLES = ("labels", "curves", "probe_cells", "restart_cells", "label_hardening",
           "topup_resolution", "arms", "a2", "unfinished")
@@ -69,6 +69,26 @@ def default_out_dir(runs: Sequence[Path]) -> Path:
     if len(roots) == 1:
         return roots[0] / "classify"
     return Path(os.path.commonpath([str(p.resolve()) for p in roots])) / "classify"
+
+
+def labels_dir(runs: Sequence[Path]) -> Path:
+    """The classify folder whose labels a later command (`bt confirm RUN...`) reads: the
+    first of `default_out_dir(runs)` (what `bt classify` with the same arguments writes), each
+    run's own RUN/classify and its parent's classify folder (what `bt classify runs/` writes)
+    whose summary labels every one of the runs; `default_out_dir(runs)` when none does (the
+    reader then says how to make it)."""
+    first = default_out_dir(runs)
+    dirs = find_runs(runs, study=True).runs
+    names = {d.name for d in dirs}
+    candidates = [first] + [c for d in dirs for c in (d / "classify", d.parent / "classify")]
+    for cand in dict.fromkeys(candidates):
+        try:
+            held = set(json.loads((cand / "summary.json").read_text(encoding="utf-8"))["runs"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if (cand / "labels.parquet").is_file() and names <= held:
+            return cand
+    return first
 
 
 def classify_runs(runs: Sequence[Path], out: Path | None = None, *,
@@ -105,21 +125,11 @@ def classify_runs(runs: Sequence[Path], out: Path | None = None, *,
 
 
 def study_runs(runs: Sequence[Path]) -> tuple[list[Path], list[str]]:
-    """(the study runs among `runs`, notes): run directories or folders of them, without the
-    `bt sample` runs (independent attempts: no probes, no restarts, nothing to label), which
-    one note names. Refused when no study run is left."""
-    dirs, skipped = [], []
-    for d in run_dirs(runs):
-        with RunStore(d, readonly=True) as store:
-            (dirs if store.run_kind() == "base" else skipped).append(d)
-    if not dirs:
-        raise BtError(f"{', '.join(map(str, skipped))}: `bt sample` run"
-                      f"{'s' if len(skipped) > 1 else ''} (independent attempts), not a study run "
-                      f"of `bt base` + `bt continue`; nothing to label")
-    notes = [f"skipped {len(skipped)} `bt sample` run{'s' if len(skipped) > 1 else ''} "
-             f"(independent attempts, not a study run): {', '.join(map(str, skipped))}"
-             ] if skipped else []
-    return dirs, notes
+    """(the study runs among `runs`, notes): `store.find_runs(runs, study=True)`, which skips
+    folders that are no run and `bt sample` runs, one note each. Refused when no study run is
+    left."""
+    found = find_runs(runs, study=True)
+    return found.runs, found.notes
 
 
 def result_notes(results: Mapping[str, ClassifyResult]) -> list[str]:
@@ -270,6 +280,9 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
     figs = F.all_figures(labels, combined["probe_cells"], out / "figures", tau=protocol.tau,
                          target=protocol.topup_samples, budgets=budgets,
                          hardening=combined["label_hardening"], a2=combined["a2"])
+    gaps = F.figure_gaps(labels, combined["probe_cells"], budgets=budgets,
+                         target=protocol.topup_samples, hardening=combined["label_hardening"],
+                         a2=combined["a2"])
     index = out / "index.html"
     pages: dict[tuple[str, str], Path] = {}
     if cell_pages:
@@ -285,6 +298,8 @@ def write_outputs(results: dict[str, ClassifyResult], out_dir: str | Path, *,
                                             zip(labels["run"], labels["cell_id"])])
     H.write_report(index, title=title, labels=shown, restart_budgets=budgets, figures=figs,
                    summary=summary, cell_pages=pages, plan=chosen,
-                   files=files + [summary_path, out / "plan.csv", out / "plan.json"])
+                   files=files + [summary_path, out / "plan.csv", out / "plan.json"],
+                   figure_gaps=gaps)
     return {"index": index, "summary": summary_path, "tables": files, "figures": figs,
+            "figure_gaps": gaps,
             "cells": pages, "summary_obj": summary, "labels": labels}

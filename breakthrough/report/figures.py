@@ -7,8 +7,10 @@ has a builder that returns the matplotlib Figure (what the tests inspect) and `a
 saves them as PNGs. Rules every figure keeps, because a reader compares them side by side:
 one model order and one colour per model everywhere (`model_order`, `model_colors`), integer
 ticks on counts, axis ranges from the data and the run's own restart budgets (never the
-study's 1,024-8,192 or 16,384 constants), legends outside the data area, and measured rates
-drawn at their value (R = 1 at 1, no vertical jitter).
+study's 1,024-8,192 or 16,384 constants), legends outside the data area, measured rates
+drawn at their value (R = 1 at 1, no vertical jitter), and every row, line and bar that stands
+for problems names them (`problem_of`) as far as space allows. A figure the runs hold no data
+for is not drawn: `figure_gaps` says why, and the page shows that line instead.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ MODEL_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
 FIGURES = ("regime_map", "dose_response", "matched_compute", "topup_resolution", "swimmer",
            "label_hardening")  # every `bt classify`
 ARM_FIGURES = ("budget_falsification",)  # runs with a second probe arm (--add-budget)
+NAMED_MAX = 40  # problems named one by one on an axis up to this many (else grouped)
+LINES_NAMED_MAX = 20  # dose-response lines labelled with their problem up to this many
 
 
 def save(fig, path: str | Path) -> Path:
@@ -48,6 +52,16 @@ def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666")
     ax.set_xticks([])
     ax.set_yticks([])
+
+
+def problem_of(row) -> str:
+    """The problem a row stands for: its problem_id, else the part of its cell id after the
+    model ("model:problem")."""
+    pid = row.get("problem_id") if hasattr(row, "get") else getattr(row, "problem_id", None)
+    if pid is not None and not pd.isna(pid):
+        return str(pid)
+    cid = str(row.get("cell_id") if hasattr(row, "get") else getattr(row, "cell_id", ""))
+    return cid.split(":", 1)[-1]
 
 
 def _integer_axis(axis) -> None:
@@ -78,7 +92,10 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     within stage by class (last model first). Bottom: stacked class counts per model, the
     models in the same top-to-bottom order as the strip."""
     models = list(models) if models is not None else model_order(labels)
-    fig = new_figure(11, 2.4 + 0.9 * max(1, len(models)))
+    named = len(labels["problem_id"].unique()) <= NAMED_MAX if len(labels) else False
+    longest = max((len(str(p)) for p in labels["problem_id"].unique()), default=0) \
+        if named else 0
+    fig = new_figure(11, 2.4 + 0.9 * max(1, len(models)) + 0.06 * longest)
     top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1.2, 1]})
     if labels.empty:
         _empty(top, "no cells")
@@ -112,8 +129,16 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
                 top.axvline(j - 0.5, color="black", lw=1)
             ticks.append(j)
             names.append(s or "-")
-    top.set_xticks(ticks, names, rotation=0, ha="left", fontsize=8)
-    top.set_title(f"Regime map ({len(order)} problems, grouped by stage)")
+    if len(order) <= NAMED_MAX:  # every column named by its problem, stages above the strip
+        top.set_xticks(range(len(order)), [str(p) for p in order], rotation=90, fontsize=7)
+        for j, name in zip(ticks, names):
+            top.text(j - 0.5, 1.02, name, transform=top.get_xaxis_transform(), fontsize=8,
+                     ha="left", va="bottom", color="#444")
+    else:
+        top.set_xticks(ticks, names, rotation=0, ha="left", fontsize=8)
+    noun = "problem" if len(order) == 1 else "problems"
+    top.set_title(f"Class per problem and model ({len(order)} {noun}, grouped by stage)",
+                  pad=16)
     left = np.zeros(len(models))
     for c in FIGURE_CLASSES:
         counts = np.array([(cls[cls["model"] == m]["cls"] == c).sum() for m in models])
@@ -127,10 +152,39 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     bottom.set_xlim(0, max(1, left.max()))
     _integer_axis(bottom.xaxis)
     bottom.set_xlabel("cells")
+    bottom.set_title("Cells per class and model", fontsize=10)
     bottom.legend(ncol=len(FIGURE_CLASSES), fontsize=8, loc="upper center",
                   bbox_to_anchor=(0.5, -0.4), frameon=False)
-    fig.subplots_adjust(hspace=0.45)
+    if len(order) <= NAMED_MAX:  # room for the rotated problem names between the panels
+        fig.set_layout_engine("constrained")
+    else:
+        fig.subplots_adjust(hspace=0.45)
     return fig
+
+
+def dose_cells(labels: pd.DataFrame, budgets: Sequence[int],
+               models: Sequence[str] | None = None
+               ) -> dict[str, tuple[list[int], pd.DataFrame, dict[str, int]]]:
+    """Per model, what the dose-response shows (protocol 9.2): the restart budgets measured
+    for it, its non-instant cells measured at every one of them, and how many of its cells
+    are left out and why ({"instant": k, "missing a budget": k}); models without such cells
+    are absent. One rule for the figure, its legend and the headline's n."""
+    models = list(models) if models is not None else model_order(labels)
+    out: dict[str, tuple[list[int], pd.DataFrame, dict[str, int]]] = {}
+    if labels.empty:
+        return out
+    for m in _present(models, labels):
+        every = labels[labels["model"] == m]
+        g = every[~every["instant"].astype(bool)]
+        cs = _restart_columns(g, budgets)
+        if not cs:
+            continue
+        kept = g.dropna(subset=[f"R_{c}" for c in cs])
+        if kept.empty:
+            continue
+        out[m] = (cs, kept, {"instant": int(len(every) - len(g)),
+                             "missing a budget": int(len(g) - len(kept))})
+    return out
 
 
 def _restart_columns(frame: pd.DataFrame, budgets: Sequence[int]) -> list[int]:
@@ -148,30 +202,37 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0.7
     colors = model_colors(models)
     fig = new_figure(12, 4.2)
     left, right = fig.subplots(1, 2)
-    data = labels[~labels["instant"].astype(bool)] if len(labels) else labels
     drawn = []
     rng = np.random.default_rng(0)
-    for m in _present(models, data):
-        g = data[data["model"] == m]
-        cs = _restart_columns(g, budgets)
+    cells = dose_cells(labels, budgets, models)
+    n_lines = sum(len(g) for _, g, _ in cells.values())
+    ends: dict[tuple[str, float], list[str]] = {}  # (model, last R) → problems ending there
+    for m, (cs, g, _) in cells.items():
         cols = [f"R_{c}" for c in cs]
-        g = g.dropna(subset=cols)
-        if not cs or g.empty:
-            continue
         drawn.append(m)
         x = np.log2(cs)
         for _, row in g.iterrows():
-            left.plot(x + rng.uniform(-0.06, 0.06), row[cols].to_numpy(float),
-                      color=colors[m], alpha=0.35, lw=1, marker="o", ms=2.5)
+            xs = x + rng.uniform(-0.06, 0.06)
+            ys = row[cols].to_numpy(float)
+            left.plot(xs, ys, color=colors[m], alpha=0.35, lw=1, marker="o", ms=2.5)
+            ends.setdefault((m, round(float(ys[-1]), 3)), []).append(problem_of(row))
         share = [float((g[c] >= tau - 1e-9).mean()) for c in cols]
-        right.plot(x, share, "o-", color=colors[m], label=f"{m} (n = {len(g)})")
+        right.plot(x, share, "o-", color=colors[m],
+                   label=f"{m} (n = {len(g)} non-instant cells measured at every budget)")
         for xi, s in zip(x, share):
             right.annotate(f"{100 * s:.0f}%", (xi, s), textcoords="offset points",
                            xytext=(0, 6), ha="center", fontsize=8, color=colors[m])
+    if n_lines <= LINES_NAMED_MAX:  # each line named by its problem at its end
+        last = math.log2(max(max(cs) for cs, _, _ in cells.values())) if cells else 0.0
+        for (m, y), names in ends.items():  # one name a line, stacked above the end point
+            left.annotate("\n".join(sorted(names)), (last, y), textcoords="offset points",
+                          xytext=(-6, 4), fontsize=6, ha="right", va="bottom",
+                          color=colors[m])
     if not drawn:
         _empty(left, "no non-instant cells with restarts")
         _empty(right, "")
         return fig
+    data = labels[~labels["instant"].astype(bool)]
     measured = _restart_columns(data, budgets)
     for ax in (left, right):
         ax.set_xticks(np.log2(measured), [f"{c:,}" for c in measured])
@@ -239,11 +300,19 @@ def topup_resolution(probe_cells: pd.DataFrame, tau: float = 0.75, target: int =
     hi_k = math.ceil(tau * target - 1e-9)
     lo_k = target // 4
     for ax, m in zip(axes, present):
-        k = data[data["model"] == m]["k"].to_numpy(int)
+        g = data[data["model"] == m]
+        k = g["k"].to_numpy(int)
         counts = np.bincount(k, minlength=target + 1)
         colors = ["#c8c8c8" if i <= lo_k else "#55a868" if i >= hi_k else "#dd8452"
                   for i in range(target + 1)]
         ax.bar(range(target + 1), counts, color=colors)
+        for i in np.flatnonzero(counts):  # each bar names its problems (t: the probed anchor)
+            rows = g[g["k"].astype(int) == i]
+            names = [f"{problem_of(r)} t={int(r['anchor']):,}" if "anchor" in rows else
+                     problem_of(r) for _, r in rows.iterrows()]
+            text = "\n".join(names) if len(names) <= 3 else f"{len(names)} problems"
+            ax.text(i, counts[i] * 0.5, text, rotation=90, ha="center", va="center",
+                    fontsize=7, color="#222")
         low, mid, high = counts[:lo_k + 1].sum(), counts[lo_k + 1:hi_k].sum(), counts[hi_k:].sum()
         ax.set_title(f"{m}: ≤{lo_k}: {low}, {lo_k + 1}–{hi_k - 1}: {mid}, ≥{hi_k}: {high}",
                      fontsize=9)
@@ -270,15 +339,26 @@ def swimmer_range(labels: pd.DataFrame, first_anchor: int | None = None) -> tupl
     return lo, hi
 
 
+def swimmer_drawn(labels: pd.DataFrame) -> pd.Series:
+    """The rows the swimmer plot draws: an observed event (an interval) or a censoring anchor
+    (an arrow); a row with neither would be an empty line."""
+    event = labels["event_observed"].fillna(False).astype(bool) & \
+        labels["interval_upper"].notna()
+    return event | (~labels["event_observed"].fillna(False).astype(bool)
+                    & labels["censoring_time"].notna())
+
+
 def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | None = None,
             first_anchor: int | None = None):
     """One row per trajectory: event intervals (lower → upper, log2 axis), censored rows as
     arrows from the first probed anchor (`first_anchor`, default the axis start) to the
     censoring anchor (pink when the final rate is ≥ τ: A1 candidates)."""
     order = list(models) if models is not None else model_order(labels)
+    if len(labels):
+        labels = labels[swimmer_drawn(labels)]
     present = _present(order, labels)
     n_max = max([int((labels["model"] == m).sum()) for m in present] or [1])
-    fig = new_figure(6 * max(1, len(present)), 2.0 + 0.14 * n_max)
+    fig = new_figure(6 * max(1, len(present)) + 1.5, 2.0 + 0.16 * n_max)
     axes = np.atleast_1d(fig.subplots(1, max(1, len(present)), squeeze=False)[0])
     if not present:
         _empty(axes[0], "no cells")
@@ -294,7 +374,9 @@ def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | Non
         g["_sort"] = g["interval_upper"].astype(float).fillna(1e12) + \
             g["censoring_time"].astype(float).fillna(0) / 1e6
         g = g.sort_values(["_sort", "cell_id"])
+        g = g[swimmer_drawn(g)]  # a row with no interval and no censoring anchor stays out
         n_inst = n_del = n_cen = 0
+        names = []
         for y, r in enumerate(g.itertuples()):
             if bool(r.event_observed):
                 lo = max(floor, float(r.interval_lower or 0))
@@ -310,18 +392,19 @@ def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | Non
                 end = float(r.censoring_time) if not pd.isna(r.censoring_time) else start
                 hot = r.final_rate is not None and not pd.isna(r.final_rate) and \
                     r.final_rate >= tau - 1e-9
+                color = styles[f"censored, last p ≥ {tau:g}" if hot else "censored"]
                 ax.annotate("", xy=(end, y), xytext=(min(start, end), y),
-                            arrowprops={"arrowstyle": "->", "lw": 1, "color": styles[
-                                f"censored, last p ≥ {tau:g}" if hot else "censored"]})
+                            arrowprops={"arrowstyle": "->", "lw": 1, "color": color})
+                if end <= start:  # censored at the first anchor: a zero-length arrow, so a dot
+                    ax.plot([end], [y], "o", ms=3, color=color)
             lvl = getattr(r, "level", None)
-            if lvl is not None and not pd.isna(lvl):
-                ax.text(1.01, y, f"L{int(lvl)}", fontsize=6, va="center",
-                        transform=ax.get_yaxis_transform())
+            names.append(problem_of(r) + (f" L{int(lvl)}" if lvl is not None
+                                          and not pd.isna(lvl) else ""))
         ax.set_xscale("log", base=2)
         ax.set_xlim(floor, top)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        ax.set_ylim(-1, max(1, len(g)))
-        ax.set_yticks([])
+        ax.set_ylim(-0.6, max(1, len(g)) - 0.4)
+        ax.set_yticks(range(len(names)), names, fontsize=7 if len(names) <= NAMED_MAX else 4)
         ax.set_xlabel("anchor t (reasoning tokens)")
         ax.set_title(f"{m}: instant {n_inst}, delayed {n_del}, censored {n_cen}", fontsize=9)
     from matplotlib.lines import Line2D
@@ -408,7 +491,8 @@ def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
             elif not pd.isna(r.last_anchor_2):
                 ax.scatter([float(r.last_anchor_2)], [y], marker="x", s=60, color="#d62728",
                            zorder=4)
-        names = [f"{int(r.index)} (L{int(r.level)})" if not pd.isna(r.level) else str(int(r.index))
+        names = [(problem_of(r) if "problem_id" in g or "cell_id" in g else str(int(r.index)))
+                 + (f" (L{int(r.level)})" if not pd.isna(r.level) else "")
                  for r in g.itertuples()]
         ax.set_yticks(ys, names, fontsize=8)
         ax.set_ylim(-0.6, len(g) - 0.4)
@@ -449,18 +533,43 @@ def all_figures(labels: pd.DataFrame, probe_cells: pd.DataFrame, out_dir: str | 
     protocols); the label-hardening figure is drawn when `hardening` has rows, the A2 budget
     falsification when `a2` has rows (a run with a second probe arm)."""
     out_dir = Path(out_dir)
+    gaps = figure_gaps(labels, probe_cells, budgets=budgets, target=target,
+                       hardening=hardening, a2=a2)
     labels, probe_cells = shown(labels), shown(probe_cells)
     models = model_order(labels)
     first = int(probe_cells["anchor"].min()) if len(probe_cells) else None
-    figs: dict[str, object] = {
-        "regime_map": regime_map(labels, models),
-        "dose_response": dose_response(labels, budgets, tau, models),
-        "matched_compute": matched_compute(labels, budgets, tau),
-        "topup_resolution": topup_resolution(probe_cells, tau, target, models),
-        "swimmer": swimmer(labels, tau, models, first_anchor=first),
+    build = {
+        "regime_map": lambda: regime_map(labels, models),
+        "dose_response": lambda: dose_response(labels, budgets, tau, models),
+        "matched_compute": lambda: matched_compute(labels, budgets, tau),
+        "topup_resolution": lambda: topup_resolution(probe_cells, tau, target, models),
+        "swimmer": lambda: swimmer(labels, tau, models, first_anchor=first),
+        "label_hardening": lambda: label_hardening(shown(hardening), models),
+        "budget_falsification": lambda: budget_falsification(shown(a2), models),
     }
-    if hardening is not None and len(hardening):
-        figs["label_hardening"] = label_hardening(shown(hardening), models)
-    if a2 is not None and len(a2):
-        figs["budget_falsification"] = budget_falsification(shown(a2), models)
-    return {name: save(fig, out_dir / f"{name}.png") for name, fig in figs.items()}
+    return {name: save(make(), out_dir / f"{name}.png") for name, make in build.items()
+            if name not in gaps}
+
+
+def figure_gaps(labels: pd.DataFrame, probe_cells: pd.DataFrame, *, budgets: Sequence[int],
+                target: int = 8, hardening: pd.DataFrame | None = None,
+                a2: pd.DataFrame | None = None) -> dict[str, str]:
+    """The figures the data cannot fill, name → why ("no data because …" on the page): the
+    same tests the builders make before they would draw an empty frame."""
+    gaps: dict[str, str] = {}
+    if labels.empty:
+        for name in ("regime_map", "swimmer"):
+            gaps[name] = "no cell has labels yet (no probed cells)"
+    elif not swimmer_drawn(labels).any():
+        gaps["swimmer"] = "no cell has a T_F interval or a censoring anchor"
+    if not dose_cells(labels, budgets):
+        gaps["dose_response"] = "no non-instant cell has restarts measured at every budget"
+    if labels.empty or labels["terminal_a1_anchor"].isna().all():
+        gaps["matched_compute"] = "no cell has an A1 terminal event"
+    if probe_cells.empty or not (probe_cells["n"] == target).any():
+        gaps["topup_resolution"] = f"no probed anchor holds {target} branches (no top-ups ran)"
+    if hardening is None or hardening.empty:
+        gaps["label_hardening"] = "no trajectories to compare before and after the top-ups"
+    if a2 is None or a2.empty:
+        gaps["budget_falsification"] = "the runs hold no second probe arm (A2)"
+    return gaps

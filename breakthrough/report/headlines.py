@@ -82,7 +82,7 @@ def regime_summary(labels: pd.DataFrame) -> Headline | None:
             f"{int((cls == c).sum())} {c}" for c in FIGURE_CLASSES if (cls == c).any()))
     sentences = [f"{_count(n, 'cell')} ({_count(problems, 'problem')} × {len(models)} "
                  f"model{'s' if len(models) != 1 else ''}); " + "; ".join(parts) + ".",
-                 f"{prefix} of {_n(n)} cells {'is' if prefix == 1 else 'are'} prefix-limited."]
+                 f"{prefix} of {_count(n, 'cell')} {'is' if prefix == 1 else 'are'} prefix-limited."]
     return Headline("regimes", "Regime map (9.1)", sentences,
                     {"cells": n, "problems": int(problems), "prefix_limited": prefix},
                     {"regime_counts": table}, ("regime_map", "swimmer"))
@@ -172,7 +172,7 @@ def cross_model(labels: pd.DataFrame) -> Headline | None:
             per[c] = per.get(c, 0) + 1
     table = pd.DataFrame(rows)
     models = ", ".join(model_name(m) for m in _models(labels))
-    s = (f"Collapsed cross-model agreement ({models}): {agree}/{compared} problems"
+    s = (f"Collapsed cross-model agreement ({models}): {agree}/{compared} problem{'s' if compared != 1 else ''}"
          + (f" ({', '.join(f'{n} {c}' for c, n in sorted(per.items()))})." if per else "."))
     return Headline("cross_model", "Cross-model agreement (9.1)", [s],
                     {"agree": agree, "compared": compared},
@@ -195,6 +195,7 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float) -> H
         cs = [c for c in sorted(budgets) if f"R_{c}" in g and g[f"R_{c}"].notna().any()]
         if len(cs) < 2:
             continue
+        n_all, n_ni = int((labels["model"] == m).sum()), len(g)
         g = g.dropna(subset=[f"R_{c}" for c in cs])
         if g.empty:
             continue
@@ -206,10 +207,15 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float) -> H
         for c, k in zip(cs, solved):
             rows.append({"model": model_name(m), "budget": c, "cells": len(g),
                          "solved_from_scratch": int(k), "share": round(int(k) / len(g), 4)})
+        out = [_count(n, "instant cell") for n in (n_all - n_ni,) if n] + \
+            [_count(n, "cell") + " missing a restart budget" for n in (n_ni - len(g),) if n]
+        why = (f"n = {len(g)} of {_count(n_all, 'cell')}: the non-instant cells measured at "
+               f"every budget" + (f"; {' and '.join(out)} left out" if out else ""))
         sentences.append(
-            f"{model_name(m)} (n = {len(g)}): " + " → ".join(_pct(int(k), len(g)) for k in solved)
+            f"{model_name(m)} ({why}): " + " → ".join(_pct(int(k), len(g)) for k in solved)
             + " at " + " → ".join(f"{c:,}" for c in cs) + f" ({', '.join(str(int(k)) for k in solved)}"
-            f" of {len(g)}); {int(dec.sum())} of {len(g)} curves decrease between consecutive "
+            f" of {len(g)}); {int(dec.sum())} of {_count(len(g), 'curve')} decrease between "
+            f"consecutive "
             f"budgets, {int(reversal.sum())} cross back below τ.")
     if not rows:
         return None
@@ -250,8 +256,9 @@ def matched_compute(labels: pd.DataFrame, budgets: Sequence[int], tau: float) ->
             f"{model_name(m)}: {_count(row['cells'], 'cell')} with an A1 terminal event; in-grid "
             f"({row['in_grid']}): prefix > restart in {row['in_grid_wins']}/{row['in_grid']}, "
             f"median advantage {_signed(row['in_grid_median_advantage'])}; boundary proxies "
-            f"(t + B beyond {c_max:,}; {row['proxies']}): {row['proxy_wins']} wins, "
-            f"{row['proxy_ties']} ties; R({c_max:,}) ≥ τ in {row['reach_tau_at_c_max']}/"
+            f"(t + B beyond {c_max:,}; {row['proxies']}): {_count(row['proxy_wins'], 'win')}, "
+            f"{_count(row['proxy_ties'], 'tie')}; R({c_max:,}) ≥ τ in "
+            f"{row['reach_tau_at_c_max']}/"
             f"{row['cells']}; R({c_max:,}) ≥ the prefix's pooled rate in "
             f"{row['match_prefix_at_c_max']}/{row['cells']}.")
     return Headline("matched_compute", "Matched compute (9.3)", sentences, {"rows": rows},
@@ -300,8 +307,9 @@ def label_hardening(hardening: Sequence[Mapping[str, Any]]) -> Headline | None:
         sentences.append(
             f"{model_name(m)}: instant/interior/A1-event/censored {b} before → {a} after the "
             f"top-ups; labels changed on {_fmt_int(last.get('changed'))} of "
-            f"{int(last['total'])} trajectories; {_fmt_int(last.get('events_removed'))} events "
-            f"removed, {_fmt_int(last.get('events_added'))} added.")
+            f"{_count(last['total'], 'trajectory', 'trajectories')}; "
+            f"{_fmt_int(last.get('events_removed'))} events removed, "
+            f"{_fmt_int(last.get('events_added'))} added.")
     return Headline("label_hardening", "Label hardening (appendix)", sentences, {"rows": rows},
                     {"label_hardening": frame.assign(model=frame["model"].map(model_name))},
                     ("label_hardening",))
@@ -351,7 +359,7 @@ def confirmatory(confirm: Mapping[str, Any] | None,
             sentences.append(
                 f"{r['endpoint'].capitalize()} ({r['variant']}): ΔAUROC "
                 f"{_signed(r['delta_auroc'], 3)} {_ci(r)} on {r['test_rows']} test rows "
-                f"({r['test_problems']} problems; baseline {r['baseline_auroc']:.3f}, + early "
+                f"({_count(r['test_problems'], 'problem')}; baseline {r['baseline_auroc']:.3f}, + early "
                 f"{r['early_auroc']:.3f}) → {'success' if r['success'] else 'no success'}.")
         else:
             sentences.append(f"{r['endpoint'].capitalize()} ({r['variant']}): not fit "

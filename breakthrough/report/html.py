@@ -3,9 +3,12 @@ regime counts, figures and the plan of next work) and one page per cell (problem
 answer, the plot, the base trace with every anchor's cut point marked, and every branch's
 extracted answer and verdict).
 
-Plain HTML and inline SVG, no scripts, every value escaped. Headers and field names are the
-human names of `report.names`; each carries the raw column name as its tooltip, so a reader
-can find it in labels.csv.
+Plain HTML, inline SVG and MathML (`report.mathtext`: problem statements and answers), no
+scripts, every value escaped. Headers and field names are the human names of `report.names`;
+each carries the raw column name as its tooltip, so a reader can find it in labels.csv, and
+every page opens with the glossary of `names.GLOSSARY` in plain view. Tables scroll inside
+their own box (`div.scroll`), so no table widens the page; a figure without data is replaced
+by one line saying why.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import numpy as np
 import pandas as pd
 
 from breakthrough.outputs import write_text
-from breakthrough.report.cell_details import CellDetail, shown_text
-from breakthrough.report.names import field_name, finish_name, regime_name
+from breakthrough.report.cell_details import CUT_OFF, CellDetail, is_cut_off, shown_text
+from breakthrough.report.mathtext import answer_html, math_html
+from breakthrough.report.names import GLOSSARY, field_name, finish_name, regime_name
 from breakthrough.stats import missing
 
 STYLE = """
@@ -31,7 +35,18 @@ h1{font-size:1.6em} h2{margin-top:1.6em}
 table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}
 th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;vertical-align:top}
 th{background:#f0f0f0} td.l,th.l{text-align:left} td a{white-space:nowrap}
-table.cells td{white-space:nowrap}
+table.cells td{white-space:nowrap} table.cells td.problem{white-space:normal;min-width:14em;
+  max-width:26em}
+div.scroll{overflow-x:auto;max-width:100%;margin:0.5em 0 1.5em}
+div.scroll>table{margin:0}
+section.glossary{background:#f7f7f2;border:1px solid #ddd;padding:6px 12px;margin:0.6em 0 1em;
+  font-size:13px}
+section.glossary h2{font-size:14px;margin:0.2em 0 0.4em}
+section.glossary dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0}
+section.glossary dt{font-weight:bold} section.glossary dd{margin:0}
+p.no-data{color:#555;font-style:italic;margin:0.3em 0 1em}
+math{font-size:1.1em}
+details.asy{color:#555;font-size:13px} details.asy pre{white-space:pre-wrap;font-size:12px}
 img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
 .note{color:#555;font-size:13px}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;font-size:15px}
@@ -53,6 +68,18 @@ def cell_slug(cell_id: str) -> str:
     """A file-name-safe slug of a cell id (unique for distinct ids)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(cell_id))
     return safe if safe == cell_id else f"{safe}-{abs(hash_str(cell_id)) % 10**8:08d}"
+
+
+def glossary_html() -> str:
+    """The glossary every page shows in plain view (`names.GLOSSARY`), so T_F, adv, R̂, T_V, δ,
+    τ and the regimes are defined without hovering."""
+    items = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in GLOSSARY)
+    return f"<section class='glossary'><h2>Glossary</h2><dl>{items}</dl></section>"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """"1 cell", "2 cells" ("1 trajectory", "3 trajectories" with `many`)."""
+    return f"{int(n):,} {word if int(n) == 1 else many or word + 's'}"
 
 
 def hash_str(s: str) -> int:
@@ -98,10 +125,25 @@ def table(frame: pd.DataFrame, columns: Iterable[str] | None = None,
             if c == "cell_id" and links and v in links:
                 cells.append(f"<td{left}><a href='{html.escape(links[v])}'>"
                              f"{html.escape(str(v))}</a></td>")
+            elif c == "problem_text":  # the problem's start, its math as MathML
+                cells.append(f"<td class='l problem'>"
+                             f"{'—' if missing(v) else math_html(str(v))}</td>")
             else:
                 cells.append(f"<td{left}>{fmt(v, c)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table class='{cls}'><tr>{head}</tr>{''.join(rows)}</table>"
+    return scroll(f"<table class='{cls}'><tr>{head}</tr>{''.join(rows)}</table>")
+
+
+def scroll(table_html: str) -> str:
+    """A table in its own scrolling box: a wide table scrolls sideways instead of widening the
+    page."""
+    return f"<div class='scroll'>{table_html}</div>"
+
+
+def no_data(name: str, reason: str) -> str:
+    """The one line that stands where a figure without data would be."""
+    return (f"<p class='no-data'>{html.escape(name.replace('_', ' '))}: no data because "
+            f"{html.escape(reason)}.</p>")
 
 
 def _page(title: str, body: str) -> str:
@@ -109,7 +151,7 @@ def _page(title: str, body: str) -> str:
             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<link rel='icon' href='data:,'>"  # no favicon request: a static report has none
             f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1>{body}</body></html>\n")
+            f"<h1>{html.escape(title)}</h1>{glossary_html()}{body}</body></html>\n")
 
 
 def _write(path: Path, text: str) -> Path:
@@ -135,8 +177,9 @@ def _settings(summary: Mapping) -> str:
     return (f"<p class='note'>τ = {summary.get('tau')}, B = {summary.get('budget')}, "
             f"primary δ = {summary.get('primary_delta')}, prior: "
             f"{html.escape(str(summary.get('prior', '—')))}, top-up rule: "
-            f"{html.escape(str(summary.get('topup', '—')))}. Hover a column header for its "
-            f"meaning and its name in labels.csv.</p>")
+            f"{html.escape(str(summary.get('topup', '—')))}. The glossary above defines the "
+            f"terms; a column header's tooltip gives its full meaning and its name in "
+            f"labels.csv.</p>")
 
 
 def _summary_block(summary: Mapping) -> str:
@@ -153,7 +196,7 @@ def _summary_block(summary: Mapping) -> str:
                      "protocol (no probes and no restarts, or restarts they are owed missing) "
                      "get no regime; unfinished.csv lists them and what each lacks.</p><p>"
                      + "; ".join(f"{html.escape(str(m))}: " + ", ".join(
-                         f"{n} {html.escape(str(st))}" for st, n in c.items())
+                         plural(n, html.escape(str(st))) for st, n in c.items())
                          for m, c in unfinished.items()) + "</p>")
     ds = summary.get("delta_sensitivity_counts")
     if ds:
@@ -169,7 +212,8 @@ def _summary_block(summary: Mapping) -> str:
                      "chosen --topup rules).</p>" + table(pd.DataFrame(hard)))
     for b2, v in (summary.get("a2") or {}).items():
         parts.append(f"<h2>Second probe arm B = {html.escape(str(b2))} (A2)</h2><p>"
-                     f"{v['trajectories']} trajectories re-probed; first crossings earlier by "
+                     f"{plural(v['trajectories'], 'trajectory', 'trajectories')} re-probed; "
+                     f"first crossings earlier by "
                      f"≥ 2B: {v['earlier_by_2b']}; no crossing at B = {html.escape(str(b2))}: "
                      f"{v['no_crossing_at_b2']}; median shift "
                      f"{fmt(v['median_shift_steps'])} anchor steps; verdict: "
@@ -188,9 +232,11 @@ def _summary_block(summary: Mapping) -> str:
 def write_report(path: str | Path, *, title: str, labels: pd.DataFrame,
                  restart_budgets: Sequence[int], figures: Mapping[str, Path],
                  summary: Mapping, cell_pages: Mapping[tuple[str, str], Path] | None = None,
-                 plan: pd.DataFrame | None = None, files: Iterable[Path] = ()) -> Path:
+                 plan: pd.DataFrame | None = None, files: Iterable[Path] = (),
+                 figure_gaps: Mapping[str, str] | None = None) -> Path:
     """The one report page of a `bt classify` call: the cells table first (linked to the cell
-    pages; cell_pages: (run, cell_id) → page), then regime counts, figures, the plan of next
+    pages; cell_pages: (run, cell_id) → page), then regime counts, figures (each figure of
+    `figure_gaps`, name → reason, as one "no data because …" line instead), the plan of next
     work and the written tables."""
     path = Path(path)
     body = [_settings(summary), "<h2>Cells</h2>"]
@@ -212,6 +258,8 @@ def write_report(path: str | Path, *, title: str, labels: pd.DataFrame,
         body.append(f"<h3>{html.escape(name.replace('_', ' '))}</h3>"
                     f"<img src='{html.escape(_rel(fig, path.parent))}' "
                     f"alt='{html.escape(name)}'>")
+    for name, reason in (figure_gaps or {}).items():
+        body.append(no_data(name, reason))
     if plan is not None and len(plan):
         body.append("<h2>Plan of next work</h2>" + table(plan))
     files = list(files)
@@ -260,20 +308,28 @@ def _branches_html(branches: pd.DataFrame) -> str:
             text = shown_text(str(r["continuation"] or ""))
             tail = ("…" if len(text) > BRANCH_TAIL else "") + text[-BRANCH_TAIL:]
             v = str(r["verdict"])
+            cut = is_cut_off(r["extracted"], r["finish_reason"], r.get("correct"))
+            if cut:  # one rendering of a cut-off answer, wherever it shows
+                answer, v = f"— ({CUT_OFF})", f"no answer ({CUT_OFF})"
+                tail += f" [{CUT_OFF}: {finish_name(r['finish_reason'])}]"
+            else:
+                answer = "—" if missing(r["extracted"]) else answer_html(str(r["extracted"]))
             arm = f"<td>{fmt(r['budget'])}</td>" if kind == "probe" else ""
             rows.append(f"<tr><td>{fmt(r[key])}</td>{arm}<td>{r['branch']}</td>"
-                        f"<td class='l'>{fmt(r['extracted'])}</td>"
-                        f"<td class='l v-{v.replace(' ', '-')}'>{html.escape(v)}</td>"
+                        f"<td class='l'>{answer}</td>"
+                        f"<td class='l v-{v.split(' (')[0].replace(' ', '-')}'>"
+                        f"{html.escape(v)}</td>"
                         f"<td class='l'>{html.escape(finish_name(r['finish_reason']))}</td>"
                         f"<td class='text'>{html.escape(tail)}</td></tr>")
         first = field_name(key)
         what = "text after the cut (its end)" if kind == "probe" else "text (its end)"
         arm_head = "<th title='continuation budget B of the probe arm'>B</th>" \
             if kind == "probe" else ""
-        parts.append(f"<h3>{heading}</h3><table class='branches {kind}'><tr><th>"
+        parts.append(f"<h3>{heading}</h3>" + scroll(
+                     f"<table class='branches {kind}'><tr><th>"
                      f"{html.escape(first)}</th>{arm_head}<th>branch</th><th class='l'>extracted answer"
                      f"</th><th class='l'>verdict</th><th class='l'>finish</th>"
-                     f"<th class='l'>{what}</th></tr>{''.join(rows)}</table>")
+                     f"<th class='l'>{what}</th></tr>{''.join(rows)}</table>"))
     return "".join(parts)
 
 
@@ -294,8 +350,11 @@ def write_cell_page(path: str | Path, *, row: Mapping, curve: pd.DataFrame, svg:
                                                        row.get("t_v")),
              ("Model", row.get("model")), ("Stage / level",
                                            f"{row.get('stage', '—')} / {fmt(row.get('level'))}")]
+    shown = {"Problem": math_html, "Reference answer": answer_html}  # their math as MathML
     body.append("<dl class='facts'>" + "".join(
-        f"<dt>{html.escape(k)}</dt><dd>{fmt(v)}</dd>" for k, v in facts) + "</dl>")
+        f"<dt>{html.escape(k)}</dt><dd>"
+        f"{shown[k](v) if k in shown and not missing(v) else fmt(v)}</dd>"
+        for k, v in facts) + "</dl>")
     body.append(f"<h2>Solve rates along the base trace</h2><div class='plot'>{svg}</div>")
     body.append("<h2>Base trace</h2>")
     if detail.base_text is not None:
@@ -314,6 +373,7 @@ def write_cell_page(path: str | Path, *, row: Mapping, curve: pd.DataFrame, svg:
     labels = "".join(f"<tr><td class='l'>{html.escape(field_name(k, long=True))}</td>"
                      f"<td class='l'>{fmt(v, k)}</td><td class='l note'>{html.escape(k)}</td>"
                      f"</tr>" for k, v in row.items())
-    body.append("<h2>All labels</h2><table class='labels'><tr><th class='l'>label</th>"
-                f"<th class='l'>value</th><th class='l'>column</th></tr>{labels}</table>")
+    body.append("<h2>All labels</h2>" + scroll(
+        "<table class='labels'><tr><th class='l'>label</th><th class='l'>value</th>"
+        f"<th class='l'>column</th></tr>{labels}</table>"))
     return _write(path, _page(f"cell {row.get('cell_id')}", "".join(body)))

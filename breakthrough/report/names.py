@@ -154,3 +154,28 @@ def regime_name(regime: object) -> str:
 def model_name(model: object) -> str:
     """The display name of a model alias (an unknown alias is returned as is)."""
     return MODEL_NAMES.get(str(model), str(model))
+
+
+# The words every page defines where a reader sees them (not only in tooltips): term → what it
+# means, in the protocol's terms (reference protocol 5.1-5.3 and section 11's summary).
+GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("τ", "the solve-rate threshold (0.75): a rate at or above τ counts as solved."),
+    ("B", "the continuation budget: reasoning tokens a continuation may add after the cut."),
+    ("p(t; B)", "the share of continuations, cut from the base trace at anchor t (its t-th "
+                "reasoning token) and given B more tokens, that end with a correct answer."),
+    ("T_F", "budget-fit time: the first probed anchor t with p(t; B) ≥ τ that also holds at "
+            "the next probed anchor; from there, B more tokens usually suffice."),
+    ("R(C), R̂", "R(C): the share of restarts from scratch (no prefix) with reasoning budget C "
+                "that are correct; R̂(t + B): R at the same total tokens t + B, interpolated "
+                "in log2 C between the measured budgets."),
+    ("adv", "advantage adv(t) = p(t; B) − R̂(t + B): what the prefix is worth over a restart "
+            "given the same number of tokens."),
+    ("δ", "the advantage threshold (0.5 primary; 0.25 and 0.75 as sensitivity checks)."),
+    ("T_V", "prefix-value time T_V(δ): the first probed anchor with p(t; B) ≥ τ and "
+            "adv(t) ≥ δ that also holds at the next probed anchor."),
+    ("regimes", "instant: T_F is reached within the first 16 tokens; budget-limited: a restart "
+                "from scratch reaches τ; prefix-limited: T_V exists (the prefix is worth more "
+                "than restarts); no crossing: T_F exists but adv never reaches δ; terminal: "
+                "only the last anchor reaches τ, confirmed with 8 branches (A1); unsolved: "
+                "none of these."),
+)

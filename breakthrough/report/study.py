@@ -32,9 +32,9 @@ from breakthrough.errors import BtError
 from breakthrough.outputs import write_atomic, write_json, write_text
 from breakthrough.report import headlines as HL
 from breakthrough.report.classify_outputs import classify_runs, write_table
-from breakthrough.report.html import STYLE, fmt
-from breakthrough.report.names import field_name, model_name
-from breakthrough.store import run_dirs
+from breakthrough.report.html import LEFT, STYLE, fmt, plural
+from breakthrough.report.names import GLOSSARY, field_name, model_name
+from breakthrough.store import find_runs
 
 TEMPLATES = Path(__file__).parent / "templates"
 PROBE_SUMMARY, PROBE_FIGURE = "probe_summary.json", "probe_figure.png"
@@ -107,7 +107,7 @@ def check_inputs(runs: Sequence[Path], confirm: Path | None,
                  probes: Sequence[Path] | None) -> list[Path]:
     """The run directories, refused before anything is written: no run, a --confirm folder
     without confirm.json, a --probe folder without probe_summary.json."""
-    dirs = run_dirs(runs)
+    dirs = find_runs(runs, study=True).runs
     if confirm is not None and not (Path(confirm) / "confirm.json").is_file():
         raise BtError(f"--confirm: {confirm} holds no confirm.json (the output folder of "
                       f"`bt confirm`)")
@@ -126,10 +126,37 @@ def _a2_table(classify_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(path) if path.is_file() else pd.DataFrame()
 
 
+def _a2_targets(dirs: Sequence[Path]) -> dict[Path, int]:
+    """Each run's A2 targets (`classify.arms.arm_targets` on its primary-arm probes): the
+    trajectories `bt continue RUN --add-budget B2` would re-probe."""
+    from breakthrough.classify.arms import arm_targets
+    from breakthrough.classify.panels import probe_panel
+    from breakthrough.store import RunStore
+
+    out = {}
+    for d in dirs:
+        with RunStore(d, readonly=True) as store:
+            protocol = store.protocol()
+            panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol)
+        out[d] = len(arm_targets(panel, protocol.tau, protocol)) if len(panel) else 0
+    return out
+
+
+NO_COMMAND = "none for these runs"
+
+
 def _missing(labels: pd.DataFrame, found: Mapping[str, Any], runs: str,
-             confirm_dir: Path) -> list[Missing]:
-    """Every headline or figure the runs hold no data for, and the command that produces it."""
+             confirm_dir: Path, *, planned: int = 0, restart_budgets: int = 2,
+             a2_targets: Mapping[Path, int] | None = None) -> list[Missing]:
+    """Every headline or figure the runs hold no data for, why, and the command that, run,
+    produces it; where no command can with these runs (their top-ups are stored, they hold no
+    such cell), the hint says so and what would (more cells, a new run) instead of naming a
+    command that does nothing. `planned`: top-up items the runs' terminal,ambiguous plan still
+    holds; `restart_budgets`: how many the runs' protocol has; `a2_targets`: run → the
+    trajectories an A2 arm would re-probe."""
     out = []
+    more = "more problems or models may hold one (bt base --cohort COHORT; bt continue)"
+    topup_done = "; the top-ups these runs are owed are stored (`bt status` plans none)"
     if labels.empty:
         out.append(Missing("labels (every number below)", "no run holds probed cells",
                            f"bt base …; bt continue {runs}"))
@@ -139,20 +166,34 @@ def _missing(labels: pd.DataFrame, found: Mapping[str, Any], runs: str,
                            "bt base --cohort COHORT --model gemma4-e4b,ministral3-3b; bt continue; "
                            "then list both runs"))
     if "dose_response" not in found and len(labels):
-        out.append(Missing("restart dose-response (9.2)", "fewer than two restart budgets "
-                           "measured on non-instant cells",
-                           f"bt continue {runs} --restarts 1024,2048,4096,8192"))
-    if "matched_compute" not in found and len(labels):
-        out.append(Missing("matched compute (9.3)", "no cell has an A1 terminal event (a censored "
-                           "trajectory whose replicated final anchor reached τ)",
-                           f"bt continue {runs} --topup terminal,ambiguous"))
-    if "topup_resolution" not in found and len(labels):
-        out.append(Missing("top-up resolution (3.5, 9.4)", "no probe cell holds 8 branches",
-                           f"bt continue {runs} --topup terminal,ambiguous"))
+        if restart_budgets < 2:  # a run keeps its restart budgets: another --restarts is refused
+            out.append(Missing("restart dose-response (9.2)", "the runs measure restarts at one "
+                               "budget, and a run keeps the budgets it was continued with",
+                               "a new run: bt base --cohort COHORT --run NEW; bt continue "
+                               "runs/NEW --restarts 1024,2048,4096,8192"))
+        else:
+            out.append(Missing("restart dose-response (9.2)", "no non-instant cell has restarts "
+                               "at two budgets", f"{NO_COMMAND}: {more}"))
+    for key, what, why in (
+            ("matched_compute", "matched compute (9.3)", "no cell has an A1 terminal event (a "
+             "censored trajectory whose replicated final anchor reached τ)"),
+            ("topup_resolution", "top-up resolution (3.5, 9.4)", "no probe cell holds 8 branches")):
+        if key in found or not len(labels):
+            continue
+        if planned:
+            out.append(Missing(what, why, f"bt continue {runs} --topup terminal,ambiguous"))
+        else:
+            out.append(Missing(what, why + topup_done, f"{NO_COMMAND}: {more}"))
     if "a2" not in found:
-        out.append(Missing("continuation-budget falsification (3.6, A2)",
-                           "no run holds a second probe arm",
-                           f"bt continue {runs} --add-budget 4096"))
+        targets = [str(d) for d, n in (a2_targets or {}).items() if n]
+        if targets or a2_targets is None:
+            out.append(Missing("continuation-budget falsification (3.6, A2)",
+                               "no run holds a second probe arm",
+                               f"bt continue {' '.join(targets) or runs} --add-budget 4096"))
+        else:
+            out.append(Missing("continuation-budget falsification (3.6, A2)",
+                               "no run holds a second probe arm, and no trajectory is a target "
+                               "(a non-instant T_F event)", f"{NO_COMMAND}: {more}"))
     if "confirmatory" not in found:
         out.append(Missing("confirmatory early-signal test (9.5) and its forest figure",
                            f"no confirm.json in {confirm_dir}",
@@ -172,12 +213,14 @@ def _missing(labels: pd.DataFrame, found: Mapping[str, Any], runs: str,
 
 def _table_rows(frame: pd.DataFrame) -> dict:
     """A frame as the template shows it: human headers (raw name in the tooltip), formatted
-    cells."""
+    cells, text columns (`html.LEFT`, and any column of text) left-aligned."""
     from markupsafe import Markup
 
     cols = list(frame.columns)
-    return {"columns": [(field_name(c), c) for c in cols],
-            "rows": [[Markup(fmt(v, c)) for c, v in zip(cols, rec)]
+    left = [c in LEFT or frame[c].dtype == object and frame[c].map(
+        lambda v: isinstance(v, str)).any() for c in cols]
+    return {"columns": [(field_name(c), c, lf) for c, lf in zip(cols, left)],
+            "rows": [[(Markup(fmt(v, c)), lf) for c, v, lf in zip(cols, rec, left)]
                      for rec in frame.itertuples(index=False, name=None)]}
 
 
@@ -188,6 +231,7 @@ def render(path: Path, context: Mapping[str, Any]) -> Path:
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)),
                       autoescape=select_autoescape(("html", "j2")), undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
+    env.filters["count"] = plural  # "1 cell", "2 cells"
     return write_text(path, env.get_template("study.html.j2").render(**context))
 
 
@@ -204,10 +248,10 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
     confirm_dir = Path(confirm) if confirm else default_confirm_dir(roots)
     probe_dirs = [Path(p) for p in probes] if probes else \
         [d / "probe" for d in dirs if (d / "probe" / PROBE_SUMMARY).is_file()]
-    runs_text = " ".join(str(r) for r in roots)
 
     cl = classify_runs(roots, out_dir / "classify", draws=draws, seed=seed, cell_pages=cell_pages)
-    dirs = cl.runs  # the study runs: a `bt sample` run is skipped (cl.notes says so)
+    dirs = cl.runs  # the study runs: no `bt sample` run, no output folder (cl.notes says so)
+    runs_text = " ".join(str(r) for r in dirs)  # a hint names only the runs it would fill
     summary, labels = cl.summary, cl.paths["labels"]
     protocol = next(iter(cl.results.values())).protocol
     budgets = sorted({int(c) for r in cl.results.values() for c in r.protocol.restart_budgets})
@@ -256,7 +300,9 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
         for name, frame in h.tables.items():
             if frame is not None and len(frame.columns):
                 tables += write_table(frame, out_dir / "tables" / name)
-    missing = _missing(labels, {**{k: 1 for k in found}}, runs_text, confirm_dir)
+    missing = _missing(labels, {**{k: 1 for k in found}}, runs_text, confirm_dir,
+                       planned=cl.plan_items, restart_budgets=len(budgets),
+                       a2_targets=_a2_targets(dirs))
     doc = {"runs": [str(d) for d in dirs], "protocol": protocol.to_dict(),
            "headlines": [{"key": h.key, "title": h.title, "sentences": h.sentences,
                           "numbers": h.numbers, "figures": [f for f in h.figures if f in figures]}
@@ -264,15 +310,16 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
            "missing": [m.__dict__ for m in missing]}
     write_json(out_dir / "headlines.json", doc)
 
+    gaps = cl.paths.get("figure_gaps", {})
     shown_figs = {h.key: [(n, STUDY_FIGURES.get(n, n)) for n in h.figures if n in figures]
                   for h in heads}
     used = {n for v in shown_figs.values() for n, _ in v}
     extra = [(n, STUDY_FIGURES.get(n, n.replace("_", " "))) for n in figures if n not in used]
     models = sorted(map(str, labels["model"].unique())) if len(labels) else []
     context = {
-        "title": f"Study report: {len(dirs)} run{'s' if len(dirs) != 1 else ''}, "
-                 f"{len(models)} model{'s' if len(models) != 1 else ''}",
+        "title": f"Study report: {plural(len(dirs), 'run')}, {plural(len(models), 'model')}",
         "style": STYLE,
+        "glossary": GLOSSARY,
         "runs": [{"name": n, "cells": r["cells"], "path": str(d)} for (n, r), d in
                  zip(summary.get("runs", {}).items(), dirs)],
         "models": [model_name(m) for m in models],
@@ -282,7 +329,9 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
         "headlines": [{"key": h.key, "title": h.title, "sentences": h.sentences,
                        "tables": [(n, _table_rows(f)) for n, f in h.tables.items()
                                   if f is not None and len(f.columns)],
-                       "figures": shown_figs[h.key]} for h in heads],
+                       "figures": shown_figs[h.key],
+                       "gaps": [(n.replace("_", " "), gaps[n]) for n in h.figures
+                                if n not in figures and n in gaps]} for h in heads],
         "extra_figures": extra,
         "missing": missing,
         "classify_index": os.path.relpath(cl.index, out_dir),

@@ -55,7 +55,7 @@ from breakthrough.protocol import (CONFIRM_FORECAST_TOKEN, CONFIRM_SECONDARY_BUD
 from breakthrough.signals.run_signals import OUTPUT_NAME as SIGNALS_NAME
 from breakthrough.signals.summaries import FROZEN_SUMMARIES
 from breakthrough.stats import auroc, bootstrap_decomposition, percentile_interval
-from breakthrough.store import RunStore, run_dirs, run_names
+from breakthrough.store import RunStore, find_runs, run_names
 from breakthrough.tasks.cohorts import SPLITS
 
 # ------------------------------------------------------------------ the registered constants
@@ -463,7 +463,8 @@ def run_confirm(runs: Sequence[Path | str], labels: Path | str, out: Path | str,
     endpoint × variant and write OUT/confirm.json and OUT/confirm.csv atomically. Every check
     happens before anything is written."""
     check_options(forecast_token, draws)
-    dirs = run_dirs(runs)
+    found = find_runs(runs, study=True)  # folders that are no run, `bt sample` runs: a note each
+    dirs = found.runs
     names = run_names(dirs)
     paths = [Path(p) for p in signals] if signals else [d / SIGNALS_NAME for d in dirs]
     if len(paths) != len(dirs):
@@ -514,7 +515,7 @@ def run_confirm(runs: Sequence[Path | str], labels: Path | str, out: Path | str,
         "oof": {"folds": N_FOLDS, "grouped_by": "problem_id",
                 "power_gate_problems_per_class": MIN_GROUPS_PER_CLASS},
         "bootstrap": {"draws": draws, "clustered_by": "problem_id", "interval": "percentile 95%"},
-        "notes": ft.notes,
+        "notes": found.notes + ft.notes,
         "results": results,
     }
     out_dir = make_folder(out)
@@ -616,7 +617,7 @@ def run_confirm_sweep(runs: Sequence[Path | str], labels: Path | str, out: Path 
 
     for t in tokens:
         check_options(int(t), draws)
-    dirs = run_dirs(runs)
+    dirs = find_runs(runs, study=True).runs
     paths = [Path(p) for p in signals] if signals else [d / SIGNALS_NAME for d in dirs]
     if len(paths) != len(dirs):
         raise BtError(f"--signals: {len(paths)} given for {len(dirs)} runs (give one table per "

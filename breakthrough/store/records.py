@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 STORE_FILE = "store.sqlite"
-# The layout and checksum coverage this bt writes into a new store (module docstring); it reads
+# The layout and checksum coverage this bt writes into a new store (the package docstring); it reads
 # OLDEST_SCHEMA..SCHEMA_VERSION. A bt that reads only 2 refuses a 3 ("made by a newer bt")
 # rather than calling every row of it damaged.
 SCHEMA_VERSION = "3"

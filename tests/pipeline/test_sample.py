@@ -212,3 +212,27 @@ def test_screen_refusals_are_one_line(tmp_path: Path, tiny_model_dir: Path, bad,
     assert proc.returncode == 2, proc.stderr
     assert msg in proc.stderr and proc.stderr.count("\n") == 1
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cohorts").exists()
+
+
+def test_screen_under_other_settings_names_the_run_option_it_has(tmp_path: Path,
+                                                                 tiny_model_dir: Path) -> None:
+    """Issue 30 (Found 3): a smaller rerun of a screen was told `use a new run directory (--run
+    NAME)`, and `--run` was `No such option`. The option exists now and does what it says."""
+    def args(name: str, tokens: str, *extra: str) -> list[str]:
+        return ["cohorts", "screen", "demo", "--name", name, "--out", str(tmp_path / "cohorts"),
+                "--model", str(tiny_model_dir), "--runs-dir", str(tmp_path / "runs"), "--seeds",
+                "21,22", "--max-tokens", tokens, "--limit", "1", "--band", "0,2", *extra]
+
+    def bt(*a: str) -> subprocess.CompletedProcess:
+        return subprocess.run([BT, *a], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+    assert bt(*args("first", "6")).returncode == 0
+    proc = bt(*args("second", "4"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--run NAME" in proc.stderr
+    assert not (tmp_path / "cohorts" / "second.jsonl").exists()
+    proc = bt(*args("second", "4", "--run", "short"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "runs" / "screens" / "short" / "store.sqlite").is_file()
+    assert (tmp_path / "cohorts" / "second.jsonl").is_file()

@@ -136,7 +136,9 @@ def test_cell_page_lists_every_branch_with_its_extracted_answer_and_verdict(clas
         by_anchor.setdefault(row[0], []).append(row)
     assert sorted(by_anchor, key=int) == ["64", "96", "112", "128", "256"]
     assert all(r[3] == "7" and r[4] == "correct" for r in by_anchor["112"])
-    assert all(r[3] == "—" and r[4] == "no answer" for r in by_anchor["64"])
+    # cut off by the answer window before any answer: one rendering (issue 30)
+    assert all(r[3] == "— (cut off)" and r[4] == "no answer (cut off)" for r in by_anchor["64"])
+    assert all(r[6].endswith("[cut off: answer window used up]") for r in by_anchor["64"])
     restarts = page.table("restart")
     assert restarts[0][0] == "budget C" and len(restarts) - 1 == 8  # 2 budgets x 4
     with RunStore(classified[0]) as store:
@@ -197,7 +199,8 @@ def test_one_report_per_call_with_the_cells_table_first(classified):
     assert pages == ["cells/" + slug("tiny-llama:pA") + ".html",
                      "cells/" + slug("tiny-llama:pB") + ".html", "index.html"]
     page = Tables((out / "index.html").read_text())
-    assert page.order[:3] == ["h1:bt classify: fx", "h2:Cells", "table:cells"]
+    # the glossary, then the cells table first (issue 30)
+    assert page.order[:4] == ["h1:bt classify: fx", "h2:Glossary", "h2:Cells", "table:cells"]
     head, *rows = page.table("cells")
     # R(C) from the run's stored protocol (restarts 8 and 16), not the study's 1,024-8,192
     assert [h for h in head if h.startswith("R(")] == ["R(8)", "R(16)"]

@@ -2,13 +2,17 @@
 by playwright's Python client without any browser download) loads the pages of a real
 classified run from a loopback HTTP server this test starts, and checks that each page renders
 with no console error and no failed request, that every figure and the per-cell plot are
-visible with content, and that the plot's legend is not cut off. Screenshots go to the test's
-tmp_path (never into the repository). Skipped when chromium or playwright is missing (.ci/run
-installs both when it can)."""
+visible with content, and that the plot's legend is not cut off; and what issue 30 asks of every
+page: the glossary in plain view, no table wider than its box (tables scroll inside it, the
+page never scrolls sideways at 1,400 px), no empty figure (a "no data because …" line
+instead), and math drawn as MathML with no raw LaTeX. Screenshots go to the test's tmp_path
+(never into the repository), and also to $BT_SCREENSHOTS when set. Skipped when chromium or
+playwright is missing (.ci/run installs both when it can)."""
 
 from __future__ import annotations
 
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -104,6 +108,53 @@ def _has_content(png: bytes) -> bool:
     return bool((gray < 200).mean() > 0.01)
 
 
+def _shot(page, path) -> None:
+    """A full-page screenshot at path, copied to $BT_SCREENSHOTS when that is set."""
+    page.screenshot(path=str(path), full_page=True)
+    keep = os.environ.get("BT_SCREENSHOTS")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        shutil.copyfile(path, os.path.join(keep, os.path.basename(path)))
+
+
+def _glossary_visible(page) -> None:
+    """The glossary is on the page in plain view, every term with its words."""
+    box = page.locator("section.glossary")
+    assert box.count() == 1 and box.is_visible()
+    text = box.inner_text()
+    for term in ("τ", "T_F", "adv", "R̂", "δ", "T_V", "regimes", "prefix-limited"):
+        assert term in text, term
+    assert box.bounding_box()["height"] > 100
+
+
+def _tables_fit(page) -> None:
+    """No table widens the page: each sits in a box that scrolls sideways, inside the window."""
+    rows = page.evaluate("""() => {
+        const vw = document.documentElement.clientWidth;
+        return {page: document.documentElement.scrollWidth, vw,
+                tables: Array.from(document.querySelectorAll('table')).map(t => {
+                    const box = t.parentElement, b = box.getBoundingClientRect();
+                    return {cls: t.className, box: box.className,
+                            overflow: getComputedStyle(box).overflowX, right: b.right,
+                            wide: t.scrollWidth > box.clientWidth};
+                })};
+    }""")
+    assert rows["page"] <= rows["vw"], rows["page"]
+    for t in rows["tables"]:
+        assert t["box"] == "scroll" and t["overflow"] == "auto", t
+        assert t["right"] <= rows["vw"], t
+
+
+def _no_empty_figure(page) -> None:
+    """Every figure shown has content; a figure without data is one visible line instead."""
+    n = page.locator("img").count()
+    for i in range(n):
+        assert _has_content(page.locator("img").nth(i).screenshot())
+    lines = page.locator("p.no-data")
+    for i in range(lines.count()):
+        assert lines.nth(i).is_visible() and "no data because" in lines.nth(i).inner_text()
+
+
 def test_report_page_renders_with_visible_figures(browser, server, tmp_path):
     page, problems = _open(browser, f"{server}/index.html")
     assert page.title() == "bt classify: fx"
@@ -115,9 +166,12 @@ def test_report_page_renders_with_visible_figures(browser, server, tmp_path):
     assert len(images) == 6  # the five of protocol 10 and label hardening
     for img in images:
         assert img["ok"] and img["w"] > 200 and img["h"] > 100, img
-    for i in range(len(images)):
-        assert _has_content(page.locator("img").nth(i).screenshot())
-    page.screenshot(path=str(tmp_path / "index.png"), full_page=True)
+    _no_empty_figure(page)
+    assert "budget falsification: no data because" in page.locator("p.no-data").inner_text()
+    _glossary_visible(page)
+    _tables_fit(page)
+    assert page.locator("table.cells").first.bounding_box()["width"] > 0
+    _shot(page, tmp_path / "classify.png")
     page.locator(f"a[href='cells/{slug('tiny-llama:pA')}.html']").click()
     page.wait_for_load_state("load")
     assert page.title() == "cell tiny-llama:pA"
@@ -149,7 +203,9 @@ def test_cell_page_renders_its_plot_trace_and_branches(browser, server, tmp_path
     assert all(marks.nth(i).is_visible() for i in range(marks.count()))
     assert page.locator("table.branches.probe tr").count() > 1
     assert page.locator("dl.facts").inner_text().count("What is 3+4?") == 1
-    page.screenshot(path=str(tmp_path / f"cell-{pid}.png"), full_page=True)
+    _glossary_visible(page)
+    _tables_fit(page)
+    _shot(page, tmp_path / f"cell-{pid}.png")
     assert problems == []
 
 
@@ -164,8 +220,43 @@ def test_study_page_renders_every_image_without_errors(browser, study_server, tm
         assert img["ok"] and img["w"] > 200, img
     assert page.locator("p.sentence").count() >= 8
     assert page.locator("table.missing tr").count() >= 2
-    page.screenshot(path=str(tmp_path / "study.png"), full_page=True)
+    _glossary_visible(page)
+    _tables_fit(page)
+    _no_empty_figure(page)
+    assert "(2 cells)" in page.locator("p.note").first.inner_text()
+    _shot(page, tmp_path / "study.png")
     page.locator("a[href='classify/index.html']").first.click()
     page.wait_for_load_state("load")
     assert page.title() == "bt classify: fx"
     assert problems == []
+
+
+def test_math_is_drawn_as_mathml_without_raw_latex(browser, tmp_path):
+    """A cell page whose problem and answer are LaTeX (as MATH problems are): Chromium draws
+    every formula (MathML, no script, no network) and no LaTeX command is left in view."""
+    import pandas as pd
+
+    from breakthrough.report.cell_details import CellDetail
+    from breakthrough.report.html import write_cell_page
+
+    problem = (r"If $f(x) = \frac{3x-2}{x-2}$, what is $f(-2) + f(0)$? Give "
+               r"\(\sqrt{2}^2\) and \[\sum_{i=1}^{n} i.\]")
+    folder = tmp_path / "site"
+    write_cell_page(folder / "cell.html", row={"cell_id": "m:p1", "regime": "prefix_limited"},
+                    curve=pd.DataFrame(), svg="<svg class='cell-plot'></svg>",
+                    detail=CellDetail(problem=problem, answer=r"\frac{14}{3}"))
+    server = _serve(folder)
+    url = next(server)
+    try:
+        page, problems = _open(browser, f"{url}/cell.html")
+        facts = page.locator("dl.facts")
+        boxes = page.evaluate("""() => Array.from(document.querySelectorAll('dl.facts math'))
+            .map(m => m.getBoundingClientRect()).map(b => [b.width, b.height])""")
+        assert len(boxes) == 5 and all(w > 5 and h > 5 for w, h in boxes), boxes
+        assert not re.search(r"\\[A-Za-z]+", facts.inner_text())
+        assert "what is" in facts.inner_text()
+        _glossary_visible(page)
+        _shot(page, tmp_path / "math-cell.png")
+        assert problems == []
+    finally:
+        server.close()  # stops the http.server (its finally)

@@ -111,11 +111,12 @@ def test_each_headline_sentence_holds_the_numbers_of_its_inputs(study):
     assert _sentences(rep, "cross_model") == [
         "Collapsed cross-model agreement (g, m): 0/2 problems."]
     assert _sentences(rep, "dose_response")[1].startswith(
-        "m (n = 2): 0% → 0% → 50% → 50% at 1,024 → 2,048 → 4,096 → 8,192 (0, 0, 1, 1 of 2)")
+        "m (n = 2 of 2 cells: the non-instant cells measured at every budget): 0% → 0% → 50% "
+        "→ 50% at 1,024 → 2,048 → 4,096 → 8,192 (0, 0, 1, 1 of 2)")
     # m:p2: A1 at the final anchor 8,192 (t + B beyond 8,192: a proxy), 6/8 against R = 0
     assert _sentences(rep, "matched_compute") == [
         "m: 1 cell with an A1 terminal event; in-grid (0): prefix > restart in 0/0, median "
-        "advantage —; boundary proxies (t + B beyond 8,192; 1): 1 wins, 0 ties; R(8,192) ≥ τ "
+        "advantage —; boundary proxies (t + B beyond 8,192; 1): 1 win, 0 ties; R(8,192) ≥ τ "
         "in 0/1; R(8,192) ≥ the prefix's pooled rate in 0/1."]
     assert _sentences(rep, "topup_resolution") == [
         "m: 1 probe cell at 8 branches → 0 at ≤ 2/8, 0 intermediate, 1 high (≥ τ); the added "
@@ -184,7 +185,7 @@ def test_matched_compute_in_grid_wins_median_proxies_and_matches():
     h = HL.matched_compute(labels, (1024, 2048, 4096, 8192), 0.75)
     assert h.sentences == [
         "Ministral-3 3B: 5 cells with an A1 terminal event; in-grid (3): prefix > restart in "
-        "2/3, median advantage +0.30; boundary proxies (t + B beyond 8,192; 2): 1 wins, 1 ties; "
+        "2/3, median advantage +0.30; boundary proxies (t + B beyond 8,192; 2): 1 win, 1 tie; "
         "R(8,192) ≥ τ in 3/5; R(8,192) ≥ the prefix's pooled rate in 3/5."]
 
 
@@ -198,7 +199,8 @@ def test_dose_response_counts_decreases_and_reversals():
          "R_8192": None}])
     h = HL.dose_response(labels, (1024, 2048, 4096, 8192), 0.75)
     assert h.sentences == [
-        "Gemma-4 E4B (n = 2): 0% → 50% → 50% → 100% at 1,024 → 2,048 → 4,096 → 8,192 "
+        "Gemma-4 E4B (n = 2 of 3 cells: the non-instant cells measured at every budget; 1 "
+        "instant cell left out): 0% → 50% → 50% → 100% at 1,024 → 2,048 → 4,096 → 8,192 "
         "(0, 1, 1, 2 of 2); 1 of 2 curves decrease between consecutive budgets, 1 cross back "
         "below τ."]
 
