@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -145,8 +146,6 @@ def json_ready(obj: Any) -> Any:
 
 def _is_na(obj: Any) -> bool:
     """pandas' NA / NaT without importing pandas where it was never loaded."""
-    import sys
-
     pd = sys.modules.get("pandas")
     return pd is not None and (obj is pd.NA or obj is pd.NaT)
 
