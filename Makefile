@@ -53,12 +53,13 @@ test: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
-# The fast tier: every test that needs no model (tests/conftest.py marks `model` the tests that
-# build, convert or load one, through any fixture) and no fresh install (tests/install): the
-# check to run after each change; `make test` stays the full suite.
+# The fast tier, the check to run after each change: every test that needs no model
+# (tests/conftest.py marks `model` the tests that build, convert or load one, through any
+# fixture), is not `heavy` (a long end-to-end run of several bt commands) and installs nothing
+# (tests/install). `make test` stays the full suite.
 test-fast: setup
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/pytest -m "not model" --ignore=tests/install \
+	$(VENV)/bin/pytest -m "not model and not heavy" --ignore=tests/install \
 	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # A researcher's first day with real dependency resolution (CI runs it after `make test`): the
