@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BT := $(VENV)/bin/bt
 DEMO_RUN ?= arith-smollm2
 
-.PHONY: setup blas test demo clean-demo test-vllm lock rehearse
+.PHONY: setup blas test test-fast demo clean-demo test-vllm lock rehearse
 
 # The exact versions the suite passed with (uv pip compile, one constraints file per platform;
 # requirements/README.md says why). `make lock` upgrades them; then `make test`.
@@ -52,6 +52,15 @@ TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+
+# The fast tier, the check to run after each change: every test that needs no model
+# (tests/conftest.py marks `model` the tests that build, convert or load one, through any
+# fixture), is not `heavy` (a long end-to-end run of several bt commands) and installs nothing
+# (tests/install). `make test` stays the full suite.
+test-fast: setup
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/pytest -m "not model and not heavy" --ignore=tests/install \
+	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # A researcher's first day with real dependency resolution (CI runs it after `make test`): the
 # wheel installed into a fresh venv from the package index through the lock, then the README's

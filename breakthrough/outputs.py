@@ -15,7 +15,10 @@ the temporary file and leaves an earlier file of that name as it was."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,23 +57,56 @@ def make_folder(path: str | os.PathLike) -> Path:
     return Path(path)
 
 
+def replace_atomic(path: str | os.PathLike, write: Callable[[Path], Any], *,
+                   durable: bool = False) -> Path:
+    """The one atomic write: `write(tmp)` to a temporary file beside `path` (hidden, named for
+    this process, ending .tmp), then a rename onto `path`, so a reader sees the old file or the
+    whole new one. A failure removes the temporary file and re-raises as it came. `durable`
+    also fsyncs the file before the rename and the folder's entry after it (protocol 8.1: a
+    kill or power loss at any moment leaves the old file or the new one). The folder must
+    exist; `write_atomic` is the form for user-facing files."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        if durable:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # never written (e.g. under /proc): nothing to remove
+        raise
+    if durable:
+        _fsync_folder(path.parent)
+    return path
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename inside `folder` durable (where the platform has directory handles)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a platform without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
-    """`write(tmp)` to a temporary file beside `path`, then rename it to `path`; its folder is
-    made first. Any OS error (pyarrow's, matplotlib's, a full disk's) is one line naming `path`.
-    Writers that infer a format from the name must be told it (the temporary name ends .tmp)."""
+    """`write(tmp)` to a temporary file beside `path`, then rename it to `path`
+    (`replace_atomic`); its folder is made first. Any OS error (pyarrow's, matplotlib's, a
+    full disk's) is one line naming `path`. Writers that infer a format from the name must be
+    told it (the temporary name ends .tmp)."""
     path = Path(path)
     make_folder(path.parent)
-    tmp = path.with_name(f"{path.name}.tmp")
     with writing(path):
-        try:
-            write(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass  # never written (e.g. under /proc): nothing to remove
-            raise
+        replace_atomic(path, write)
     return path
 
 
@@ -86,3 +122,39 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """`data` atomically (`write_atomic`)."""
     return write_atomic(path, lambda tmp: tmp.write_bytes(data))
+
+
+def json_ready(obj: Any) -> Any:
+    """`obj` as plain JSON data, recursively: keys as str, tuples and sets as lists, NumPy
+    scalars and arrays as Python numbers and lists, and every non-finite float (Python's or
+    NumPy's NaN and ±inf, pandas' NA) as null, since JSON has no NaN or Infinity. Anything
+    else JSON cannot hold is written as its str()."""
+    if isinstance(obj, dict):
+        return {str(k): json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [json_ready(v) for v in obj]
+    if obj is None or isinstance(obj, (str, bool, int)):
+        return obj
+    if hasattr(obj, "tolist") and not isinstance(obj, float):  # numpy scalar or array
+        return json_ready(obj.tolist())
+    if isinstance(obj, float):
+        return float(obj) if math.isfinite(obj) else None
+    if _is_na(obj):
+        return None
+    return str(obj)
+
+
+def _is_na(obj: Any) -> bool:
+    """pandas' NA / NaT without importing pandas where it was never loaded."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and (obj is pd.NA or obj is pd.NaT)
+
+
+def json_text(obj: Any, *, sort_keys: bool = False) -> str:
+    """`json_ready(obj)` as indented JSON text with a final newline; strict JSON (no NaN)."""
+    return json.dumps(json_ready(obj), indent=2, sort_keys=sort_keys, allow_nan=False) + "\n"
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, sort_keys: bool = False) -> Path:
+    """`obj` as strict JSON (`json_text`), atomically (`write_text`)."""
+    return write_text(path, json_text(obj, sort_keys=sort_keys))

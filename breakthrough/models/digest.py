@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from breakthrough.hashing import sha256_file
+from breakthrough.outputs import replace_atomic
 
 # Files that never change what a model generates (compared by lower-case name).
 IGNORED_NAMES = frozenset({"bt_conversion.json", "readme.md", "license", "license.txt",
@@ -83,8 +83,7 @@ def _save(cache_dir: Path | None, cache: dict) -> None:
     path = cache_dir / CACHE_FILE
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, sort_keys=True))
-        tmp.replace(path)
+        text = json.dumps(cache, sort_keys=True)
+        replace_atomic(path, lambda tmp: tmp.write_text(text))
     except OSError:
         pass

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from breakthrough.errors import BtError
+from breakthrough.outputs import replace_atomic
 from breakthrough.models import hub, offline
 from breakthrough.models.digest import weights_digest
 from breakthrough.models.families import FAMILIES, Family, detect_family
@@ -167,7 +168,6 @@ def _local_index_path() -> Path:
 
 def _remember_folder(revision: str, folder: Path) -> None:
     import json
-    import os
 
     path = _local_index_path()
     try:
@@ -179,9 +179,8 @@ def _remember_folder(revision: str, folder: Path) -> None:
     index[revision] = str(folder.resolve())
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(index, indent=1, sort_keys=True))
-        tmp.replace(path)
+        text = json.dumps(index, indent=1, sort_keys=True)
+        replace_atomic(path, lambda tmp: tmp.write_text(text))
     except OSError:
         pass  # the index only saves retyping a folder; a read-only cache must not stop a run
 

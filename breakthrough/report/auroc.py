@@ -11,7 +11,6 @@ handling, the JSON report and its printed form.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -21,7 +20,7 @@ import pandas as pd
 
 from breakthrough import stats as S
 from breakthrough.errors import BtError
-from breakthrough.outputs import write_text
+from breakthrough.outputs import write_json
 
 DEFAULT_SEED = 20260831  # the math128 dissection's seed (protocol 9.8)
 LOO_NAME = "LOO reference"
@@ -335,8 +334,7 @@ def auroc_table(table: Path | str, *, group: Sequence[str], score: Sequence[str]
                              by=by, bootstrap=bootstrap,
                              seed=DEFAULT_SEED if seed is None else seed,
                              drop_singletons=drop_singletons)
-    out_path = write_text(Path(out) if out else default_out(table),
-                          json.dumps(result.report, indent=2, allow_nan=False) + "\n")
+    out_path = write_json(Path(out) if out else default_out(table), result.report)
     result.out = out_path
     return result
 

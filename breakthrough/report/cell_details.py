@@ -19,13 +19,14 @@ where the continuations leave the base text (tests/report/test_classify_outputs.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import pandas as pd
+
+from breakthrough.stats import missing
 
 # Grade statuses (`tasks.grade.Grade.status`) as a reader says them.
 VERDICTS = {
@@ -87,10 +88,10 @@ def is_cut_off(extracted: Any, finish_reason: Any, correct: Any = None) -> bool:
     """A branch whose answer the token budget cut off: its extracted answer is a fragment
     (unbalanced braces), or it ended at a token limit without a graded-correct answer and
     without an extracted one."""
-    if not _missing(extracted) and not balanced(str(extracted)):
+    if not missing(extracted) and not balanced(str(extracted)):
         return True
     cut = str(finish_reason) in CUT_OFF_FINISH
-    return cut and _missing(extracted) and not (not _missing(correct) and bool(correct))
+    return cut and missing(extracted) and not (not missing(correct) and bool(correct))
 
 
 _OPEN_MATH = re.compile(r"\\\(|\\\[|\$")
@@ -119,14 +120,10 @@ def problem_line(problem: str | None, limit: int = 90) -> str | None:
     return head.rstrip() + "…"
 
 
-def _missing(v: Any) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-
-
 def verdict(correct: Any, status: Any) -> str:
     """A branch's verdict in words: the grade status, or "not graded"."""
-    if _missing(status):
-        return "not graded" if _missing(correct) else ("correct" if correct else "wrong")
+    if missing(status):
+        return "not graded" if missing(correct) else ("correct" if correct else "wrong")
     return VERDICTS.get(str(status), str(status))
 
 
@@ -175,14 +172,14 @@ def _branch_rows(g: pd.DataFrame, cuts: Mapping[int, int]) -> pd.DataFrame:
     for r in g.sort_values(["kind", "anchor", "budget", "branch"]).to_dict(orient="records"):
         if r["kind"] not in ("probe", "restart"):
             continue
-        text = "" if _missing(r.get("text")) else str(r["text"])
+        text = "" if missing(r.get("text")) else str(r["text"])
         start = cuts.get(int(r["anchor"]), 0) if r["kind"] == "probe" else 0
         extracted = r.get("grade_extracted")
         rows.append({"kind": r["kind"], "anchor": int(r["anchor"]) if r["kind"] == "probe"
                      else None, "budget": int(r["budget"]), "branch": int(r["branch"]),
-                     "extracted": None if _missing(extracted) else str(extracted),
+                     "extracted": None if missing(extracted) else str(extracted),
                      "verdict": verdict(r.get("correct"), r.get("grade_status")),
-                     "correct": None if _missing(r.get("correct")) else bool(r["correct"]),
+                     "correct": None if missing(r.get("correct")) else bool(r["correct"]),
                      "finish_reason": r.get("finish_reason"), "continuation": text[start:]})
     return pd.DataFrame(rows, columns=BRANCH_COLUMNS)
 
@@ -199,11 +196,11 @@ def cell_details(samples: pd.DataFrame, items: Mapping[str, Mapping[str, Any]] |
         item = items.get(cid, {})
         answer = item.get("answer", answers.get(cid))
         detail = CellDetail(problem=problem_text(item),
-                            answer=None if _missing(answer) else str(answer))
+                            answer=None if missing(answer) else str(answer))
         g = groups.get(cid)
         if g is not None:
             base = g[g["kind"] == "base"]
-            if len(base) and not _missing(base.iloc[0]["text"]):
+            if len(base) and not missing(base.iloc[0]["text"]):
                 detail.base_text = str(base.iloc[0]["text"])
                 probes = g[g["kind"] == "probe"]
                 detail.cuts = {int(a): stored_cut(detail.base_text, p)

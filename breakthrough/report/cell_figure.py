@@ -16,6 +16,7 @@ from typing import Mapping
 import pandas as pd
 
 from breakthrough.report.names import regime_name
+from breakthrough.stats import missing
 
 WIDTH, HEIGHT = 980, 470
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 66, 320, 44, 66
@@ -32,10 +33,6 @@ SERIES = (
 )
 LEGEND_ORDER = ("p", "r_hat", "r_hat_cons", "adv")
 TAU_COLOR, DELTA_COLOR, BAND_COLOR, TV_COLOR = "#1f77b4", "#c44e52", "#4c72b0", "#8c1d40"
-
-
-def _missing(v) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
 def _esc(s: object) -> str:
@@ -59,7 +56,7 @@ def y_range(curve: pd.DataFrame) -> tuple[float, float]:
     """(lowest, highest) y of the plot: from the lowest plotted value (rounded down to a
     quarter, never above 0) to 1."""
     vals = [float(v) for col, *_ in SERIES if col in curve.columns
-            for v in curve[col] if not _missing(v)]
+            for v in curve[col] if not missing(v)]
     low = min([0.0, *vals])
     return math.floor(low * 4 - 1e-9) / 4 if low < 0 else 0.0, 1.0
 
@@ -110,7 +107,7 @@ def cell_svg(curve: pd.DataFrame, row: Mapping, *, tau: float = 0.75, delta: flo
     parts = [head]
     # T_F interval (lower, upper]: shaded band
     lo, up = row.get("interval_lower"), row.get("interval_upper")
-    event = bool(row.get("event_observed")) and not _missing(up)
+    event = bool(row.get("event_observed")) and not missing(up)
     if event:
         x0 = X(max(float(lo or 0), 2 ** lo_x))
         parts.append(f"<rect class='tf-band' x='{x0:.1f}' y='{MARGIN_TOP}' "
@@ -148,7 +145,7 @@ def cell_svg(curve: pd.DataFrame, row: Mapping, *, tau: float = 0.75, delta: flo
                      f"y1='{Y(value):.1f}' y2='{Y(value):.1f}' stroke='{color}' "
                      f"stroke-width='1.2' stroke-dasharray='{dash}'/>")
     tv = row.get("t_v")
-    if not _missing(tv):
+    if not missing(tv):
         parts.append(f"<line class='tv' x1='{X(float(tv)):.1f}' x2='{X(float(tv)):.1f}' "
                      f"y1='{MARGIN_TOP}' y2='{MARGIN_TOP + ph}' stroke='{TV_COLOR}' "
                      f"stroke-width='2.5' opacity='0.7'/>")
@@ -181,11 +178,11 @@ def cell_svg(curve: pd.DataFrame, row: Mapping, *, tau: float = 0.75, delta: flo
         entries.append((band, f"T_F interval ({int(lo or 0):,}, {int(up):,}]"))
     else:
         cens = row.get("censoring_time")
-        entries.append((band, "T_F: no event" + ("" if _missing(cens)
+        entries.append((band, "T_F: no event" + ("" if missing(cens)
                                                  else f" (censored at {int(cens):,})")))
     tv_swatch = (f"<line x1='13' x2='13' y1='-8' y2='8' stroke='{TV_COLOR}' stroke-width='2.5' "
                  f"opacity='0.7'/>")
-    entries.append((tv_swatch, f"T_V(δ) = {int(tv):,}" if not _missing(tv)
+    entries.append((tv_swatch, f"T_V(δ) = {int(tv):,}" if not missing(tv)
                     else "T_V(δ): none"))
     entries.append(("<circle cx='13' cy='0' r='7' fill='none' stroke='black'/>",
                     f"R̂ proxy (t + B > largest C): {len(prox)}"))

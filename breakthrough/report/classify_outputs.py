@@ -21,7 +21,6 @@ with `write_outputs`:
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,13 +31,13 @@ import pandas as pd
 from breakthrough.classify.frames import Band, ClassifyResult, classify_frames, extra_summary
 from breakthrough.classify.completeness import STATUSES, status_counts
 from breakthrough.classify.plan import PlanItem
-from breakthrough.outputs import make_folder, write_atomic, write_text
+from breakthrough.outputs import make_folder, write_atomic, write_json
 from breakthrough.classify.summary import summarize
 from breakthrough.report import figures as F
 from breakthrough.report import html as H
 from breakthrough.report.cell_details import CellDetail, cell_details, problem_line, problem_text
 from breakthrough.report.cell_figure import cell_svg
-from breakthrough.store import RunStore, find_runs
+from breakthrough.store import RunStore, find_runs, run_names
 
 TABLES = ("labels", "curves", "probe_cells", "restart_cells", "label_hardening",
           "topup_resolution", "arms", "a2", "unfinished")
@@ -104,10 +103,7 @@ def classify_runs(runs: Sequence[Path], out: Path | None = None, *,
     details: dict[str, dict[str, CellDetail]] = {}
     problems: dict[str, dict[str, str | None]] = {}
     dirs, notes = study_runs(runs)
-    for d in dirs:
-        name, i = d.name, 2
-        while name in results:
-            name, i = f"{d.name}-{i}", i + 1
+    for d, name in zip(dirs, run_names(dirs)):
         with RunStore(d, readonly=True) as store:
             protocol = store.protocol()
             samples = store.samples_frame(arrays=False)
@@ -161,31 +157,6 @@ def result_notes(results: Mapping[str, ClassifyResult]) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 # writing
-
-
-def _jsonable(v: Any) -> Any:
-    if hasattr(v, "item"):
-        return v.item()
-    if isinstance(v, (set, tuple)):
-        return list(v)
-    return str(v)
-
-
-def _clean(obj: Any) -> Any:
-    """NaN → null, keys → str, recursively (JSON has no NaN)."""
-    if isinstance(obj, float) and math.isnan(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def write_json(path: Path, obj: Any) -> Path:
-    """Write JSON atomically (temporary file, then rename)."""
-    return write_text(path, json.dumps(_clean(obj), indent=2, sort_keys=False,
-                                       default=_jsonable) + "\n")
 
 
 def write_table(frame: pd.DataFrame, stem: Path) -> list[Path]:

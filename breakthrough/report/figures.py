@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from breakthrough.outputs import write_atomic
+from breakthrough.plotting import new_figure, save_png
 from breakthrough.classify.regimes import FIGURE_CLASSES, collapse_regime
 
 # One colour per figure class (the collapsed regimes of `regimes.FIGURE_CLASS`, which is where
@@ -36,7 +36,6 @@ CLASS_COLORS = {
     "unsolved": "#c8c8c8",
 }
 MODEL_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
-DPI = 100
 FIGURES = ("regime_map", "dose_response", "matched_compute", "topup_resolution", "swimmer",
            "label_hardening")  # every `bt classify`
 ARM_FIGURES = ("budget_falsification",)  # runs with a second probe arm (--add-budget)
@@ -44,19 +43,9 @@ NAMED_MAX = 40  # problems named one by one on an axis up to this many (else gro
 LINES_NAMED_MAX = 20  # dose-response lines labelled with their problem up to this many
 
 
-def _figure(w: float, h: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(w, h), dpi=DPI)
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def save(fig, path: str | Path) -> Path:
     """Write a figure as PNG (tight bounding box, so outside legends are kept)."""
-    return write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI,
-                                                     bbox_inches="tight"))
+    return save_png(fig, path)
 
 
 def _empty(ax, text: str) -> None:
@@ -106,7 +95,7 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     named = len(labels["problem_id"].unique()) <= NAMED_MAX if len(labels) else False
     longest = max((len(str(p)) for p in labels["problem_id"].unique()), default=0) \
         if named else 0
-    fig = _figure(11, 2.4 + 0.9 * max(1, len(models)) + 0.06 * longest)
+    fig = new_figure(11, 2.4 + 0.9 * max(1, len(models)) + 0.06 * longest)
     top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1.2, 1]})
     if labels.empty:
         _empty(top, "no cells")
@@ -211,7 +200,7 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0.7
     cells measured at every budget that model has, as in 9.2)."""
     models = list(models) if models is not None else model_order(labels)
     colors = model_colors(models)
-    fig = _figure(12, 4.2)
+    fig = new_figure(12, 4.2)
     left, right = fig.subplots(1, 2)
     drawn = []
     rng = np.random.default_rng(0)
@@ -269,7 +258,7 @@ def matched_compute(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0
     prefix rate (orange), R at the largest restart budget (open triangle); * marks proxies
     (t + B beyond the largest restart budget)."""
     data = labels[labels["terminal_a1_anchor"].notna()] if len(labels) else labels
-    fig = _figure(9, 1.6 + 0.35 * max(1, len(data)))
+    fig = new_figure(9, 1.6 + 0.35 * max(1, len(data)))
     ax = fig.subplots()
     if data.empty:
         _empty(ax, "no A1 terminal events")
@@ -303,7 +292,7 @@ def topup_resolution(probe_cells: pd.DataFrame, tau: float = 0.75, target: int =
     data = probe_cells[probe_cells["n"] == target] if len(probe_cells) else probe_cells
     order = list(models) if models is not None else model_order(data)
     present = _present(order, data) if len(data) else []
-    fig = _figure(5 * max(1, len(present)), 3.6)
+    fig = new_figure(5 * max(1, len(present)), 3.6)
     axes = np.atleast_1d(fig.subplots(1, max(1, len(present))))
     if not present:
         _empty(axes[0], f"no probe cells with {target} branches")
@@ -369,7 +358,7 @@ def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | Non
         labels = labels[swimmer_drawn(labels)]
     present = _present(order, labels)
     n_max = max([int((labels["model"] == m).sum()) for m in present] or [1])
-    fig = _figure(6 * max(1, len(present)) + 1.5, 2.0 + 0.16 * n_max)
+    fig = new_figure(6 * max(1, len(present)) + 1.5, 2.0 + 0.16 * n_max)
     axes = np.atleast_1d(fig.subplots(1, max(1, len(present)), squeeze=False)[0])
     if not present:
         _empty(axes[0], "no cells")
@@ -435,7 +424,7 @@ def label_hardening(hardening: pd.DataFrame, models: Sequence[str] | None = None
     order = list(models) if models is not None else (
         sorted(map(str, hardening["model"].unique())) if len(hardening) else [])
     present = _present(order, hardening) if len(hardening) else []
-    fig = _figure(3.4 * max(1, len(present)) + 1.6, 3.8)
+    fig = new_figure(3.4 * max(1, len(present)) + 1.6, 3.8)
     axes = np.atleast_1d(fig.subplots(1, max(1, len(present)), squeeze=False)[0])
     if not present:
         _empty(axes[0], "no trajectories")
@@ -472,7 +461,7 @@ def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
         sorted(map(str, a2["model"].unique())) if len(a2) else [])
     present = _present(order, a2) if len(a2) else []
     n_max = max([int((a2["model"] == m).sum()) for m in present] or [1])
-    fig = _figure(5.5 * max(1, len(present)) + 1.8, 1.6 + 0.32 * n_max)
+    fig = new_figure(5.5 * max(1, len(present)) + 1.8, 1.6 + 0.32 * n_max)
     axes = np.atleast_1d(fig.subplots(1, max(1, len(present)), squeeze=False)[0])
     if not present:
         _empty(axes[0], "no second probe arm")

@@ -14,7 +14,6 @@ by one line saying why.
 from __future__ import annotations
 
 import html
-import math
 import os
 import re
 import zlib
@@ -28,6 +27,7 @@ from breakthrough.outputs import write_text
 from breakthrough.report.cell_details import CUT_OFF, CellDetail, is_cut_off, shown_text
 from breakthrough.report.mathtext import answer_html, math_html
 from breakthrough.report.names import GLOSSARY, field_name, finish_name, regime_name
+from breakthrough.stats import missing
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1500px;color:#222}
@@ -86,15 +86,11 @@ def hash_str(s: str) -> int:
     return zlib.crc32(s.encode())
 
 
-def _missing(v) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-
-
 def fmt(v, col: str | None = None) -> str:
     """A value as the pages show it (escaped): — for missing, yes/no for flags, regimes by
     their human names, whole numbers without decimals (thousands separated), others to 3
     decimals."""
-    if _missing(v) or (col == "anchor" and v == -1):  # -1: a restart has no anchor
+    if missing(v) or (col == "anchor" and v == -1):  # -1: a restart has no anchor
         return "—"
     if col == "regime":
         return html.escape(regime_name(v))
@@ -131,7 +127,7 @@ def table(frame: pd.DataFrame, columns: Iterable[str] | None = None,
                              f"{html.escape(str(v))}</a></td>")
             elif c == "problem_text":  # the problem's start, its math as MathML
                 cells.append(f"<td class='l problem'>"
-                             f"{'—' if _missing(v) else math_html(str(v))}</td>")
+                             f"{'—' if missing(v) else math_html(str(v))}</td>")
             else:
                 cells.append(f"<td{left}>{fmt(v, c)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -317,7 +313,7 @@ def _branches_html(branches: pd.DataFrame) -> str:
                 answer, v = f"— ({CUT_OFF})", f"no answer ({CUT_OFF})"
                 tail += f" [{CUT_OFF}: {finish_name(r['finish_reason'])}]"
             else:
-                answer = "—" if _missing(r["extracted"]) else answer_html(str(r["extracted"]))
+                answer = "—" if missing(r["extracted"]) else answer_html(str(r["extracted"]))
             arm = f"<td>{fmt(r['budget'])}</td>" if kind == "probe" else ""
             rows.append(f"<tr><td>{fmt(r[key])}</td>{arm}<td>{r['branch']}</td>"
                         f"<td class='l'>{answer}</td>"
@@ -357,7 +353,7 @@ def write_cell_page(path: str | Path, *, row: Mapping, curve: pd.DataFrame, svg:
     shown = {"Problem": math_html, "Reference answer": answer_html}  # their math as MathML
     body.append("<dl class='facts'>" + "".join(
         f"<dt>{html.escape(k)}</dt><dd>"
-        f"{shown[k](v) if k in shown and not _missing(v) else fmt(v)}</dd>"
+        f"{shown[k](v) if k in shown and not missing(v) else fmt(v)}</dd>"
         for k, v in facts) + "</dl>")
     body.append(f"<h2>Solve rates along the base trace</h2><div class='plot'>{svg}</div>")
     body.append("<h2>Base trace</h2>")

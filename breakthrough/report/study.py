@@ -29,9 +29,9 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from breakthrough.errors import BtError
-from breakthrough.outputs import write_atomic, write_text
+from breakthrough.outputs import write_atomic, write_json, write_text
 from breakthrough.report import headlines as HL
-from breakthrough.report.classify_outputs import classify_runs, write_json, write_table
+from breakthrough.report.classify_outputs import classify_runs, write_table
 from breakthrough.report.html import LEFT, STYLE, fmt, plural
 from breakthrough.report.names import GLOSSARY, field_name, model_name
 from breakthrough.store import find_runs

@@ -39,7 +39,6 @@ median-imputed, where a row has no text):
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -50,11 +49,13 @@ import numpy as np
 import pandas as pd
 
 from breakthrough.errors import BtError
-from breakthrough.outputs import make_folder, write_atomic
+from breakthrough.outputs import make_folder, write_atomic, write_json
+from breakthrough.protocol import (CONFIRM_FORECAST_TOKEN, CONFIRM_SECONDARY_BUDGET,
+                                   CONFIRM_SECONDARY_THRESHOLD)
 from breakthrough.signals.run_signals import OUTPUT_NAME as SIGNALS_NAME
 from breakthrough.signals.summaries import FROZEN_SUMMARIES
 from breakthrough.stats import auroc, bootstrap_decomposition, percentile_interval
-from breakthrough.store import RunStore, find_runs
+from breakthrough.store import RunStore, find_runs, run_names
 from breakthrough.tasks.cohorts import SPLITS
 
 # ------------------------------------------------------------------ the registered constants
@@ -62,10 +63,10 @@ PLAN_SEED = 20260827  # StratifiedGroupKFold of the train-side OOF sanity check
 REFIT_SEED = PLAN_SEED + 10_000  # the final refit and the bootstrap ("where a seed applies")
 N_FOLDS = 5
 MIN_GROUPS_PER_CLASS = 5  # power gate: problems per class in train + validation
-DEFAULT_FORECAST = 512
+DEFAULT_FORECAST = CONFIRM_FORECAST_TOKEN
 DEFAULT_DRAWS = 2000
-SECONDARY_BUDGET = 4096
-SECONDARY_THRESHOLD = 0.75
+SECONDARY_BUDGET = CONFIRM_SECONDARY_BUDGET
+SECONDARY_THRESHOLD = CONFIRM_SECONDARY_THRESHOLD
 LOGISTIC = {"C": 0.1, "solver": "liblinear", "max_iter": 5000, "class_weight": "balanced"}
 
 # --split-seed: 54 train / 18 validation / 17 test of 89 problems (protocol 6.4), as shares.
@@ -391,18 +392,6 @@ class ConfirmReport:
     csv_path: Path
 
 
-def run_names(dirs: Sequence[Path]) -> list[str]:
-    """The names `bt classify` gives the runs in its `run` column (a repeated folder name gets
-    -2, -3, ... in argument order)."""
-    names: list[str] = []
-    for d in dirs:
-        name, i = d.name, 2
-        while name in names:
-            name, i = f"{d.name}-{i}", i + 1
-        names.append(name)
-    return names
-
-
 def _read_signals(path: Path, run: Path, forecast_token: int) -> pd.DataFrame:
     """RUN's `bt signals` table, checked: its columns, and summaries over the forecast point."""
     if not path.is_file():
@@ -449,19 +438,6 @@ def check_options(forecast_token: int, draws: int) -> None:
         raise BtError(f"--draws: expected a positive number of bootstrap draws, got {draws}")
 
 
-def _clean(obj: Any) -> Any:
-    """NaN → null, numpy scalars → Python, recursively (JSON has no NaN)."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def results_frame(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The results table (9.5's layout): one row per endpoint × variant."""
     rows = [{"endpoint": r["endpoint"], "variant": r["variant"], "status": r["status"],
@@ -475,10 +451,6 @@ def results_frame(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
              "trainval_rows": r["trainval_rows"], "trainval_problems": r["trainval_problems"],
              "reason": r["reason"]} for r in results]
     return pd.DataFrame(rows)
-
-
-def _write_atomic(path: Path, write) -> None:
-    write_atomic(path, write)
 
 
 def run_confirm(runs: Sequence[Path | str], labels: Path | str, out: Path | str, *,
@@ -548,10 +520,9 @@ def run_confirm(runs: Sequence[Path | str], labels: Path | str, out: Path | str,
     }
     out_dir = make_folder(out)
     json_path, csv_path = out_dir / JSON_NAME, out_dir / CSV_NAME
-    text = json.dumps(_clean(summary), indent=2) + "\n"
-    _write_atomic(json_path, lambda p: p.write_text(text, encoding="utf-8"))
+    write_json(json_path, summary)
     frame = results_frame(results)
-    _write_atomic(csv_path, lambda p: frame.to_csv(p, index=False))
+    write_atomic(csv_path, lambda p: frame.to_csv(p, index=False))
     if signal_frames is None:  # one forecast point: its forest figure beside its results
         from breakthrough.signals.confirm_figures import forest_figure
 
@@ -665,7 +636,7 @@ def run_confirm_sweep(runs: Sequence[Path | str], labels: Path | str, out: Path 
     main = DEFAULT_FORECAST if DEFAULT_FORECAST in reports else min(reports)
     for name in (JSON_NAME, CSV_NAME):
         src = getattr(reports[main], "json_path" if name == JSON_NAME else "csv_path")
-        _write_atomic(out_dir / name, lambda p, s=src: p.write_bytes(s.read_bytes()))
+        write_atomic(out_dir / name, lambda p, s=src: p.write_bytes(s.read_bytes()))
     json_path, csv_path = out_dir / SWEEP_JSON, out_dir / SWEEP_CSV
     negative = int(sum((table[f"{e}_delta"].dropna() < 0).sum() for e in ENDPOINTS
                        if f"{e}_delta" in table))
@@ -680,9 +651,8 @@ def run_confirm_sweep(runs: Sequence[Path | str], labels: Path | str, out: Path 
                for e in ENDPOINTS if f"{e}_ci_low" in table)),
            "rows": table.to_dict(orient="records"),
            "reports": {str(t): str(r.json_path) for t, r in reports.items()}}
-    text = json.dumps(_clean(doc), indent=2) + "\n"
-    _write_atomic(json_path, lambda p: p.write_text(text, encoding="utf-8"))
-    _write_atomic(csv_path, lambda p: table.to_csv(p, index=False))
+    write_json(json_path, doc)
+    write_atomic(csv_path, lambda p: table.to_csv(p, index=False))
     figs = {"prefix_sweep": sweep_figure(table, out_dir / FIGURES_DIR / "prefix_sweep.png"),
             "confirmatory_forest": forest_figure(reports[main].results, main,
                                                  out_dir / FIGURES_DIR / "confirmatory_forest.png")}

@@ -9,37 +9,25 @@ forecast point a tick of its own.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from breakthrough.outputs import write_atomic
+from breakthrough.plotting import new_figure, save_png
+from breakthrough.protocol import (CONFIRM_FORECAST_TOKEN, CONFIRM_SECONDARY_BUDGET,
+                                   CONFIRM_SECONDARY_THRESHOLD)
+from breakthrough.stats import missing
 
-DPI = 100
-PREREGISTERED = 512
+PREREGISTERED = CONFIRM_FORECAST_TOKEN
 ENDPOINT_TITLES = {"primary": "Primary: base-run success",
-                   "secondary": "Secondary: R(4096) ≥ 0.75 (non-instant cells)"}
-
-
-def _figure(w: float, h: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(w, h), dpi=DPI)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _save(fig, path: Path) -> Path:
-    return write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI,
-                                                     bbox_inches="tight"))
+                   "secondary": f"Secondary: R({CONFIRM_SECONDARY_BUDGET}) ≥ "
+                                f"{CONFIRM_SECONDARY_THRESHOLD} (non-instant cells)"}
 
 
 def _finite(v: Any) -> bool:
-    return v is not None and not (isinstance(v, float) and math.isnan(v))
+    return not missing(v)
 
 
 def _limits(values: Sequence[float], pad: float = 0.05) -> tuple[float, float]:
@@ -54,7 +42,7 @@ def forest(results: Sequence[Mapping[str, Any]], forecast_token: int):
     """Left: test AUROC of the baseline (open) and of baseline + early blocks (filled) per
     endpoint × variant; right: ΔAUROC with its 95% clustered-bootstrap CI (green when the CI
     is above 0); "not fit" rows say why they are empty."""
-    fig = _figure(11, 1.4 + 0.55 * max(1, len(results)))
+    fig = new_figure(11, 1.4 + 0.55 * max(1, len(results)))
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.2]}, sharey=True)
     ys = np.arange(len(results))
     names = [f"{r['endpoint']} · {r['variant']}" for r in results]
@@ -103,7 +91,7 @@ def forest(results: Sequence[Mapping[str, Any]], forecast_token: int):
 def sweep(table: pd.DataFrame):
     """ΔAUROC with its CI per forecast point t (main variant), one panel per endpoint, the
     pre-registered t = 512 starred; n (test rows) under each point; one tick per t."""
-    fig = _figure(12, 4.0)
+    fig = new_figure(12, 4.0)
     axes = fig.subplots(1, 2, sharey=True)
     ts = [int(t) for t in table["forecast_token"]] if len(table) else []
     x = np.arange(len(ts))
@@ -143,8 +131,8 @@ def sweep(table: pd.DataFrame):
 
 
 def forest_figure(results: Sequence[Mapping[str, Any]], forecast_token: int, path: Path) -> Path:
-    return _save(forest(results, forecast_token), path)
+    return save_png(forest(results, forecast_token), path)
 
 
 def sweep_figure(table: pd.DataFrame, path: Path) -> Path:
-    return _save(sweep(table), path)
+    return save_png(sweep(table), path)

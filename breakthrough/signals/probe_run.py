@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from breakthrough.errors import BtError
-from breakthrough.outputs import make_folder, write_atomic, write_text
+from breakthrough.outputs import make_folder, write_atomic, write_json
 from breakthrough.signals import probe
 from breakthrough.tasks.cohorts import jsonl_records
 
@@ -250,7 +250,7 @@ def _write(out: Path, result: probe.ProbeTable, src: Source, anchors: Sequence[i
         "top1_agreement_mean": _finite(result.top1_mean), "top1_agreement_p10": _finite(result.top1_p10),
         "table": json.loads(result.table.to_json(orient="records")),
     }
-    write_text(paths[2], json.dumps(summary, indent=2) + "\n")
+    write_json(paths[2], summary)
     _figure(result.table, paths[3])
     return paths
 

@@ -185,6 +185,7 @@ def test_restart_budgets_come_from_the_canonical_summaries():
     assert P.restart_budgets_of(instant, 0.75, small) == (64,)
 
 
+@pytest.mark.heavy
 def test_bt_classify_labels_the_a1_example_as_the_protocol(tmp_path):
     # issue 14's example through the installed console script: 2048: 0/4, 4096: 2/4 topped to
     # 6/8, 8192: 4/4 + A1 1/4 → prefix_limited (T_V 4096); `--topup terminal` labels on the

@@ -32,6 +32,7 @@ def test_bt_classify_end_to_end(tmp_path):
     assert summary["cross_model_agreement"]["compared"] == 2
 
 
+@pytest.mark.heavy
 def test_bt_classify_reads_the_stored_protocol_and_options_override_it(tmp_path):
     run = write_store(tmp_path / "small", small_spec(), SMALL.with_overrides(tau=0.5))
     result = CliRunner().invoke(app, ["classify", str(run), "--draws", "2", "--no-cell-pages",

@@ -70,6 +70,7 @@ def test_whole_beyond_rule_counts_only_the_cells_no_rule_enlarges():
     assert whole_beyond_rule(four, enlarges("ambiguous", DEFAULT)[1]) == 0
 
 
+@pytest.mark.heavy
 def test_bt_classify_reproduces_the_dev_cell_and_says_it_counts_all_8(tmp_path):
     if not BT.is_file():
         pytest.skip(f"no installed console script at {BT}")

@@ -5,7 +5,7 @@ labels the cell can reach."""
 from __future__ import annotations
 
 import pandas as pd
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from breakthrough.classify import regimes as C
@@ -148,8 +148,7 @@ def test_a1_replication_never_moves_p_hat(traj, ke):
     """Replicating a 4/4 final anchor (A1 only: not an A5.1 cell) changes the A1 annotation
     and nothing else, whatever the replication's successes."""
     probes, restarts = traj
-    if not probes:
-        return
+    assume(probes)
     final = max(probes)
     plain = ({a: (kc, 0, 0) for a, (kc, _, _) in probes.items()} | {final: (4, 0, 0)}, restarts)
     replicated = (plain[0] | {final: (4, 4, ke)}, restarts)

@@ -1,4 +1,5 @@
-"""CLI-wide tests run the installed console script; skip cleanly where it is not installed."""
+"""CLI-wide tests run the installed console script. A missing script is a broken install, so
+every CLI test fails (never skips) with a line saying how to install it."""
 
 from __future__ import annotations
 
@@ -10,4 +11,5 @@ from bt_cli import BT
 @pytest.fixture(autouse=True)
 def _installed_bt():
     if not BT.is_file():
-        pytest.skip(f"no installed console script at {BT} (pip install -e .)")
+        pytest.fail(f"no installed console script at {BT}: a broken install "
+                    "(pip install -e . puts it there)", pytrace=False)

@@ -77,6 +77,7 @@ def test_missing_signals_is_one_line_and_writes_nothing(run):
     assert not (run / "confirm").exists()
 
 
+@pytest.mark.heavy
 def test_confirm_on_a_real_run_writes_json_and_csv(run):
     assert run_bt("signals", run, "--window", "64").returncode == 0
     # refusals first: no labels yet, summaries over another window, a bad option
@@ -117,6 +118,7 @@ def test_confirm_on_a_real_run_writes_json_and_csv(run):
     assert not list(out.glob("*.tmp"))
 
 
+@pytest.mark.heavy
 def test_forecast_token_sweep_in_one_call(run):
     """`--forecast-token 32,64`: one row per t, each t's results beside it, the figures; the
     summaries computed from the store at t = 64 give what `bt signals --window 64` gives."""

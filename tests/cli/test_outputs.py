@@ -100,6 +100,7 @@ def test_signals_under_proc_is_one_line(store_run: Path) -> None:
     assert _snapshot(store_run) == before
 
 
+@pytest.mark.heavy
 def test_every_output_under_proc_is_one_line(store_run: Path, tmp_path: Path) -> None:
     table = tmp_path / "t.csv"
     table.write_text("g,s,y\n" + "".join(f"{i % 3},{i},{i % 2}\n" for i in range(12)))
@@ -118,6 +119,7 @@ def test_every_output_under_proc_is_one_line(store_run: Path, tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
 
 
+@pytest.mark.heavy
 def test_export_into_an_immutable_folder_is_one_line(store_run: Path, immutable: Path) -> None:
     proc = run_bt("export", store_run, "-o", immutable)
     assert_one_line_error(proc, 2, f"{immutable / 'samples.parquet'}: cannot write",

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bt_cli import assert_one_line_error, bt_env, run_bt
 from classify_fixture import cell_spec, write_store
 from cli.test_confirm_cli import write_run
@@ -45,6 +47,7 @@ def _star(runs: Path) -> list[Path]:
     return sorted(runs.iterdir())
 
 
+@pytest.mark.heavy
 def test_study_report_over_runs_star_skips_outputs_and_sample_runs(tmp_path):
     runs = _runs_folder(tmp_path)
     proc = run_bt("report", "study", *_star(runs), "--draws", "0", "--no-cell-pages")
@@ -64,6 +67,7 @@ def test_study_report_over_runs_star_skips_outputs_and_sample_runs(tmp_path):
     assert f"skipped {runs / 'study'} (not a run: bt report study output)" in _notes(proc.stdout)
 
 
+@pytest.mark.heavy
 def test_status_and_verify_take_runs_star_with_one_note_per_folder(tmp_path):
     runs = _runs_folder(tmp_path)
     proc = run_bt("verify", *_star(runs))
@@ -75,6 +79,7 @@ def test_status_and_verify_take_runs_star_with_one_note_per_folder(tmp_path):
                           "not a run: bt classify output")
 
 
+@pytest.mark.heavy
 def test_worked_example_runs_after_the_pipeline(tmp_path):
     runs = _runs_folder(tmp_path)
     proc = subprocess.run([sys.executable, str(ROOT / "analysis" / "auroc_worked_example.py"),
@@ -87,6 +92,7 @@ def test_worked_example_runs_after_the_pipeline(tmp_path):
     assert f"Runs: {runs / 'math89-g'}\n" in proc.stdout
 
 
+@pytest.mark.heavy
 def test_confirm_finds_the_labels_classify_wrote_for_the_runs_folder(tmp_path):
     runs = tmp_path / "runs"
     run = write_run(runs / "math89-tiny")

@@ -89,6 +89,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.heavy
 def test_1_each_kind_of_damage_is_one_line_naming_the_row_and_field(made, tmp_path):
     runs = {}
     for i, (name, (sql, _, _)) in enumerate(DAMAGE.items()):
@@ -115,6 +116,7 @@ def test_1_an_intact_run_and_a_regraded_one_verify(made, tmp_path):
     assert proc.returncode == 0 and "intact" in proc.stdout, proc.stdout
 
 
+@pytest.mark.heavy
 def test_1_a_store_with_the_old_checksums_still_verifies_and_keeps_them(made, tmp_path):
     run = _copy(made["v2"], tmp_path / "v2")
     proc = run_bt("verify", run)
@@ -130,6 +132,7 @@ def test_1_a_store_with_the_old_checksums_still_verifies_and_keeps_them(made, tm
 
 # ---- 2: a column holding another storage class is damage, not a traceback ---------------------
 
+@pytest.mark.heavy
 def test_2_token_ids_holding_text_is_one_line_of_damage(made, tmp_path):
     runs = [_copy(made[v], tmp_path / v) for v in ("v3", "v2")]
     for run in runs:  # bytes that are not UTF-8, stored as TEXT: what Python cannot decode
@@ -163,6 +166,7 @@ def _thaw(run: Path) -> None:
         subprocess.run(["chmod", "-R", "u+w", str(run)], check=True)
 
 
+@pytest.mark.heavy
 def test_3_read_only_commands_read_an_archived_run(made, tmp_path):
     run = _copy(made["v3"], tmp_path / "archived")
     files = sorted(p.relative_to(run) for p in run.rglob("*"))
@@ -192,12 +196,11 @@ def test_3_a_folder_that_cannot_be_written_is_read_as_an_immutable_file(made, tm
     cannot be written, a reader opens the store with `immutable=1` (so SQLite makes no -shm
     or -wal beside it); otherwise with `mode=ro` (and SQLite adds them, as readers of a WAL
     store do)."""
-    import breakthrough.store as store_module
     from breakthrough.store import RunStore
 
     run = _copy(made["v3"], tmp_path / "run")
     real_access = os.access
-    monkeypatch.setattr(store_module.os, "access",
+    monkeypatch.setattr(os, "access",
                         lambda p, mode: False if Path(p) == run and mode == os.W_OK
                         else real_access(p, mode))
     with RunStore(run, readonly=True) as store:
@@ -223,6 +226,7 @@ MANIFEST_DAMAGE = {
 }
 
 
+@pytest.mark.heavy
 def test_4_a_damaged_manifest_is_one_line_naming_the_key_and_nothing_is_written(made, tmp_path):
     runs = {}
     for i, (name, (sql, _, _)) in enumerate(MANIFEST_DAMAGE.items()):

@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore, SampleRecord
@@ -121,6 +122,7 @@ def _sample_run(path):
     return path
 
 
+@pytest.mark.heavy
 def test_classify_and_study_report_skip_a_sample_run_with_one_note(tmp_path):
     runs = tmp_path / "runs"
     write_store(runs / "study", {c: s for c, s in cell_spec().items() if c.startswith("g:")})

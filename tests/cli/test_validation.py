@@ -95,6 +95,7 @@ def test_readonly_commands_do_not_write_into_the_store(tmp_path):
     assert (run / "store.sqlite").read_bytes() == before
 
 
+@pytest.mark.heavy
 def test_write_errors_are_one_line(tmp_path):
     run = write_store(tmp_path / "r", cell_spec(), STORED)
     blocker = tmp_path / "a-file"

@@ -59,6 +59,7 @@ def test_valid_specs_and_their_defaults() -> None:
         check_api_key("")  # given but empty: `bt serve` refuses it
 
 
+@pytest.mark.heavy
 def test_every_generating_command_words_batch_size_alike(tmp_path: Path) -> None:
     """`bt base`, `bt sample`, `bt continue` and `bt cohorts screen` refuse `--batch-size 0`
     with the same line (EngineSpec's), before writing anything."""

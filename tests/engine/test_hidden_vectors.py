@@ -44,6 +44,7 @@ def _generate(engine: MlxEngine, reqs: list[GenRequest]) -> dict:
     return {r.key: r for r in engine.generate(reqs)}
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("arch", ["qwen3", "gemma4_text", "gemma4-e4b", "ministral3-3b"])
 def test_recorded_vectors_are_the_states_that_drew_each_kept_token(request, arch):
     """Float architectures and the 4-bit hub-shaped checkpoints (multimodal wrappers)."""

@@ -26,12 +26,12 @@ from bt_cli import BT, bt_env
 # into place, before that sample's transaction commits.
 KILL_AFTER_RENAME = """
 import os, signal, sys
-import breakthrough.store as store
-write = store._write_atomic
+import breakthrough.store.hidden as hidden
+write = hidden._write_atomic
 def write_then_die(path, data):
     write(path, data)
     os.kill(os.getpid(), signal.SIGKILL)
-store._write_atomic = write_then_die
+hidden._write_atomic = write_then_die
 from breakthrough.cli import main
 sys.argv = ["bt", *sys.argv[1:]]
 main()

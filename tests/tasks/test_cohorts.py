@@ -280,6 +280,7 @@ def test_list_reports_invalid_file_when_not_strict(tmp_path):
     assert "bad.jsonl:2: malformed JSON" in infos["bad"].error
 
 
+@pytest.mark.heavy
 def test_cli_builds_uoo_cohorts_byte_for_byte(tmp_path):
     """`bt cohorts build uoo` regenerates the committed uoo87/uoo29 files exactly."""
     res = CliRunner().invoke(app, ["cohorts", "build", "uoo", "--out", str(tmp_path)])

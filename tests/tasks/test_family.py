@@ -42,3 +42,23 @@ def test_make_grader_by_family():
     assert isinstance(make_grader("optimum"), OptimumGrader)
     with pytest.raises(BtError, match="unknown task family"):
         make_grader("poetry")
+
+
+def test_registry_covers_every_cohort_family(tmp_path):
+    """One registry entry per family a cohort row may name, each with its grader and user turn;
+    an unknown family's message lists the registry's names."""
+    from breakthrough.tasks.arith.grader import ArithGrader
+    from breakthrough.tasks.cohorts import FAMILIES as COHORT_FAMILIES
+    from breakthrough.tasks.family import FAMILIES
+    from breakthrough.tasks.math.grader import MathGrader
+
+    assert tuple(FAMILIES) == COHORT_FAMILIES == ("math", "optimum", "arith")
+    assert isinstance(make_grader("math"), MathGrader)
+    assert isinstance(make_grader("arith"), ArithGrader)
+    assert isinstance(make_grader("math", tmp_path), MathGrader)
+    with pytest.raises(BtError, match=r"\(known: math, optimum, arith\)$"):
+        make_grader("poetry")
+    from breakthrough.tasks.arith.prompts import INSTRUCTION
+
+    row = {"family": "arith", "problem": "Compute 2 + 3.", "operands": [2, 3]}
+    assert user_message(row) == user_message(row, "explicit") == f"Compute 2 + 3. {INSTRUCTION}"
