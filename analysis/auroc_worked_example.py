@@ -111,9 +111,7 @@ def _line(name: str, d: S.Decomposition, boot: S.BootstrapResult | None, key: st
     return f"  {name:<22}" + "".join(cells).rstrip()
 
 
-def decompose_frame(
-    df: Any, group_col: str, n_boot: int, seed: int, title: str
-) -> dict[str, Any]:
+def decompose_frame(df: Any, group_col: str, n_boot: int, seed: int, title: str) -> dict[str, Any]:
     """Print and return the decomposition of ``score`` (and LOO) over the rows of ``df``."""
     g = df[group_col].astype(str).to_numpy()
     y = df["correct"].astype(int).to_numpy()

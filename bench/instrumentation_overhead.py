@@ -38,9 +38,14 @@ def rate(loaded, prompts: list[list[int]], tokens: int, instrument: bool) -> flo
 
 
 def measure(name: str, loaded, args) -> None:
-    prompts = [build_prompt_ids(loaded.tokenizer, loaded.family,
-                                user_message({"problem": f"What is {i} times {i + 3}?"}))
-               for i in range(args.rows)]
+    prompts = [
+        build_prompt_ids(
+            loaded.tokenizer,
+            loaded.family,
+            user_message({"problem": f"What is {i} times {i + 3}?"}),
+        )
+        for i in range(args.rows)
+    ]
     rate(loaded, prompts[:1], 4, True)  # warm-up (kernels, allocations)
     on: list[float] = []
     off: list[float] = []
@@ -48,9 +53,11 @@ def measure(name: str, loaded, args) -> None:
         off.append(rate(loaded, prompts, args.tokens, False))
         on.append(rate(loaded, prompts, args.tokens, True))
     m_on, m_off = statistics.median(on), statistics.median(off)
-    print(f"{name}: log-prob only {m_off:,.0f} tok/s, instrumented {m_on:,.0f} tok/s, "
-          f"instrumented / log-prob only = {m_on / m_off:.3f} ({(1 - m_on / m_off) * 100:+.1f} % slower); "
-          f"{args.rows} rows x {args.tokens} tokens, median of {args.rounds} rounds")
+    print(
+        f"{name}: log-prob only {m_off:,.0f} tok/s, instrumented {m_on:,.0f} tok/s, "
+        f"instrumented / log-prob only = {m_on / m_off:.3f} ({(1 - m_on / m_off) * 100:+.1f} % slower); "
+        f"{args.rows} rows x {args.tokens} tokens, median of {args.rounds} rounds"
+    )
 
 
 def main() -> None:
@@ -63,7 +70,9 @@ def main() -> None:
     from breakthrough.models.offline import tokenizer_from_gguf, write_tiny_model
 
     print(f"BLAS: {blas_name()}")
-    tiny = write_tiny_model(Path(tempfile.mkdtemp(prefix="bt-instr-")) / "tiny", tokenizer_from_gguf())
+    tiny = write_tiny_model(
+        Path(tempfile.mkdtemp(prefix="bt-instr-")) / "tiny", tokenizer_from_gguf()
+    )
     measure("tiny model (2 layers, d=64)", load_model(str(tiny)), args)
     if not args.skip_smollm2:
         measure("SmolLM2-135M", load_model("smollm2-135m"), args)

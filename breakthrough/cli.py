@@ -40,8 +40,13 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print bt's version and exit."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print bt's version and exit.",
+    ),
 ) -> None:
     """breakthrough: prefix-value vs budget-fit experiments on reasoning traces.
 
@@ -128,8 +133,11 @@ def _main(argv: list[str] | None) -> None:
         raise SystemExit(0) from None
     except UsageError as exc:
         # "bt base: No such option ..."; at the top level the "bt: error:" prefix says it already
-        where = (f"{exc.ctx.command_path}: "
-                 if exc.ctx is not None and exc.ctx.command_path != "bt" else "")
+        where = (
+            f"{exc.ctx.command_path}: "
+            if exc.ctx is not None and exc.ctx.command_path != "bt"
+            else ""
+        )
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
         _fail(f"{where}{exc.format_message()}{hint}", exc.exit_code)
     except ClickException as exc:

@@ -76,6 +76,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """`text` as UTF-8 with "\\n" line ends, atomically (`write_atomic`)."""
+
     def put(tmp: Path) -> None:
         with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)

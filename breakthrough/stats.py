@@ -654,9 +654,7 @@ def summarize_difference(
     """a - b for each statistic (same rows), with paired bootstrap intervals."""
     out: dict[str, Any] = {}
     for stat in DECOMPOSITION_STATS:
-        entry: dict[str, Any] = {
-            "estimate": _finite_or_none(getattr(a, stat) - getattr(b, stat))
-        }
+        entry: dict[str, Any] = {"estimate": _finite_or_none(getattr(a, stat) - getattr(b, stat))}
         if boot is not None:
             d = boot.difference(name_a, name_b, stat)
             lo, hi = percentile_interval(d, confidence)
@@ -664,4 +662,3 @@ def summarize_difference(
             entry["n_valid_draws"] = int(np.isfinite(d).sum())
         out[stat] = entry
     return out
-

@@ -55,8 +55,10 @@ STORE_FILE = "store.sqlite"
 # rather than calling every row of it damaged.
 SCHEMA_VERSION = "3"
 OLDEST_SCHEMA = 2
-COVERAGE = {2: "token ids, text, finish reason, seed and prefix length only",
-            3: "every field a label or signal is computed from"}
+COVERAGE = {
+    2: "token ids, text, finish reason, seed and prefix length only",
+    3: "every field a label or signal is computed from",
+}
 # Manifest keys that define a run's identity; any difference means "another experiment".
 IDENTITY_FIELDS = (
     "schema_version",
@@ -79,12 +81,19 @@ HIDDEN_DIR = "hidden"
 # The option a user types to set each identity field (a refusal names it first, then the
 # stored setting): `--cohort demo` into an arith run is a --cohort refusal, not "task_family".
 IDENTITY_OPTIONS = {
-    "model_id": "--model", "model_revision": "--model", "model_digest": "--model",
-    "family": "--model", "task_family": "--cohort", "cohort_digest": "--cohort",
-    "continue_answer_budget": "--answer-budget", "hidden_stride": "--hidden-stride",
-    "continuation.signals": "--instrument", "continuation.kv_bits": "--kv-bits",
+    "model_id": "--model",
+    "model_revision": "--model",
+    "model_digest": "--model",
+    "family": "--model",
+    "task_family": "--cohort",
+    "cohort_digest": "--cohort",
+    "continue_answer_budget": "--answer-budget",
+    "hidden_stride": "--hidden-stride",
+    "continuation.signals": "--instrument",
+    "continuation.kv_bits": "--kv-bits",
     "engine.backend": "--backend",
-    "engine.server": "--endpoint", "engine.server_version": "--endpoint",
+    "engine.server": "--endpoint",
+    "engine.server_version": "--endpoint",
     "engine.model": "--endpoint",
 }
 
@@ -105,10 +114,14 @@ def _schema_number(value: Any) -> int | None:
         return None
 
 
-def _expect(kind: type | tuple[type, ...], what: str, ok: Callable[[Any], bool] = bool
-            ) -> Callable[[Any], str | None]:
-    return lambda v: (None if isinstance(v, kind) and not isinstance(v, bool) and ok(v)
-                      else f"expected {what}, got {_short(v)[:60]}")
+def _expect(
+    kind: type | tuple[type, ...], what: str, ok: Callable[[Any], bool] = bool
+) -> Callable[[Any], str | None]:
+    return lambda v: (
+        None
+        if isinstance(v, kind) and not isinstance(v, bool) and ok(v)
+        else f"expected {what}, got {_short(v)[:60]}"
+    )
 
 
 def _protocol_problem(value: Any) -> str | None:
@@ -129,17 +142,33 @@ _OBJECT = _expect(dict, "an object", lambda v: True)
 # it holds) and never computed with. Keys not listed are documentation and are only JSON.
 MANIFEST_SCHEMA: dict[str, Callable[[Any], str | None]] = {
     "schema_version": lambda v: (
-        None if OLDEST_SCHEMA <= (_schema_number(v) or 0) <= int(SCHEMA_VERSION)
-        else f"expected a schema number {OLDEST_SCHEMA}..{SCHEMA_VERSION}, got {_short(v)[:60]}"),
-    "run_kind": lambda v: None if v in ("base", "sample") else f"expected base or sample, got {v!r}",
-    "model_id": _NAME, "model_revision": _TEXT, "model_digest": _NAME, "model_alias": _NAME,
-    "family": _NAME, "task_family": _NAME, "protocol_digest": _NAME, "cohort": _NAME,
-    "cohort_digest": _NAME, "prompt_version": _NAME, "platform": _TEXT,
+        None
+        if OLDEST_SCHEMA <= (_schema_number(v) or 0) <= int(SCHEMA_VERSION)
+        else f"expected a schema number {OLDEST_SCHEMA}..{SCHEMA_VERSION}, got {_short(v)[:60]}"
+    ),
+    "run_kind": lambda v: (
+        None if v in ("base", "sample") else f"expected base or sample, got {v!r}"
+    ),
+    "model_id": _NAME,
+    "model_revision": _TEXT,
+    "model_digest": _NAME,
+    "model_alias": _NAME,
+    "family": _NAME,
+    "task_family": _NAME,
+    "protocol_digest": _NAME,
+    "cohort": _NAME,
+    "cohort_digest": _NAME,
+    "prompt_version": _NAME,
+    "platform": _TEXT,
     "protocol": _protocol_problem,
     "continue_answer_budget": _expect(int, "a positive integer", lambda v: v > 0),
     "hidden_stride": _expect(int, "an integer >= 0", lambda v: v >= 0),
-    "engine": _OBJECT, "continuation": _OBJECT, "packages": _OBJECT, "throughput": _OBJECT,
-    "attempts": _OBJECT, "topup": _NAME,
+    "engine": _OBJECT,
+    "continuation": _OBJECT,
+    "packages": _OBJECT,
+    "throughput": _OBJECT,
+    "attempts": _OBJECT,
+    "topup": _NAME,
     "probe_arms": _expect(list, "a list of objects", lambda v: all(isinstance(a, dict) for a in v)),
 }
 # What every run's manifest holds from its first write (`bt base`, `bt sample`) on.
@@ -163,6 +192,7 @@ def manifest_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
         if problem:
             out.append((key, problem))
     return out
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifest (
@@ -292,13 +322,19 @@ def _hidden_payload(rec: SampleRecord) -> bytes | None:
     vectors = np.ascontiguousarray(rec.hidden[1], dtype="<f2")
     where = f"hidden vectors of {rec.cell_id} {rec.kind} branch {rec.branch}"
     if index.ndim != 1 or vectors.ndim != 2 or len(index) != len(vectors):
-        raise BtError(f"{where}: expected indices [m] and vectors [m, d], got {index.shape} and "
-                      f"{vectors.shape}")
+        raise BtError(
+            f"{where}: expected indices [m] and vectors [m, d], got {index.shape} and "
+            f"{vectors.shape}"
+        )
     if not isinstance(rec.hidden_stride, (int, np.integer)) or rec.hidden_stride < 1:
-        raise BtError(f"{where}: hidden_stride must be a positive integer, got {rec.hidden_stride!r}")
+        raise BtError(
+            f"{where}: hidden_stride must be a positive integer, got {rec.hidden_stride!r}"
+        )
     if len(index) and (index.min() < 0 or index.max() >= len(rec.token_ids)):
-        raise BtError(f"{where}: token index {int(index.max())} outside the {len(rec.token_ids)} "
-                      "generated tokens")
+        raise BtError(
+            f"{where}: token index {int(index.max())} outside the {len(rec.token_ids)} "
+            "generated tokens"
+        )
     buf = io.BytesIO()
     np.savez(buf, token_index=index, hidden=vectors)
     return buf.getvalue()
@@ -398,9 +434,12 @@ CHECKED_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 _FIELD = {name: i for i, (name, _, _) in enumerate(CHECKED_FIELDS)}
 _DIGEST = 16  # hex characters per field: a schema-3 checksum is 16 x len(CHECKED_FIELDS)
 # the tables besides samples the fields come from (absent from a store made before them: NULL)
-_JOINS = {"c": ("cells", "c.cell_id = s.cell_id"), "g": ("grades", "g.sample_id = s.sample_id"),
-          "sig": ("signals", "sig.sample_id = s.sample_id"),
-          "h": ("hidden_vectors", "h.sample_id = s.sample_id")}
+_JOINS = {
+    "c": ("cells", "c.cell_id = s.cell_id"),
+    "g": ("grades", "g.sample_id = s.sample_id"),
+    "sig": ("signals", "sig.sample_id = s.sample_id"),
+    "h": ("hidden_vectors", "h.sample_id = s.sample_id"),
+}
 
 
 def _checked_sql(tables: set[str]) -> str:
@@ -410,12 +449,20 @@ def _checked_sql(tables: set[str]) -> str:
     cols = []
     for _, expr, _ in CHECKED_FIELDS:
         alias = expr.split(".")[0]
-        cols.append("NULL, NULL" if alias != "s" and _JOINS[alias][0] not in tables
-                    else f"typeof({expr}), CAST({expr} AS BLOB)")
-    joins = "".join(f" LEFT JOIN {table} {alias} ON {on}" for alias, (table, on) in _JOINS.items()
-                    if table in tables)
-    return (f"SELECT s.sample_id, typeof(s.checksum), CAST(s.checksum AS BLOB), {', '.join(cols)} "
-            f"FROM samples s{joins}")
+        cols.append(
+            "NULL, NULL"
+            if alias != "s" and _JOINS[alias][0] not in tables
+            else f"typeof({expr}), CAST({expr} AS BLOB)"
+        )
+    joins = "".join(
+        f" LEFT JOIN {table} {alias} ON {on}"
+        for alias, (table, on) in _JOINS.items()
+        if table in tables
+    )
+    return (
+        f"SELECT s.sample_id, typeof(s.checksum), CAST(s.checksum AS BLOB), {', '.join(cols)} "
+        f"FROM samples s{joins}"
+    )
 
 
 @dataclass
@@ -433,16 +480,21 @@ class RowDamage:
     wrong: list[str]
 
     def describe(self) -> str:
-        parts = ([f"{', '.join(self.changed)} changed since it was written"] if self.changed
-                 else []) + self.wrong
+        parts = (
+            [f"{', '.join(self.changed)} changed since it was written"] if self.changed else []
+        ) + self.wrong
         if not parts:
-            parts = ["its token ids, text, finish reason, seed or prefix length changed since it "
-                     "was written"]
+            parts = [
+                "its token ids, text, finish reason, seed or prefix length changed since it "
+                "was written"
+            ]
         return f"sample {self.sample_id} ({self.where}): {'; '.join(parts)}"
 
 
 def _field_digest(storage: str | None, data: bytes | None) -> str:
-    return hashlib.sha256(b"%s:%s" % ((storage or "null").encode(), data or b"")).hexdigest()[:_DIGEST]
+    return hashlib.sha256(b"%s:%s" % ((storage or "null").encode(), data or b"")).hexdigest()[
+        :_DIGEST
+    ]
 
 
 def _checksum(values: Sequence[Any], schema: int) -> str:
@@ -450,8 +502,9 @@ def _checksum(values: Sequence[Any], schema: int) -> str:
     field): 3, the field digests in order; 2, what stores made before issue 29 hold (a sha256
     of token ids, text, finish reason, seed and prefix length; the same bytes as then)."""
     if schema >= 3:
-        return "".join(_field_digest(values[2 * i], values[2 * i + 1])
-                       for i in range(len(CHECKED_FIELDS)))
+        return "".join(
+            _field_digest(values[2 * i], values[2 * i + 1]) for i in range(len(CHECKED_FIELDS))
+        )
     blob = lambda name: values[2 * _FIELD[name] + 1] or b""  # noqa: E731
     h = hashlib.sha256(blob("token_ids"))
     h.update(blob("text"))
@@ -486,21 +539,29 @@ def _row_damage(row: Sequence[Any], schema: int | None) -> RowDamage | None:
     elif len(stored) != len(expected):
         wrong.append("its checksum is not a schema-3 checksum")
     else:
-        changed = [name for i, (name, _, _) in enumerate(CHECKED_FIELDS) if name not in mistyped
-                   and stored[i * _DIGEST:(i + 1) * _DIGEST] != expected[i * _DIGEST:(i + 1) * _DIGEST]]
+        changed = [
+            name
+            for i, (name, _, _) in enumerate(CHECKED_FIELDS)
+            if name not in mistyped
+            and stored[i * _DIGEST : (i + 1) * _DIGEST] != expected[i * _DIGEST : (i + 1) * _DIGEST]
+        ]
         if not changed and not wrong:
             return None
         for group in ("signals", "hidden_vectors", "grade"):  # a whole sidecar row gone: one word
             names = [n for n, _, _ in CHECKED_FIELDS if n.startswith(group + ".")]
-            if (all((values[2 * _FIELD[n]] or "null") == "null" for n in names)
-                    and set(names) & set(changed)):
+            if all((values[2 * _FIELD[n]] or "null") == "null" for n in names) and set(names) & set(
+                changed
+            ):
                 changed = [n for n in changed if n not in names]
                 wrong.append(f"its {group} row was removed")
     text = lambda name: (values[2 * _FIELD[name] + 1] or b"").decode("utf-8", "replace")  # noqa: E731
-    where = (f"{text('cell_id')} {text('kind')} anchor {text('anchor')} budget {text('budget')} "
-             f"branch {text('branch')}")
-    return RowDamage(sample_id=int(row[0]), where=where, cell_id=text("cell_id"), changed=changed,
-                     wrong=wrong)
+    where = (
+        f"{text('cell_id')} {text('kind')} anchor {text('anchor')} budget {text('budget')} "
+        f"branch {text('branch')}"
+    )
+    return RowDamage(
+        sample_id=int(row[0]), where=where, cell_id=text("cell_id"), changed=changed, wrong=wrong
+    )
 
 
 def _utf8(data: bytes | None) -> bool:
@@ -522,8 +583,14 @@ class RunStore:
     line naming its key, before anything is read or written; `check_manifest=False` (`bt
     verify`, which lists every problem itself) opens it anyway."""
 
-    def __init__(self, run_dir: str | Path, *, create: bool = False, readonly: bool = False,
-                 check_manifest: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        create: bool = False,
+        readonly: bool = False,
+        check_manifest: bool = True,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STORE_FILE
         self.readonly = readonly
@@ -531,9 +598,13 @@ class RunStore:
         # the store's schema: what its checksums cover (None: its manifest cannot say)
         self.schema: int | None = int(SCHEMA_VERSION)
         if not self.path.exists() and (readonly or not create):
-            raise BtError(f"{self.run_dir}: not a run directory (no {STORE_FILE}); run `bt base` first")
+            raise BtError(
+                f"{self.run_dir}: not a run directory (no {STORE_FILE}); run `bt base` first"
+            )
         if self.path.exists() and not (create and self.path.stat().st_size == 0):
-            _check_file(self.path)  # (an empty file is only a new store to `bt base`, which makes it)
+            _check_file(
+                self.path
+            )  # (an empty file is only a new store to `bt base`, which makes it)
         # a store this call makes (no file, or an empty one): removed again, with the folder when
         # it made that too, if it cannot be made whole (`discard_new`)
         self.created = not readonly and (not self.path.exists() or self.path.stat().st_size == 0)
@@ -542,8 +613,9 @@ class RunStore:
             if not readonly:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
             if readonly:
-                self.conn = sqlite3.connect(_readonly_uri(self.path), uri=True, timeout=60,
-                                            isolation_level=None)
+                self.conn = sqlite3.connect(
+                    _readonly_uri(self.path), uri=True, timeout=60, isolation_level=None
+                )
                 self.conn.execute("PRAGMA query_only=ON")
             else:
                 self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
@@ -551,8 +623,10 @@ class RunStore:
             tables = self._tables()
             missing = {"manifest", "cells", "samples", "grades"} - tables
             if tables and missing:  # another application's database: never add bt's tables to it
-                raise BtError(f"{self.path}: not a bt run store (it holds other tables: "
-                              f"{', '.join(sorted(tables)[:5])}); bt writes only into its own stores")
+                raise BtError(
+                    f"{self.path}: not a bt run store (it holds other tables: "
+                    f"{', '.join(sorted(tables)[:5])}); bt writes only into its own stores"
+                )
             if "manifest" in tables:
                 self._check_manifest(check_manifest)
             if not readonly:
@@ -570,12 +644,14 @@ class RunStore:
                 raise _read_error(self.path, exc) from None
             if isinstance(exc, OSError) or _is_write_failure(exc):
                 raise _write_error(self.path, exc) from None
-            raise BtError(f"{self.path}: not a readable run store ({exc}); it is damaged or "
-                          f"truncated") from None
+            raise BtError(
+                f"{self.path}: not a readable run store ({exc}); it is damaged or truncated"
+            ) from None
         except sqlite3.DatabaseError as exc:
             self.discard_new()
-            raise BtError(f"{self.path}: not a readable run store ({exc}); it is damaged or "
-                          f"truncated") from None
+            raise BtError(
+                f"{self.path}: not a readable run store ({exc}); it is damaged or truncated"
+            ) from None
         except BaseException:
             self.discard_new()
             raise
@@ -615,19 +691,25 @@ class RunStore:
         Sets `schema` (an empty manifest: the schema its first write will record)."""
         raw = self.raw_manifest()
         try:
-            version = _schema_number(json.loads(raw["schema_version"])) if raw else int(SCHEMA_VERSION)
+            version = (
+                _schema_number(json.loads(raw["schema_version"])) if raw else int(SCHEMA_VERSION)
+            )
         except (KeyError, ValueError):
             version = None
         if version is not None and version > int(SCHEMA_VERSION):
-            raise BtError(f"{self.path}: made by a newer bt (store schema {version}, this bt reads "
-                          f"schema {SCHEMA_VERSION}); upgrade bt (pip install -U breakthrough)")
+            raise BtError(
+                f"{self.path}: made by a newer bt (store schema {version}, this bt reads "
+                f"schema {SCHEMA_VERSION}); upgrade bt (pip install -U breakthrough)"
+            )
         problems = manifest_problems(raw)
         self.schema = None if any(k == "schema_version" for k, _ in problems) else version
         if problems and refuse:
             key, problem = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise BtError(f"{self.path}: damaged manifest: key {key!r}: {problem}{more}; the run "
-                          f"cannot be trusted: restore the store from a copy")
+            raise BtError(
+                f"{self.path}: damaged manifest: key {key!r}: {problem}{more}; the run "
+                f"cannot be trusted: restore the store from a copy"
+            )
 
     def _check_header(self) -> None:
         """A file that is not SQLite, or one cut short, fails here before anything is written
@@ -639,7 +721,9 @@ class RunStore:
                 raise sqlite3.DatabaseError(row[0] if row else "quick_check failed")
 
     def _tables(self) -> set[str]:
-        return {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        return {
+            r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
 
     def _close_quietly(self) -> None:
         conn = getattr(self, "conn", None)
@@ -675,8 +759,12 @@ class RunStore:
                 pass  # SQLite already rolled back (e.g. a full disk)
             if isinstance(exc, sqlite3.OperationalError) and _is_write_failure(exc):
                 raise _write_error(self.path, exc) from None
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EFBIG,
-                                                          errno.EDQUOT):
+            if isinstance(exc, OSError) and exc.errno in (
+                errno.ENOSPC,
+                errno.EROFS,
+                errno.EFBIG,
+                errno.EDQUOT,
+            ):
                 raise _write_error(self.path, exc) from None
             raise
 
@@ -689,8 +777,10 @@ class RunStore:
             try:
                 out[key] = json.loads(value)
             except (ValueError, TypeError):
-                raise BtError(f"{self.path}: damaged manifest: key {key!r} is not valid JSON "
-                              f"({_short(value)[:40]!r}); restore the store from a copy") from None
+                raise BtError(
+                    f"{self.path}: damaged manifest: key {key!r} is not valid JSON "
+                    f"({_short(value)[:40]!r}); restore the store from a copy"
+                ) from None
         return out
 
     def ensure_manifest(self, wanted: dict[str, Any]) -> None:
@@ -709,7 +799,9 @@ class RunStore:
         if "model_digest" in have and "model_digest" in wanted:
             same_weights = have["model_digest"] == wanted["model_digest"]
         else:  # a run made before model_digest: its revision
-            same_weights = "model_revision" in have and have.get("model_revision") == wanted.get("model_revision")
+            same_weights = "model_revision" in have and have.get("model_revision") == wanted.get(
+                "model_revision"
+            )
         by_digest = "model_digest" in have and "model_digest" in wanted
         for key in IDENTITY_FIELDS:
             if key == "model_id" and same_weights:
@@ -720,8 +812,11 @@ class RunStore:
                 name, was, now = _first_difference(key, have[key], wanted[key])
                 if key == "protocol_digest":
                     name, was, now = _protocol_difference(have, wanted) or (name, was, now)
-                why = (" (another network: its weights, config or tokenizer files differ)"
-                       if key == "model_digest" else "")
+                why = (
+                    " (another network: its weights, config or tokenizer files differ)"
+                    if key == "model_digest"
+                    else ""
+                )
                 option = identity_option(name)
                 raise BtError(
                     f"{self.run_dir}: {option + ': ' if option else ''}"
@@ -731,7 +826,7 @@ class RunStore:
                 )
 
     def run_kind(self) -> str:
-        """"base" (a `bt base` run, continued by `bt continue`: a study run) or "sample" (a
+        """ "base" (a `bt base` run, continued by `bt continue`: a study run) or "sample" (a
         `bt sample` run of independent attempts; one made before `run_kind` was recorded holds
         the `attempts` entry)."""
         man = self.manifest()
@@ -743,12 +838,16 @@ class RunStore:
         with the way to fix it (never re-inferred from samples)."""
         man = self.manifest()
         if not man:
-            raise BtError(f"{self.path}: the manifest is empty: the run was never started, or its "
-                          f"store is damaged; rerun `bt base` (or restore the store from a copy)")
+            raise BtError(
+                f"{self.path}: the manifest is empty: the run was never started, or its "
+                f"store is damaged; rerun `bt base` (or restore the store from a copy)"
+            )
         if not isinstance(man.get("protocol"), dict):
-            raise BtError(f"{self.path}: damaged manifest: key 'protocol' is "
-                          f"{'missing' if 'protocol' not in man else 'not a protocol object'}; "
-                          f"restore the store from a copy")
+            raise BtError(
+                f"{self.path}: damaged manifest: key 'protocol' is "
+                f"{'missing' if 'protocol' not in man else 'not a protocol object'}; "
+                f"restore the store from a copy"
+            )
         try:
             return Protocol.from_dict(man.get("protocol"))
         except (TypeError, ValueError) as exc:
@@ -765,8 +864,10 @@ class RunStore:
         for key, value in values.items():
             problem = MANIFEST_SCHEMA[key](value) if key in MANIFEST_SCHEMA else None
             if problem:
-                raise BtError(f"{self.path}: manifest key {key!r} would hold a wrong value "
-                              f"({problem}); nothing was written")
+                raise BtError(
+                    f"{self.path}: manifest key {key!r} would hold a wrong value "
+                    f"({problem}); nothing was written"
+                )
         with self.transaction() as c:
             if c.execute("SELECT 1 FROM manifest LIMIT 1").fetchone() is None:
                 values = {"schema_version": str(self.schema or SCHEMA_VERSION), **values}
@@ -880,16 +981,21 @@ class RunStore:
                 if rec.signals:
                     names = sorted(rec.signals)
                     data = np.stack([np.asarray(rec.signals[k], dtype="<f4") for k in names])
-                    c.execute("INSERT INTO signals(sample_id, names, data) VALUES (?,?,?)",
-                              (cur.lastrowid, json.dumps(names), data.tobytes()))
+                    c.execute(
+                        "INSERT INTO signals(sample_id, names, data) VALUES (?,?,?)",
+                        (cur.lastrowid, json.dumps(names), data.tobytes()),
+                    )
                 if payload is not None:
                     self._write_hidden(c, int(cur.lastrowid), rec, payload)
                 if grade is not None:
                     self._write_grade(c, cur.lastrowid, grade)
             for cell_id, n in (reasoning_tokens or {}).items():
                 # set once, with the cell's base trace: its samples' checksums cover it
-                c.execute("UPDATE cells SET reasoning_tokens=? WHERE cell_id=? AND "
-                          "reasoning_tokens IS NULL", (n, cell_id))
+                c.execute(
+                    "UPDATE cells SET reasoning_tokens=? WHERE cell_id=? AND "
+                    "reasoning_tokens IS NULL",
+                    (n, cell_id),
+                )
             self._seal(c, written)
         self._verified.update(written)  # committed by this object: no need to hash them again
         return inserted
@@ -899,12 +1005,14 @@ class RunStore:
         from what the store now holds, read back by the query every check uses: what is
         checked later is exactly what was sealed."""
         for rows in self._checked_rows(ids, c):
-            c.executemany("UPDATE samples SET checksum=? WHERE sample_id=?",
-                          [(_checksum(r[3:], self.schema or int(SCHEMA_VERSION)), r[0])
-                           for r in rows])
+            c.executemany(
+                "UPDATE samples SET checksum=? WHERE sample_id=?",
+                [(_checksum(r[3:], self.schema or int(SCHEMA_VERSION)), r[0]) for r in rows],
+            )
 
-    def _checked_rows(self, ids: Sequence[int] | None = None,
-                      conn: sqlite3.Connection | None = None) -> Iterator[list[tuple]]:
+    def _checked_rows(
+        self, ids: Sequence[int] | None = None, conn: sqlite3.Connection | None = None
+    ) -> Iterator[list[tuple]]:
         """`_checked_sql` rows of samples `ids` (all samples when None), in chunks."""
         conn = conn or self.conn
         sql = _checked_sql(self._tables())
@@ -915,31 +1023,47 @@ class RunStore:
             return
         ids = list(ids)
         for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            yield conn.execute(f"{sql} WHERE s.sample_id IN ({','.join('?' * len(chunk))})",
-                               chunk).fetchall()
+            chunk = ids[i : i + 500]
+            yield conn.execute(
+                f"{sql} WHERE s.sample_id IN ({','.join('?' * len(chunk))})", chunk
+            ).fetchall()
 
-    def _write_hidden(self, c: sqlite3.Connection, sample_id: int, rec: SampleRecord,
-                      payload: bytes) -> None:
+    def _write_hidden(
+        self, c: sqlite3.Connection, sample_id: int, rec: SampleRecord, payload: bytes
+    ) -> None:
         """The sample's hidden-vector file, durable before its row (and the sample) commit:
         a kill after this leaves at worst an orphan file, never a row without its file."""
         rel = f"{HIDDEN_DIR}/{sample_id}.npz"
         _write_atomic(self.run_dir / rel, payload)
         vectors = rec.hidden[1]  # type: ignore[index]
-        c.execute("INSERT INTO hidden_vectors(sample_id, path, rows, dim, stride, bytes,"
-                  " sha256) VALUES (?,?,?,?,?,?,?)",
-                  (sample_id, rel, int(vectors.shape[0]), int(vectors.shape[1]),
-                   int(rec.hidden_stride), len(payload), hashlib.sha256(payload).hexdigest()))
+        c.execute(
+            "INSERT INTO hidden_vectors(sample_id, path, rows, dim, stride, bytes,"
+            " sha256) VALUES (?,?,?,?,?,?,?)",
+            (
+                sample_id,
+                rel,
+                int(vectors.shape[0]),
+                int(vectors.shape[1]),
+                int(rec.hidden_stride),
+                len(payload),
+                hashlib.sha256(payload).hexdigest(),
+            ),
+        )
 
     # ---- hidden vectors ---------------------------------------------------------------------
-    def _hidden_index(self, sample_id: int | None = None) -> dict[int, tuple[str, int, int, int, int, str]]:
+    def _hidden_index(
+        self, sample_id: int | None = None
+    ) -> dict[int, tuple[str, int, int, int, int, str]]:
         """sample id -> (path, rows, dim, stride, bytes, sha256) of every stored file, or of
         `sample_id`'s (none in a store made before the table existed)."""
         if "hidden_vectors" not in self._tables():
             return {}
         sql = "SELECT sample_id, path, rows, dim, stride, bytes, sha256 FROM hidden_vectors"
-        rows = (self.conn.execute(sql + " ORDER BY sample_id") if sample_id is None
-                else self.conn.execute(sql + " WHERE sample_id=?", (int(sample_id),)))
+        rows = (
+            self.conn.execute(sql + " ORDER BY sample_id")
+            if sample_id is None
+            else self.conn.execute(sql + " WHERE sample_id=?", (int(sample_id),))
+        )
         return {int(r[0]): tuple(r[1:]) for r in rows}  # type: ignore[misc]
 
     def hidden_table(self):  # -> pd.DataFrame
@@ -962,13 +1086,17 @@ class RunStore:
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise BtError(f"{path}: hidden vectors of sample {sample_id} cannot be read "
-                          f"({exc.strerror or exc})") from None
+            raise BtError(
+                f"{path}: hidden vectors of sample {sample_id} cannot be read "
+                f"({exc.strerror or exc})"
+            ) from None
         if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-            raise BtError(f"{path}: hidden vectors of sample {sample_id} do not match their "
-                          f"recorded checksum ({len(data):,} bytes, recorded {size:,}, sha256 "
-                          f"{hashlib.sha256(data).hexdigest()[:12]} vs {sha[:12]}); the file is "
-                          "damaged")
+            raise BtError(
+                f"{path}: hidden vectors of sample {sample_id} do not match their "
+                f"recorded checksum ({len(data):,} bytes, recorded {size:,}, sha256 "
+                f"{hashlib.sha256(data).hexdigest()[:12]} vs {sha[:12]}); the file is "
+                "damaged"
+            )
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             index, vectors = npz["token_index"], npz["hidden"]
         if vectors.shape != (rows, dim) or index.shape != (rows,):
@@ -994,16 +1122,22 @@ class RunStore:
                 continue
             data = path.read_bytes()
             if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-                problems.append(f"{path}: does not match its recorded size and sha256 "
-                                f"(hidden vectors of sample {sid})")
-        return HiddenCheck(checked=len(index), problems=problems, orphans=self._hidden_orphans(index))
+                problems.append(
+                    f"{path}: does not match its recorded size and sha256 "
+                    f"(hidden vectors of sample {sid})"
+                )
+        return HiddenCheck(
+            checked=len(index), problems=problems, orphans=self._hidden_orphans(index)
+        )
 
     def remove_orphan_hidden(self) -> list[Path]:
         """Remove the files under hidden/ that no committed row names (left by a kill between a
         file's rename and its sample's commit). Done holding the store's write lock: files are
         only written under it, so no other writer can be between its rename and its commit."""
         if self.readonly:
-            raise BtError(f"{self.path}: opened read-only; cannot remove orphan hidden-vector files")
+            raise BtError(
+                f"{self.path}: opened read-only; cannot remove orphan hidden-vector files"
+            )
         with self.transaction():
             orphans = self._hidden_orphans(self._hidden_index())
             for path in orphans:
@@ -1032,16 +1166,22 @@ class RunStore:
         """Record a request a remote backend gave up on (GenResult.finish_reason "error"): the
         cell's sample stays missing, so a rerun retries it; the row says what happened."""
         with self.transaction() as c:
-            c.execute("INSERT INTO errors (cell_id, request, endpoint, message, created_at) "
-                      "VALUES (?, ?, ?, ?, ?)", (cell_id, request, endpoint, message, time.time()))
+            c.execute(
+                "INSERT INTO errors (cell_id, request, endpoint, message, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (cell_id, request, endpoint, message, time.time()),
+            )
 
     def errors(self) -> list[dict[str, Any]]:
         """Stored request errors, oldest first (none in a store made before the table existed)."""
         if "errors" not in self._tables():
             return []
-        rows = self.conn.execute("SELECT cell_id, request, endpoint, message, created_at FROM errors "
-                                 "ORDER BY error_id").fetchall()
-        return [dict(zip(("cell_id", "request", "endpoint", "message", "created_at"), r)) for r in rows]
+        rows = self.conn.execute(
+            "SELECT cell_id, request, endpoint, message, created_at FROM errors ORDER BY error_id"
+        ).fetchall()
+        return [
+            dict(zip(("cell_id", "request", "endpoint", "message", "created_at"), r)) for r in rows
+        ]
 
     def set_grades(self, pairs: Sequence[tuple[int, Grade]]) -> None:
         """Store (or replace) grades for existing samples in one transaction (`bt grade`), and
@@ -1059,23 +1199,39 @@ class RunStore:
         sample with `include_graded`, for a regrade)."""
         where = "" if include_graded else " WHERE s.sample_id NOT IN (SELECT sample_id FROM grades)"
         self.check_where(where)  # a grade of a changed row would look like a real result
-        return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
-            "SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s" + where
-            + " ORDER BY s.sample_id")]
+        return [
+            tuple(r)
+            for r in self.conn.execute(  # type: ignore[misc]
+                "SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s"
+                + where
+                + " ORDER BY s.sample_id"
+            )
+        ]
 
     def items(self) -> dict[str, dict[str, Any]]:
         """cell_id -> the cohort row the cell was made from (what graders judge against)."""
-        return {cid: json.loads(item) for cid, item in self.conn.execute("SELECT cell_id, item FROM cells")}
+        return {
+            cid: json.loads(item)
+            for cid, item in self.conn.execute("SELECT cell_id, item FROM cells")
+        }
 
     def verify_integrity(self) -> list[RowDamage]:
         """Every sample row that does not match its checksum (empty when the store is whole)."""
-        return [d for rows in self._checked_rows() for r in rows
-                if (d := _row_damage(r, self.schema)) is not None]
+        return [
+            d
+            for rows in self._checked_rows()
+            for r in rows
+            if (d := _row_damage(r, self.schema)) is not None
+        ]
 
     def check_where(self, where: str = "", params: tuple = ()) -> None:
         """`_check_ids` of the samples `where` selects (a WHERE clause on samples as `s`)."""
-        self._check_ids([int(r[0]) for r in self.conn.execute(
-            "SELECT s.sample_id FROM samples s" + where, params)])
+        self._check_ids(
+            [
+                int(r[0])
+                for r in self.conn.execute("SELECT s.sample_id FROM samples s" + where, params)
+            ]
+        )
 
     def _check_ids(self, ids: Iterable[int]) -> None:
         """Refuse, in one line, sample rows `ids` that do not match their checksums: every
@@ -1093,9 +1249,11 @@ class RunStore:
                     bad.append(damage)
         if bad:
             more = f" (and {len(bad) - 1:,} more rows)" if len(bad) > 1 else ""
-            raise BtError(f"{self.path}: {bad[0].describe()}: it does not match its checksum"
-                          f"{more}; the store is damaged: `bt verify {self.run_dir}` lists what, "
-                          f"restore it from a copy")
+            raise BtError(
+                f"{self.path}: {bad[0].describe()}: it does not match its checksum"
+                f"{more}; the store is damaged: `bt verify {self.run_dir}` lists what, "
+                f"restore it from a copy"
+            )
 
     # ---- frames -------------------------------------------------------------------------
     def cells_frame(self):  # -> pd.DataFrame
@@ -1108,7 +1266,11 @@ class RunStore:
         )
 
     def samples_frame(
-        self, *, arrays: bool = True, kind: str | None = None, cell_id: str | None = None,
+        self,
+        *,
+        arrays: bool = True,
+        kind: str | None = None,
+        cell_id: str | None = None,
         signals: bool = False,
     ):  # -> pd.DataFrame
         """One row per sample joined with its cell and grade (columns in docs/architecture.md).
@@ -1166,7 +1328,9 @@ def _check_file(path: Path) -> None:
     than the page count its header records (a truncated copy)."""
     size = path.stat().st_size
     if size == 0:
-        raise BtError(f"{path}: empty file (0 bytes), not a run store; remove it and rerun `bt base`")
+        raise BtError(
+            f"{path}: empty file (0 bytes), not a run store; remove it and rerun `bt base`"
+        )
     with open(path, "rb") as fh:
         head = fh.read(100)
     if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
@@ -1179,11 +1343,15 @@ def _check_file(path: Path) -> None:
     if wal.exists() and wal.stat().st_size:  # a checkpoint cut short: the WAL still holds the pages
         return  # (SQLite recovers it; its own checks run when the store is read)
     if size % page or (header_valid and size < pages * page):
-        raise BtError(f"{path}: truncated run store ({size:,} bytes, its header records "
-                      f"{pages * page:,}); restore it from a copy")
+        raise BtError(
+            f"{path}: truncated run store ({size:,} bytes, its header records "
+            f"{pages * page:,}); restore it from a copy"
+        )
 
 
-def _protocol_difference(have: dict[str, Any], wanted: dict[str, Any]) -> tuple[str, Any, Any] | None:
+def _protocol_difference(
+    have: dict[str, Any], wanted: dict[str, Any]
+) -> tuple[str, Any, Any] | None:
     """The first differing constant of the protocols' identities (what `protocol_digest` is a
     digest of), when both manifests hold a whole protocol."""
     try:
@@ -1215,9 +1383,14 @@ def _first_difference(name: str, was: Any, now: Any) -> tuple[str, Any, Any]:
 
 
 # The files that mark a folder as the output of an analysis command (never a run: no store).
-OUTPUT_MARKERS = (("labels.parquet", "bt classify output"), ("headlines.json", "bt report study output"),
-                  ("confirm.json", "bt confirm output"), ("sweep.json", "bt confirm output"),
-                  ("probe_summary.json", "bt probe output"), ("index.html", "a report"))
+OUTPUT_MARKERS = (
+    ("labels.parquet", "bt classify output"),
+    ("headlines.json", "bt report study output"),
+    ("confirm.json", "bt confirm output"),
+    ("sweep.json", "bt confirm output"),
+    ("probe_summary.json", "bt probe output"),
+    ("index.html", "a report"),
+)
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -1274,16 +1447,22 @@ def find_runs(paths: Sequence[str | Path], *, study: bool = False) -> FoundRuns:
             with RunStore(d, readonly=True) as store:
                 (kept if store.run_kind() == "base" else skipped).append(d)
         if skipped and not kept:
-            raise BtError(f"{', '.join(map(str, skipped))}: `bt sample` run"
-                          f"{'s' if len(skipped) > 1 else ''} (independent attempts), not a study "
-                          f"run of `bt base` + `bt continue`; nothing to label")
+            raise BtError(
+                f"{', '.join(map(str, skipped))}: `bt sample` run"
+                f"{'s' if len(skipped) > 1 else ''} (independent attempts), not a study "
+                f"run of `bt base` + `bt continue`; nothing to label"
+            )
         unique = kept
     if not unique:
-        raise BtError(f"no run directories (with {STORE_FILE}) under {', '.join(map(str, paths))}"
-                      + (f" ({'; '.join(notes)})" if notes else ""))
+        raise BtError(
+            f"no run directories (with {STORE_FILE}) under {', '.join(map(str, paths))}"
+            + (f" ({'; '.join(notes)})" if notes else "")
+        )
     if skipped:
-        notes.append(f"skipped {len(skipped)} `bt sample` run{'s' if len(skipped) > 1 else ''} "
-                     f"(independent attempts, not a study run): {', '.join(map(str, skipped))}")
+        notes.append(
+            f"skipped {len(skipped)} `bt sample` run{'s' if len(skipped) > 1 else ''} "
+            f"(independent attempts, not a study run): {', '.join(map(str, skipped))}"
+        )
     return FoundRuns(unique, notes)
 
 
@@ -1318,24 +1497,41 @@ def _read_error(path: Path, exc: BaseException) -> BtError:
     """One line for a store a reader cannot open (a folder it cannot write whose -wal file
     still holds commits: SQLite needs a -shm file beside it to read them)."""
     wal = path.with_name(path.name + "-wal")
-    why = (f"{wal.name} holds commits not yet in {path.name} and its folder cannot be written"
-           if wal.exists() and wal.stat().st_size else "its folder or file cannot be read")
-    return BtError(f"{path}: cannot read the run store ({exc}): {why}; make the folder "
-                   f"writable, or read a copy of the run folder")
+    why = (
+        f"{wal.name} holds commits not yet in {path.name} and its folder cannot be written"
+        if wal.exists() and wal.stat().st_size
+        else "its folder or file cannot be read"
+    )
+    return BtError(
+        f"{path}: cannot read the run store ({exc}): {why}; make the folder "
+        f"writable, or read a copy of the run folder"
+    )
 
 
 def _is_write_failure(exc: sqlite3.OperationalError) -> bool:
     """SQLite's words for a store it cannot write (full disk, read-only or immutable file,
     I/O error), as opposed to a damaged one."""
     text = str(exc).lower()
-    return any(w in text for w in ("readonly", "read-only", "full", "disk i/o", "unable to open",
-                                   "locked", "permission"))
+    return any(
+        w in text
+        for w in (
+            "readonly",
+            "read-only",
+            "full",
+            "disk i/o",
+            "unable to open",
+            "locked",
+            "permission",
+        )
+    )
 
 
 def _write_error(path: Path, exc: BaseException) -> BtError:
     """One line for a store that cannot be written: what SQLite or the OS said, and that the
     batch in progress was not written (a transaction is all or nothing)."""
     what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return BtError(f"{path}: cannot write the run store ({what}): the disk is full or the file "
-                   f"or its folder is read-only; nothing of the unfinished batch was kept, free "
-                   f"space or fix the permissions and rerun to resume")
+    return BtError(
+        f"{path}: cannot write the run store ({what}): the disk is full or the file "
+        f"or its folder is read-only; nothing of the unfinished batch was kept, free "
+        f"space or fix the permissions and rerun to resume"
+    )

@@ -24,8 +24,10 @@ def pytest_configure(config) -> None:
     import signal
     import threading
 
-    if (signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            and threading.current_thread() is threading.main_thread()):
+    if (
+        signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        and threading.current_thread() is threading.main_thread()
+    ):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

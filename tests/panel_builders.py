@@ -53,4 +53,3 @@ def label(probes, restarts, **kw) -> dict:
 def na(v) -> bool:
     """A missing value as the label table holds it (None, pd.NA or NaN)."""
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-

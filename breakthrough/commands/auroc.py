@@ -37,8 +37,12 @@ def auroc(
         "(BY, GROUP...) while the bootstrap still resamples GROUP... units.",
     ),
     bootstrap: int = typer.Option(
-        2000, "--bootstrap", "-b", min=0, max=MAX_DRAWS,
-        help="Group-clustered bootstrap draws (0: no intervals)."
+        2000,
+        "--bootstrap",
+        "-b",
+        min=0,
+        max=MAX_DRAWS,
+        help="Group-clustered bootstrap draws (0: no intervals).",
     ),
     seed: Optional[int] = typer.Option(
         None, "--seed", help="Bootstrap seed (numpy Generator; default: the seed of protocol 9.8)."
@@ -68,8 +72,17 @@ def auroc(
     if seed is not None and not 0 <= seed < 2**63:  # numpy's Generator takes no negative seed
         raise BtError(f"--seed: expected an integer in 0..{2**63 - 1}, got {seed}")
 
-    result = auroc_table(table, group=group, score=score, label=label, by=by,
-                         bootstrap=bootstrap, seed=seed, out=out, drop_singletons=drop_singletons)
+    result = auroc_table(
+        table,
+        group=group,
+        score=score,
+        label=label,
+        by=by,
+        bootstrap=bootstrap,
+        seed=seed,
+        out=out,
+        drop_singletons=drop_singletons,
+    )
     for warning in result.warnings:
         typer.echo(f"bt: warning: {warning}", err=True)
     for line in result.lines():
@@ -78,4 +91,6 @@ def auroc(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("auroc", short_help="Pooled, within- and between-problem AUROC of a score column.")(auroc)
+    app.command("auroc", short_help="Pooled, within- and between-problem AUROC of a score column.")(
+        auroc
+    )

@@ -14,9 +14,12 @@ from breakthrough.errors import BtError
 
 def signals(
     run: Path = typer.Argument(..., help="Run directory (holding store.sqlite)."),
-    window: int = typer.Option(512, help="Summarise each trajectory's first WINDOW generated tokens "
-                                         "(protocol 9.5: 512)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Output parquet file (default: RUN/signals.parquet)."),
+    window: int = typer.Option(
+        512, help="Summarise each trajectory's first WINDOW generated tokens (protocol 9.5: 512)."
+    ),
+    out: Path = typer.Option(
+        None, "--out", "-o", help="Output parquet file (default: RUN/signals.parquet)."
+    ),
 ) -> None:
     """Write one row per trajectory of RUN: the 15 frozen summaries (9.5) and the stream summary (9.8)."""
     if window < 2:

@@ -57,11 +57,26 @@ class RowSpec:
     """One row's identity for the batched sampler: seed, sampling and its next token's index
     (token k of a row is drawn with the key of (seed, k), whatever batch it is in)."""
 
-    __slots__ = ("seed", "sampling", "step", "top", "instrument", "prev", "prev_hidden",
-                 "hidden_stride", "hidden_rows")
+    __slots__ = (
+        "seed",
+        "sampling",
+        "step",
+        "top",
+        "instrument",
+        "prev",
+        "prev_hidden",
+        "hidden_stride",
+        "hidden_rows",
+    )
 
-    def __init__(self, seed: int, sampling: Sampling, top: int = 0, instrument: bool = False,
-                 hidden_stride: int = 0):
+    def __init__(
+        self,
+        seed: int,
+        sampling: Sampling,
+        top: int = 0,
+        instrument: bool = False,
+        hidden_stride: int = 0,
+    ):
         self.seed = int(seed) & 0xFFFFFFFF
         self.sampling = sampling
         self.step = 0
@@ -229,12 +244,14 @@ class SeededGenerationBatch(GenerationBatch):
 
     def _start_previous_stats(self) -> None:
         """Hand the previous step's CPU statistics to their worker, to run beside this forward."""
-        for job in {id(b[0]): b[0] for b, _ in self._current_logprobs
-                    if isinstance(b[0], _CpuStats)}.values():
+        for job in {
+            id(b[0]): b[0] for b, _ in self._current_logprobs if isinstance(b[0], _CpuStats)
+        }.values():
             job.start()
 
-    def _draw_cpu(self, logits, hidden, keys, specs: list[RowSpec], instrument: bool,
-                  top: int) -> tuple[mx.array, tuple]:
+    def _draw_cpu(
+        self, logits, hidden, keys, specs: list[RowSpec], instrument: bool, top: int
+    ) -> tuple[mx.array, tuple]:
         """(tokens, bundle) on MLX's CPU device: MLX's CPU exp / argpartition are scalar, so the
         vocabulary-sized work runs in numpy on a view of the evaluated logits (the same
         definition as `mlx_path.sample_step`). Only the draw is on the path of the next forward;
@@ -254,12 +271,14 @@ class SeededGenerationBatch(GenerationBatch):
         job = _CpuStats(logits, x, draw, settings.k, list(specs), instrument, hidden_np, top)
         return mx.array(draw.tokens.astype(np.uint32)), (job,)
 
-    def _draw_mlx(self, logits, hidden, keys, specs: list[RowSpec], instrument: bool,
-                  top: int) -> tuple[mx.array, tuple]:
+    def _draw_mlx(
+        self, logits, hidden, keys, specs: list[RowSpec], instrument: bool, top: int
+    ) -> tuple[mx.array, tuple]:
         """(tokens, bundle of lazy arrays: the statistics [n, C], then the top ids and log-probs
         when rows ask for them) as one MLX graph (Metal / CUDA devices)."""
-        tokens, stats = sample_step(logits, mx.array(keys),
-                                    self._row_settings(specs, logits.shape[-1], row_params))
+        tokens, stats = sample_step(
+            logits, mx.array(keys), self._row_settings(specs, logits.shape[-1], row_params)
+        )
         if instrument:
             stats = mx.concatenate([stats, *_mlx_signals(logits, hidden, tokens, specs)], axis=1)
         return tokens, (stats,) + (top_logprobs(logits, top) if top > 0 else ())
@@ -269,8 +288,9 @@ class SeededGenerationBatch(GenerationBatch):
         after they were started)."""
         current = self._current_logprobs
         bundles = {id(b): b for b, _ in current}
-        arrays = {k: b[0].result() if isinstance(b[0], _CpuStats) else b
-                  for k, b in bundles.items()}
+        arrays = {
+            k: b[0].result() if isinstance(b[0], _CpuStats) else b for k, b in bundles.items()
+        }
         mx.eval(inputs, *[a for b in arrays.values() for a in b if isinstance(a, mx.array)])
         lists = {k: [a.tolist() for a in b] for k, b in arrays.items()}
         return [_row_stats(lists[id(b)], i) for b, i in current]
@@ -295,8 +315,10 @@ def _previous(values: list, width: int):
     if all(v is None for v in values):
         return None
     zero = mx.zeros((width,), dtype=mx.float32)
-    return (mx.stack([zero if v is None else v for v in values]),
-            mx.array([v is not None for v in values]))
+    return (
+        mx.stack([zero if v is None else v for v in values]),
+        mx.array([v is not None for v in values]),
+    )
 
 
 def _mlx_signals(logits, hidden, tokens, specs: list[RowSpec]) -> tuple[mx.array, mx.array]:
@@ -332,8 +354,16 @@ class SeededPromptBatch(PromptProcessingBatch):
             self.prompt([t[:-1] for t in tokens])
         last_token = mx.array([t[-1] for t in tokens])
         generation = SeededGenerationBatch(
-            self.model, self.uids, last_token, self.prompt_cache, self.tokens, self.samplers,
-            self.fallback_sampler, self.logits_processors, self.stop_sequences, self.max_tokens,
+            self.model,
+            self.uids,
+            last_token,
+            self.prompt_cache,
+            self.tokens,
+            self.samplers,
+            self.fallback_sampler,
+            self.logits_processors,
+            self.stop_sequences,
+            self.max_tokens,
         )
         self.uids = []
         self.prompt_cache = []
@@ -351,5 +381,6 @@ class SeededBatchGenerator(BatchGenerator):
     def __init__(self, model, **kwargs):
         super().__init__(model, **kwargs)
         self._prompt_batch = SeededPromptBatch.empty(
-            self.model, self.sampler, prefill_step_size=self.prefill_step_size)
+            self.model, self.sampler, prefill_step_size=self.prefill_step_size
+        )
         self._generation_batch = SeededGenerationBatch.empty(self.model, self.sampler)

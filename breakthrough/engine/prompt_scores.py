@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 
-def score_prompt(model: Any, ids: Sequence[int], top: int) -> list[dict[int, tuple[float, int]] | None]:
+def score_prompt(
+    model: Any, ids: Sequence[int], top: int
+) -> list[dict[int, tuple[float, int]] | None]:
     """Per position of `ids` (None first, nothing conditions it): the position's own token and
     the `top` most likely tokens of the distribution that predicted it, each as
     {token: (logprob, rank)} with rank 1 the most likely; one forward pass over `ids`."""

@@ -199,8 +199,12 @@ class SharedBatchCache:
         return create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, **kwargs)
 
     def prepare(self, *, left_padding=None, lengths=None, right_padding=None):
-        if left_padding is not None and max(left_padding) > 0 or \
-                right_padding is not None and max(right_padding) > 0:
+        if (
+            left_padding is not None
+            and max(left_padding) > 0
+            or right_padding is not None
+            and max(right_padding) > 0
+        ):
             raise ValueError("SharedBatchCache rows are prefilled one at a time (one-token feeds)")
 
     def finalize(self) -> None:
@@ -259,7 +263,9 @@ def _arrays(x: Any) -> list[Any]:
 def _joined(pieces: list[Any], axis: int) -> Any:
     """`pieces` concatenated along `axis`: arrays, or quantized triples component by component."""
     if isinstance(pieces[0], tuple):
-        return tuple(mx.concatenate([p[i] for p in pieces], axis=axis) for i in range(len(pieces[0])))
+        return tuple(
+            mx.concatenate([p[i] for p in pieces], axis=axis) for i in range(len(pieces[0]))
+        )
     return mx.concatenate(pieces, axis=axis)
 
 
@@ -270,8 +276,14 @@ class QuantizedSharedRowCache(SharedRowCache):
     path for a cache with `bits`). `--kv-bits`: about 0.53x (8 bits) or 0.28x (4 bits) of a
     bfloat16 cache; it changes tokens, so it is part of a run's identity."""
 
-    def __init__(self, prefix_keys: Any = None, prefix_values: Any = None, *, bits: int = 8,
-                 group_size: int = 64) -> None:
+    def __init__(
+        self,
+        prefix_keys: Any = None,
+        prefix_values: Any = None,
+        *,
+        bits: int = 8,
+        group_size: int = 64,
+    ) -> None:
         KVCache.__init__(self)
         self.bits, self.group_size = int(bits), int(group_size)
         self.prefix_keys, self.prefix_values = prefix_keys, prefix_values
@@ -289,8 +301,12 @@ class QuantizedSharedRowCache(SharedRowCache):
         if not isinstance(layer.keys, tuple):
             raise ValueError("a full-precision prefix cannot start a quantized row")
         n = layer.offset
-        return cls(tuple(x[..., :n, :] for x in layer.keys), tuple(x[..., :n, :] for x in layer.values),
-                   bits=layer.bits, group_size=layer.group_size)
+        return cls(
+            tuple(x[..., :n, :] for x in layer.keys),
+            tuple(x[..., :n, :] for x in layer.values),
+            bits=layer.bits,
+            group_size=layer.group_size,
+        )
 
     @staticmethod
     def _empty(like: tuple, size: int) -> tuple:

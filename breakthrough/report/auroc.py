@@ -175,9 +175,7 @@ def analyse_section(
         )
     if not both:
         section["note"] = "only one outcome in these rows: AUROC undefined"
-    section["scores"] = {
-        name: S.summarize(points[name], boot, name, confidence) for name in scores
-    }
+    section["scores"] = {name: S.summarize(points[name], boot, name, confidence) for name in scores}
     section["loo_reference"] = S.summarize(points[LOO_NAME], boot, LOO_NAME, confidence)
     names = list(scores)
     section["differences"] = {
@@ -207,15 +205,25 @@ class AurocReport:
         for value, sec in rep["by_results"].items():
             out += format_section(f"{rep['by']} = {value}", sec)
         if rep["bootstrap"]:
-            out.append(f"intervals: 95% percentile, {rep['bootstrap']:,} draws resampling "
-                       f"{rep['bootstrap_unit']}")
+            out.append(
+                f"intervals: 95% percentile, {rep['bootstrap']:,} draws resampling "
+                f"{rep['bootstrap_unit']}"
+            )
         return out
 
 
-def decompose_table(df: pd.DataFrame, table: Path | str, *, group: Sequence[str],
-                    score: Sequence[str], label: str, by: str | None = None,
-                    bootstrap: int = 2000, seed: int = DEFAULT_SEED,
-                    drop_singletons: bool = False) -> AurocReport:
+def decompose_table(
+    df: pd.DataFrame,
+    table: Path | str,
+    *,
+    group: Sequence[str],
+    score: Sequence[str],
+    label: str,
+    by: str | None = None,
+    bootstrap: int = 2000,
+    seed: int = DEFAULT_SEED,
+    drop_singletons: bool = False,
+) -> AurocReport:
     """The decomposition of `score` columns (higher = more likely correct) against the binary
     `label` column, groups keyed on (BY, GROUP...), on a table already read (`table` names it in
     messages). BtError, naming the table, on a missing or non-binary/non-numeric column,
@@ -292,7 +300,8 @@ def decompose_table(df: pd.DataFrame, table: Path | str, *, group: Sequence[str]
         warnings.append(
             f"{table}: a single {' x '.join(group)} group: the group-clustered bootstrap redraws "
             "that one group every time, so its intervals are degenerate (they show no "
-            "between-group uncertainty); the between-group AUROC is undefined")
+            "between-group uncertainty); the between-group AUROC is undefined"
+        )
     results: dict[str, Any] = {
         "all": analyse_section(codes, y, svals, bootstrap, seed, cluster=clusters)
     }
@@ -325,18 +334,36 @@ def decompose_table(df: pd.DataFrame, table: Path | str, *, group: Sequence[str]
     return AurocReport(report=report, warnings=warnings)
 
 
-def auroc_table(table: Path | str, *, group: Sequence[str], score: Sequence[str], label: str,
-                by: str | None = None, bootstrap: int = 2000, seed: int | None = None,
-                out: Path | str | None = None, drop_singletons: bool = False) -> AurocReport:
+def auroc_table(
+    table: Path | str,
+    *,
+    group: Sequence[str],
+    score: Sequence[str],
+    label: str,
+    by: str | None = None,
+    bootstrap: int = 2000,
+    seed: int | None = None,
+    out: Path | str | None = None,
+    drop_singletons: bool = False,
+) -> AurocReport:
     """`bt auroc TABLE`: read the table, decompose (`decompose_table`; seed `DEFAULT_SEED` when
     None) and write the JSON report to `out` (default `default_out(table)`) atomically."""
     table = Path(table)
-    result = decompose_table(read_table(table), table, group=group, score=score, label=label,
-                             by=by, bootstrap=bootstrap,
-                             seed=DEFAULT_SEED if seed is None else seed,
-                             drop_singletons=drop_singletons)
-    out_path = write_text(Path(out) if out else default_out(table),
-                          json.dumps(result.report, indent=2, allow_nan=False) + "\n")
+    result = decompose_table(
+        read_table(table),
+        table,
+        group=group,
+        score=score,
+        label=label,
+        by=by,
+        bootstrap=bootstrap,
+        seed=DEFAULT_SEED if seed is None else seed,
+        drop_singletons=drop_singletons,
+    )
+    out_path = write_text(
+        Path(out) if out else default_out(table),
+        json.dumps(result.report, indent=2, allow_nan=False) + "\n",
+    )
     result.out = out_path
     return result
 

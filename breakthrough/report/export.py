@@ -16,8 +16,9 @@ FORMATS = ("parquet", "csv")
 ARRAY_COLUMNS = ("token_ids", "segments", "logprobs", "entropies")
 
 
-def export_run(run: Path | str, out: Path | str | None = None, *, format: str = "parquet",
-               arrays: bool = True) -> list[Path]:
+def export_run(
+    run: Path | str, out: Path | str | None = None, *, format: str = "parquet", arrays: bool = True
+) -> list[Path]:
     """Write RUN's samples.FORMAT, cells.FORMAT and manifest.json under `out` (default
     RUN/export), each table atomically; returns the table paths."""
     if format not in FORMATS:

@@ -38,8 +38,9 @@ class Job:
 class MlxServer:
     """The generation thread and what it counts; `submit(job)` returns a Future."""
 
-    def __init__(self, loaded: Any, batch_size: int = 8, kept_states: int = 4096,
-                 max_queue: int = MAX_QUEUE) -> None:
+    def __init__(
+        self, loaded: Any, batch_size: int = 8, kept_states: int = 4096, max_queue: int = MAX_QUEUE
+    ) -> None:
         from breakthrough.engine.mlx_backend import MlxEngine
 
         self.loaded = loaded
@@ -49,8 +50,13 @@ class MlxServer:
         self.refused_busy = 0
         self.cancelled = 0
         self._lock = threading.Lock()
-        self.engine = MlxEngine(loaded.model, loaded.eos_ids, batch_size=batch_size,
-                                kept_states=4 * batch_size, shared_prefixes=max(4, batch_size))
+        self.engine = MlxEngine(
+            loaded.model,
+            loaded.eos_ids,
+            batch_size=batch_size,
+            kept_states=4 * batch_size,
+            shared_prefixes=max(4, batch_size),
+        )
         self.engine.top_logprobs = MAX_TOP
         self.vocab = int(loaded.config.get("vocab_size") or len(loaded.tokenizer))
         self._q: queue.Queue[Job | None] = queue.Queue()
@@ -97,7 +103,9 @@ class MlxServer:
                 return
             if job.score_ids is not None:
                 try:
-                    job.future.set_result(score_prompt(self.engine.model, job.score_ids, job.score_top))
+                    job.future.set_result(
+                        score_prompt(self.engine.model, job.score_ids, job.score_top)
+                    )
                 except Exception as exc:  # noqa: BLE001 - reported to the client as a 500
                     job.future.set_exception(exc)
                 continue

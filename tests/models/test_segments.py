@@ -23,8 +23,26 @@ T, S, O, F = THINKING, SPECIAL, SOLUTION, FINAL_ANSWER
 
 
 def test_segment_qwen_think_style():
-    toks = ["<think>", "\n", "Let", " me", " add", ".", "</", "think", ">", "\n\n", "So", " ",
-            "\\box", "ed{", "5", "}", " done", "<|im_end|>"]
+    toks = [
+        "<think>",
+        "\n",
+        "Let",
+        " me",
+        " add",
+        ".",
+        "</",
+        "think",
+        ">",
+        "\n\n",
+        "So",
+        " ",
+        "\\box",
+        "ed{",
+        "5",
+        "}",
+        " done",
+        "<|im_end|>",
+    ]
     seg = segment_for_family(toks, FAMILIES["qwen"])
     assert seg.dtype == np.uint8
     assert seg.tolist() == [S, T, T, T, T, T, S, S, S, O, O, O, F, F, F, F, F, F]

@@ -13,13 +13,42 @@ from typer.testing import CliRunner
 from breakthrough.cli import app
 from breakthrough.store import RunStore
 
-CONTINUE = ["--anchors", "4,8,16", "--budget", "4", "--answer-budget", "4", "--restarts", "4,8",
-            "--samples", "2", "--batch-size", "4"]
+CONTINUE = [
+    "--anchors",
+    "4,8,16",
+    "--budget",
+    "4",
+    "--answer-budget",
+    "4",
+    "--restarts",
+    "4,8",
+    "--samples",
+    "2",
+    "--batch-size",
+    "4",
+]
 
 
 def _run(runs: Path, model: Path, name: str, backend: str) -> Path:
-    base = ["base", "--cohort", "demo", "--limit", "2", "--model", str(model), "--runs-dir", str(runs),
-            "--run", name, "--max-tokens", "24", "--batch-size", "2", "--backend", backend]
+    base = [
+        "base",
+        "--cohort",
+        "demo",
+        "--limit",
+        "2",
+        "--model",
+        str(model),
+        "--runs-dir",
+        str(runs),
+        "--run",
+        name,
+        "--max-tokens",
+        "24",
+        "--batch-size",
+        "2",
+        "--backend",
+        backend,
+    ]
     res = CliRunner().invoke(app, base)
     assert res.exit_code == 0, res.output
     res = CliRunner().invoke(app, ["continue", str(runs / name), *CONTINUE, "--backend", backend])

@@ -29,8 +29,9 @@ def _frame(run: Path):
     return df.sort_values(key).reset_index(drop=True), man
 
 
-def test_continuations_instrument_only_when_asked(fixture_run: Path, tmp_path: Path, tiny_model_dir: Path,
-                                                   monkeypatch) -> None:
+def test_continuations_instrument_only_when_asked(
+    fixture_run: Path, tmp_path: Path, tiny_model_dir: Path, monkeypatch
+) -> None:
     full = tmp_path / "full"
     shutil.copytree(fixture_run, full)
     proto = DEFAULT.with_overrides(**SETTINGS)
@@ -55,7 +56,9 @@ def test_continuations_instrument_only_when_asked(fixture_run: Path, tmp_path: P
     # bt signals says what the light run holds and lacks
     said = run_bt("signals", fixture_run)
     assert said.returncode == 0, said.stderr
-    probe_line = next(line for line in said.stdout.splitlines() if line.strip().startswith("probe:"))
+    probe_line = next(
+        line for line in said.stdout.splitlines() if line.strip().startswith("probe:")
+    )
     assert "protocol 2.2 token signals in 0" in probe_line and "--instrument" in probe_line
     full_said = run_bt("signals", full)
     assert "hold log-probs and entropies only" not in full_said.stdout.split("probe:")[1]

@@ -52,14 +52,24 @@ def row_params(samplings: Sequence[Sampling], vocab: int) -> RowParams:
     sampled_k = [k for k, g in zip(ks, greedy) if not g]
     k_max = max(sampled_k) if sampled_k else 1
     if all(s == first for s in samplings):
-        return RowParams(first.temperature if first.temperature > 0 else 1.0, first.top_p,
-                         first.min_p, ks[0], k_max, greedy[0], not greedy[0], greedy[0])
+        return RowParams(
+            first.temperature if first.temperature > 0 else 1.0,
+            first.top_p,
+            first.min_p,
+            ks[0],
+            k_max,
+            greedy[0],
+            not greedy[0],
+            greedy[0],
+        )
 
     def col(values, dtype):
         return mx.array(np.asarray(values)[:, None], dtype=dtype)
 
     return RowParams(
-        temperature=col([s.temperature if s.temperature > 0 else 1.0 for s in samplings], mx.float32),
+        temperature=col(
+            [s.temperature if s.temperature > 0 else 1.0 for s in samplings], mx.float32
+        ),
         top_p=col([s.top_p for s in samplings], mx.float32),
         min_p=col([s.min_p for s in samplings], mx.float32),
         top_k=col(ks, mx.int32),

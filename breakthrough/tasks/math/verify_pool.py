@@ -149,8 +149,11 @@ class VerifyPool:
         code = f"from {__name__} import _worker_main; _worker_main({job_r}, {reply_w})"
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-c", code], pass_fds=(job_r, reply_w), env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                [sys.executable, "-c", code],
+                pass_fds=(job_r, reply_w),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C reaches the parent only; it kills workers
                 cwd=_PACKAGE_ROOT,  # `-c` puts the cwd first on sys.path: import THIS checkout
             )

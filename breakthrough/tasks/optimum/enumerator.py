@@ -19,9 +19,9 @@ from breakthrough.tasks.optimum.generator import SENSE
 @lru_cache(maxsize=None)
 def _bits(k: int) -> np.ndarray:
     """(2^k, k) int64 matrix; row m holds the bits of m, least significant first."""
-    return ((np.arange(1 << k, dtype=np.int64)[:, None] >> np.arange(k, dtype=np.int64)) & 1).astype(
-        np.int64
-    )
+    return (
+        (np.arange(1 << k, dtype=np.int64)[:, None] >> np.arange(k, dtype=np.int64)) & 1
+    ).astype(np.int64)
 
 
 def eval_quadratic(n: int, c: Any, q: Any) -> np.ndarray:

@@ -115,7 +115,9 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def attempt_seed(kind: str, bin_index: int, rep: int, attempt: int, master: int = MASTER_SEED) -> int:
+def attempt_seed(
+    kind: str, bin_index: int, rep: int, attempt: int, master: int = MASTER_SEED
+) -> int:
     return derive_seed(GENERATOR_VERSION, master, kind, bin_index, rep, attempt)
 
 
@@ -179,7 +181,13 @@ def gen_assignment(rng: Rng, level: int) -> dict[str, Any]:
     return {"n": n, "C": cost}
 
 
-KNAP_LEVELS = {1: (20, 20, 0, 1), 2: (10, 10, 1, 2), 3: (6, 8, 1, 3), 4: (4, 6, 2, 3), 5: (3, 5, 3, 4)}
+KNAP_LEVELS = {
+    1: (20, 20, 0, 1),
+    2: (10, 10, 1, 2),
+    3: (6, 8, 1, 3),
+    4: (4, 6, 2, 3),
+    5: (3, 5, 3, 4),
+}
 
 
 def gen_knapsack(rng: Rng, level: int) -> dict[str, Any]:

@@ -185,7 +185,9 @@ def parse_answer(text: str, kind: str, n: int) -> tuple[Parsed, str | None]:
     """Extract and validate the final JSON answer; returns (Parsed, thinking marker removed)."""
     answer, removed = strip_thinking(text)
     cands = [
-        (s, e) for s, e in json_blocks(answer) if '"solution"' in answer[s:e] or "optima" in answer[s:e]
+        (s, e)
+        for s, e in json_blocks(answer)
+        if '"solution"' in answer[s:e] or "optima" in answer[s:e]
     ]
     if not cands:
         return Parsed("no_json"), removed
@@ -246,7 +248,9 @@ LABEL_STATUS = {
 }
 
 
-def grade_record(text: str, item: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+def grade_record(
+    text: str, item: dict[str, Any], finish_reason: str | None = None
+) -> dict[str, Any]:
     """The per-answer record: parsed, parse_error, checks, score, label, diag."""
     kind, inst = item["kind"], item["instance"]
     n, true_opt, true_n = inst["n"], item["optimum"], item["n_optima"]
@@ -308,7 +312,11 @@ def grade_record(text: str, item: dict[str, Any], finish_reason: str | None = No
             "claimed_objective_is_optimum": p.objective == true_opt,
             "objective_claim_consistent": p.objective == obj_val,
             "claimed_count": claimed,
-            "count_direction": "under" if claimed < true_n else "over" if claimed > true_n else "exact",
+            "count_direction": "under"
+            if claimed < true_n
+            else "over"
+            if claimed > true_n
+            else "exact",
             "count_log2_ratio": math.log2(claimed) - math.log2(true_n) if claimed >= 1 else None,
             "within_x2": claimed >= 1 and true_n / 2 <= claimed <= 2 * true_n,
             "same_bin": bin_of(claimed) == bin_of(true_n),

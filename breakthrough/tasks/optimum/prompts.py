@@ -15,7 +15,7 @@ SECTOR_LETTERS = "ABCDEFGHIJ"
 EXPLICIT_PARAGRAPH = (
     "Be careful about alternative optima. After you find one optimal solution, check systematically "
     "whether any other solution reaches exactly the same objective value, and count every such "
-    "solution, including the one you found. Report \"unique\": true only if exactly one solution "
+    'solution, including the one you found. Report "unique": true only if exactly one solution '
     "is optimal."
 )
 
@@ -50,9 +50,7 @@ def _block_subset(inst: dict[str, Any]) -> str:
         f"Choose exactly {inst['k']} items. The following pairs of items are incompatible "
         f"(at most one item of each pair may be chosen): {pairs}."
     )
-    lines.append(
-        "Objective: maximize the total value of the chosen items. " + _decision(n, "item")
-    )
+    lines.append("Objective: maximize the total value of the chosen items. " + _decision(n, "item"))
     return "\n".join(lines)
 
 
@@ -68,9 +66,7 @@ def qubo_expression(inst: dict[str, Any]) -> str:
     """E(x) as text: linear terms by index, then quadratic terms in (i, j) order; zeros omitted."""
     n, q = inst["n"], inst["Q"]
     terms = [(q[i][i], f"x{i + 1}") for i in range(n) if q[i][i]]
-    terms += [
-        (q[i][j], f"x{i + 1}*x{j + 1}") for i in range(n) for j in range(i + 1, n) if q[i][j]
-    ]
+    terms += [(q[i][j], f"x{i + 1}*x{j + 1}") for i in range(n) for j in range(i + 1, n) if q[i][j]]
     if not terms:
         return "0"
     return "".join(_term(c, name, k == 0) for k, (c, name) in enumerate(terms))
