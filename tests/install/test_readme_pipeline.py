@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 # `dists` and `installed` are the wheel's fixtures: pytest finds them in this module
-from install.test_wheel_install import _user_env, dists, installed
+from install.test_wheel_install import _user_env, dists, installed  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 HEADING = "## The pipeline"
@@ -130,7 +130,7 @@ def _table(path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_readme_pipeline_runs_as_written(installed, tmp_path):
+def test_the_readme_pipeline_runs_as_written(installed, tmp_path):  # noqa: F811
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     said = comments(readme)
     work = tmp_path / "study"
