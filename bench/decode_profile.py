@@ -188,8 +188,8 @@ def beside(loaded, batch: int, steps: int, sampling: Sampling) -> tuple[float, f
     import mlx.core as mx
     import numpy as np
 
-    from breakthrough.engine.sampling import keys, numpy_draw, numpy_stats
     from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
+    from breakthrough.engine.sampling import keys, numpy_draw, numpy_stats
 
     gen = _filled(
         SeededBatchGenerator,

@@ -39,16 +39,18 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from models.architectures import ARCHITECTURES, write_architecture  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from breakthrough.cli import app  # noqa: E402
-from breakthrough.engine import mlx_backend  # noqa: E402
+from breakthrough.engine import (
+    EngineSpec,  # noqa: E402
+    mlx_backend,  # noqa: E402
+)
 from breakthrough.engine.prefix_cache import PrefixCache, cache_bytes  # noqa: E402
 from breakthrough.models.offline import tokenizer_from_gguf  # noqa: E402
 from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs  # noqa: E402
-from breakthrough.engine import EngineSpec  # noqa: E402
 from breakthrough.store import RunStore  # noqa: E402
-from models.architectures import ARCHITECTURES, write_architecture  # noqa: E402
 
 GRID = "64,128,256,512,1024,2048,4096,8192"
 
@@ -56,7 +58,7 @@ GRID = "64,128,256,512,1024,2048,4096,8192"
 class RecordingPrefixCache(PrefixCache):
     """PrefixCache that records its prefill time and the bytes it holds (bench only)."""
 
-    seen: list["RecordingPrefixCache"] = []
+    seen: list[RecordingPrefixCache] = []
 
     def _prefill(self) -> None:
         t0 = time.perf_counter()

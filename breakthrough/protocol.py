@@ -66,7 +66,7 @@ class Protocol:
     prompt_version: str = "v1"
     sampling: Sampling = field(default_factory=Sampling)
 
-    def validate(self, names: dict[str, str] | None = None) -> "Protocol":
+    def validate(self, names: dict[str, str] | None = None) -> Protocol:
         """Refuse impossible constants before anything is written or loaded: one BtError naming
         the first bad setting by the option that sets it (`names` maps a constant to its
         option; default `OPTION_NAMES`). Returns self, so `DEFAULT.with_overrides(...).validate()`
@@ -146,7 +146,7 @@ class Protocol:
                 out.append((f"sampling.{name}", f"expected {want}, got {getattr(s, name)!r}"))
         return out
 
-    def with_overrides(self, **changes: object) -> "Protocol":
+    def with_overrides(self, **changes: object) -> Protocol:
         """A copy with CLI overrides applied (None values are ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
@@ -170,7 +170,7 @@ class Protocol:
         return json.loads(json.dumps(asdict(self)))
 
     @classmethod
-    def from_dict(cls, data: object, *, partial: bool = False) -> "Protocol":
+    def from_dict(cls, data: object, *, partial: bool = False) -> Protocol:
         """The inverse of `to_dict`; raises ValueError naming missing or unknown constants, or
         the first constant whose type is not its default's (a stored `"budget": "four"`: a run's
         manifest is read back by every command, so a damaged one is named, never computed

@@ -736,7 +736,7 @@ class RunStore:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "RunStore":
+    def __enter__(self) -> RunStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

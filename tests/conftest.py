@@ -131,9 +131,9 @@ def hub_home(tmp_path_factory):
 def hub_models(hub_home):
     """`LoadedModel` of each registry alias, loaded by bt from the tiny hub cache (4-bit)."""
     import huggingface_hub.constants as hf_constants
+    from models.hub_checkpoints import SHAPES
 
     from breakthrough.models.loading import load_model
-    from models.hub_checkpoints import SHAPES
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(hf_constants, "HF_HUB_CACHE", str(hub_home / "hub"))

@@ -13,10 +13,10 @@ import numpy as np
 
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import load_model
-from breakthrough.protocol import DEFAULT
+from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.models.tokens import decode
 from breakthrough.pipeline.manifest import cell_id, run_manifest
-from breakthrough.models.segments import reasoning_length, segment_ids
+from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore, SampleRecord
 
 FILLER = " the cat sat on the mat and then"

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from breakthrough.cli import app
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
-from breakthrough.tasks.grade import Grade
 from breakthrough.store import CHECKED_FIELDS, RunStore, SampleRecord, run_dirs
+from breakthrough.tasks.grade import Grade
 
 ITEM = {"id": "math_00001_abc", "stage": "demo", "level": 1, "subject": "Algebra", "answer": "4"}
 

@@ -17,7 +17,7 @@ to re-probe) and `bt classify` (the comparison) read one definition:
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 

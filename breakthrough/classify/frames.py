@@ -10,18 +10,18 @@ run's store and writing tables, figures and HTML is `breakthrough.report.classif
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import pandas as pd
 
 from breakthrough.classify.arms import a2_table, a2_verdict, arm_labels
+from breakthrough.classify.beta import PRIORS, describe_prior
 from breakthrough.classify.completeness import status_counts, unfinished_cells
 from breakthrough.classify.hardening import hardening_counts, topup_resolution
 from breakthrough.classify.panels import probe_panel, restart_panel, rows_by_cell
 from breakthrough.classify.plan import PlanItem, plan_next
 from breakthrough.classify.pooling import whole_beyond_rule
-from breakthrough.classify.beta import PRIORS, describe_prior
 from breakthrough.classify.posterior import regime_survival, with_posterior
 from breakthrough.classify.regimes import cell_curves, label_panels, pooling_rule
 from breakthrough.classify.summary import summarize

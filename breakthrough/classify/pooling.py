@@ -27,7 +27,7 @@ so the probe cells that are enlarged and the probe cells whose rates are pooled 
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from breakthrough.classify.beta import prob_rate_at_least
 from breakthrough.classify.panels import PanelRow

@@ -13,7 +13,7 @@ cell could have had (a cell that is no A1 candidate never draws `terminal_A1`).
 from __future__ import annotations
 
 import zlib
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd

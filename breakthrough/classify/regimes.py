@@ -30,8 +30,8 @@ of exactly 3/4 crosses τ = 0.75 and an advantage of exactly δ counts.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 

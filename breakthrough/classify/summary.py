@@ -8,7 +8,8 @@ of the plans of next work under each `--topup` rule compared.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 

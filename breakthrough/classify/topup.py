@@ -17,7 +17,7 @@ in `bt classify` they also decide which top-up branches a rate counts
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from breakthrough.errors import BtError
 

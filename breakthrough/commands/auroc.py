@@ -7,7 +7,6 @@ decomposition, JSON) and prints its summary; warnings about dropped rows go to s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -44,7 +43,7 @@ def auroc(
         max=MAX_DRAWS,
         help="Group-clustered bootstrap draws (0: no intervals).",
     ),
-    seed: Optional[int] = typer.Option(
+    seed: int | None = typer.Option(
         None, "--seed", help="Bootstrap seed (numpy Generator; default: the seed of protocol 9.8)."
     ),
     out: Path = typer.Option(

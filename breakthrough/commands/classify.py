@@ -8,7 +8,6 @@ outputs is `breakthrough.report`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -88,10 +87,8 @@ def register(app: typer.Typer) -> None:
         runs: list[Path] = typer.Argument(
             ..., help="Run directories (with store.sqlite) or folders of them, e.g. runs/."
         ),
-        tau: Optional[float] = typer.Option(
-            None, help="Solve-rate threshold τ (default: the run's)."
-        ),
-        delta: Optional[float] = typer.Option(
+        tau: float | None = typer.Option(None, help="Solve-rate threshold τ (default: the run's)."),
+        delta: float | None = typer.Option(
             None, help="Primary prefix-value margin δ (default: the run's)."
         ),
         topup: str = typer.Option(
@@ -99,20 +96,20 @@ def register(app: typer.Typer) -> None:
             help="The plan of next work written to "
             "plan.json, as `bt continue --topup` would run it. " + TOPUP_HELP,
         ),
-        out: Optional[Path] = typer.Option(
+        out: Path | None = typer.Option(
             None,
             "--out",
             "-o",
             help="Output folder (default RUN/classify, or <common parent>/classify).",
         ),
-        prior: Optional[str] = typer.Option(
+        prior: str | None = typer.Option(
             None, help="Beta prior: 'jeffreys' or 'uniform' (default: the run's)."
         ),
-        band_lo: Optional[float] = typer.Option(
+        band_lo: float | None = typer.Option(
             None,
             help="--topup posterior: lower P(rate≥τ) bound (default: the run's posterior band).",
         ),
-        band_hi: Optional[float] = typer.Option(
+        band_hi: float | None = typer.Option(
             None,
             help="--topup posterior: upper P(rate≥τ) bound (default: the run's posterior band).",
         ),

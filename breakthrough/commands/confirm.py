@@ -8,7 +8,6 @@ table. The labels are the ones `bt classify` wrote for the same runs (its defaul
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -111,20 +110,20 @@ def confirm(
         ...,
         help="Run directories (with store.sqlite) or folders of them, as given to `bt classify`.",
     ),
-    signals: Optional[list[Path]] = typer.Option(
+    signals: list[Path] | None = typer.Option(
         None,
         "--signals",
         help="`bt signals` table of each run, in the runs' order; repeat "
         "(default: RUN/signals.parquet).",
     ),
-    labels: Optional[Path] = typer.Option(
+    labels: Path | None = typer.Option(
         None,
         "--labels",
         help="`bt classify` labels table (default: the labels `bt classify` wrote "
         "for these runs: in the folder the same arguments give it, "
         "RUN/classify/ or the runs' folder's classify/).",
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None,
         "--out",
         "-o",
@@ -143,7 +142,7 @@ def confirm(
         "signals table is used where it holds window t, else "
         "the summaries are computed from its store.",
     ),
-    split_seed: Optional[int] = typer.Option(
+    split_seed: int | None = typer.Option(
         None,
         "--split-seed",
         help="Assign train/validation/test by hashing problem ids with "

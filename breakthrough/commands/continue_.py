@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,13 +12,13 @@ from breakthrough.commands.options import (
     MEMORY_GB_HELP,
     api_key_option,
     backend_option,
-    memory_budget,
     check_engine_options,
     check_wait,
     count,
     endpoint_option,
     int_list,
     max_inflight_option,
+    memory_budget,
     processed_logprobs_option,
     request_timeout_option,
     retries_option,
@@ -107,7 +106,7 @@ def continue_(
     request_timeout: float = request_timeout_option(),
     retries: int = retries_option(),
     api_key: str = api_key_option(),
-    add_budget: Optional[int] = typer.Option(
+    add_budget: int | None = typer.Option(
         None,
         "--add-budget",
         help="Add a second probe arm at this continuation budget B2 "
@@ -118,7 +117,7 @@ def continue_(
         "(the protocol options above are not read).",
     ),
     wait: float = wait_option(),
-    kv_bits: Optional[int] = typer.Option(
+    kv_bits: int | None = typer.Option(
         None,
         "--kv-bits",
         show_default=False,

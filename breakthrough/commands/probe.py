@@ -7,7 +7,6 @@ Parses the options, calls `breakthrough.signals.probe_run.run_probe` and prints 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -48,7 +47,7 @@ def probe(
         "completion, correct) or a math128 folder of YAML files.",
     ),
     anchors: str = typer.Option(DEFAULT_ANCHORS, help="Anchor points t (generated tokens)."),
-    model: Optional[str] = typer.Option(
+    model: str | None = typer.Option(
         None,
         help="Model for a dump (alias, folder or hub id; "
         "default: the offline default). A run uses its own.",
@@ -57,7 +56,7 @@ def probe(
     bootstrap: int = typer.Option(
         2000, min=0, max=MAX_DRAWS, help="Problem-clustered bootstrap draws (0: no CIs)."
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None,
         "--out",
         "-o",

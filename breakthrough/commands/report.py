@@ -8,7 +8,7 @@ Parses the options, calls `breakthrough.report.uoo_report.uoo_report` or
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -40,7 +40,7 @@ def uoo(
     cohort: str = typer.Option(
         "uoo87", "--cohort", help="Cohort holding the items (uoo87 covers uoo29)."
     ),
-    variant: Optional[str] = typer.Option(
+    variant: str | None = typer.Option(
         None, "--variant", help="Prompt variant label for runs that do not record one."
     ),
     ci: str = typer.Option("wilson", "--ci", help="Leaderboard interval: wilson | exact."),
@@ -60,16 +60,16 @@ def study(
     runs: list[Path] = typer.Argument(
         ..., help="Run directories (or folders of them, e.g. runs/*), every model of the study."
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None, "--out", "-o", help="Output folder (default RUN/study, or <common parent>/study)."
     ),
-    confirm: Optional[Path] = typer.Option(
+    confirm: Path | None = typer.Option(
         None,
         "--confirm",
         help="`bt confirm` output folder (confirm.json, sweep.json, figures/; "
         "default: the `confirm` folder `bt confirm RUN...` writes).",
     ),
-    probe: Optional[list[Path]] = typer.Option(
+    probe: list[Path] | None = typer.Option(
         None,
         "--probe",
         help="`bt probe` output folder; repeat for several (default: RUN/probe "

@@ -67,8 +67,8 @@ def serve(
     stops."""
     import sys
 
-    from breakthrough.serve.app import serve as run_server
     from breakthrough.models.registry import OFFLINE_DEFAULT
+    from breakthrough.serve.app import serve as run_server
 
     run_server(
         model or OFFLINE_DEFAULT,

@@ -16,8 +16,9 @@ backend-specific, so the pipeline holds no backend object beyond an `Engine`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 import numpy as np
 

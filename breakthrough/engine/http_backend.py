@@ -48,8 +48,8 @@ from breakthrough import __version__
 from breakthrough.engine import topk_stats, wire
 from breakthrough.engine.contract import GenRequest, GenResult, check_request, route_key
 from breakthrough.engine.fleet import Fleet
-from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
 from breakthrough.engine.http_client import Endpoint, EndpointDown, RequestFailed, RetryPolicy
+from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
 from breakthrough.errors import BtError
 from breakthrough.protocol import Sampling
 

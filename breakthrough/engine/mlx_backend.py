@@ -39,7 +39,8 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -133,7 +134,7 @@ class _Row:
         "signals",
     )
 
-    def __init__(self, req: GenRequest, spec: "RowSpec", cached: int):
+    def __init__(self, req: GenRequest, spec: RowSpec, cached: int):
         self.req = req
         self.spec = spec
         self.cached = cached
@@ -300,7 +301,7 @@ class MlxEngine:
         return dropped
 
     @classmethod
-    def from_loaded(cls, loaded, **kwargs) -> "MlxEngine":
+    def from_loaded(cls, loaded, **kwargs) -> MlxEngine:
         """From a `breakthrough.models.loading.LoadedModel`."""
         return cls(loaded.model, loaded.eos_ids, **kwargs)
 

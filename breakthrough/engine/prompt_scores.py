@@ -4,7 +4,8 @@ generation log-probs are those of the raw distribution)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def score_prompt(

@@ -48,7 +48,7 @@ class SharedRowCache(KVCache):
         self._wanted = 0  # suffix positions to allocate at the first write (reserve before it)
 
     @classmethod
-    def from_cache(cls, layer: KVCache) -> "SharedRowCache":
+    def from_cache(cls, layer: KVCache) -> SharedRowCache:
         """A row whose prefix is what the `KVCache` `layer` holds (its arrays are kept as views:
         a slice of a `PrefixCache` stays the one shared copy)."""
         if layer.keys is None or layer.offset == 0:
@@ -165,7 +165,7 @@ class SharedRowCache(KVCache):
         raise NotImplementedError("a SharedRowCache is not quantized")
 
     @classmethod
-    def merge(cls, caches: list["SharedRowCache"]) -> "SharedBatchCache":
+    def merge(cls, caches: list[SharedRowCache]) -> SharedBatchCache:
         return SharedBatchCache(list(caches))
 
 
@@ -219,14 +219,14 @@ class SharedBatchCache:
         self.rows = [self.rows[int(i)] for i in idx]
         self._sync()
 
-    def extend(self, other: "SharedBatchCache") -> None:
+    def extend(self, other: SharedBatchCache) -> None:
         self.rows = self.rows + list(other.rows)
         self._sync()
 
     def extract(self, idx: int) -> SharedRowCache:
         return self.rows[idx]
 
-    def __deepcopy__(self, memo) -> "SharedBatchCache":
+    def __deepcopy__(self, memo) -> SharedBatchCache:
         # mlx-lm's PromptProcessingBatch.split deep-copies the batch and then keeps disjoint
         # rows in each copy: sharing the row objects is safe and copies no key or value.
         return SharedBatchCache(list(self.rows))
@@ -293,7 +293,7 @@ class QuantizedSharedRowCache(SharedRowCache):
         self._wanted = 0
 
     @classmethod
-    def quantized_from(cls, layer: Any, bits: int, group_size: int) -> "QuantizedSharedRowCache":
+    def quantized_from(cls, layer: Any, bits: int, group_size: int) -> QuantizedSharedRowCache:
         """A row whose prefix is what a `QuantizedKVCache` holds (views of its triples); an
         empty row for an empty cache of any kind."""
         if getattr(layer, "keys", None) is None or layer.offset == 0:
@@ -364,7 +364,7 @@ class QuantizedSharedRowCache(SharedRowCache):
         return int(sum(a.nbytes for a in _arrays(self.keys) + _arrays(self.values)))
 
     @classmethod
-    def merge(cls, caches: list["SharedRowCache"]) -> "QuantizedSharedBatchCache":
+    def merge(cls, caches: list[SharedRowCache]) -> QuantizedSharedBatchCache:
         return QuantizedSharedBatchCache(list(caches))
 
 
@@ -378,5 +378,5 @@ class QuantizedSharedBatchCache(SharedBatchCache):
         self.bits = getattr(first, "bits", 8)
         self.group_size = getattr(first, "group_size", 64)
 
-    def __deepcopy__(self, memo) -> "QuantizedSharedBatchCache":
+    def __deepcopy__(self, memo) -> QuantizedSharedBatchCache:
         return QuantizedSharedBatchCache(list(self.rows))

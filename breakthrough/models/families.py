@@ -9,8 +9,9 @@ encodes it once, so everything downstream works on token ids end to end.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT, DEFAULT_SYSTEM

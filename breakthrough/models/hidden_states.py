@@ -15,8 +15,9 @@ Gemma note: older mlx-vlm wrappers returned it before the norm).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

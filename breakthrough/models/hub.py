@@ -23,7 +23,6 @@ def snapshot(repo: str, *, local_only: bool = True) -> Path:
     """The folder of `repo`'s snapshot (the files mlx-lm loads). With `local_only` the cache is
     only read; otherwise a missing snapshot is downloaded. Raises what huggingface_hub raises."""
     from huggingface_hub import snapshot_download
-
     from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
 
     return Path(

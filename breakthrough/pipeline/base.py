@@ -26,8 +26,8 @@ from breakthrough.engine.contract import GenRequest, GenResult
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import fetch_hub_models, load_model, model_identity
-from breakthrough.models.tokens import decode
 from breakthrough.models.segments import reasoning_length, segment_ids
+from breakthrough.models.tokens import decode
 from breakthrough.pipeline.branches import request_facts
 from breakthrough.pipeline.dry_run import (
     PhasePlan,

@@ -290,8 +290,12 @@ def memory_line(
     and the engine's own rule (`engine.memory.admission`), without loading the model."""
     import json
 
-    from breakthrough.engine.memory import SHARED_PREFIXES, admission, budget_without_loading
-    from breakthrough.engine.memory import layout_from_config
+    from breakthrough.engine.memory import (
+        SHARED_PREFIXES,
+        admission,
+        budget_without_loading,
+        layout_from_config,
+    )
     from breakthrough.models.loading import local_folder
     from breakthrough.pipeline.scheduler import MemoryPlan
 

@@ -22,8 +22,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -225,7 +225,7 @@ def cell_svg(
         (_line_swatch(TAU_COLOR, "8,4", 1.2), f"τ = {tau:g}: solve-rate threshold"),
         (_line_swatch(DELTA_COLOR, "2,4", 1.2), f"δ = {delta:g}: advantage margin"),
     ]
-    band = "<rect x='0' y='-7' width='26' height='14' fill='{}' opacity='0.15'/>".format(BAND_COLOR)
+    band = f"<rect x='0' y='-7' width='26' height='14' fill='{BAND_COLOR}' opacity='0.15'/>"
     if event:
         entries.append((band, f"T_F interval ({int(lo or 0):,}, {int(up):,}]"))
     else:

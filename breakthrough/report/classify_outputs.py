@@ -23,17 +23,18 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
-from breakthrough.classify.frames import Band, ClassifyResult, classify_frames, extra_summary
 from breakthrough.classify.completeness import STATUSES, status_counts
+from breakthrough.classify.frames import Band, ClassifyResult, classify_frames, extra_summary
 from breakthrough.classify.plan import PlanItem
-from breakthrough.outputs import make_folder, write_atomic, write_text
 from breakthrough.classify.summary import summarize
+from breakthrough.outputs import make_folder, write_atomic, write_text
 from breakthrough.report import figures as F
 from breakthrough.report import html as H
 from breakthrough.report.cell_details import CellDetail, cell_details, problem_line, problem_text

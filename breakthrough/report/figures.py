@@ -16,14 +16,14 @@ for is not drawn: `figure_gaps` says why, and the page shows that line instead.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from breakthrough.outputs import write_atomic
 from breakthrough.classify.regimes import FIGURE_CLASSES, collapse_regime
+from breakthrough.outputs import write_atomic
 
 # One colour per figure class (the collapsed regimes of `regimes.FIGURE_CLASS`, which is where
 # the class names are decided).

@@ -18,8 +18,8 @@ import math
 import os
 import re
 import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd

@@ -9,8 +9,9 @@ regrading their text with the `optimum` grader; tests build it by hand."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from itertools import combinations
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -11,8 +11,9 @@ import itertools
 import queue
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any
 
 from breakthrough.engine.contract import GenRequest
 

@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from breakthrough.engine.contract import GenRequest, GenResult
 from breakthrough.models.tokens import decode

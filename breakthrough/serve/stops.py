@@ -12,8 +12,9 @@ cut are the ones an earlier stop would have produced."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from breakthrough.engine.contract import GenResult
 from breakthrough.models.tokens import decode, encode_text, token_strings

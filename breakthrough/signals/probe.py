@@ -17,7 +17,6 @@ Every AUROC, decomposition and bootstrap is `breakthrough.stats`; the probe is s
 from __future__ import annotations
 
 import warnings
-
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 

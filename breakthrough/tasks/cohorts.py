@@ -19,9 +19,9 @@ import json
 import math
 import os
 from collections import Counter
-from importlib import resources
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 

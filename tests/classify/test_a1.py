@@ -10,6 +10,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from bt_cli import run_bt
+from classify_fixture import write_store
+from panel_builders import R, grid, label, na, panels
 
 from breakthrough.classify import plan as P
 from breakthrough.classify import regimes as C
@@ -17,9 +20,6 @@ from breakthrough.classify.frames import classify_frames
 from breakthrough.classify.panels import probe_panel, restart_panel, rows_by_cell
 from breakthrough.classify.posterior import regime_draws, regime_survival
 from breakthrough.protocol import DEFAULT
-from bt_cli import run_bt
-from classify_fixture import write_store
-from panel_builders import R, grid, label, na, panels
 
 ZERO_R = R(0, 0, 0, 0)
 

@@ -8,10 +8,10 @@ import sys
 
 import pandas as pd
 import pytest
+from classify_fixture import SMALL, cell_spec, small_spec, write_store
 from typer.testing import CliRunner
 
 from breakthrough.cli import app, main
-from classify_fixture import SMALL, cell_spec, small_spec, write_store
 
 
 def test_bt_classify_end_to_end(tmp_path):

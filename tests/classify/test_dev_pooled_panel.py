@@ -15,11 +15,11 @@ import math
 
 import pandas as pd
 import pytest
+from bt_cli import BT, run_bt
+from classify_fixture import frames, write_store
 
 from breakthrough.classify.frames import classify_frames
 from breakthrough.classify.panels import restart_panel, rows_by_cell
-from bt_cli import BT, run_bt
-from classify_fixture import frames, write_store
 
 CELL = "gemma:math_03190"
 

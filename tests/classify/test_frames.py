@@ -7,10 +7,10 @@ import json
 
 import pandas as pd
 import pytest
+from classify_fixture import SMALL, frames, small_spec
 
 from breakthrough.classify.frames import classify_frames
 from breakthrough.errors import BtError
-from classify_fixture import SMALL, frames, small_spec
 
 
 def test_classify_frames_labels_plans_summary():

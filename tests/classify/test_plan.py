@@ -4,13 +4,13 @@ posterior rule) and the one `--topup` vocabulary of `bt continue` and `bt classi
 from __future__ import annotations
 
 import pytest
+from panel_builders import R, grid, label, panels
 
 from breakthrough.classify import plan as P
 from breakthrough.classify.regimes import budget_fit_time
 from breakthrough.classify.topup import TOPUP_RULES, parse_topup, topup_rules, topup_text
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT, Protocol
-from panel_builders import R, grid, label, panels
 
 
 def plan(probes, restarts=None, **kw):

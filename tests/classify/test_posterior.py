@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from panel_builders import GRID, R, grid, panels
 
 from breakthrough.classify.posterior import prob_rate_at_least, regime_survival, with_posterior
 from breakthrough.classify.regimes import label_panels
-from panel_builders import GRID, R, grid, panels
 
 
 def test_posterior_probabilities():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from panel_builders import GRID, R, grid, label, na, panels
 
 from breakthrough.classify import regimes as C
 from breakthrough.classify.summary import summarize
 from breakthrough.protocol import DEFAULT
-from panel_builders import GRID, R, grid, label, na, panels
 
 # ---------------------------------------------------------------------------------------------
 # 5.1 T_F

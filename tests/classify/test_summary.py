@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+from panel_builders import R, grid, panels
+
 from breakthrough.classify.plan import plan_next
 from breakthrough.classify.regimes import label_panels
 from breakthrough.classify.summary import summarize
-from panel_builders import R, grid, panels
 
 
 def test_summary_counts_and_cross_model_agreement():

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bt_cli import BT, assert_one_line_error, bt_env, run_bt
 from store_writer import write_run
 

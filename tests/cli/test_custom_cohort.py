@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
+from bt_cli import assert_one_line_error, run_bt
+
 from breakthrough.tasks.cohorts import load_cohort
 from breakthrough.tasks.family import family_of
-from bt_cli import assert_one_line_error, run_bt
 
 
 def _write(path, rows):

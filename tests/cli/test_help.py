@@ -8,10 +8,10 @@ import re
 
 import pytest
 import typer.main
+from bt_cli import run_bt
 
 from breakthrough.cli import app
 from breakthrough.commands.options import count
-from bt_cli import run_bt
 
 
 def _commands(group, prefix=()):

@@ -4,7 +4,6 @@ the option, exit 2, nothing written, whatever the value."""
 from __future__ import annotations
 
 import pytest
-
 from bt_cli import run_bt
 
 

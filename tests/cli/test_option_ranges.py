@@ -10,10 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from breakthrough.protocol import DEFAULT
 from bt_cli import assert_one_line_error, run_bt
 from classify_fixture import cell_spec, write_store
+
+from breakthrough.protocol import DEFAULT
 
 HUGE = "1000000000000"
 

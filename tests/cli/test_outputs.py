@@ -17,10 +17,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from breakthrough.protocol import DEFAULT
 from bt_cli import assert_one_line_error, run_bt
 from classify_fixture import cell_spec, write_store
+
+from breakthrough.protocol import DEFAULT
 
 NO_SPACE = os.strerror(28)  # "No space left on device"
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import sys
 
-import pytest
-
 import breakthrough.pipeline.base as base_pipeline
 from breakthrough.cli import main
 

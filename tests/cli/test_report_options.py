@@ -4,7 +4,6 @@ and posterior bands outside their ranges before reading a run."""
 from __future__ import annotations
 
 import pytest
-
 from bt_cli import assert_one_line_error, run_bt
 from classify_fixture import cell_spec, write_store
 

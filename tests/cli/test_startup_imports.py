@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from bt_cli import bt_env, run_bt
 from store_writer import write_run
 

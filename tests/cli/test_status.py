@@ -5,10 +5,10 @@ cell id whole on one line."""
 from __future__ import annotations
 
 import numpy as np
-
-from breakthrough.store import RunStore, SampleRecord
 from bt_cli import run_bt
 from classify_fixture import SMALL, small_spec, write_store
+
+from breakthrough.store import RunStore, SampleRecord
 
 
 def _run_with_a_cell_without_base(path):

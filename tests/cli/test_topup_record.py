@@ -17,10 +17,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from bt_cli import assert_one_line_error, run_bt
 
 from breakthrough.store import RunStore
 from breakthrough.tasks.grade import Grade
-from bt_cli import assert_one_line_error, run_bt
 
 BASE = ("--cohort", "arith", "--limit", "2", "--max-tokens", "24")
 CONTINUE = (

@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from bt_cli import BT, assert_one_line_error, bt_env, run_bt
 from bt_cli import snapshot as _snapshot
 
@@ -507,7 +506,8 @@ def test_random_options_and_damage_never_reach_a_traceback_or_lose_data(runs):
     are exactly as they were."""
     import tempfile
 
-    from hypothesis import HealthCheck, example, given, settings, strategies as st
+    from hypothesis import HealthCheck, example, given, settings
+    from hypothesis import strategies as st
 
     options = st.dictionaries(
         st.sampled_from(sorted(OPTION_VALUES)), st.integers(0, 9), min_size=1, max_size=3

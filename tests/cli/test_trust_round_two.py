@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from bt_cli import assert_one_line_error, run_bt, snapshot
 from store_writer import CELL, as_schema_2, write_run
 

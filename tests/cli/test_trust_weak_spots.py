@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from bt_cli import assert_one_line_error, run_bt
 from engine.fake_vllm import FakeVllm
 from engine.serve_procs import bt_serve

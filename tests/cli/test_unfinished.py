@@ -14,12 +14,12 @@ import json
 
 import numpy as np
 import pandas as pd
+from bt_cli import assert_one_line_error, run_bt
+from classify_fixture import cell_spec, write_store
 
 from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.grade import Grade
-from bt_cli import assert_one_line_error, run_bt
-from classify_fixture import cell_spec, write_store
 
 ALL = "1024,2048,4096,8192"
 

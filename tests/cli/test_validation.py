@@ -9,10 +9,10 @@ import os
 import sqlite3
 
 import pytest
-
-from breakthrough.protocol import DEFAULT
 from bt_cli import assert_one_line_error, run_bt
 from classify_fixture import cell_spec, write_store
+
+from breakthrough.protocol import DEFAULT
 
 STORED = DEFAULT.with_overrides(anchors=(8, 16, 32), samples=2, budget=8)
 

@@ -204,7 +204,6 @@ def test_signals_travel_through_a_branch_like_logprobs(tiny_model_dir):
 def test_mlx_graph_path_of_the_step_gives_the_numpy_path_values(tiny_model, monkeypatch):
     """The decode step's accelerator branch (sample_step + token_signals in one MLX graph, used
     on Metal / CUDA) run on this CPU: same tokens and signals as the numpy branch."""
-    import mlx.core as mx
 
     from breakthrough.engine import batch_step
 

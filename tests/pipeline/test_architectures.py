@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from models.architectures import ARCHITECTURES
 from typer.testing import CliRunner
 
 from breakthrough.cli import app
@@ -23,7 +24,6 @@ from breakthrough.models.families import build_prompt_ids
 from breakthrough.pipeline.branches import Branch, BranchRunner, close_tokens, reference_branch
 from breakthrough.protocol import DEFAULT, Sampling
 from breakthrough.store import RunStore
-from models.architectures import ARCHITECTURES
 
 NAMES = list(ARCHITECTURES)
 

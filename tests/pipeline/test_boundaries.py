@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bt_cli import assert_one_line_error, run_bt
 
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
@@ -22,7 +23,6 @@ from breakthrough.pipeline.branches import Branch, BranchRunner, check_budget
 from breakthrough.pipeline.cell_loop import plan_cell
 from breakthrough.protocol import DEFAULT, Sampling
 from breakthrough.tasks.family import user_message
-from bt_cli import assert_one_line_error, run_bt
 
 LIMIT = DEFAULT.max_prompt_tokens  # 2,048
 CAP = DEFAULT.total_cap  # 16,384

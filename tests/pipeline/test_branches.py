@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from breakthrough.pipeline.branches import Branch, BranchRunner, close_reasoning, reference_branch
-from breakthrough.engine.contract import GenRequest
+from breakthrough.engine.contract import GenRequest, SharedPrefix
 from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.models.loading import load_model
-from breakthrough.engine.contract import SharedPrefix
+from breakthrough.pipeline.branches import Branch, BranchRunner, close_reasoning, reference_branch
 from breakthrough.protocol import DEFAULT, Sampling
 
 

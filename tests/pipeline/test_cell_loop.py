@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import signal
 import subprocess
@@ -14,9 +13,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from breakthrough.cli import app
-from breakthrough.classify.regimes import label_panels
 from breakthrough.classify.panels import probe_panel, restart_panel
+from breakthrough.classify.regimes import label_panels
+from breakthrough.cli import app
 from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore
 from breakthrough.tasks.grade import Grade
@@ -75,8 +74,8 @@ def test_continue_runs_every_phase(fixture_run: Path) -> None:
 
 def test_ambiguous_restart_cells_get_attempts_4_to_7(fixture_run: Path, tiny_model_dir) -> None:
     """A restart cell at 2/4 is enlarged to 8 attempts (the study never ran this rule)."""
-    from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
     from breakthrough.models.loading import load_model
+    from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
 
     proto = DEFAULT.with_overrides(budget=8, answer_budget=4, restart_budgets=(8,), anchors=(64,))
     loaded = load_model(str(tiny_model_dir), family="qwen")

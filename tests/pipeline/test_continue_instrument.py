@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-
 from bt_cli import assert_one_line_error, run_bt
+
 from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline import cell_loop

@@ -15,12 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bt_cli import BT, bt_env
 
 from breakthrough.cli import main
 from breakthrough.errors import BtError
 from breakthrough.store import RunStore
-
-from bt_cli import BT, bt_env
 
 # A child `bt sample` that SIGKILLs itself right after its first hidden-vector file is renamed
 # into place, before that sample's transaction commits.

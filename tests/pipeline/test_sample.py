@@ -17,11 +17,11 @@ import pytest
 from typer.testing import CliRunner
 
 from breakthrough.cli import app
+from breakthrough.engine import EngineSpec
 from breakthrough.errors import BtError
 from breakthrough.pipeline.sample import SampleRequest
 from breakthrough.pipeline.screen import ScreenRequest, select_in_band
 from breakthrough.protocol import DEFAULT
-from breakthrough.engine import EngineSpec
 from breakthrough.seeds import attempt_seed
 from breakthrough.store import RunStore
 

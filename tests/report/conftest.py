@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from continue_fixture import make_run
+from typer.testing import CliRunner
 
 BT = Path(sys.executable).parent / "bt"
 # pA: box after ~100 reasoning tokens (crossing at 112 after bisection); pB: box after ~200 of

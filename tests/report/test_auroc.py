@@ -252,8 +252,8 @@ def test_analysis_worked_example(capsys):
 
 def test_analysis_on_a_run(tmp_path, capsys):
     pytest.importorskip("breakthrough.store")
-    from breakthrough.tasks.grade import Grade
     from breakthrough.store import RunStore, SampleRecord
+    from breakthrough.tasks.grade import Grade
 
     mod = _load_analysis()
     rng = np.random.default_rng(7)

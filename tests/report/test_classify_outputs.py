@@ -15,6 +15,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
+from classify_fixture import SMALL, cell_spec, frames, small_spec, write_store
 
 from breakthrough.classify.frames import classify_frames
 from breakthrough.classify.regimes import FIGURE_CLASSES
@@ -24,7 +25,6 @@ from breakthrough.report.cell_figure import cell_svg
 from breakthrough.report.classify_outputs import classify_runs, write_outputs
 from breakthrough.report.names import field_name
 from breakthrough.store import RunStore
-from classify_fixture import SMALL, cell_spec, frames, small_spec, write_store
 
 
 def slug(cell_id: str) -> str:
@@ -234,7 +234,7 @@ def test_one_report_per_call_with_the_cells_table_first(classified):
     assert head[1] == "problem" and {r[1] for r in rows} == {"What is 3+4?"}
     html = (out / "index.html").read_text()
     assert f"href='cells/{slug('tiny-llama:pA')}.html'" in html
-    assert f"href='../index.html'" in _cell(classified, "pA")
+    assert "href='../index.html'" in _cell(classified, "pA")
 
 
 def test_write_outputs(tmp_path):

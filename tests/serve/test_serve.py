@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from breakthrough.engine.contract import GenRequest, SharedPrefix
+from breakthrough.engine.contract import GenRequest
 from breakthrough.engine.mlx_backend import MlxEngine
+from breakthrough.protocol import Sampling
 from breakthrough.serve.generation import MlxServer
 from breakthrough.serve.routes import build_app
-from breakthrough.protocol import Sampling
 
 
 @pytest.fixture(scope="module")

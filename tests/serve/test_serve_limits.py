@@ -20,11 +20,11 @@ from bt_cli import assert_one_line_error, run_bt
 from engine.serve_procs import bt_serve
 
 from breakthrough.engine.http_backend import HttpEngine
+from breakthrough.errors import BtError
 from breakthrough.serve.auth import check_access, is_loopback
 from breakthrough.serve.errors import BadRequest
 from breakthrough.serve.parse import Served, parse_completion_request
 from breakthrough.serve.routes import MAX_BODY_BYTES
-from breakthrough.errors import BtError
 
 KEY = "test-key-21"
 AUTH = {"Authorization": f"Bearer {KEY}"}

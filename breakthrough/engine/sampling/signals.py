@@ -13,7 +13,6 @@ import numpy as np
 from breakthrough.engine.sampling.numpy_search import cached_top_candidates
 from breakthrough.engine.sampling.numpy_stats import FullDistribution, full_distribution_np
 
-
 SIGNAL_FIELDS: tuple[str, ...] = (
     "normalized_entropy",  # entropy / ln|V|
     "top1_top2_logit_margin",  # logit_1 - logit_2

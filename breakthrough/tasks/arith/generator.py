@@ -19,8 +19,8 @@ operands before it states a result)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 GENERATOR_VERSION = "arith-v1"
 MASTER_SEED = "breakthrough-arith-v1"

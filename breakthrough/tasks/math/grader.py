@@ -14,8 +14,8 @@ from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.tasks.grade import Grade
-from breakthrough.tasks.math.grade_cache import GradeCache
 from breakthrough.tasks.math.extract import extract_final_answer, numeric_verdict, string_match
+from breakthrough.tasks.math.grade_cache import GradeCache
 from breakthrough.tasks.math.verify_pool import DEFAULT_TIMEOUT_S, VerifyPool, VerifyResult
 
 NAME = "math"
@@ -163,7 +163,7 @@ class MathGrader:
             self._pool = None
         self.cache.close()
 
-    def __enter__(self) -> "MathGrader":
+    def __enter__(self) -> MathGrader:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -194,7 +194,7 @@ class VerifyPool:
         for worker in list(self._workers):
             self._kill(worker)
 
-    def __enter__(self) -> "VerifyPool":
+    def __enter__(self) -> VerifyPool:
         return self
 
     def __exit__(self, *exc: object) -> None:

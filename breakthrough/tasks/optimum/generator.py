@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 M64 = (1 << 64) - 1
 GENERATOR_VERSION = "uoo-v1"
