@@ -288,10 +288,13 @@ def _add_budget(
     if budget < 1:
         raise BtError(f"--add-budget: expected a positive number of tokens, got {budget}")
     check_engine_options(backend, batch_size, memory_gb)
+    found = find_runs(paths, study=True)  # no output folder, no `bt sample` run
+    for note in found.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
     if dry_run:
         from breakthrough.pipeline.budget_arm import plan_add_budget
 
-        for plan in plan_add_budget(run_dirs(paths), budget, batch_size, backend):
+        for plan in plan_add_budget(found.runs, budget, batch_size, backend):
             typer.echo("\n".join(plan.lines()))
         return
     engine = EngineSpec(
@@ -312,9 +315,6 @@ def _add_budget(
         if man.get("large_run"):
             status.print(man["large_run"], soft_wrap=True)
 
-    found = find_runs(paths, study=True)  # no output folder, no `bt sample` run
-    for note in found.notes:
-        console.print(f"note: {note}", highlight=False, soft_wrap=True)
     for rep in add_budget_runs(
         found.runs,
         budget,

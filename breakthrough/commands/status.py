@@ -34,15 +34,15 @@ def status(
         from breakthrough.protocol import DEFAULT
 
         DEFAULT.with_overrides(tau=tau).validate()
+    found = find_runs(runs)
+    for note in found.notes:  # folders that are no run (stderr: --json's stdout stays JSON)
+        typer.echo(f"note: {note}", err=True)
     if as_json:
-        print_json([run_status(run_dir, tau).as_dict(run_dir) for run_dir in run_dirs(runs)])
+        print_json([run_status(run_dir, tau).as_dict(run_dir) for run_dir in found.runs])
         return
     console = Console()
     if not console.is_terminal:  # piped: whole lines (a pipe has no width to fold cell ids to)
         console = Console(width=100_000)
-    found = find_runs(runs)
-    for note in found.notes:  # folders that are no run
-        typer.echo(f"note: {note}", err=True)
     for run_dir in found.runs:
         status = run_status(run_dir, tau)
         title, rows = status.title, status.cells
