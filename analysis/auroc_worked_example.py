@@ -62,7 +62,7 @@ def print_worked_example() -> dict[str, Any]:
     d: S.Decomposition = ex["decomposition"]
     print("Worked example (protocol 9.8)")
     print("  problem  correct  score")
-    for g, y, s in zip(ex["group"], ex["correct"], ex["score"]):
+    for g, y, s in zip(ex["group"], ex["correct"], ex["score"], strict=True):
         print(f"  {g:<8} {y:<8} {s:.2f}")
     print(
         f"  success/failure pairs {d.n_pairs}: {d.n_within_pairs} inside a problem, "

@@ -1180,7 +1180,8 @@ class RunStore:
             "SELECT cell_id, request, endpoint, message, created_at FROM errors ORDER BY error_id"
         ).fetchall()
         return [
-            dict(zip(("cell_id", "request", "endpoint", "message", "created_at"), r)) for r in rows
+            dict(zip(("cell_id", "request", "endpoint", "message", "created_at"), r, strict=True))
+            for r in rows
         ]
 
     def set_grades(self, pairs: Sequence[tuple[int, Grade]]) -> None:

@@ -141,8 +141,8 @@ def classify_frames(
         rule: plan_next(all_pp, all_rp, protocol=protocol, topup=rule)
         for rule in dict.fromkeys((chosen, *COMPARED_TOPUPS))
     }
-    model_of = dict(zip(unfinished["cell_id"], unfinished["model"])) | (
-        dict(zip(labels["cell_id"], labels["model"])) if len(labels) else {}
+    model_of = dict(zip(unfinished["cell_id"], unfinished["model"], strict=True)) | (
+        dict(zip(labels["cell_id"], labels["model"], strict=True)) if len(labels) else {}
     )
     whole = whole_beyond_rule(
         [r for rows in rows_by_cell(rp, "budget").values() for r in rows],
@@ -216,7 +216,7 @@ def second_arms(
         b: probe_panel(samples, protocol, budget=b) for b in others
     }
     levels = (
-        dict(zip(labels["cell_id"], labels["level"]))
+        dict(zip(labels["cell_id"], labels["level"], strict=True))
         if len(labels) and "level" in labels.columns
         else {}
     )

@@ -82,8 +82,8 @@ def regime_draws(
     tdraw = _beta_draws(rng, [counts.a1], a, b, draws)[0] if counts.a1 else None
     out = []
     for d in range(draws):
-        probe = dict(zip(pa, pdraw[:, d].tolist()))
-        restart = dict(zip(rb, rdraw[:, d].tolist()))
+        probe = dict(zip(pa, pdraw[:, d].tolist(), strict=True))
+        restart = dict(zip(rb, rdraw[:, d].tolist(), strict=True))
         term = float(tdraw[d]) if tdraw is not None else None
         out.append(
             regime_of(probe, restart, terminal_rate=term, tau=tau, delta=delta, protocol=protocol)
@@ -110,7 +110,7 @@ def regime_survival(
     probes = rows_by_cell(probe_panel, "anchor")
     restarts = rows_by_cell(restart_panel, "budget")
     out = {}
-    for cell, observed in zip(labels["cell_id"], labels["regime"]):
+    for cell, observed in zip(labels["cell_id"], labels["regime"], strict=True):
         got = regime_draws(
             str(cell),
             probes.get(cell, []),

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import pandas as pd
 
@@ -122,7 +123,7 @@ def _sorted_pairs(anchors: Sequence[int], values: Sequence) -> list[tuple]:
     anchors = [int(a) for a in anchors]
     if len(set(anchors)) != len(anchors):
         raise ValueError("probed anchors must be unique")
-    return sorted(zip(anchors, values), key=lambda r: r[0])
+    return sorted(zip(anchors, values, strict=True), key=lambda r: r[0])
 
 
 def budget_fit_time(anchors: Sequence[int], rates: Sequence[float], tau: float) -> BudgetFit:
@@ -157,7 +158,7 @@ def r_hat(restart: Mapping[int, float], x: float, conservative: bool = False) ->
         return float(restart[grid[0]])
     if x >= grid[-1]:
         return float(restart[grid[-1]])
-    for lo, hi in zip(grid, grid[1:]):
+    for lo, hi in pairwise(grid):
         if lo <= x <= hi:
             if conservative:
                 return float(max(restart[lo], restart[hi]))

@@ -91,7 +91,7 @@ def build(
     names = NAMES if target == "all" else ((target,) if target not in own_builders else ())
     if names:
         results = build_cohort_files(names, out_dir, source_path=source_path, check=check)
-        for name, (path, good) in results.items():
+        for path, good in results.values():
             if check:
                 ok &= good
                 console.print(f"{'same' if good else 'DIFFERS'}  {path}")

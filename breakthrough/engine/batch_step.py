@@ -179,7 +179,7 @@ class _CpuStats:
             else:
                 hid = np.full((len(specs), len(HIDDEN_FIELDS)), np.nan, dtype=np.float32)
             stats = np.concatenate([stats, signals, hid], axis=1)
-            for i, (s, state) in enumerate(zip(specs, states)):
+            for i, (s, state) in enumerate(zip(specs, states, strict=True)):
                 s.prev = state if s.instrument else None
                 s.prev_hidden = hidden[i] if s.instrument and hidden is not None else None
         return (stats,) + (top_logprobs_np(x, self.top) if self.top > 0 else ())
@@ -231,7 +231,7 @@ class SeededGenerationBatch(GenerationBatch):
         mx.async_eval(tokens, *[a for a in bundle if isinstance(a, mx.array)], *kept)
         current_stats = self._read_current(inputs)
         inputs = inputs.tolist()
-        for sti, ti in zip(self.tokens, inputs):
+        for sti, ti in zip(self.tokens, inputs, strict=True):
             sti.append(ti)
         return inputs, current_stats
 

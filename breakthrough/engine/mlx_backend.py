@@ -708,7 +708,7 @@ class MlxEngine:
                         samplers=specs,
                         stop_sequences=[self._stop(r) for r, _, _, _ in new],
                     )
-                    for uid, (r, _, _, fed), spec in zip(uids, new, specs):
+                    for uid, (r, _, _, fed), spec in zip(uids, new, specs, strict=True):
                         rows[uid] = _Row(r, spec, len(r.prompt) - fed)
                     self.admitted_rows_max = max(self.admitted_rows_max, len(rows))
                 if not rows:

@@ -237,7 +237,7 @@ class PrefixCache:
         # layers are sliced from the one full cache, as in the plain case.
         self.snapshots[0] = [
             None if p else copy.deepcopy(c)
-            for p, c in zip(self._plain_mask, make_prompt_cache(self.model))
+            for p, c in zip(self._plain_mask, make_prompt_cache(self.model), strict=True)
         ]
         pos = 0
         for cut in self.snapshot_at:
@@ -245,10 +245,11 @@ class PrefixCache:
             self.prefill_tokens += cut - pos
             pos = cut
             self.snapshots[cut] = [
-                None if p else copy.deepcopy(c) for p, c in zip(self._plain_mask, cache)
+                None if p else copy.deepcopy(c)
+                for p, c in zip(self._plain_mask, cache, strict=True)
             ]
         # plain layers hold sequence[:pos]; the others live on in the snapshots only
-        self.full = [c if p else None for p, c in zip(self._plain_mask, cache)]
+        self.full = [c if p else None for p, c in zip(self._plain_mask, cache, strict=True)]
 
     @property
     def nbytes(self) -> int:
@@ -256,7 +257,7 @@ class PrefixCache:
         snapshot of the untrimmable layers."""
         if self.full is None:
             return 0
-        held = sum(layer_nbytes(c) for p, c in zip(self._plain_mask, self.full) if p)
+        held = sum(layer_nbytes(c) for p, c in zip(self._plain_mask, self.full, strict=True) if p)
         for snap in self.snapshots.values():
             held += sum(layer_nbytes(c) for c in snap)
         return held
@@ -271,7 +272,7 @@ class PrefixCache:
         base = max(k for k in self.snapshots if k <= n)
         cache = [
             _plain_layer(full, base) if p else copy.deepcopy(snap)
-            for p, full, snap in zip(self._plain_mask, self.full, self.snapshots[base])
+            for p, full, snap in zip(self._plain_mask, self.full, self.snapshots[base], strict=True)
         ]
         if n > base:
             prefill(self.model, cache, self.sequence[base:n])

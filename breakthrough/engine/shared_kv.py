@@ -315,7 +315,7 @@ class QuantizedSharedRowCache(SharedRowCache):
     def _reallocate(self, size: int) -> None:
         new_k, new_v = self._empty(self.keys, size), self._empty(self.values, size)
         if self.suffix_len:
-            for new, old in zip(new_k + new_v, self.keys + self.values):
+            for new, old in zip(new_k + new_v, self.keys + self.values, strict=True):
                 new[..., : self.suffix_len, :] = old[..., : self.suffix_len, :]
         self.keys, self.values = new_k, new_v
 
@@ -329,7 +329,7 @@ class QuantizedSharedRowCache(SharedRowCache):
         elif self.suffix_len + n > self.keys[0].shape[2]:
             self._reallocate(self.suffix_len + max(n, self.step))
         start = self.suffix_len
-        for buf, new in zip(self.keys + self.values, tuple(qk) + tuple(qv)):
+        for buf, new in zip(self.keys + self.values, tuple(qk) + tuple(qv), strict=True):
             buf[..., start : start + n, :] = new
         self.suffix_len += n
         self.offset += n

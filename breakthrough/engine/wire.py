@@ -353,7 +353,7 @@ def parse_sglang_prompt_logprobs(body: Any) -> list[dict[int, float]]:
     own = _triples(meta.get("input_token_logprobs"), "input_token_logprobs")
     tops = meta.get("input_top_logprobs") or [None] * len(own)
     out = []
-    for (lp, tok), t in zip(own, tops):
+    for (lp, tok), t in zip(own, tops, strict=False):
         row = {} if t is None else {i: v for v, i in _triples(t, "input_top_logprobs")}
         if math.isfinite(lp):
             row[tok] = lp

@@ -184,7 +184,9 @@ def build_tokenizer(meta: dict):
         raise BtError(f"GGUF pre-tokenizer {pre!r} is not supported")
     tk.decoder = decoders.ByteLevel()
     specials = [
-        AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3
+        AddedToken(t, special=True, normalized=False)
+        for t, ty in zip(tokens, types, strict=False)
+        if ty == 3
     ]
     tk.add_special_tokens(specials)
 

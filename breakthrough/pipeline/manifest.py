@@ -278,7 +278,10 @@ def refuse_changed_settings(run_dir: Path, have: Protocol, settings: dict[str, A
         if same:
             continue
         opt = OPTION_NAMES.get(key, key)
-        show = lambda v: ",".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
+
+        def show(v: object) -> str:
+            return ",".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
+
         hint = (
             " (adding a second probe budget is a separate, explicit operation: its own arm, "
             "never --budget)"

@@ -127,7 +127,7 @@ def _refuse_other_seeds(store: RunStore, want: Callable[[str, int], int]) -> Non
     """A stored attempt whose seed is not the one this request gives it was drawn under another
     seed scheme: refuse rather than mix two experiments in one run."""
     df = store.samples_frame(arrays=False, kind=KIND)
-    for cell, branch, seed in zip(df["cell_id"], df["branch"], df["seed"]):
+    for cell, branch, seed in zip(df["cell_id"], df["branch"], df["seed"], strict=True):
         if int(seed) != want(cell, int(branch)):
             raise BtError(
                 f"{store.run_dir}: attempt {int(branch)} of {cell} was drawn with seed "
@@ -300,7 +300,7 @@ def sample_runs(
         )
         planned.append((name, run_dir))
     reports = []
-    for (name, run_dir), alias in zip(planned, aliases):
+    for (name, run_dir), alias in zip(planned, aliases, strict=True):
         large = large_run_line(_plan_one(req, rows, alias, cohort_name))
         if large:  # said before the model loads
             say(large)

@@ -83,7 +83,7 @@ def run_status(run_dir: Path, tau: float | None = None) -> RunStatus:
     ).set_index("cell_id")
     base = df[df["kind"] == "base"].set_index("cell_id")
     out = []
-    for cell, rt in zip(cells["cell_id"], cells["reasoning_tokens"]):
+    for cell, rt in zip(cells["cell_id"], cells["reasoning_tokens"], strict=True):
         b = base.loc[cell] if cell in base.index else None
         p = probes[probes["cell_id"] == cell]
         r = rests[rests["cell_id"] == cell]
@@ -108,9 +108,13 @@ def run_status(run_dir: Path, tau: float | None = None) -> RunStatus:
                 if b is None
                 else f"{'solved' if b['correct'] == True else 'unsolved'} ({b['n_tokens']})",  # noqa: E712
                 reasoning="-" if rt is None or rt != rt else str(int(rt)),
-                probes=" ".join(f"{a}:{k}/{n}" for a, k, n in zip(p["anchor"], p["k"], p["n"]))
+                probes=" ".join(
+                    f"{a}:{k}/{n}" for a, k, n in zip(p["anchor"], p["k"], p["n"], strict=True)
+                )
                 or "-",
-                restarts=" ".join(f"{c}:{k}/{n}" for c, k, n in zip(r["budget"], r["k"], r["n"]))
+                restarts=" ".join(
+                    f"{c}:{k}/{n}" for c, k, n in zip(r["budget"], r["k"], r["n"], strict=True)
+                )
                 or "-",
                 next=state,
             )

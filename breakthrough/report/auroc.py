@@ -397,8 +397,14 @@ def format_section(title: str, sec: dict[str, Any]) -> list[str]:
     widths = [
         max(len(head), *(len(c[i]) for c in cells)) + 2 for i, (_, head) in enumerate(_COLUMNS)
     ]
-    head = "".join(h.ljust(wd) for (_, h), wd in zip(_COLUMNS, widths))
+    head = "".join(h.ljust(wd) for (_, h), wd in zip(_COLUMNS, widths, strict=True))
     echo(("  " + "score".ljust(width) + head).rstrip())
-    for (name, _, _), c in zip(rows, cells):
-        echo(("  " + name.ljust(width) + "".join(x.ljust(wd) for x, wd in zip(c, widths))).rstrip())
+    for (name, _, _), c in zip(rows, cells, strict=True):
+        echo(
+            (
+                "  "
+                + name.ljust(width)
+                + "".join(x.ljust(wd) for x, wd in zip(c, widths, strict=True))
+            ).rstrip()
+        )
     return lines

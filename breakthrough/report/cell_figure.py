@@ -195,7 +195,7 @@ def cell_svg(
     # the curves
     for col, color, dash, marker, width, _ in SERIES:
         vals = c[col].to_numpy(float) if col in c.columns else []
-        pts = [(X(a), Y(v)) for a, v in zip(t, vals) if not math.isnan(v)]
+        pts = [(X(a), Y(v)) for a, v in zip(t, vals, strict=False) if not math.isnan(v)]
         if not pts:
             continue
         parts.append(
@@ -206,7 +206,7 @@ def cell_svg(
         )
         parts.extend(_marker(marker, x, y, color) for x, y in pts)
     prox = c[c["proxy"].astype(bool)] if "proxy" in c.columns else c.iloc[0:0]
-    for a, val in zip(prox["anchor"], prox["r_hat"]):
+    for a, val in zip(prox["anchor"], prox["r_hat"], strict=True):
         parts.append(
             f"<circle cx='{X(float(a)):.1f}' cy='{Y(float(val)):.1f}' r='8' "
             f"fill='none' stroke='black'/>"

@@ -145,7 +145,7 @@ def classify_runs(
         )
         if cell_pages:
             details[name] = cell_details(
-                samples, items, dict(zip(cells["cell_id"], cells["answer"]))
+                samples, items, dict(zip(cells["cell_id"], cells["answer"], strict=True))
             )
         problems[name] = {cid: problem_line(problem_text(item)) for cid, item in items.items()}
     out_dir = default_out_dir(runs) if out is None else Path(out)
@@ -417,7 +417,8 @@ def write_outputs(
     if problems and len(labels) and "run" in labels.columns:  # the index names each problem
         shown = labels.assign(
             problem_text=[
-                (problems.get(r) or {}).get(c) for r, c in zip(labels["run"], labels["cell_id"])
+                (problems.get(r) or {}).get(c)
+                for r, c in zip(labels["run"], labels["cell_id"], strict=True)
             ]
         )
     H.write_report(

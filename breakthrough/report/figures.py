@@ -161,7 +161,7 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
             names.append(s or "-")
     if len(order) <= NAMED_MAX:  # every column named by its problem, stages above the strip
         top.set_xticks(range(len(order)), [str(p) for p in order], rotation=90, fontsize=7)
-        for j, name in zip(ticks, names):
+        for j, name in zip(ticks, names, strict=True):
             top.text(
                 j - 0.5,
                 1.02,
@@ -180,7 +180,7 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     for c in FIGURE_CLASSES:
         counts = np.array([(cls[cls["model"] == m]["cls"] == c).sum() for m in models])
         bottom.barh(range(len(models)), counts, left=left, color=CLASS_COLORS[c], label=c)
-        for y, (l0, n) in enumerate(zip(left, counts)):
+        for y, (l0, n) in enumerate(zip(left, counts, strict=True)):
             if n:
                 bottom.text(l0 + n / 2, y, str(int(n)), ha="center", va="center", fontsize=8)
         left += counts
@@ -274,7 +274,7 @@ def dose_response(
             color=colors[m],
             label=f"{m} (n = {len(g)} non-instant cells measured at every budget)",
         )
-        for xi, s in zip(x, share):
+        for xi, s in zip(x, share, strict=True):
             right.annotate(
                 f"{100 * s:.0f}%",
                 (xi, s),
@@ -386,7 +386,7 @@ def topup_resolution(
         return fig
     hi_k = math.ceil(tau * target - 1e-9)
     lo_k = target // 4
-    for ax, m in zip(axes, present):
+    for ax, m in zip(axes, present, strict=False):
         g = data[data["model"] == m]
         k = g["k"].to_numpy(int)
         counts = np.bincount(k, minlength=target + 1)
@@ -481,7 +481,7 @@ def swimmer(
         "censored": "#999",
         f"censored, last p ≥ {tau:g}": "#e377c2",
     }
-    for ax, m in zip(axes, present):
+    for ax, m in zip(axes, present, strict=False):
         g = labels[labels["model"] == m].copy()
         g["_sort"] = (
             g["interval_upper"].astype(float).fillna(1e12)
@@ -564,15 +564,15 @@ def label_hardening(hardening: pd.DataFrame, models: Sequence[str] | None = None
     if not present:
         _empty(axes[0], "no trajectories")
         return fig
-    colors = dict(zip(CATEGORIES, ("#4c72b0", "#c44e52", "#dd8452", "#c8c8c8")))
+    colors = dict(zip(CATEGORIES, ("#4c72b0", "#c44e52", "#dd8452", "#c8c8c8"), strict=True))
     top = float(hardening[list(CATEGORIES)].sum(axis=1).max())
-    for ax, m in zip(axes, present):
+    for ax, m in zip(axes, present, strict=False):
         g = hardening[hardening["model"] == m].set_index("when")
         bottom = np.zeros(2)
         for c in CATEGORIES:
             vals = np.array([int(g.loc[st, c]) if st in g.index else 0 for st in (BEFORE, AFTER)])
             ax.bar([0, 1], vals, bottom=bottom, color=colors[c], label=c, width=0.6)
-            for x, (b0, v) in enumerate(zip(bottom, vals)):
+            for x, (b0, v) in enumerate(zip(bottom, vals, strict=True)):
                 if v:
                     ax.text(x, b0 + v / 2, str(int(v)), ha="center", va="center", fontsize=8)
             bottom += vals
@@ -622,10 +622,10 @@ def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
     hi = 2.0 ** (math.ceil(math.log2(max(vals))) + 1) if vals else 1024.0
     b1 = int(a2["budget_1"].iloc[0])
     b2s = sorted({int(b) for b in a2["budget_2"]})
-    for ax, m in zip(axes, present):
+    for ax, m in zip(axes, present, strict=False):
         g = a2[a2["model"] == m]
         ys = np.arange(len(g))
-        for y, r in zip(ys, g.itertuples()):
+        for y, r in zip(ys, g.itertuples(), strict=True):
             if not pd.isna(r.first_crossing_1):
                 ax.scatter(
                     [float(r.first_crossing_1)],

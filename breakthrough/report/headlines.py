@@ -222,7 +222,9 @@ def cross_model(labels: pd.DataFrame) -> Headline | None:
         if g["model"].nunique() < 2:
             continue
         compared += 1
-        cls = dict(zip(g["model"], g["regime"].map(lambda r: collapse_regime(r, "agreement"))))
+        cls = dict(
+            zip(g["model"], g["regime"].map(lambda r: collapse_regime(r, "agreement")), strict=True)
+        )
         same = len(set(cls.values())) == 1
         rows.append(
             {"problem_id": pid, **{model_name(m): c for m, c in sorted(cls.items())}, "agree": same}
@@ -271,7 +273,7 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float) -> H
         dec = (np.diff(r, axis=1) < -EPS).any(axis=1)
         above = r >= tau - EPS
         reversal = (above[:, :-1] & ~above[:, 1:]).any(axis=1)
-        for c, k in zip(cs, solved):
+        for c, k in zip(cs, solved, strict=True):
             rows.append(
                 {
                     "model": model_name(m),

@@ -286,9 +286,9 @@ def _table_rows(frame: pd.DataFrame) -> dict:
         for c in cols
     ]
     return {
-        "columns": [(field_name(c), c, lf) for c, lf in zip(cols, left)],
+        "columns": [(field_name(c), c, lf) for c, lf in zip(cols, left, strict=True)],
         "rows": [
-            [(Markup(fmt(v, c)), lf) for c, v, lf in zip(cols, rec, left)]
+            [(Markup(fmt(v, c)), lf) for c, v, lf in zip(cols, rec, left, strict=True)]
             for rec in frame.itertuples(index=False, name=None)
         ],
     }
@@ -432,7 +432,7 @@ def study_report(
         "glossary": GLOSSARY,
         "runs": [
             {"name": n, "cells": r["cells"], "path": str(d)}
-            for (n, r), d in zip(summary.get("runs", {}).items(), dirs)
+            for (n, r), d in zip(summary.get("runs", {}).items(), dirs, strict=False)
         ],
         "models": [model_name(m) for m in models],
         "settings": {

@@ -66,7 +66,9 @@ def render_completion(
         for i, tok in enumerate(res.tokens):
             entry = {}
             if res.top_ids is not None and k > 0:
-                for t, v in zip(res.top_ids[i][:k].tolist(), res.top_logprobs[i][:k].tolist()):
+                for t, v in zip(
+                    res.top_ids[i][:k].tolist(), res.top_logprobs[i][:k].tolist(), strict=True
+                ):
                     entry[name(int(t))] = float(v)
             entry.setdefault(name(tok), float(res.logprobs[i]))
             tops.append(entry)
@@ -139,6 +141,7 @@ def render_chat(
                     for t, v in zip(
                         res.top_ids[i][: opts.logprobs].tolist(),
                         res.top_logprobs[i][: opts.logprobs].tolist(),
+                        strict=True,
                     )
                 ]
             content.append({**entry, "top_logprobs": tops})

@@ -158,7 +158,7 @@ def cohort_splits(cells: pd.DataFrame) -> dict[str, str]:
             f"train/validation/test by hashing problem ids"
         )
     out: dict[str, str] = {}
-    for pid, split in zip(cells["problem_id"], cells["split"]):
+    for pid, split in zip(cells["problem_id"], cells["split"], strict=True):
         if out.setdefault(str(pid), str(split)) != split:
             raise BtError(
                 f"problem {pid}: its cells' cohort rows disagree on `split` "
@@ -227,12 +227,14 @@ def feature_table(
     cells = labels.copy()
     if "run" not in cells.columns:
         raise ValueError("labels need a `run` column")
-    rows = [items.get((r, c), {}) for r, c in zip(cells["run"], cells["cell_id"])]
+    rows = [items.get((r, c), {}) for r, c in zip(cells["run"], cells["cell_id"], strict=True)]
     cells["split"] = [row.get("split") for row in rows]
     cells["dataset"] = [row.get("family", "math") for row in rows]
     subject = [row.get("subject") for row in rows]
     if "subject" in cells.columns:
-        subject = [s if s is not None else lab for s, lab in zip(subject, cells["subject"])]
+        subject = [
+            s if s is not None else lab for s, lab in zip(subject, cells["subject"], strict=True)
+        ]
     cells["category"] = pd.Series(subject, index=cells.index, dtype=object)
     counts = pd.DataFrame(
         [problem_text_counts(row.get("problem")) for row in rows], index=cells.index
@@ -661,14 +663,15 @@ def run_confirm(
             f"run, in the runs' order)"
         )
     if signal_frames is not None:  # a sweep's summaries at this t (run_confirm_sweep)
-        frames = [f.assign(run=n) for f, n in zip(signal_frames, names)]
+        frames = [f.assign(run=n) for f, n in zip(signal_frames, names, strict=True)]
     else:
         frames = [
-            _read_signals(p, d, forecast_token).assign(run=n) for p, d, n in zip(paths, dirs, names)
+            _read_signals(p, d, forecast_token).assign(run=n)
+            for p, d, n in zip(paths, dirs, names, strict=True)
         ]
     label_frame = _read_labels(Path(labels), names)
     items: dict[tuple[str, str], dict] = {}
-    for d, n in zip(dirs, names):
+    for d, n in zip(dirs, names, strict=True):
         with RunStore(d, readonly=True) as store:
             items |= {(n, cid): row for cid, row in store.items().items()}
     ft = feature_table(
@@ -863,7 +866,7 @@ def run_confirm_sweep(
     reports: dict[int, ConfirmReport] = {}
     sources: dict[int, list[str]] = {}
     for t in sorted(int(x) for x in tokens):
-        got = [_signals_at(p, d, t) for p, d in zip(paths, dirs)]
+        got = [_signals_at(p, d, t) for p, d in zip(paths, dirs, strict=True)]
         sources[t] = [src for _, src in got]
         reports[t] = run_confirm(
             runs,

@@ -63,7 +63,7 @@ def forest(results: Sequence[Mapping[str, Any]], forecast_token: int):
     ys = np.arange(len(results))
     names = [f"{r['endpoint']} · {r['variant']}" for r in results]
     deltas = []
-    for y, r in zip(ys, results):
+    for y, r in zip(ys, results, strict=True):
         if r["status"] != "fit":
             right.text(
                 0.02,
@@ -141,8 +141,8 @@ def sweep(table: pd.DataFrame):
         if f"{e}_{c}" in table
         for v in table[f"{e}_{c}"]
     ]
-    for ax, e in zip(axes, ENDPOINT_TITLES):
-        for xi, (_, r) in zip(x, table.iterrows()):
+    for ax, e in zip(axes, ENDPOINT_TITLES, strict=True):
+        for xi, (_, r) in zip(x, table.iterrows(), strict=True):
             d = r.get(f"{e}_delta")
             if not _finite(d):
                 ax.text(xi, 0, "not fit", ha="center", va="bottom", fontsize=7, color="#666")

@@ -186,7 +186,7 @@ def _read_math128(files: list[Path]) -> list[Trajectory]:
         grades = grader.grade_many(jobs)
     return [
         Trajectory(pid, bool(g.correct), prompt=p, completion=s)
-        for (pid, p, s), g in zip(meta, grades)
+        for (pid, p, s), g in zip(meta, grades, strict=True)
     ]
 
 
@@ -342,7 +342,7 @@ def _figure(table, path: Path) -> None:
         1, len(arms), figsize=(6.4 * len(arms), 4.0), sharey=True, squeeze=False
     )
     loo = table[table["score"] == "loo"]
-    for arm, ax in zip(arms, axes[0]):
+    for arm, ax in zip(arms, axes[0], strict=True):
         rows = table[(table["score"] == "probe") & (table["arm"] == arm)]
         t = rows["t"].astype(float).to_numpy()
         for name, label, style in (

@@ -185,4 +185,4 @@ def summarize(
         std(top1),
         ols_slope(t_x, top1),
     )
-    return dict(zip(FROZEN_SUMMARIES + STREAM_SUMMARIES, frozen + stream))
+    return dict(zip(FROZEN_SUMMARIES + STREAM_SUMMARIES, frozen + stream, strict=True))

@@ -26,7 +26,7 @@ def test_bt_classify_end_to_end(tmp_path):
     assert "--topup terminal,ambiguous" in result.output
     out = tmp_path / "runs" / "classify"
     table = pd.read_csv(out / "labels.csv")
-    assert dict(zip(table["cell_id"], table["regime"]))["m:p2"] == "terminal_A1"
+    assert dict(zip(table["cell_id"], table["regime"], strict=True))["m:p2"] == "terminal_A1"
     assert set(table["run"]) == {"g", "m"}
     assert (out / "index.html").is_file() and not (out / "g" / "index.html").exists()  # one report
     summary = json.loads((out / "summary.json").read_text())

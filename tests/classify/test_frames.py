@@ -16,7 +16,7 @@ from breakthrough.errors import BtError
 def test_classify_frames_labels_plans_summary():
     samples, cells = frames()
     res = classify_frames(samples, cells, draws=20)
-    reg = dict(zip(res.labels["cell_id"], res.labels["regime"]))
+    reg = dict(zip(res.labels["cell_id"], res.labels["regime"], strict=True))
     assert reg == {
         "g:p1": "prefix_limited",
         "m:p1": "budget_limited",
@@ -100,7 +100,7 @@ def test_small_budget_run_classifies_under_its_protocol():
     # B = 64 with restarts 64 … 512: 4B = 256 is the budget-limited budget, B the scratch one
     samples, cells = frames(small_spec(), budget=64)
     res = classify_frames(samples, cells, protocol=SMALL, draws=2)
-    reg = dict(zip(res.labels["cell_id"], res.labels["regime"]))
+    reg = dict(zip(res.labels["cell_id"], res.labels["regime"], strict=True))
     assert reg["m:p1"] == "budget_limited" and reg["g:p2"] == "instant_scratch_solvable"
     assert res.summary["protocol"]["budget_limited_at"] == 256
     assert res.summary["protocol"]["budget"] == 64

@@ -4,6 +4,8 @@ labels the cell can reach."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -109,7 +111,7 @@ def test_raising_every_rate_never_unsolves(pair):
 def _canonical_event(probes: dict) -> bool:
     """A T_F event on the canonical 4-branch rates, computed here independently."""
     ok = [probes[a][0] / 4 >= 0.75 for a in sorted(probes)]
-    return any(x and y for x, y in zip(ok, ok[1:]))
+    return any(x and y for x, y in pairwise(ok))
 
 
 def reachable(traj) -> set[str]:

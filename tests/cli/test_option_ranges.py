@@ -33,7 +33,7 @@ def _refused_all(cases: list[tuple[tuple, list[str]]]) -> None:
     is refused before it reads or writes)."""
     with ThreadPoolExecutor(max_workers=4) as pool:
         procs = list(pool.map(lambda case: run_bt(*case[0], timeout=120), cases))
-    for proc, (args, needles) in zip(procs, cases):
+    for proc, (_args, needles) in zip(procs, cases, strict=True):
         assert_one_line_error(proc, 2, *needles)
 
 

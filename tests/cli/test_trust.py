@@ -65,7 +65,7 @@ def _refused_all(cases: list[tuple[tuple, list[str]]]) -> None:
     time is the interpreter starting."""
     with ThreadPoolExecutor(max_workers=3) as pool:
         procs = list(pool.map(lambda case: run_bt(*case[0]), cases))
-    for proc, (_, needles) in zip(procs, cases):
+    for proc, (_, needles) in zip(procs, cases, strict=True):
         assert_one_line_error(proc, 2, *needles)
 
 

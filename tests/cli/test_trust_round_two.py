@@ -122,12 +122,12 @@ def test_1_each_kind_of_damage_is_one_line_naming_the_row_and_field(made, tmp_pa
         _sql(runs[name], sql)
     before = {name: snapshot(run) for name, run in runs.items()}
     verified = _all(*[("verify", run) for run in runs.values()])
-    for (name, (_, field, who)), proc in zip(DAMAGE.items(), verified):
+    for (name, (_, field, who)), proc in zip(DAMAGE.items(), verified, strict=True):
         line = _damaged(proc, who, field)
         assert SCHEMA_3 in proc.stdout, (name, proc.stdout)
         assert "changed since" in line or "does not match" in line, (name, line)
     # a reader refuses the row (or the cell's rows) before computing anything from it
-    for name, proc in zip(DAMAGE, _all(*[("status", run) for run in runs.values()])):
+    for name, proc in zip(DAMAGE, _all(*[("status", run) for run in runs.values()]), strict=True):
         assert_one_line_error(proc, 2, DAMAGE[name][1], "checksum", "bt verify")
     assert {name: snapshot(run) for name, run in runs.items()} == before
 
@@ -274,7 +274,7 @@ def test_4_a_damaged_manifest_is_one_line_naming_the_key_and_nothing_is_written(
     before = {name: snapshot(run) for name, run in runs.items()}
     calls = [(cmd, run) for run in runs.values() for cmd in ("verify", "status", "grade", "export")]
     procs = iter(_all(*calls))
-    for name, (_, key, what) in MANIFEST_DAMAGE.items():
+    for _, key, what in MANIFEST_DAMAGE.values():
         _damaged(next(procs), f"manifest {key}", what)
         for _ in ("status", "grade", "export"):
             assert_one_line_error(next(procs), 2, "damaged manifest", key, what)

@@ -53,7 +53,10 @@ def _snapshot(root: Path) -> dict[str, bytes]:
 def _refused_all(cases: list[tuple[tuple, list[str]]], cwd: Path | None = None) -> list:
     with ThreadPoolExecutor(max_workers=3) as pool:
         procs = list(pool.map(lambda case: run_bt(*case[0], cwd=cwd, timeout=180), cases))
-    return [assert_one_line_error(proc, 2, *needles) for proc, (_, needles) in zip(procs, cases)]
+    return [
+        assert_one_line_error(proc, 2, *needles)
+        for proc, (_, needles) in zip(procs, cases, strict=True)
+    ]
 
 
 def _closed_port_url() -> str:

@@ -102,7 +102,7 @@ def _start(
             if line.startswith("bt serve:") and "http://" in line:
                 url = line.split("http://", 1)[1].split(";", 1)[0].split()[0]
                 sp = ServeProc(proc, "http://" + url, seen)
-                threading.Thread(target=lambda: sp.log.extend(proc.stderr), daemon=True).start()
+                threading.Thread(target=sp.log.extend, args=(proc.stderr,), daemon=True).start()
                 return sp
         raise RuntimeError(
             f"bt serve did not start within {START_DEADLINE_S:.0f}s: {''.join(seen)[-2000:]}"

@@ -17,11 +17,11 @@ from breakthrough.engine.sampling.signals import (
     token_signals,
     token_signals_np,
 )
-
-ALL_FIELDS = SIGNAL_FIELDS + HIDDEN_FIELDS
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.protocol import Sampling
 from breakthrough.tasks.family import user_message
+
+ALL_FIELDS = SIGNAL_FIELDS + HIDDEN_FIELDS
 
 
 def _prompt(tm, i: int = 1):
@@ -101,7 +101,9 @@ def test_every_field_equals_direct_numpy_from_full_logits(float_or_4bit):
     reqs = [GenRequest(f"r{i}", p, 12, seed=40 + i) for i, p in enumerate(prompts)]
     reqs.append(GenRequest("g", prompts[0], 12, seed=0, sampling=Sampling(temperature=0.0)))
     for res, req in zip(
-        sorted(eng.generate(reqs), key=lambda r: r.key), sorted(reqs, key=lambda r: r.key)
+        sorted(eng.generate(reqs), key=lambda r: r.key),
+        sorted(reqs, key=lambda r: r.key),
+        strict=True,
     ):
         n = len(res.tokens)
         assert n >= 4 and set(res.signals) == set(ALL_FIELDS)

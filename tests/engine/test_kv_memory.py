@@ -75,7 +75,7 @@ def test_shared_batch_cache_hands_attention_the_same_keys_as_batch_kv_cache() ->
     trace = mx.array(rng.standard_normal((1, heads, 40, dim)).astype(np.float32))
     lengths, own = [40, 25, 25, 7], [3, 5, 1, 9]
     rows, plain = [], []
-    for n, m in zip(lengths, own):
+    for n, m in zip(lengths, own, strict=True):
         mine = mx.array(rng.standard_normal((1, heads, m, dim)).astype(np.float32))
         row = SharedRowCache(trace[..., :n, :], trace[..., :n, :] * 2)
         row.reserve(m + 4)
@@ -102,7 +102,7 @@ def test_shared_batch_cache_hands_attention_the_same_keys_as_batch_kv_cache() ->
     # filtering and extending move rows only; a row's own buffer was allocated once
     shared.filter([2, 0])
     assert shared.offset.tolist() == [lengths[2] + own[2] + 1, lengths[0] + own[0] + 1]
-    assert all(r.keys.shape[2] == m + 4 for r, m in zip(rows, own))
+    assert all(r.keys.shape[2] == m + 4 for r, m in zip(rows, own, strict=True))
 
 
 @pytest.fixture(scope="module")

@@ -189,7 +189,7 @@ def test_bt_pipeline_on_a_real_vllm(vllm_server, tmp_path: Path) -> None:
     )
     assert man["engine"]["server"] == "vllm" and man["engine"]["logprobs"] == "raw"
     assert len(a) == len(b) > 2 and set(a["kind"]) == {"base", "probe", "restart"}
-    for x, y in zip(a.itertuples(), b.itertuples()):
+    for x, y in zip(a.itertuples(), b.itertuples(), strict=True):
         assert x.token_ids.tolist() == y.token_ids.tolist(), (x.cell_id, x.kind, x.anchor, x.branch)
     assert hits1 > hits0
 

@@ -92,7 +92,7 @@ def test_prompt_scores_parse_alike() -> None:
     v = wire.parse_vllm_prompt_logprobs(_load("vllm_prompt_logprobs.json"))
     s = wire.parse_sglang_prompt_logprobs(_load("sglang_prompt_logprobs.json"))
     assert len(v) == len(s) == 4 and v[0] == {} and s[0] == {}
-    for a, b in zip(v[1:], s[1:]):
+    for a, b in zip(v[1:], s[1:], strict=True):
         assert topk_stats.max_logprob_difference(a, b) == 0.0
     assert v[3][2001] == pytest.approx(-19.16779136657715)
 

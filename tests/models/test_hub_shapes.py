@@ -162,7 +162,10 @@ def test_bt_loads_each_alias_as_the_study_did(hub_models, alias):
     seg = segment_ids(tok, trace, fam)
     runs = [int(c) for i, c in enumerate(seg) if i == 0 or c != seg[i - 1]]
     assert runs == [SPECIAL, THINKING_CODE, SPECIAL, SOLUTION, FINAL_ANSWER], seg
-    assert tok.decode([t for t, c in zip(trace, seg) if c == THINKING_CODE]) == THINKING[alias]
+    assert (
+        tok.decode([t for t, c in zip(trace, seg, strict=True) if c == THINKING_CODE])
+        == THINKING[alias]
+    )
 
 
 def test_a_runs_hub_id_finds_ministrals_system_prompt_in_the_source_repo(hub_home, monkeypatch):

@@ -19,7 +19,7 @@ from breakthrough.models.segments import (
 )
 from breakthrough.models.tokens import token_strings
 
-T, S, O, F = THINKING, SPECIAL, SOLUTION, FINAL_ANSWER
+T, S, O, F = THINKING, SPECIAL, SOLUTION, FINAL_ANSWER  # noqa: E741 (the labels' initials)
 
 
 def test_segment_qwen_think_style():
@@ -87,9 +87,9 @@ def test_segment_ids_with_real_tokenizer(smollm2_tokenizer):
     seg = segment_ids(tok, ids, FAMILIES["qwen"])
     strs = token_strings(tok, ids)
     assert "".join(strs) == text
-    thinking = "".join(s for s, c in zip(strs, seg) if c == T)
+    thinking = "".join(s for s, c in zip(strs, seg, strict=True) if c == T)
     assert thinking == "Add 2 and 3."
-    final = "".join(s for s, c in zip(strs, seg) if c == F)
+    final = "".join(s for s, c in zip(strs, seg, strict=True) if c == F)
     assert final.startswith("\\boxed{") or final.startswith(" \\boxed{")
     cut = anchor_cutoff(seg, 2)
     assert "".join(strs[: cut + 1]).endswith(strs[cut]) and seg[cut] == T

@@ -72,7 +72,7 @@ def test_fresh_prefill_backend_gives_identical_runs(tmp_path: Path, tiny_model_d
     assert len(reuse) == len(fresh) > 2 * 3 * 2
     keys = ["cell_id", "kind", "anchor", "budget", "branch", "seed", "prefix_len", "finish_reason"]
     assert reuse[keys].equals(fresh[keys])
-    for a, b in zip(reuse.itertuples(), fresh.itertuples()):
+    for a, b in zip(reuse.itertuples(), fresh.itertuples(), strict=True):
         assert a.token_ids.tolist() == b.token_ids.tolist(), (a.cell_id, a.kind, a.anchor, a.branch)
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4, equal_nan=True)
 

@@ -119,7 +119,7 @@ def test_continue_killed_and_rerun_equals_uninterrupted(fixture_run: Path, tmp_p
     key = ["cell_id", "kind", "anchor", "budget", "branch"]
     da, db = da.sort_values(key).reset_index(drop=True), db.sort_values(key).reset_index(drop=True)
     assert da[key].equals(db[key])
-    assert all(np.array_equal(x, y) for x, y in zip(da["token_ids"], db["token_ids"]))
+    assert all(np.array_equal(x, y) for x, y in zip(da["token_ids"], db["token_ids"], strict=True))
     assert list(da["correct"]) == list(db["correct"])
 
 

@@ -41,7 +41,9 @@ def test_continuations_instrument_only_when_asked(
     light, light_man = _frame(fixture_run)
     heavy, heavy_man = _frame(full)
     assert len(light) == len(heavy) and (light["kind"] != "base").sum() > 0
-    for a, b in zip(light.itertuples(), heavy.itertuples()):  # the same tokens and statistics
+    for a, b in zip(
+        light.itertuples(), heavy.itertuples(), strict=True
+    ):  # the same tokens and statistics
         assert np.array_equal(a.token_ids, b.token_ids)
         np.testing.assert_array_equal(a.logprobs, b.logprobs)
         np.testing.assert_array_equal(a.entropies, b.entropies)

@@ -95,7 +95,7 @@ def test_two_bt_serve_endpoints_give_the_local_tokens(tmp_path: Path, tiny_model
     assert man["engine"]["logprobs"] == "raw" and man["engine"]["token_ids"] == "exact"
     keys = ["cell_id", "kind", "anchor", "budget", "branch", "seed", "prefix_len", "finish_reason"]
     assert len(local) == len(fleet) > 3 * 3 * 2 and local[keys].equals(fleet[keys])
-    for x, y in zip(local.itertuples(), fleet.itertuples()):
+    for x, y in zip(local.itertuples(), fleet.itertuples(), strict=True):
         assert x.token_ids.tolist() == y.token_ids.tolist(), (x.cell_id, x.kind, x.anchor, x.branch)
         # Same ids; the floats may differ in the last bits where the server's batch shape picks
         # other BLAS kernels than the local run's.
@@ -107,7 +107,7 @@ def test_two_bt_serve_endpoints_give_the_local_tokens(tmp_path: Path, tiny_model
     # The run whose server A was SIGKILLed during `bt continue`: the full set, the same tokens.
     assert not killed.duplicated(["cell_id", "kind", "anchor", "budget", "branch"]).any()
     assert local[keys].equals(killed[keys])
-    for x, y in zip(local.itertuples(), killed.itertuples()):
+    for x, y in zip(local.itertuples(), killed.itertuples(), strict=True):
         assert x.token_ids.tolist() == y.token_ids.tolist(), (x.cell_id, x.kind, x.anchor, x.branch)
 
 

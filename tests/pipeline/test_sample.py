@@ -78,7 +78,11 @@ def test_sample_stores_n_graded_seeded_attempts_and_resumes(
     with RunStore(run_dir, readonly=True) as s:  # the per-token instrumentation rides along
         sig = s.samples_frame(kind="attempt", signals=True)
     assert sig["signals"].map(bool).all()
-    assert all(len(v) == n for d, n in zip(sig["signals"], sig["n_tokens"]) for v in d.values())
+    assert all(
+        len(v) == n
+        for d, n in zip(sig["signals"], sig["n_tokens"], strict=True)
+        for v in d.values()
+    )
     before = {(r.cell_id, r.branch): r.sample_id for r in df.itertuples()}
 
     # the same request again adds nothing

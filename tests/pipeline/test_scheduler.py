@@ -44,7 +44,7 @@ def test_interleaving_cells_changes_nothing(
     a, key = _samples(fixture_run)
     b, _ = _samples(other)
     assert a[key].equals(b[key])
-    assert all(np.array_equal(x, y) for x, y in zip(a["token_ids"], b["token_ids"]))
+    assert all(np.array_equal(x, y) for x, y in zip(a["token_ids"], b["token_ids"], strict=True))
 
 
 def test_probes_go_longest_context_first_and_done_cells_free_their_prefix(

@@ -157,7 +157,7 @@ def test_cell_page_labels_have_human_names(classified):
     labels = page.table("labels")[1:]
     raw = {r[2] for r in labels}
     assert {"t_f", "interval_lower", "R_8", "R_16", "t_v_d050"} <= raw
-    for name, _value, column in labels:
+    for name, _value, _column in labels:
         # no raw field name (snake_case) left; T_F and T_V are the protocol's own symbols
         assert "_" not in name.replace("T_F", "").replace("T_V", ""), name
     named = {r[2]: r[0] for r in labels}

@@ -31,7 +31,7 @@ def test_label_hardening_bars_hold_the_counts():
                 {
                     "model": m,
                     "when": when,
-                    **dict(zip(("instant", "interior", "A1 event", "censored"), c)),
+                    **dict(zip(("instant", "interior", "A1 event", "censored"), c, strict=True)),
                     "total": sum(c),
                 }
             )

@@ -161,7 +161,7 @@ def test_graded_frame_regrades_text() -> None:
         {
             "problem_id": [item["id"], item["id"], "math/1"],
             "text": [
-                '{"solution": %s, "objective": -1, "unique": true, "num_optima": 1}' % sol,
+                f'{{"solution": {sol}, "objective": -1, "unique": true, "num_optima": 1}}',
                 "<think>no answer",
                 "42",
             ],

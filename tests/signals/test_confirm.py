@@ -216,7 +216,9 @@ def test_split_seed_is_deterministic_and_problem_wise():
     assert ft.split_source == "hash seed 5"
     per_problem = ft.table.groupby("problem_id")["split"].nunique()
     assert (per_problem == 1).all()  # both models' cells of a problem share its split
-    assert dict(zip(ft.table.problem_id, ft.table.split)) == hash_splits(lab.problem_id, 5)
+    assert dict(zip(ft.table.problem_id, ft.table.split, strict=True)) == hash_splits(
+        lab.problem_id, 5
+    )
 
 
 def test_cohort_rows_that_disagree_on_a_split_are_refused():

@@ -102,7 +102,9 @@ def test_probe_on_a_jsonl_dump_writes_the_table(dump, tiny_model_dir, tmp_path):
         ["8", "stream"],
         ["LOO", "loo"],
     ]
-    for ln, (_, r) in zip(lines[3:8], table.iterrows()):  # printed values are the table's
+    for ln, (_, r) in zip(
+        lines[3:8], table.iterrows(), strict=False
+    ):  # printed values are the table's
         assert ln.split()[2] == f"{r.pooled:.3f}"
 
 

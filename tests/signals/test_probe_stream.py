@@ -135,7 +135,7 @@ def test_stream_features_are_the_summaries_of_the_first_t_tokens():
     # by hand at t = 4: entropy mean / std / OLS slope, surprisal max one-step rise
     e, s = entropy[:4], surprisal[:4]
     slope = np.polyfit(np.arange(4.0), e, 1)[0]
-    f4 = dict(zip(STREAM_SUMMARIES, feats[4]))
+    f4 = dict(zip(STREAM_SUMMARIES, feats[4], strict=True))
     assert f4["stream_entropy_mean"] == pytest.approx(e.mean())
     assert f4["stream_entropy_std"] == pytest.approx(e.std())
     assert f4["stream_entropy_ols_slope"] == pytest.approx(slope)

@@ -175,7 +175,7 @@ def solve_knapsack(inst):
     """Capacity DP over (best, count) with 'weight <= c' semantics."""
     cap = inst["capacity"]
     f = [(0, 1)] * (cap + 1)
-    for v, w in zip(inst["values"], inst["weights"]):
+    for v, w in zip(inst["values"], inst["weights"], strict=True):
         g = list(f)
         for c in range(w, cap + 1):
             b0, n0 = f[c]
@@ -187,7 +187,11 @@ def solve_knapsack(inst):
 
 def solve_portfolio(inst):
     """All K-subsets via itertools.combinations."""
-    s, pen, net = inst["sectors"], inst["P"], [m - r for m, r in zip(inst["mu"], inst["risk"])]
+    s, pen, net = (
+        inst["sectors"],
+        inst["P"],
+        [m - r for m, r in zip(inst["mu"], inst["risk"], strict=True)],
+    )
     best, count = None, 0
     for combo in itertools.combinations(range(inst["n"]), inst["K"]):
         u = sum(net[i] for i in combo)

@@ -49,7 +49,7 @@ def row_params(samplings: Sequence[Sampling], vocab: int) -> RowParams:
     first = samplings[0]
     ks = [s.top_k if 0 < s.top_k < vocab else vocab for s in samplings]
     greedy = [s.temperature <= 0 for s in samplings]
-    sampled_k = [k for k, g in zip(ks, greedy) if not g]
+    sampled_k = [k for k, g in zip(ks, greedy, strict=True) if not g]
     k_max = max(sampled_k) if sampled_k else 1
     if all(s == first for s in samplings):
         return RowParams(

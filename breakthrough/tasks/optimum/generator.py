@@ -261,7 +261,7 @@ def evaluate(kind: str, instance: dict[str, Any], solution: list[int]) -> tuple[
         raise ValueError(f"solution has {len(solution)} entries, instance has n={n}")
     x = solution
     if kind == "subset":
-        obj = sum(v for v, xi in zip(instance["values"], x) if xi)
+        obj = sum(v for v, xi in zip(instance["values"], x, strict=True) if xi)
         ok = sum(x) == instance["k"] and not any(x[a] and x[b] for a, b in instance["conflicts"])
         return ok, obj
     if kind == "qubo":
@@ -280,8 +280,8 @@ def evaluate(kind: str, instance: dict[str, Any], solution: list[int]) -> tuple[
         obj = sum(cost[i][x[i]] for i in range(n) if 0 <= x[i] < n)
         return ok, obj
     if kind == "knapsack":
-        obj = sum(v for v, xi in zip(instance["values"], x) if xi)
-        wt = sum(w for w, xi in zip(instance["weights"], x) if xi)
+        obj = sum(v for v, xi in zip(instance["values"], x, strict=True) if xi)
+        wt = sum(w for w, xi in zip(instance["weights"], x, strict=True) if xi)
         return wt <= instance["capacity"], obj
     if kind == "portfolio":
         s, pen = instance["sectors"], instance["P"]

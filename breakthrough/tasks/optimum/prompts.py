@@ -102,7 +102,7 @@ def _block_knapsack(inst: dict[str, Any]) -> str:
     lines = [f"0/1 knapsack. {n} items, numbered 1 to {n} (value, weight):"]
     lines += [
         f"item {i + 1}: value {v}, weight {w}"
-        for i, (v, w) in enumerate(zip(inst["values"], inst["weights"]))
+        for i, (v, w) in enumerate(zip(inst["values"], inst["weights"], strict=True))
     ]
     lines.append(
         f"Capacity: {cap}. Choose a set of items with total weight at most {cap} that maximizes "
@@ -116,7 +116,7 @@ def _block_portfolio(inst: dict[str, Any]) -> str:
     lines = [f"Toy portfolio selection. {n} assets, numbered 1 to {n}:"]
     lines += [
         f"asset {i + 1}: sector {SECTOR_LETTERS[s]}, expected return {m}, risk {r}"
-        for i, (s, m, r) in enumerate(zip(inst["sectors"], inst["mu"], inst["risk"]))
+        for i, (s, m, r) in enumerate(zip(inst["sectors"], inst["mu"], inst["risk"], strict=True))
     ]
     lines.append(
         "Pair penalty by sectors (symmetric; applies to every unordered pair of chosen assets):"
