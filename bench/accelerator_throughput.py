@@ -30,8 +30,8 @@ import continue_throughput  # noqa: E402  (imports breakthrough first: BLAS befo
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
-        epilog="Any other option (--workload study8|small, ...) is passed on to continue_throughput.py;"
-        " see `python bench/continue_throughput.py --help`.",
+        epilog="Any other option (--workload study8|small, ...) is passed on to "
+        "continue_throughput.py; see `python bench/continue_throughput.py --help`.",
     )
     ap.add_argument("--model", default="qwen3-4b", help="a registry alias, hub id or mlx-lm folder")
     ap.add_argument("--batch-size", type=int, default=64)

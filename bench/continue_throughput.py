@@ -7,8 +7,8 @@ of about 1,150 tokens: anchors 8,16,...,1024 x 4 branches, B = 128 reasoning tok
 answer phase, restarts at 128,256,512,1024 x 4 (each with its answer phase), no bisection
 rounds, no top-ups: 14,848 generated tokens per cell when no row stops early (the random models
 never do). bt's line also prints its batch occupancy (token-weighted mean rows in flight /
-batch size, `MlxEngine.occupancy`). `--workload small` is the old prefill-dominated one (8 anchors 64..1280 x 4,
-B = 16, answer 8, restarts 16 x 4).
+batch size, `MlxEngine.occupancy`). `--workload small` is the old prefill-dominated one (8 anchors
+64..1280 x 4, B = 16, answer 8, restarts 16 x 4).
 
 bt side: the real pipeline, `breakthrough.pipeline.cell_loop.continue_run` on a run directory
 built here (one cell, its base trace stored), exactly what `bt continue` runs: scheduler, engine,
@@ -67,9 +67,10 @@ mlx-lm pads a batch to its longest row; at 8 cells 57 % in cell order, 91 % long
     .venv/bin/python bench/continue_throughput.py --model deep          # 8 layers, width 384
     .venv/bin/python bench/continue_throughput.py --workload small
     .venv/bin/python bench/continue_throughput.py --model smollm2-135m  # any alias or mlx-lm folder
-    .venv/bin/python bench/continue_throughput.py --model wide-vocab    # 151,936-token head (Qwen's)
+    .venv/bin/python bench/continue_throughput.py --model wide-vocab  # 151,936-token head (Qwen's)
     .venv/bin/python bench/continue_throughput.py --cells 8 --reference-cells 1 --repeats 1
-    .venv/bin/python bench/continue_throughput.py --model deep --reference-cells 1 --reference-branches 1
+    .venv/bin/python bench/continue_throughput.py --model deep --reference-cells 1 \
+        --reference-branches 1
     # issue 28: the study's KV geometry (Qwen3-4B's 36 x 8 x 128; study-geometry-ministral: 26 x 8
     # x 128; hidden size 256), rows in flight per context depth and peak memory vs the budget
     .venv/bin/python bench/continue_throughput.py --model study-geometry --cells 1 \

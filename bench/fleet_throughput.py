@@ -10,7 +10,7 @@ the same tokens. On one machine the two servers share its cores, so the ratio me
 of the machine one server leaves idle (on a 2-core CPU little); across machines it approaches
 the number of endpoints when the cells outnumber them.
 
-    .venv/bin/python bench/fleet_throughput.py                    # tiny random model (4 layers, 128 wide)
+    .venv/bin/python bench/fleet_throughput.py  # tiny random model (4 layers, 128 wide)
     .venv/bin/python bench/fleet_throughput.py --model smollm2-135m --tokens 64
 """
 
@@ -151,8 +151,8 @@ def main() -> None:
                 same = "same tokens" if tok1 == tok2 else "TOKENS DIFFER"
                 ratios.append(two / one)
                 print(
-                    f"repeat {rep + 1}: 1 endpoint {one:8.1f} tok/s   2 endpoints {two:8.1f} tok/s   "
-                    f"ratio {two / one:5.2f}   ({same})"
+                    f"repeat {rep + 1}: 1 endpoint {one:8.1f} tok/s   "
+                    f"2 endpoints {two:8.1f} tok/s   ratio {two / one:5.2f}   ({same})"
                 )
             print(f"median ratio (2 endpoints / 1): {statistics.median(ratios):.2f}")
         finally:

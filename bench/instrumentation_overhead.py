@@ -1,11 +1,13 @@
-"""What does the per-token instrumentation (protocol 2.2, `engine/sampling/signals.py:token_signals*`)
-cost? Generated tokens/s of the MLX engine with full instrumentation vs log-prob-only
-(`MlxEngine(instrument=False)`: log-prob and the two entropies only), same requests, same run.
+"""What does the per-token instrumentation (protocol 2.2,
+`engine/sampling/signals.py:token_signals*`) cost? Generated tokens/s of the MLX engine with full
+instrumentation vs log-prob-only (`MlxEngine(instrument=False)`: log-prob and the two entropies
+only), same requests, same run.
 
 Target (issue 11): at most 15 % slower on the tiny test model and on SmolLM2-135M. Rounds
 alternate between the two settings; prints the median rate of each and their ratio.
 
-    nice -n 10 .venv/bin/python bench/instrumentation_overhead.py [--tokens 64] [--rows 8] [--rounds 3]
+    nice -n 10 .venv/bin/python bench/instrumentation_overhead.py \
+        [--tokens 64] [--rows 8] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def measure(name: str, loaded, args) -> None:
     m_on, m_off = statistics.median(on), statistics.median(off)
     print(
         f"{name}: log-prob only {m_off:,.0f} tok/s, instrumented {m_on:,.0f} tok/s, "
-        f"instrumented / log-prob only = {m_on / m_off:.3f} ({(1 - m_on / m_off) * 100:+.1f} % slower); "
+        f"instrumented / log-prob only = {m_on / m_off:.3f} "
+        f"({(1 - m_on / m_off) * 100:+.1f} % slower); "
         f"{args.rows} rows x {args.tokens} tokens, median of {args.rounds} rounds"
     )
 

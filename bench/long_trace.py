@@ -201,7 +201,8 @@ def main() -> None:
         )
     for phase, ts in phase_t.items():
         print(
-            f"{phase:<10} {ts[-1] - ts[0]:8.1f} {phase_n[phase]:9d}  ({ts[0] - start:.1f}..{ts[-1] - start:.1f})"
+            f"{phase:<10} {ts[-1] - ts[0]:8.1f} {phase_n[phase]:9d}  "
+            f"({ts[0] - start:.1f}..{ts[-1] - start:.1f})"
         )
     print(
         f"continue   {times['continue']:8.1f} {sum(phase_n.values()):9d}  "
@@ -218,8 +219,8 @@ def main() -> None:
     ):
         print(f"{label:<38} {value / mb:8.2f}  {value / budget:6.3f}")
     print(
-        f"rows per batch allowed for {row_tokens:,}-token rows: {rows} (--batch-size {args.batch_size}); "
-        f"snapshots {snaps}, prefix {prefix_tokens:,} tokens"
+        f"rows per batch allowed for {row_tokens:,}-token rows: {rows} "
+        f"(--batch-size {args.batch_size}); snapshots {snaps}, prefix {prefix_tokens:,} tokens"
     )
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)

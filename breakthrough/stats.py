@@ -244,7 +244,8 @@ def auroc(score: Any, label: Any) -> float:
 
 @dataclass(frozen=True)
 class GroupAUROC:
-    """Per-group counts and AUROC (NaN where a group has only one class), aligned with ``groups``."""
+    """Per-group counts and AUROC (NaN where a group has only one class), aligned with
+    ``groups``."""
 
     groups: np.ndarray
     n: np.ndarray

@@ -852,8 +852,9 @@ class RunStore:
             return Protocol.from_dict(man.get("protocol"))
         except (TypeError, ValueError) as exc:
             raise BtError(
-                f"{self.run_dir}: the manifest holds no complete protocol ({exc}); it was made by an "
-                f"older bt: rerun `bt continue {self.run_dir}` with the run's settings to record it"
+                f"{self.run_dir}: the manifest holds no complete protocol ({exc}); it was made by "
+                f"an older bt: rerun `bt continue {self.run_dir}` with the run's settings to "
+                "record it"
             ) from None
 
     def update_manifest(self, values: dict[str, Any]) -> None:
@@ -1288,7 +1289,10 @@ class RunStore:
         )
         if arrays:
             cols += ", s.token_ids, s.segments, s.logprobs, s.entropies, s.sampling_entropies"
-        sql = f"SELECT {cols} FROM samples s JOIN cells c USING(cell_id) LEFT JOIN grades g USING(sample_id)"
+        sql = (
+            f"SELECT {cols} FROM samples s JOIN cells c USING(cell_id) "
+            "LEFT JOIN grades g USING(sample_id)"
+        )
         where, params = self._where(kind=kind, cell_id=cell_id)
         self.check_where(where, params)  # the rows this frame holds, before anything uses them
         df = pd.read_sql_query(sql + where + " ORDER BY s.sample_id", self.conn, params=params)

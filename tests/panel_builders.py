@@ -1,4 +1,5 @@
-"""Hand-built panels for the classify tests: {cell: {anchor or budget: (k, n[, k_canon[, n_canon]])}}."""
+"""Hand-built panels for the classify tests: {cell: {anchor or budget: (k, n[, k_canon[,
+n_canon]])}}."""
 
 from __future__ import annotations
 

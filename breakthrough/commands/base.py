@@ -37,7 +37,8 @@ def base(
     ),
     model: str = typer.Option(
         None,
-        help="Comma-separated model aliases, local mlx-lm folders or hub ids (see `bt models list`). "
+        help="Comma-separated model aliases, local mlx-lm folders or hub ids "
+        "(see `bt models list`). "
         f"Default: the offline smollm2-135m; the study's models are --model {STUDY_MODELS}.",
     ),
     max_tokens: int = typer.Option(

@@ -248,8 +248,9 @@ def continue_(
         console.print(
             f"{rep.run_dir.name}: {count(rep.cells, 'cell')}; samples "
             + ", ".join(f"{k} {v}" for k, v in rep.samples.items())
-            + f"; prefill {rep.prefill_tokens:,} tokens for {rep.trace_tokens:,} prompt+trace tokens; "
-            f"{rep.generated_tokens:,} generated in {rep.elapsed_s:.1f}s{occupancy}; "
+            + f"; prefill {rep.prefill_tokens:,} tokens for {rep.trace_tokens:,} "
+            f"prompt+trace tokens; {rep.generated_tokens:,} generated in "
+            f"{rep.elapsed_s:.1f}s{occupancy}; "
             f"top-ups {rep.topup.text if rep.topup else '?'}" + (f"; {added}" if added else "")
         )
         if rep.failed_cells:
@@ -343,8 +344,9 @@ def _add_budget(
 def _announce(console, run_dir: Path, man: dict) -> None:
     p = man["protocol"]
     console.print(
-        f"[bold]{run_dir.name}[/]: {count(man['base_traces'], 'base trace')} of {man.get('model_alias')}; "
-        f"probes at B={p['budget']}, answer {p['answer_budget']}, {count(p['samples'], 'sample')}; restarts at "
+        f"[bold]{run_dir.name}[/]: {count(man['base_traces'], 'base trace')} of "
+        f"{man.get('model_alias')}; probes at B={p['budget']}, answer {p['answer_budget']}, "
+        f"{count(p['samples'], 'sample')}; restarts at "
         f"{','.join(map(str, p['restart_budgets']))}; top-ups: {man['topup_choice'].describe()}"
     )
     if man.get("large_run"):

@@ -89,8 +89,9 @@ class RowSpec:
         # Keep the final-normalised hidden vector (float16) of every `hidden_stride`-th token
         # (0: none): `hidden_rows` gets (k, vector) for token index k = 0, stride, 2 stride...,
         # the state whose logits drew token k (protocol 2.2's recorder), evaluated with its step
-        # so that the step's whole [rows, d] state is not kept alive by a lazy slice. Rows may run one token
-        # past the row's end (the step ahead); the reader drops indices >= its token count.
+        # so that the step's whole [rows, d] state is not kept alive by a lazy slice. Rows may run
+        # one token past the row's end (the step ahead); the reader drops indices >= its token
+        # count.
         self.hidden_stride = max(0, int(hidden_stride))
         self.hidden_rows: list = []
 

@@ -222,7 +222,8 @@ class HttpEngine:
             "entropies": "exact (bt serve)" if bt_serve else f"bounds from top-{wire.TOP_LOGPROBS}",
             "sampling_entropies": "exact (bt serve)"
             if bt_serve
-            else f"exact from top-{wire.TOP_LOGPROBS} when 0 < top_k <= {wire.TOP_LOGPROBS}, else NaN",
+            else f"exact from top-{wire.TOP_LOGPROBS} when 0 < top_k <= {wire.TOP_LOGPROBS}, "
+            "else NaN",
         }
         if self.backend == "sglang":
             self._identity["seeds"] = (
@@ -291,10 +292,10 @@ class HttpEngine:
         if self.accept_processed:
             return "processed (accepted with --accept-processed-logprobs)"
         raise BtError(
-            f"--endpoint {ep.url}: the server returns processed log-probs (they differ from the raw "
-            f"scores of the same position by {diff:.3f} nats); restart it with raw log-probs (vLLM: "
-            "--logprobs-mode raw_logprobs; SGLang: SGLANG_RETURN_ORIGINAL_LOGPROB=1) or pass "
-            "--accept-processed-logprobs"
+            f"--endpoint {ep.url}: the server returns processed log-probs (they differ from the "
+            f"raw scores of the same position by {diff:.3f} nats); restart it with raw log-probs "
+            "(vLLM: --logprobs-mode raw_logprobs; SGLang: SGLANG_RETURN_ORIGINAL_LOGPROB=1) or "
+            "pass --accept-processed-logprobs"
         )
 
     # -- the Engine contract ----------------------------------------------------------------------

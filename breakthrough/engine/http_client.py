@@ -14,8 +14,9 @@ max_backoff_s, timeout_s)` (`--retries N` is attempts N + 1, `--request-timeout`
     (`EndpointDown`): the fleet marks it dead and re-routes the request's cell;
   * a 5xx or 429 answer (a busy server; its Retry-After is honoured within the deadline), a
     timeout or a 2xx body that is not JSON, not the documented format or holds values that
-    cannot be true (`parse` decides: wire.check_values) is retried the same way; when every attempt failed the request fails (`RequestFailed`, which the engine turns
-    into a result with finish_reason "error"); the endpoint stays in the fleet;
+    cannot be true (`parse` decides: wire.check_values) is retried the same way; when every
+    attempt failed the request fails (`RequestFailed`, which the engine turns into a result
+    with finish_reason "error"); the endpoint stays in the fleet;
   * any other 4xx answer is not retried (the request itself is wrong): `RequestFailed` at once.
 With an API key every request carries `Authorization: Bearer KEY` (the key is never logged or
 put in a message). Nothing here knows a wire format: `parse` turns a decoded body into the

@@ -370,12 +370,12 @@ LOGPROB_SLACK = 1e-4
 def check_values(comp: Completion, vocab_size: int, prompt_len: int) -> Completion:
     """`comp` unchanged when every value a stored sample depends on can be true of the model
     (a proxy or a broken server can alter answers: without the check a token id of 10,000,000,
-    a NaN or a +5 log-prob would be stored): each token id (generated, matched stop, top-k) in 0..vocab_size - 1; each
-    generated token's log-prob finite and <= 0; each top-k log-prob <= 0 (or -inf); bt serve's
-    exact entropies one per token, finite, in [0, ln vocab_size] (sampling entropies may be NaN);
-    cached prompt tokens at most the prompt's. Else `MalformedResponse` naming the first value
-    that is wrong, which the client treats like any malformed answer (retried, then the request
-    fails: stored in the run's errors table, retried by a rerun)."""
+    a NaN or a +5 log-prob would be stored): each token id (generated, matched stop, top-k) in
+    0..vocab_size - 1; each generated token's log-prob finite and <= 0; each top-k log-prob <= 0 (or
+    -inf); bt serve's exact entropies one per token, finite, in [0, ln vocab_size] (sampling
+    entropies may be NaN); cached prompt tokens at most the prompt's. Else `MalformedResponse`
+    naming the first value that is wrong, which the client treats like any malformed answer
+    (retried, then the request fails: stored in the run's errors table, retried by a rerun)."""
     vocab = int(vocab_size)
 
     def token(t: int, where: str) -> None:

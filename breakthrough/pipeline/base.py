@@ -366,8 +366,9 @@ def base_runs(
         )
         if _all_stored(run_dir, ident.alias, rows):  # said before any model is loaded
             say(
-                f"{run_dir}: nothing to do: the {len(rows)} base trace{'' if len(rows) == 1 else 's'}"
-                f" asked for {'is' if len(rows) == 1 else 'are'} stored (no model loaded)"
+                f"{run_dir}: nothing to do: the {len(rows)} "
+                f"base trace{'' if len(rows) == 1 else 's'} asked for "
+                f"{'is' if len(rows) == 1 else 'are'} stored (no model loaded)"
             )
             continue
         _say_if_large(req, run_dir, ident.alias, rows, say)

@@ -180,11 +180,11 @@ def preflight_continue(
     """Before `bt continue` writes any run's protocol or loads a model: refuse a run whose
     manifest is empty, that is a `bt sample` run, whose settings could not run or differ from
     the ones it was continued under (`record_continuation_protocol`), whose `--topup` rules
-    would drop or contradict the ones it was continued under (`resolve_topup`), whose sample rows do not
-    match their checksums, that cannot be written, whose anchors lie beyond every base trace,
-    whose engine backend differs from the one asked for, or whose model files no longer match
-    its recorded revision and content digest, naming the setting (all known without loading
-    any weights)."""
+    would drop or contradict the ones it was continued under (`resolve_topup`), whose sample rows do
+    not match their checksums, that cannot be written, whose anchors lie beyond every base trace,
+    whose engine backend differs from the one asked for, or whose model files no longer match its
+    recorded revision and content digest, naming the setting (all known without loading any
+    weights)."""
     from breakthrough.models.loading import model_identity
 
     man = store.manifest()

@@ -98,7 +98,8 @@ def selection_text(
         f"bt cohorts screen (protocol 6.2): {k}/{n} verified successes, in the band [{lo}, {hi}]; "
         f"seeds {','.join(map(str, s.seeds or ()))} x models {','.join(models)} x "
         f"{s.protocol.base_max_tokens}-token attempts (protocol sampling); source cohort "
-        f"{source} (digest {digest[:12]}); source selection: {row.get('selection', '(not recorded)')}"
+        f"{source} (digest {digest[:12]}); "
+        f"source selection: {row.get('selection', '(not recorded)')}"
     )
 
 

@@ -3,8 +3,8 @@ the HTML report out.
 
 `classify_runs` reads every run whole from its store, including the protocol it was made
 under (`RunStore.protocol()`: a run without one is refused, never re-inferred from its
-samples; a `bt sample` run, independent attempts, is no study run and is skipped), labels it with `breakthrough.classify.frames.classify_frames` and writes everything
-with `write_outputs`:
+samples; a `bt sample` run, independent attempts, is no study run and is skipped), labels it with
+`breakthrough.classify.frames.classify_frames` and writes everything with `write_outputs`:
 
     labels.{parquet,csv}        one row per cell that ran its protocol (all runs; column `run`)
     unfinished.{parquet,csv}    the cells that have not (not continued, incomplete): no regime

@@ -236,7 +236,8 @@ def cross_model(labels: pd.DataFrame) -> Headline | None:
     table = pd.DataFrame(rows)
     models = ", ".join(model_name(m) for m in _models(labels))
     s = (
-        f"Collapsed cross-model agreement ({models}): {agree}/{compared} problem{'s' if compared != 1 else ''}"
+        f"Collapsed cross-model agreement ({models}): {agree}/{compared} "
+        f"problem{'s' if compared != 1 else ''}"
         + (f" ({', '.join(f'{n} {c}' for c, n in sorted(per.items()))})." if per else ".")
     )
     return Headline(
@@ -440,8 +441,9 @@ def a2(table: pd.DataFrame, verdicts: Mapping[str, Mapping[str, Any]]) -> Headli
     for b2, v in verdicts.items():
         b1 = v.get("budget_1")
         sentences.append(
-            f"{_count(v['trajectories'], 'trajectory', 'trajectories')} re-probed at B = {int(b2):,} beside "
-            f"B = {_fmt_int(b1)}: {v['earlier_by_2b']}/{v['trajectories']} first crossings "
+            f"{_count(v['trajectories'], 'trajectory', 'trajectories')} re-probed at "
+            f"B = {int(b2):,} beside B = {_fmt_int(b1)}: "
+            f"{v['earlier_by_2b']}/{v['trajectories']} first crossings "
             f"moved earlier by ≥ {2 * int(b1 or 0):,} tokens, {v['no_crossing_at_b2']} without a "
             f"crossing at B = {int(b2):,}; median shift "
             f"{_signed(v['median_shift_steps'], 1)} anchor steps → {v['verdict']}."
@@ -494,8 +496,8 @@ def confirmatory(
             sentences.append(
                 f"{r['endpoint'].capitalize()} ({r['variant']}): ΔAUROC "
                 f"{_signed(r['delta_auroc'], 3)} {_ci(r)} on {r['test_rows']} test rows "
-                f"({_count(r['test_problems'], 'problem')}; baseline {r['baseline_auroc']:.3f}, + early "
-                f"{r['early_auroc']:.3f}) → {'success' if r['success'] else 'no success'}."
+                f"({_count(r['test_problems'], 'problem')}; baseline {r['baseline_auroc']:.3f}, "
+                f"+ early {r['early_auroc']:.3f}) → {'success' if r['success'] else 'no success'}."
             )
         else:
             sentences.append(
@@ -518,8 +520,9 @@ def confirmatory(
             sweep.get("ci_including_zero", 0),
         )
         post = [x for x in sweep.get("forecast_tokens", []) if x != sweep.get("preregistered")]
+        swept = ", ".join(f"{x:,}" for x in sweep.get("forecast_tokens", []))
         sentences.append(
-            f"Forecast-point sweep over t ∈ {{{', '.join(f'{x:,}' for x in sweep.get('forecast_tokens', []))}}}"
+            f"Forecast-point sweep over t ∈ {{{swept}}}"
             f" (post-hoc: {len(post)} points): {neg} of {n} point estimates negative;"
             f" {zero} of {n} CIs include 0."
         )

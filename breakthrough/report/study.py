@@ -43,7 +43,8 @@ PROBE_SUMMARY, PROBE_FIGURE = "probe_summary.json", "probe_figure.png"
 # Protocol 10's figure list, in its order: name → caption.
 STUDY_FIGURES: dict[str, str] = {
     "regime_map": "Regime map: collapsed class per problem and model, and class counts per model.",
-    "dose_response": "Restart dose-response: R(C) per non-instant cell and the share with R(C) ≥ τ.",
+    "dose_response": "Restart dose-response: R(C) per non-instant cell and the share with "
+    "R(C) ≥ τ.",
     "matched_compute": "Matched compute: pooled prefix rate vs the matched restart R̂(t + B) per "
     "A1 terminal cell (* proxy comparisons).",
     "topup_resolution": "Top-up resolution: pooled successes of the probe cells at 8 branches.",

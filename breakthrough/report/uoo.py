@@ -154,8 +154,8 @@ def leaderboard(
         key = key if isinstance(key, tuple) else (key,)
         k, n = int(g["score"].sum()), len(g)
         lo, hi = proportion_ci(k, n, confidence, method)
-        rows.append({**dict(zip(by, key, strict=True)), "k": k, "n": n, "score": _rate(k, n), "ci_low": lo,
-                     "ci_high": hi})  # fmt: skip
+        rows.append({**dict(zip(by, key, strict=True)), "k": k, "n": n, "score": _rate(k, n),
+                     "ci_low": lo, "ci_high": hi})  # fmt: skip
     cols = [*by, "k", "n", "score", "ci_low", "ci_high"]
     return pd.DataFrame(rows, columns=cols)
 

@@ -54,7 +54,8 @@ def _version(name: str) -> str:
 
 class RequestLog:
     """ASGI middleware: one line per HTTP request through `log`: method, path, status, the
-    prompt and completion tokens a route counted (`request.state.tokens`) and the seconds it took."""
+    prompt and completion tokens a route counted (`request.state.tokens`) and the seconds it
+    took."""
 
     def __init__(self, app: Any, log: Callable[[str], None]) -> None:
         self.app = app

@@ -14,8 +14,8 @@ train + validation and scored once on test:
 
 The statistic is ΔAUROC = AUROC(early_blocks) − AUROC(baseline) on the same test rows, with a
 95% percentile interval over problem-clustered bootstrap draws (all cells of a problem, both
-models', travel together; a draw holding one class has no AUROC: it is skipped and counted); the test
-succeeds iff the interval's lower end is above 0. Why so rigid: the plan was registered before
+models', travel together; a draw holding one class has no AUROC: it is skipped and counted); the
+test succeeds iff the interval's lower end is above 0. Why so rigid: the plan was registered before
 the test split was scored; every hyper-parameter and seed below is the registered one, and the
 post-hoc sweep over forecast points (`--forecast-token`) reuses the pipeline unchanged.
 
@@ -461,8 +461,8 @@ def evaluate(
         return out | {
             "status": "not fit",
             "reason": (
-                f"train+validation has {groups[0]} problems with class 0 and {groups[1]} with class 1 "
-                f"(the power gate needs {MIN_GROUPS_PER_CLASS} of each)"
+                f"train+validation has {groups[0]} problems with class 0 and {groups[1]} with "
+                f"class 1 (the power gate needs {MIN_GROUPS_PER_CLASS} of each)"
             ),
         }
     if len(test) == 0 or len(np.unique(y_te)) < 2:

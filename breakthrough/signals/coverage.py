@@ -42,7 +42,10 @@ def coverage_lines(table: Any) -> list[str]:
                 "than entropy / surprisal are NaN)"
             )
             if kind in LIGHT_KINDS:
-                line += "; continuations store the signals with `bt continue --instrument`, in a new run"
+                line += (
+                    "; continuations store the signals with `bt continue --instrument`, "
+                    "in a new run"
+                )
         elif hidden < n:
             line += f"; {n - hidden:,} without hidden states (an HTTP backend, or too short)"
         lines.append(line)

@@ -8,8 +8,9 @@ A cohort is a JSONL file, one row (JSON object) per problem, named by its file s
    repository's top-level `cohorts/` copied in by setup.py), or that `cohorts/` folder itself
    when bt runs from a source checkout (an editable install).
 `$BT_COHORTS_DIR` replaces the whole search path (an isolated directory for tests and scripts).
-`load_cohort` also takes a path to a `.jsonl` file. Every row is validated against the common fields and the fields of its family;
-any fault is a `BtError` whose message starts with `FILE:LINE:` and names the field.
+`load_cohort` also takes a path to a `.jsonl` file. Every row is validated against the common fields
+and the fields of its family; any fault is a `BtError` whose message starts with `FILE:LINE:` and
+names the field.
 """
 
 from __future__ import annotations
@@ -349,7 +350,8 @@ def list_cohorts(directory: Path | None = None, strict: bool = True) -> list[Coh
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Counts used by `bt cohorts show`: by stage, family, level, subject, kind, split, selection."""
+    """Counts used by `bt cohorts show`: by stage, family, level, subject, kind, split,
+    selection."""
 
     def count(key: str) -> dict:
         c = Counter(r[key] for r in rows if key in r)

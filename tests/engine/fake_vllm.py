@@ -15,7 +15,8 @@ Modes (`fake.mode`, changeable while it runs):
 `shift` moves the prompt scores away from the generation log-probs (a processed-logprobs
 server). `corrupt` (a key of CORRUPTIONS, or None) alters every generation answer but the
 startup probe's (and that one too when `corrupt_probe`), as a tampering proxy would: a value
-that cannot be true of the model. `posts` counts generation POSTs; `auth` records each request's Authorization header."""
+that cannot be true of the model. `posts` counts generation POSTs; `auth` records each request's
+Authorization header."""
 
 from __future__ import annotations
 

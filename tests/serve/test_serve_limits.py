@@ -2,9 +2,10 @@
 its limits (issue 21, items 10 and 11): a prompt or max_tokens beyond the model's context is a
 400 naming the limit, a body over 16 MiB a 413; with --batch-size 1 --max-queue 1 a third
 request at once gets 429 with Retry-After; clients that disconnect have their rows dropped
-(generation stops); it keeps serving good requests afterwards. With an API key every route but /health needs the bearer
-token (401), and bt's client sends it (--api-key / BT_API_KEY). A non-loopback --host without
---allow-remote and a key is refused in one line before anything binds or loads."""
+(generation stops); it keeps serving good requests afterwards. With an API key every route but
+/health needs the bearer token (401), and bt's client sends it (--api-key / BT_API_KEY). A
+non-loopback --host without --allow-remote and a key is refused in one line before anything binds or
+loads."""
 
 from __future__ import annotations
 

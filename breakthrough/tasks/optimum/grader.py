@@ -7,7 +7,8 @@ Grading: thinking removed -> top-level brace-balanced blocks -> the LAST block m
 validation -> the objective is recomputed from the instance (the model's `objective` is never
 trusted) -> three checks (optimal, unique claim right, count exact); score 1 iff all three pass.
 One primary label per answer, the first failing stage in this order:
-truncated | malformed | infeasible | suboptimal | count_under | count_over | unique_flag_wrong | pass.
+truncated | malformed | infeasible | suboptimal | count_under | count_over | unique_flag_wrong |
+pass.
 
 Pure Python: no numpy, no enumeration."""
 

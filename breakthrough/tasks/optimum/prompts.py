@@ -13,10 +13,10 @@ VARIANTS = ("plain", "explicit")
 SECTOR_LETTERS = "ABCDEFGHIJ"
 
 EXPLICIT_PARAGRAPH = (
-    "Be careful about alternative optima. After you find one optimal solution, check systematically "
-    "whether any other solution reaches exactly the same objective value, and count every such "
-    'solution, including the one you found. Report "unique": true only if exactly one solution '
-    "is optimal."
+    "Be careful about alternative optima. After you find one optimal solution, check "
+    "systematically whether any other solution reaches exactly the same objective value, and "
+    'count every such solution, including the one you found. Report "unique": true only if '
+    "exactly one solution is optimal."
 )
 
 _HEAD = "Solve the following optimisation problem exactly."
