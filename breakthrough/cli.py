@@ -118,7 +118,8 @@ def _closed_stdout() -> NoReturn:
     """Exit 0 after the reader of stdout went away; stdout now points at /dev/null so that the
     interpreter's last flush at exit cannot fail again (Python's documented recipe)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.__stdout__.fileno())
+    if sys.__stdout__ is not None:  # None only when Python started without a stdout
+        os.dup2(devnull, sys.__stdout__.fileno())
     raise SystemExit(0)
 
 

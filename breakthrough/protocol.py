@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 from breakthrough.errors import BtError
 
@@ -146,7 +147,7 @@ class Protocol:
                 out.append((f"sampling.{name}", f"expected {want}, got {getattr(s, name)!r}"))
         return out
 
-    def with_overrides(self, **changes: object) -> Protocol:
+    def with_overrides(self, **changes: Any) -> Protocol:
         """A copy with CLI overrides applied (None values are ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 

@@ -918,7 +918,7 @@ class RunStore:
         rows = self.conn.execute(
             "SELECT cell_id, kind, anchor, budget, branch FROM samples s" + where, params
         )
-        return {tuple(r) for r in rows}  # type: ignore[misc]
+        return {tuple(r) for r in rows}
 
     @staticmethod
     def _where(**filters: str | None) -> tuple[str, tuple]:
@@ -978,18 +978,20 @@ class RunStore:
                 if cur.rowcount == 0:
                     continue
                 inserted += 1
-                written.append(int(cur.lastrowid))
+                sid = cur.lastrowid
+                assert sid is not None  # the id of the row this INSERT just wrote
+                written.append(sid)
                 if rec.signals:
                     names = sorted(rec.signals)
                     data = np.stack([np.asarray(rec.signals[k], dtype="<f4") for k in names])
                     c.execute(
                         "INSERT INTO signals(sample_id, names, data) VALUES (?,?,?)",
-                        (cur.lastrowid, json.dumps(names), data.tobytes()),
+                        (sid, json.dumps(names), data.tobytes()),
                     )
                 if payload is not None:
-                    self._write_hidden(c, int(cur.lastrowid), rec, payload)
+                    self._write_hidden(c, sid, rec, payload)
                 if grade is not None:
-                    self._write_grade(c, cur.lastrowid, grade)
+                    self._write_grade(c, sid, grade)
             for cell_id, n in (reasoning_tokens or {}).items():
                 # set once, with the cell's base trace: its samples' checksums cover it
                 c.execute(
@@ -1065,7 +1067,7 @@ class RunStore:
             if sample_id is None
             else self.conn.execute(sql + " WHERE sample_id=?", (int(sample_id),))
         )
-        return {int(r[0]): tuple(r[1:]) for r in rows}  # type: ignore[misc]
+        return {int(r[0]): tuple(r[1:]) for r in rows}
 
     def hidden_table(self):  # -> pd.DataFrame
         """One row per sample with stored hidden vectors: sample_id, path (relative to the run
@@ -1203,7 +1205,7 @@ class RunStore:
         self.check_where(where)  # a grade of a changed row would look like a real result
         return [
             tuple(r)
-            for r in self.conn.execute(  # type: ignore[misc]
+            for r in self.conn.execute(
                 "SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s"
                 + where
                 + " ORDER BY s.sample_id"
@@ -1445,9 +1447,9 @@ def find_runs(paths: Sequence[str | Path], *, study: bool = False) -> FoundRuns:
         if key not in seen:
             seen.add(key)
             unique.append(run)
-    skipped = []
+    skipped: list[Path] = []
     if study:
-        kept = []
+        kept: list[Path] = []
         for d in unique:
             with RunStore(d, readonly=True) as store:
                 (kept if store.run_kind() == "base" else skipped).append(d)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -72,9 +73,10 @@ def arm_anchors(probe_rows: Sequence[PanelRow], tau: float, protocol: Protocol) 
     panel rows; empty when it is no target (no event, or an instant one)."""
     canon = canonical_rates(probe_rows)
     tf = budget_fit_time(list(canon), list(canon.values()), tau)
-    if not tf.event_observed or is_instant(True, tf.interval_upper, protocol):
+    stable = tf.stability_anchor  # set whenever an event is observed
+    if not tf.event_observed or stable is None or is_instant(True, tf.interval_upper, protocol):
         return []
-    return sorted(a for a in canon if a <= int(tf.stability_anchor))
+    return sorted(a for a in canon if a <= int(stable))
 
 
 def arm_targets(probe_panel: pd.DataFrame, tau: float, protocol: Protocol) -> dict[str, list[int]]:
@@ -147,7 +149,7 @@ def a2_table(
     budget_1: int,
     budget_2: int,
     tau: float,
-    levels: Mapping[str, object] | None = None,
+    levels: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """The A2 comparison: one row per trajectory probed in the second arm. The first crossing
     at B1 reads the primary arm at the anchors the second arm probed (the study's re-probe of
@@ -161,7 +163,7 @@ def a2_table(
         c1 = {a: r for a, r in canonical_rates(p1.get(cell, [])).items() if a <= max(c2)}
         f1, f2 = first_crossing(c1, tau), first_crossing(c2, tau)
         shift = None if f1 is None or f2 is None else f2 - f1
-        steps = None if shift is None else math.log2(f2) - math.log2(f1)
+        steps = None if f1 is None or f2 is None else math.log2(f2) - math.log2(f1)
         model, pid = _split(cell)
         level = (levels or {}).get(cell)
         rows.append(

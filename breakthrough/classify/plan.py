@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import pandas as pd
 
@@ -73,9 +74,9 @@ def bisection_midpoint(
     if rounds_done >= protocol.refinement_rounds:
         return None
     tf = budget_fit_time(anchors, [k / n for _, n, k, _, _ in probe_rows], tau)
-    if not tf.event_observed:
-        return None
     lower, upper = tf.interval_lower, tf.interval_upper
+    if not tf.event_observed or lower is None or upper is None:  # (both set on an event)
+        return None
     mid = (lower + upper) // 2
     if mid <= 0 or mid in anchors or upper - lower <= protocol.refinement_min_width:
         return None
@@ -122,7 +123,7 @@ def plan_next(
     panels, call again until the plan is empty. Sorted by (cell_id, kind, anchor, budget)."""
     rules = topup_rules(topup)
     tau = protocol.tau if tau is None else tau
-    band = protocol.posterior_band if band is None else tuple(band)
+    band = protocol.posterior_band if band is None else cast(tuple[float, float], tuple(band))
     prior = protocol.prior if prior is None else prior
     if not 0 <= band[0] < band[1] <= 1:
         raise ValueError(f"posterior band must satisfy 0 <= lo < hi <= 1, got {band}")

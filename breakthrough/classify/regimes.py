@@ -33,6 +33,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 import pandas as pd
 
@@ -327,7 +328,7 @@ def label_from_rates(
         protocol=protocol,
     )
     finite_adv = [a for a in adv.values() if not math.isnan(a)]
-    row = {
+    row: dict[str, Any] = {
         "n_anchors": len(anchors),
         "final_anchor": final,
         "final_rate": float(probe[final]) if final is not None else None,
@@ -352,7 +353,7 @@ def label_from_rates(
     row["t_v"] = t_v[float(delta)]
     row["t_v_cons"] = t_v_c[float(delta)]
     row["conservative_agrees"] = (t_v[float(delta)] is None) == (t_v_c[float(delta)] is None)
-    if terminal:
+    if terminal and final is not None and terminal_rate is not None:  # (what `terminal` says)
         matched = r_hat(restart, final + budget)
         row["terminal_a1_anchor"] = final
         row["terminal_a1_rate"] = float(terminal_rate)
@@ -479,7 +480,7 @@ def label_panels(
     for cell in ids:
         prow = probes.get(cell, [])
         rrow = restarts.get(cell, [])
-        row = {"cell_id": cell}
+        row: dict[str, Any] = {"cell_id": cell}
         model, _, pid = cell.partition(":")
         row.update({"model": model, "problem_id": pid or cell})
         row.update({k: v for k, v in meta.get(cell, {}).items() if v is not None})

@@ -40,12 +40,13 @@ def topup_rules(value: str | Iterable[str]) -> tuple[str, ...]:
     already split, () meaning none) in vocabulary order. ValueError on an unknown word, an
     empty text, or "ambiguous" together with "posterior"."""
     text = isinstance(value, str)
-    if text and "" in [w.strip() for w in value.split(",")] and value.strip():
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    if isinstance(value, str) and "" in [w.strip() for w in parts] and value.strip():
         raise ValueError(
             f"an element of {value!r} is empty; expected a comma-separated list of "
             f"{', '.join(TOPUP_RULES)}, or none"
         )
-    words = [w.strip() for w in (value.split(",") if text else value) if w.strip()]
+    words = [w.strip() for w in parts if w.strip()]
     if words == ["none"] or (not text and not words):
         return ()
     bad = [w for w in words if w not in TOPUP_RULES]

@@ -29,7 +29,7 @@ def auroc(
         "(differences are reported as second - first on the same rows).",
     ),
     label: str = typer.Option(..., "--label", "-l", help="Outcome column: 1/true = correct."),
-    by: str = typer.Option(
+    by: str | None = typer.Option(
         None,
         "--by",
         help="Also report each value of this column on its own; groups are then keyed on "
@@ -46,7 +46,7 @@ def auroc(
     seed: int | None = typer.Option(
         None, "--seed", help="Bootstrap seed (numpy Generator; default: the seed of protocol 9.8)."
     ),
-    out: Path = typer.Option(
+    out: Path | None = typer.Option(
         None, "--out", "-o", help="JSON output (default: TABLE's name + .auroc.json beside it)."
     ),
     drop_singletons: bool = typer.Option(

@@ -35,7 +35,7 @@ def base(
     cohort: str = typer.Option(
         "math89", help="Cohort name (see `bt cohorts list`) or a .jsonl path."
     ),
-    model: str = typer.Option(
+    model: str | None = typer.Option(
         None,
         help="Comma-separated model aliases, local mlx-lm folders or hub ids "
         "(see `bt models list`). "
@@ -57,11 +57,11 @@ def base(
         "phase would generate and an ETA from this machine's measured "
         "tokens/s; load no model, write nothing.",
     ),
-    run: str = typer.Option(
+    run: str | None = typer.Option(
         None, help="Run name (default COHORT-MODEL); with several models, NAME-MODEL per model."
     ),
-    limit: int = typer.Option(None, help="Only the first N problems of the cohort."),
-    problems: str = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    limit: int | None = typer.Option(None, help="Only the first N problems of the cohort."),
+    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
     batch_size: int = typer.Option(
         8, help="Rows (sequences) generated together at most (continuous batching)."
     ),
@@ -72,13 +72,13 @@ def base(
         DEFAULT.base_seed, help="Base seed (the protocol uses 11 for every cell)."
     ),
     backend: str = backend_option(),
-    endpoint: str = endpoint_option(),
+    endpoint: str | None = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
     request_timeout: float = request_timeout_option(),
     retries: int = retries_option(),
-    api_key: str = api_key_option(),
-    hidden_stride: int = hidden_stride_option(),
+    api_key: str | None = api_key_option(),
+    hidden_stride: int | None = hidden_stride_option(),
     wait: float = wait_option(),
 ) -> None:
     """Generate, grade and store one base solution per problem x model cell.
@@ -118,7 +118,7 @@ def base(
     ).validate()
     if limit is not None and limit < 1:
         raise BtError(f"--limit: expected a positive integer, got {limit}")
-    if model is None:
+    if models is None:  # --model not given
         status.print(
             f"using the offline default model {OFFLINE_DEFAULT} (a plumbing model, not a solver); "
             f"the study's models: --model {STUDY_MODELS}",

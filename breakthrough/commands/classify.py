@@ -7,6 +7,7 @@ outputs is `breakthrough.report`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import typer
@@ -18,7 +19,7 @@ from breakthrough.protocol import DEFAULT, MAX_SEED
 
 
 def _print_tables(
-    summary: dict, index: Path, plan_items: int, topup: str, notes: list[str] = ()
+    summary: dict, index: Path, plan_items: int, topup: str, notes: Sequence[str] = ()
 ) -> None:
     """Regime counts per model (in 5.3 precedence order, as the summary holds them), the cells
     left unlabelled apart, δ sensitivity, agreement, plan sizes, the notes and the report's
@@ -127,7 +128,7 @@ def register(app: typer.Typer) -> None:
         DEFAULT.with_overrides(tau=tau, delta=delta, prior=prior).validate()  # before any read
         band = (band_lo, band_hi)
         if not all(b is None or 0 <= b <= 1 for b in band) or (
-            None not in band and not band_lo < band_hi
+            band_lo is not None and band_hi is not None and not band_lo < band_hi
         ):
             raise BtError(
                 f"--band-lo/--band-hi: expected 0 <= lo < hi <= 1, got {band_lo}, {band_hi}"

@@ -303,7 +303,7 @@ def screen_cmd(
     name: str = typer.Option(
         ..., "--name", help="Name of the new cohort file (NAME.jsonl); never overwrites one."
     ),
-    model: str = typer.Option(
+    model: str | None = typer.Option(
         None,
         help="Comma-separated models (default: the offline "
         "smollm2-135m; the study screened gemma4-e4b,ministral3-3b).",

@@ -35,10 +35,10 @@ RUNS_SETTING = (
 
 
 def continue_(
-    runs: list[Path] = typer.Argument(
+    runs: list[Path] | None = typer.Argument(
         None, help="Run directories (default: every run under --runs-dir)."
     ),
-    budget: int = typer.Option(
+    budget: int | None = typer.Option(
         None,
         show_default=False,
         help="B: reasoning tokens per continuation. "
@@ -46,25 +46,25 @@ def continue_(
         + " (A second probe budget is its own arm, added by a separate "
         "explicit operation, never by --budget.)",
     ),
-    answer_budget: int = typer.Option(
+    answer_budget: int | None = typer.Option(
         None,
         show_default=False,
         help="Answer tokens after the forced close. "
         + RUNS_SETTING.format(default=DEFAULT.answer_budget),
     ),
-    samples: int = typer.Option(
+    samples: int | None = typer.Option(
         None,
         show_default=False,
         help="Continuations per anchor (and restarts per budget). "
         + RUNS_SETTING.format(default=DEFAULT.samples),
     ),
-    restarts: str = typer.Option(
+    restarts: str | None = typer.Option(
         None,
         show_default=False,
         help="Restart reasoning budgets C (comma-separated, increasing, "
         "each once). " + RUNS_SETTING.format(default=",".join(map(str, DEFAULT.restart_budgets))),
     ),
-    topup: str = typer.Option(
+    topup: str | None = typer.Option(
         None,
         show_default=False,
         help=TOPUP_HELP + " Default: the "
@@ -74,13 +74,13 @@ def continue_(
         "added and recorded; none, or a rule that cannot join them, is "
         "refused.",
     ),
-    anchors: str = typer.Option(
+    anchors: str | None = typer.Option(
         None,
         show_default=False,
         help="Anchor grid in reasoning tokens (comma-separated, increasing, "
         "each once). " + RUNS_SETTING.format(default=",".join(map(str, DEFAULT.anchors))),
     ),
-    tau: float = typer.Option(
+    tau: float | None = typer.Option(
         None,
         show_default=False,
         help="Solve-rate threshold for a crossing. " + RUNS_SETTING.format(default=DEFAULT.tau),
@@ -100,12 +100,12 @@ def continue_(
     ),
     memory_gb: str = typer.Option("auto", help=MEMORY_GB_HELP),
     backend: str = backend_option(),
-    endpoint: str = endpoint_option(),
+    endpoint: str | None = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
     request_timeout: float = request_timeout_option(),
     retries: int = retries_option(),
-    api_key: str = api_key_option(),
+    api_key: str | None = api_key_option(),
     add_budget: int | None = typer.Option(
         None,
         "--add-budget",

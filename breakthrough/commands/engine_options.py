@@ -84,7 +84,7 @@ def http_options(
         )
     if len(set(endpoints)) != len(endpoints):
         raise BtError("--endpoint: the same URL is given twice")
-    fields = {
+    fields: dict[str, Any] = {
         "endpoints": endpoints,
         "max_inflight": max_inflight,
         "accept_processed_logprobs": bool(accept_processed_logprobs),

@@ -4,12 +4,15 @@ one line naming the option, raised before any store is opened or model loaded.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from breakthrough.errors import BtError
 
 # The engine options of every command that generates (`bt base`, `bt continue`), defined once.
+# Each `*_option()` returns `typer.Option(...)`, typed Any as typer types it, so that a
+# parameter's annotation is its value's type (`backend: str = backend_option()`).
 BACKEND_HELP = (
     "Generation backend: mlx (in-process; one prefill per base trace, default) or "
     "mlx-fresh (the same tokens without any prefix reuse; for checks), or a server: "
@@ -17,11 +20,11 @@ BACKEND_HELP = (
 )
 
 
-def backend_option() -> typer.models.OptionInfo:
+def backend_option() -> Any:
     return typer.Option("mlx", help=BACKEND_HELP)
 
 
-def endpoint_option() -> typer.models.OptionInfo:
+def endpoint_option() -> Any:
     return typer.Option(
         None,
         help="--backend vllm|sglang: server URL(s), comma-separated (a fleet: "
@@ -30,13 +33,13 @@ def endpoint_option() -> typer.models.OptionInfo:
     )
 
 
-def max_inflight_option() -> typer.models.OptionInfo:
+def max_inflight_option() -> Any:
     return typer.Option(
         0, help="Requests in flight per endpoint (0: the server's reported limit, else 16)."
     )
 
 
-def request_timeout_option() -> typer.models.OptionInfo:
+def request_timeout_option() -> Any:
     from breakthrough.engine.http_limits import REQUEST_TIMEOUT_S  # EngineSpec's default
 
     return typer.Option(
@@ -51,7 +54,7 @@ def request_timeout_option() -> typer.models.OptionInfo:
     )
 
 
-def retries_option() -> typer.models.OptionInfo:
+def retries_option() -> Any:
     from breakthrough.engine.http_limits import RETRIES  # EngineSpec's default
 
     return typer.Option(
@@ -64,7 +67,7 @@ def retries_option() -> typer.models.OptionInfo:
     )
 
 
-def api_key_option() -> typer.models.OptionInfo:
+def api_key_option() -> Any:
     return typer.Option(
         None,
         "--api-key",
@@ -78,7 +81,7 @@ def api_key_option() -> typer.models.OptionInfo:
     )
 
 
-def processed_logprobs_option() -> typer.models.OptionInfo:
+def processed_logprobs_option() -> Any:
     return typer.Option(
         False,
         "--accept-processed-logprobs",
@@ -97,7 +100,7 @@ HIDDEN_STRIDE_HELP = (
 )
 
 
-def hidden_stride_option() -> typer.models.OptionInfo:
+def hidden_stride_option() -> Any:
     return typer.Option(
         None, "--hidden-stride", metavar="N", show_default=False, help=HIDDEN_STRIDE_HELP
     )
@@ -247,13 +250,13 @@ def path(option: str):
     return path
 
 
-def runs_dir_option(help: str) -> typer.models.OptionInfo:
+def runs_dir_option(help: str) -> Any:
     return typer.Option(
         Path("runs"), "--runs-dir", parser=path("--runs-dir"), metavar="<path>", help=help
     )
 
 
-def wait_option() -> typer.models.OptionInfo:
+def wait_option() -> Any:
     return typer.Option(
         0.0,
         "--wait",
@@ -273,7 +276,7 @@ def check_wait(wait: float) -> float:
     return float(wait)
 
 
-def json_option() -> typer.models.OptionInfo:
+def json_option() -> Any:
     return typer.Option(
         False, "--json", help="Print one JSON document (machine-readable) instead of tables."
     )

@@ -37,7 +37,7 @@ def sample(
         help="Independent attempts per problem x model (a rerun "
         "with a larger N adds only the new ones).",
     ),
-    model: str = typer.Option(
+    model: str | None = typer.Option(
         None,
         help="Comma-separated model aliases, local mlx-lm folders or "
         "hub ids. Default: the offline smollm2-135m.",
@@ -51,9 +51,11 @@ def sample(
     runs_dir: Path = runs_dir_option(
         "Runs folder; attempts go to RUNS/attempts/COHORT-MODEL (out of the way of bt continue)."
     ),
-    run: str = typer.Option(None, help="Run name under RUNS/attempts (default COHORT-MODEL)."),
-    limit: int = typer.Option(None, help="Only the first N problems of the cohort."),
-    problems: str = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    run: str | None = typer.Option(
+        None, help="Run name under RUNS/attempts (default COHORT-MODEL)."
+    ),
+    limit: int | None = typer.Option(None, help="Only the first N problems of the cohort."),
+    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
     dry_run: bool = typer.Option(
         False,
@@ -62,13 +64,13 @@ def sample(
         "to generate and an ETA; load no model, write nothing.",
     ),
     backend: str = backend_option(),
-    endpoint: str = endpoint_option(),
+    endpoint: str | None = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
     request_timeout: float = request_timeout_option(),
     retries: int = retries_option(),
-    api_key: str = api_key_option(),
-    hidden_stride: int = hidden_stride_option(),
+    api_key: str | None = api_key_option(),
+    hidden_stride: int | None = hidden_stride_option(),
     wait: float = wait_option(),
 ) -> None:
     """Generate, grade and store N seeded from-scratch attempts per problem x model.
@@ -111,7 +113,7 @@ def sample(
     protocol = DEFAULT.with_overrides(
         base_max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens
     ).validate()
-    if model is None:
+    if models is None:  # --model not given
         status.print(f"using the offline default model {OFFLINE_DEFAULT}", soft_wrap=True)
         models = (OFFLINE_DEFAULT,)
     req = SampleRequest(

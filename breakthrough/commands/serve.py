@@ -7,7 +7,7 @@ import typer
 
 
 def serve(
-    model: str = typer.Option(
+    model: str | None = typer.Option(
         None, help="Model alias, local mlx-lm folder or hub id (default: the offline smollm2-135m)."
     ),
     host: str = typer.Option(
@@ -29,7 +29,7 @@ def serve(
         "127.0.0.0/8, ::1, localhost); refused without it, and "
         "without an API key.",
     ),
-    api_key: str = typer.Option(
+    api_key: str | None = typer.Option(
         None,
         "--api-key",
         metavar="KEY",

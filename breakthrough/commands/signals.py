@@ -18,7 +18,7 @@ def signals(
     window: int = typer.Option(
         512, help="Summarise each trajectory's first WINDOW generated tokens (protocol 9.5: 512)."
     ),
-    out: Path = typer.Option(
+    out: Path | None = typer.Option(
         None, "--out", "-o", help="Output parquet file (default: RUN/signals.parquet)."
     ),
 ) -> None:

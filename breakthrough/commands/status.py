@@ -13,7 +13,7 @@ def status(
     runs: list[Path] = typer.Argument(
         ..., metavar="RUN", help="Run directories, or folders of runs (e.g. runs/)."
     ),
-    tau: float = typer.Option(
+    tau: float | None = typer.Option(
         None, help="Solve-rate threshold used to plan what remains (default: the run's)."
     ),
     as_json: bool = json_option(),

@@ -49,7 +49,7 @@ def verify(
                     "hidden_files": rep.hidden_files,
                     "manifest_keys": rep.manifest_keys,
                     "schema": rep.schema,
-                    "coverage": COVERAGE.get(rep.schema),
+                    "coverage": None if rep.schema is None else COVERAGE.get(rep.schema),
                 }
             )
             continue

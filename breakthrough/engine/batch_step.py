@@ -21,7 +21,7 @@ version's code."""
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import mlx.core as mx
 import numpy as np
@@ -119,7 +119,7 @@ def forward_with_hidden(model, inputs, cache):
     lm = getattr(model, "language_model", model)
     inner = getattr(lm, "model", None)
     norm = getattr(inner, "norm", None) if inner is not None else None
-    if norm is None:
+    if inner is None or norm is None:
         return model(inputs, cache=cache)[:, -1, :], None
     watch = _NormWatch(norm)
     inner["norm"] = watch  # mlx.nn.Module is a dict: `inner.norm` is looked up in it
@@ -191,6 +191,11 @@ class SeededGenerationBatch(GenerationBatch):
 
     _settings_key: tuple = ()
     _settings: RowParams | RowSettingsNp | None = None
+    # mlx-lm's slots as this subclass fills them: `samplers` holds a RowSpec per row, the
+    # token slots hold the step's mx.array of drawn ids (mlx-lm declares narrower types).
+    samplers: Any
+    _current_tokens: Any
+    _next_tokens: Any
 
     def _row_settings(self, specs: list[RowSpec], vocab: int, build):
         """`build(samplings, vocab)` (mlx_path.row_params or numpy_draw.row_settings_np),
@@ -202,13 +207,15 @@ class SeededGenerationBatch(GenerationBatch):
             self._settings_key = key
         return self._settings
 
-    def _step(self) -> tuple[list[int], list[StepStats]]:
+    # mlx-lm's _step returns per-row log-prob arrays; this one returns StepStats, which only
+    # this module's callers read (mlx_backend), hence the ignored override check.
+    def _step(self) -> tuple[list[int], list[StepStats]]:  # type: ignore[override]
         """One decode step, as mlx-lm's: forward the tokens drawn last step, draw the next ones
         and start evaluating them, then read the last step's tokens and statistics."""
         self._current_tokens = self._next_tokens
         self._current_logprobs = self._next_logprobs
         inputs = self._current_tokens
-        if any(self.logits_processors):
+        if any(self.logits_processors or ()):
             raise ValueError("SeededGenerationBatch does not run logits processors")
 
         specs: list[RowSpec] = self.samplers

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 GiB = 2**30
 MARGIN_SHARE = 0.10  # of what the machine offers, kept back for everything that is not KV
@@ -73,7 +73,8 @@ def weights_bytes(model: Any) -> int:
     """Bytes of the model's parameters (as loaded: 4-bit weights count packed)."""
     from mlx.utils import tree_flatten
 
-    return int(sum(v.nbytes for _, v in tree_flatten(model.parameters())))
+    leaves = cast(list[tuple[str, Any]], tree_flatten(model.parameters()))  # (path, array) pairs
+    return int(sum(v.nbytes for _, v in leaves))
 
 
 def auto_budget(model: Any, offered: tuple[int, str] | None = None) -> AutoBudget:

@@ -638,11 +638,11 @@ class MlxEngine:
     def _stop(self, req: GenRequest):
         from mlx_lm.generate import StopSequences
 
-        seqs = [(e,) for e in sorted(self.eos_ids)]
+        seqs: list[tuple[int, ...]] = [(e,) for e in sorted(self.eos_ids)]
         seqs += [tuple(int(t) for t in s) for s in req.stop_sequences if len(s) > 0]
         return StopSequences(seqs)
 
-    def generate(self, requests: Iterable[GenRequest]) -> Iterator[GenResult]:
+    def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]:
         import mlx.core as mx
 
         from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator, StepStats
@@ -705,7 +705,7 @@ class MlxEngine:
                         [feed for _, _, feed, _ in new],
                         max_tokens=[int(r.max_tokens) for r, _, _, _ in new],
                         caches=[cache for _, cache, _, _ in new],
-                        samplers=specs,
+                        samplers=[*specs],  # RowSpecs in mlx-lm's sampler slots
                         stop_sequences=[self._stop(r) for r, _, _, _ in new],
                     )
                     for uid, (r, _, _, fed), spec in zip(uids, new, specs, strict=True):
@@ -731,7 +731,9 @@ class MlxEngine:
                     row.sampling_entropies.append(stats.sampling_entropy)
                     if self.instrument:
                         row.signals.append(stats.signals)
-                    if stats.top_ids is not None:
+                    if (
+                        stats.top_ids is not None and stats.top_logprobs is not None
+                    ):  # both or neither
                         row.top.append((stats.top_ids, stats.top_logprobs))
                     if resp.finish_reason is None:
                         continue

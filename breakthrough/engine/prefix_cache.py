@@ -46,17 +46,19 @@ def _plain_layer(layer: Any, n: int) -> Any:
     plain layer."""
     from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
+    new: Any  # mlx-lm types its caches' slots as None until written
+    keys, values = layer.keys, layer.values
     if type(layer) is QuantizedKVCache:
         new = QuantizedKVCache(group_size=layer.group_size, bits=layer.bits)
         if n > 0:
-            new.keys = tuple(x[..., :n, :] for x in layer.keys)
-            new.values = tuple(x[..., :n, :] for x in layer.values)
+            new.keys = tuple(x[..., :n, :] for x in keys)
+            new.values = tuple(x[..., :n, :] for x in values)
             new.offset = n
         return new
     new = KVCache()
     if n > 0:
-        new.keys = layer.keys[..., :n, :]
-        new.values = layer.values[..., :n, :]
+        new.keys = keys[..., :n, :]
+        new.values = values[..., :n, :]
         new.offset = n
     return new
 
@@ -267,12 +269,14 @@ class PrefixCache:
             raise ValueError(f"cut {n} outside 0..{len(self.sequence)}")
         if self.plain is None:
             self._prefill()
+        held = self.full
+        assert held is not None  # set by _prefill
         if self.plain:
-            return slice_cache(self.full, n)
+            return slice_cache(held, n)
         base = max(k for k in self.snapshots if k <= n)
         cache = [
             _plain_layer(full, base) if p else copy.deepcopy(snap)
-            for p, full, snap in zip(self._plain_mask, self.full, self.snapshots[base], strict=True)
+            for p, full, snap in zip(self._plain_mask, held, self.snapshots[base], strict=True)
         ]
         if n > base:
             prefill(self.model, cache, self.sequence[base:n])
@@ -353,11 +357,12 @@ def cache_bytes(model: Any, kv_bits: int | None = None) -> CacheBytes:
     window = plain_layers = 0
     for layer in cache:
         if isinstance(layer, (KVCache, RotatingKVCache)):
-            per = sum(a[..., :1, :].nbytes for a in (layer.keys, layer.values))
+            kv: tuple[Any, Any] = (layer.keys, layer.values)  # written by the forward above
+            per = sum(a[..., :1, :].nbytes for a in kv)
             if kv_bits and not isinstance(layer, RotatingKVCache):
                 per = sum(
                     q.nbytes
-                    for a in (layer.keys, layer.values)
+                    for a in kv
                     for q in mx.quantize(a[..., :1, :], group_size=KV_GROUP_SIZE, bits=int(kv_bits))
                 )
             if isinstance(layer, RotatingKVCache):

@@ -5,7 +5,7 @@ generation log-probs are those of the raw distribution)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 
 def score_prompt(
@@ -23,10 +23,10 @@ def score_prompt(
         row = lp[i - 1]
         tok = int(ids[i])
         own = float(row[tok].item())
-        rank = int(mx.sum(row > row[tok]).item()) + 1
+        rank = cast(int, mx.sum(row > row[tok]).item()) + 1  # a count: mlx types it as any scalar
         entry = {tok: (own, rank)}
         if top > 0:
-            idx = mx.argsort(-row)[:top].tolist()
+            idx = cast(list[int], mx.argsort(-row)[:top].tolist())
             for r, t in enumerate(idx, start=1):
                 entry.setdefault(int(t), (float(row[t].item()), r))
         out.append(entry)

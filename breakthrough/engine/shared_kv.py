@@ -38,6 +38,11 @@ class SharedRowCache(KVCache):
     suffix buffer for n more tokens at once, so a row whose final length is known never grows
     by concatenation (a write past the buffer still works: it reallocates, as `KVCache` does)."""
 
+    # KVCache's slots, here the suffix buffers: [1, heads, size, dim] arrays (quantized
+    # triples of them in a QuantizedSharedRowCache), None before the first write.
+    keys: Any
+    values: Any
+
     def __init__(self, prefix_keys: Any = None, prefix_values: Any = None) -> None:
         super().__init__()
         self.prefix_keys = prefix_keys
@@ -51,7 +56,7 @@ class SharedRowCache(KVCache):
     def from_cache(cls, layer: KVCache) -> SharedRowCache:
         """A row whose prefix is what the `KVCache` `layer` holds (its arrays are kept as views:
         a slice of a `PrefixCache` stays the one shared copy)."""
-        if layer.keys is None or layer.offset == 0:
+        if layer.keys is None or layer.values is None or layer.offset == 0:
             return cls()
         return cls(layer.keys[..., : layer.offset, :], layer.values[..., : layer.offset, :])
 
@@ -358,6 +363,10 @@ class QuantizedSharedRowCache(SharedRowCache):
     @property
     def state(self):
         return _arrays(self.keys) + _arrays(self.values), self.offset
+
+    @state.setter
+    def state(self, v):  # pragma: no cover - mlx-lm's cache files are not used by bt
+        raise NotImplementedError("a QuantizedSharedRowCache is not loaded from a state")
 
     @property
     def nbytes(self) -> int:

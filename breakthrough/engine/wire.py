@@ -26,7 +26,7 @@ server or a proxy in between is never taken on faith."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +70,7 @@ def _sampling_fields(req: GenRequest) -> dict[str, Any]:
     }
 
 
-def stop_token_ids(req: GenRequest, eos_ids: Sequence[int]) -> list[int]:
+def stop_token_ids(req: GenRequest, eos_ids: Iterable[int]) -> list[int]:
     """Token ids the server itself stops at: the model's EOS ids and one-token stop sequences."""
     ids = {int(e) for e in eos_ids} | {int(s[0]) for s in req.stop_sequences if len(s) == 1}
     return sorted(ids)
@@ -199,7 +199,7 @@ def parse_vllm(body: Any) -> Completion:
             f"{len(ids)} token ids but {len(toks)} tokens / {len(chosen)} "
             f"logprobs / {len(tops)} top lists"
         )
-    top = []
+    top: list[dict[int, float]] = []
     for t in tops:
         if t is None:
             top.append({})
@@ -232,7 +232,7 @@ def parse_vllm_prompt_logprobs(body: Any) -> list[dict[int, float]]:
     plp = ch.get("prompt_logprobs")
     if not isinstance(plp, list):
         raise MalformedResponse("choice has no prompt_logprobs (server does not score prompts)")
-    out = []
+    out: list[dict[int, float]] = []
     for pos in plp:
         if pos is None:
             out.append({})
@@ -247,7 +247,7 @@ def parse_vllm_prompt_logprobs(body: Any) -> list[dict[int, float]]:
 
 
 # -- SGLang --------------------------------------------------------------------------------
-def sglang_body(req: GenRequest, eos_ids: Sequence[int]) -> dict[str, Any]:
+def sglang_body(req: GenRequest, eos_ids: Iterable[int]) -> dict[str, Any]:
     s = req.sampling
     params = {
         "max_new_tokens": int(req.max_tokens),

@@ -73,7 +73,8 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
         import mlx_lm
 
         with hub.hub_offline():
-            model, tokenizer, config = mlx_lm.load(str(folder), return_config=True)
+            # mlx_lm types load() as a 2- or 3-tuple; return_config=True gives the 3-tuple
+            model, tokenizer, config = mlx_lm.load(str(folder), return_config=True)  # type: ignore[misc]
     except BtError:
         raise
     except Exception as exc:

@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 from breakthrough.errors import BtError
 from breakthrough.hashing import sha256_file
@@ -257,7 +258,7 @@ def convert_gguf(src: Path, out: Path, weights: str = "q4") -> Path:
     arch = meta.get("general.architecture")
     if arch != "llama":
         raise BtError(f"GGUF architecture {arch!r} is not supported by the offline converter")
-    raw = mx.load(str(src))
+    raw = cast(dict[str, Any], mx.load(str(src)))  # a GGUF file loads as {name: array}
     n_head = int(meta[f"{arch}.attention.head_count"])
     n_kv = int(meta[f"{arch}.attention.head_count_kv"])
     w = {}
@@ -279,7 +280,7 @@ def convert_gguf(src: Path, out: Path, weights: str = "q4") -> Path:
                 emb_bits = bits
             quant.setdefault(bits, 0)
             quant[bits] += 1
-    main_bits = max(quant, key=quant.get) if quant else None
+    main_bits = max(quant, key=lambda b: quant[b]) if quant else None
     cfg = {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],

@@ -241,7 +241,7 @@ def run_base(
         try:
             for res in gen.generate(requests):
                 cell = by_id[res.key]
-                done = commit_trajectory(
+                stored = commit_trajectory(
                     store,
                     grader,
                     loaded,
@@ -255,10 +255,10 @@ def run_base(
                     reasoning_tokens=True,
                     hidden_stride=hidden_stride,
                 )
-                if done is None:
+                if stored is None:
                     report.failed += 1
                     continue
-                rec, grade = done
+                rec, grade = stored
                 report.generated += 1
                 report.tokens += len(res.tokens)
                 report.finish[res.finish_reason] = report.finish.get(res.finish_reason, 0) + 1

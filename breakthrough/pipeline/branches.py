@@ -204,6 +204,7 @@ class BranchRunner:
             r.tokens, r.finish_reason, self.eos, self.forced_ids
         )
         n = len(reasoning)
+        assert r.sampling_entropies is not None  # every engine reports them (GenResult)
         lps, ents, sents = (list(a)[:n] for a in (r.logprobs, r.entropies, r.sampling_entropies))
         context = self.prompt + self.trace[: b.cut] + reasoning + inserted
         used = b.cut + len(reasoning) + len(inserted)
@@ -227,6 +228,7 @@ class BranchRunner:
     def result(self, b: Branch, done: _Reasoned, a: GenResult) -> BranchResult:
         """Step 6: the whole branch (prefix + reasoning + inserted + answer) and its statistics."""
         nan = [float("nan")] * len(done.inserted)
+        assert a.sampling_entropies is not None  # every engine reports them (GenResult)
         r = done.result
         signals = None
         if done.signals is not None and a.signals is not None:  # same layout as logprobs

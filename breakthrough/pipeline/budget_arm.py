@@ -202,9 +202,9 @@ def add_budget_run(
         engine = make_engine(
             replace(engine_spec, instrument=instrument, kv_bits=continued.get("kv_bits")), loaded
         )
-        plan = memory_plan(engine, cells, arm)  # refuses a budget that cannot hold one row
-        if plan is not None:
-            report.notes.append(plan.line())
+        memory = memory_plan(engine, cells, arm)  # refuses a budget that cannot hold one row
+        if memory is not None:
+            report.notes.append(memory.line())
         check_engine(store, engine)
         _record_arm(store, primary, arm, targets)
         if on_start:

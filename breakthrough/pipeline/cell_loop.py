@@ -158,8 +158,10 @@ def continue_run(
     t0 = time.perf_counter()
     with RunStore(run_dir) as store:
         check_model(store, loaded, run_dir)
-        if opts.topup is None:  # the run's recorded rules (the default when it records none)
-            opts = replace(opts, topup=resolve_topup(run_dir, store.manifest(), None).rules)
+        topup = opts.topup
+        if topup is None:  # the run's recorded rules (the default when it records none)
+            topup = resolve_topup(run_dir, store.manifest(), None).rules
+            opts = replace(opts, topup=topup)
         base = store.samples_frame(kind="base")
         forced = len(close_tokens(loaded)[1])
         cells = []
@@ -177,7 +179,7 @@ def continue_run(
         store.check_identity({"continuation": ident})
         check_engine(store, engine)
         store_protocol(store, opts.protocol)
-        record_topup(store, opts.topup)
+        record_topup(store, topup)
         store.ensure_manifest({"continuation": ident})
         if on_start:
             on_start(
@@ -198,7 +200,7 @@ def continue_run(
                 cells,
                 opts.protocol,
                 tau=tau,
-                topup=opts.topup,
+                topup=topup,
                 on_sample=on_sample,
                 max_active_cells=opts.max_active_cells,
                 instrument=opts.instrument,

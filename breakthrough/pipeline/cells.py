@@ -7,7 +7,7 @@ B + the answer reserve (protocol 3.3 step 1), are not on the cell's grid."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +72,7 @@ class CellPlan:
 
 
 def plan_cell(
-    cell_id: str, item: dict, prompt: Sequence[int], base: Any, protocol: Protocol, forced: int = 0
+    cell_id: str, item: dict, prompt: Iterable[int], base: Any, protocol: Protocol, forced: int = 0
 ) -> CellPlan:
     """The cell's grid: the protocol's anchors up to the first one beyond the trace's reasoning
     or without room for B + `forced` close tokens + the answer reserve."""

@@ -354,22 +354,22 @@ def _continue_plan(
     for rec in base.to_dict(orient="records"):
         cell = plan_cell(rec["cell_id"], {}, [], rec, p)
         cid = rec["cell_id"]
-        missing = sum(
+        missing_probes = sum(
             1
             for a in cell.grid
             for b in range(p.samples)
             if (cid, "probe", a, p.budget, b) not in have
         )
-        probes += missing
-        refine += _refinement_left(cid, not missing, panel, p) if len(cell.grid) > 1 else 0
-        missing = [
+        probes += missing_probes
+        refine += _refinement_left(cid, not missing_probes, panel, p) if len(cell.grid) > 1 else 0
+        missing_restarts = [
             c
             for c in p.restart_budgets
             for b in range(p.restart_samples)
             if (cid, "restart", -1, c, b) not in have
         ]
-        restarts += len(missing)
-        restart_tokens += sum(c + p.answer_budget for c in missing)
+        restarts += len(missing_restarts)
+        restart_tokens += sum(c + p.answer_budget for c in missing_restarts)
     plan = RunPlan(
         run_dir,
         model,

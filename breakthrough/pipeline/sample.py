@@ -233,7 +233,7 @@ def run_sample(
         try:
             for res in gen.generate(iter(requests)):
                 cell, branch = by_key[res.key]
-                done = commit_trajectory(
+                stored = commit_trajectory(
                     store,
                     grader,
                     loaded,
@@ -246,10 +246,10 @@ def run_sample(
                     seed=seed_of(cell["cell_id"], branch, seeds),
                     hidden_stride=hidden_stride,
                 )
-                if done is None:
+                if stored is None:
                     report.failed += 1
                     continue
-                rec, grade = done
+                rec, grade = stored
                 report.generated += 1
                 report.tokens += len(res.tokens)
                 report.solved += int(bool(grade and grade.correct))

@@ -359,6 +359,7 @@ class RunScheduler:
 
     def _advance(self, cell: CellState) -> None:
         """Run the cell's program to its next step with work to do (or its end)."""
+        assert cell.steps is not None  # the program is set when the cell is admitted
         while cell.outstanding == 0 and not cell.finished:
             try:
                 phase, branches = next(cell.steps)

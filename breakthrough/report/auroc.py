@@ -64,7 +64,7 @@ def default_out(table: Path) -> Path:
     return table.with_name(f"{stem}.auroc.json")
 
 
-def _binary_label(series: Any, col: str, table: Path) -> Any:
+def _binary_label(series: Any, col: str, table: Path | str) -> Any:
     """Float array: 1.0 success, 0.0 failure, NaN missing. BtError on any other value."""
     s = series
     if pd.api.types.is_bool_dtype(s.dtype):
@@ -80,7 +80,7 @@ def _binary_label(series: Any, col: str, table: Path) -> Any:
             )
         return v
     out = np.full(len(s), np.nan)
-    bad_vals = []
+    bad_vals: list[Any] = []
     for i, x in enumerate(s.tolist()):
         if x is None or (isinstance(x, float) and np.isnan(x)):
             continue
@@ -104,7 +104,7 @@ def _binary_label(series: Any, col: str, table: Path) -> Any:
     return out
 
 
-def _numeric_score(series: Any, col: str, table: Path) -> Any:
+def _numeric_score(series: Any, col: str, table: Path | str) -> Any:
     if pd.api.types.is_bool_dtype(series.dtype) or pd.api.types.is_numeric_dtype(series.dtype):
         return series.astype("float64").to_numpy()
     v = pd.to_numeric(series, errors="coerce")

@@ -229,8 +229,8 @@ def cell_details(
                 detail.base_text = str(base.iloc[0]["text"])
                 probes = g[g["kind"] == "probe"]
                 detail.cuts = {
-                    int(a): stored_cut(detail.base_text, p)
-                    if stored_cut(detail.base_text, p) is not None
+                    int(a): cut
+                    if (cut := stored_cut(detail.base_text, p)) is not None
                     else cut_offset(detail.base_text, [str(t) for t in p["text"].dropna()])
                     for a, p in probes.groupby("anchor")
                 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -131,7 +132,8 @@ def cell_svg(
 
     parts = [head]
     # T_F interval (lower, upper]: shaded band
-    lo, up = row.get("interval_lower"), row.get("interval_upper")
+    lo: Any = row.get("interval_lower")  # numbers, None or NaN: `_missing` tells
+    up: Any = row.get("interval_upper")
     event = bool(row.get("event_observed")) and not _missing(up)
     if event:
         x0 = X(max(float(lo or 0), 2**lo_x))
@@ -185,7 +187,7 @@ def cell_svg(
             f"y1='{Y(value):.1f}' y2='{Y(value):.1f}' stroke='{color}' "
             f"stroke-width='1.2' stroke-dasharray='{dash}'/>"
         )
-    tv = row.get("t_v")
+    tv: Any = row.get("t_v")
     if not _missing(tv):
         parts.append(
             f"<line class='tv' x1='{X(float(tv)):.1f}' x2='{X(float(tv)):.1f}' "
@@ -229,7 +231,7 @@ def cell_svg(
     if event:
         entries.append((band, f"T_F interval ({int(lo or 0):,}, {int(up):,}]"))
     else:
-        cens = row.get("censoring_time")
+        cens: Any = row.get("censoring_time")
         entries.append(
             (band, "T_F: no event" + ("" if _missing(cens) else f" (censored at {int(cens):,})"))
         )

@@ -333,7 +333,7 @@ def matched_compute(labels: pd.DataFrame, budgets: Sequence[int], tau: float) ->
         adv = g["terminal_a1_advantage"].astype(float)
         inn, bnd = adv[~proxy], adv[proxy]
         r_max = g[rc].astype(float) if rc in g else pd.Series(np.nan, index=g.index)
-        row = {
+        row: dict[str, Any] = {
             "model": model_name(m),
             "cells": int(len(g)),
             "in_grid": int(len(inn)),

@@ -119,6 +119,7 @@ class MlxServer:
             follows = self._kept.pop(job.client_follows, None) if job.client_follows else None
             jobs[key] = job
             self._inflight += 1
+            assert job.request is not None  # a job scores a prompt (above) or generates
             yield replace(job.request, key=key, follows=follows)
 
     def _loop(self) -> None:
@@ -131,6 +132,7 @@ class MlxServer:
                     if res.finish_reason == "error":  # cancelled: nobody waits for it
                         job.future.set_result(None)
                         continue
+                    assert job.request is not None  # `jobs` holds generation jobs only
                     if job.request.keep_state and job.client_key:
                         self._kept[job.client_key] = res.key
                         while len(self._kept) > self._max_kept:

@@ -65,7 +65,7 @@ def render_completion(
         tops = []
         for i, tok in enumerate(res.tokens):
             entry = {}
-            if res.top_ids is not None and k > 0:
+            if res.top_ids is not None and res.top_logprobs is not None and k > 0:
                 for t, v in zip(
                     res.top_ids[i][:k].tolist(), res.top_logprobs[i][:k].tolist(), strict=True
                 ):
@@ -82,6 +82,7 @@ def render_completion(
             "tokens": [name(t) for t in res.tokens],
             "top_logprobs": tops,
         }
+    assert res.sampling_entropies is not None  # the in-process engine always reports them
     choice: dict[str, Any] = {
         "index": 0,
         "text": text,
@@ -135,7 +136,7 @@ def render_chat(
         for i, tok in enumerate(res.tokens):
             entry = _chat_token(tokenizer, tok, float(res.logprobs[i]))
             tops = []
-            if res.top_ids is not None and opts.logprobs > 0:
+            if res.top_ids is not None and res.top_logprobs is not None and opts.logprobs > 0:
                 tops = [
                     _chat_token(tokenizer, int(t), float(v))
                     for t, v in zip(

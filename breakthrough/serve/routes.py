@@ -176,6 +176,7 @@ def build_app(
         try:
             scored = None
             if prompt_logprobs is not None:
+                assert job.request is not None  # the routes pass generation jobs
                 sjob = Job(
                     future=concurrent.futures.Future(),
                     score_ids=list(job.request.prompt),
@@ -310,5 +311,6 @@ def build_app(
             Route("/bt/cells", cells),
         ],
         middleware=middleware,
-        exception_handlers={HTTPException: http_error},
+        # starlette types a handler's exception as Exception; this one is for HTTPException
+        exception_handlers={HTTPException: http_error},  # type: ignore[dict-item]
     )

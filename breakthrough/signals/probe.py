@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -268,7 +269,7 @@ def _decomposition_row(
 class ProbeTable:
     """The study's table (per arm one row per anchor, then the LOO reference) and the fidelity."""
 
-    table: object  # pandas DataFrame with TABLE_COLUMNS
+    table: Any  # pandas DataFrame with TABLE_COLUMNS
     top1_mean: float
     top1_p10: float
     scores: dict[int, np.ndarray]  # hidden arm: out-of-fold score per anchor (NaN: not scored)
@@ -319,6 +320,7 @@ def probe_table(
                         "probe; skipped"
                     )
                 continue
+            assert x is not None  # `have` holds no row when the arm has no features at t
             s = oof_scores(x[have], y[have], pid[have])
             scores[arm][t][have] = s
             rows.append(

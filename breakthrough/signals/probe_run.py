@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -164,7 +165,8 @@ def _read_math128(files: list[Path]) -> list[Trajectory]:
     from breakthrough.tasks.math.grader import MathGrader
     from breakthrough.tasks.math.source import last_boxed
 
-    jobs, meta = [], []
+    jobs: list[tuple[str, dict[str, Any], str | None]] = []
+    meta: list[tuple[str, str, str]] = []
     for f in files:
         try:
             doc = yaml.safe_load(f.read_text(encoding="utf-8"))
@@ -256,6 +258,7 @@ def run_probe(
             t.prompt_ids, t.generated_ids = tokenize_dump(
                 loaded.tokenizer, t.prompt or "", t.completion or ""
             )
+        assert t.generated_ids is not None  # ids come together: a run has both, a dump neither
         tf = teacher_force(loaded.model, t.prompt_ids, t.generated_ids, max_tokens)
         vectors.append(probe.anchor_vectors(tf.hidden, anchors))
         streams.append(

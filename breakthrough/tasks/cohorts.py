@@ -241,8 +241,8 @@ def parse_cohort_text(text: str, source: str) -> list[dict]:
     """Parse and validate JSONL text; `source` names the file in error messages."""
     rows: list[dict] = []
     seen: dict[str, int] = {}
-    for n, where, row in jsonl_records(text.split("\n"), source):
-        validate_row(row, where)
+    for n, where, value in jsonl_records(text.split("\n"), source):
+        row = validate_row(value, where)
         if row["id"] in seen:
             raise BtError(f"{where}: field 'id' duplicates line {seen[row['id']]}: {row['id']!r}")
         seen[row["id"]] = n

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from breakthrough.engine.sampling.keys import GOLDEN, U23, fmix32
 from breakthrough.protocol import Sampling
+
+if TYPE_CHECKING:  # for annotations only: mlx is imported where it runs
+    import mlx.core as mx
 
 
 def gumbel_noise(keys, ids):
@@ -32,12 +36,12 @@ def gumbel_noise(keys, ids):
 class RowParams:
     """Per-row sampling parameters as [n, 1] arrays (or scalars when all rows share them)."""
 
-    temperature: object
-    top_p: object
-    min_p: object
-    top_k: object
+    temperature: mx.array | float
+    top_p: mx.array | float
+    min_p: mx.array | float
+    top_k: mx.array | int
     k_max: int  # candidates to keep per row (max effective top-k; vocab when unbounded)
-    greedy: object  # bool [n] (or a Python bool when all rows share it)
+    greedy: mx.array | bool  # bool [n] (or a Python bool when all rows share it)
     any_sampled: bool
     all_greedy: bool
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.tasks.cohorts import render_cohort, write_cohort
@@ -291,7 +292,7 @@ def build_math89(source: list[dict], pools: Pools | None = None) -> list[dict]:
     mix = dict(SUPPLEMENT_MIX)
     for pid in known:
         mix[KNOWN_SUPPLEMENT[pid]] -= 1
-    supp = [{"id": pid, "known": True} for pid in known]
+    supp: list[dict[str, Any]] = [{"id": pid, "known": True} for pid in known]
     supp += draw_standins(p_minus_dev, mix, "supplement", exclude=set(known))
     for s in sorted(supp, key=lambda r: r["id"]):
         real = s.get("known", False)

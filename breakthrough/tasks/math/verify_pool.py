@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
+from typing import Any
 
 HOOK_ENV = "BT_GRADING_WORKER_HOOK"
 DEFAULT_TIMEOUT_S = 10.0
@@ -87,6 +88,7 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
             return
         job_id, reference, prediction = msg
         _apply_hook(hook, prediction)
+        reply: tuple[str, Any, bool, str | None]
         try:
             reply = ("done", job_id, verify_pair(reference, prediction), None)
         except Exception as exc:  # protocol: any Exception falls through to "incorrect"
@@ -209,7 +211,7 @@ class VerifyPool:
         self._fill()
         while pending or any(w.job is not None for w in self._workers):
             self._dispatch(pairs, pending)
-            by_conn = {w.inbox: w for w in self._workers}
+            by_conn: dict[Any, _Worker] = {w.inbox: w for w in self._workers}
             for conn in wait(list(by_conn), timeout=self._next_deadline()):
                 self._receive(by_conn[conn], results)
             self._enforce_deadlines(results, pending)

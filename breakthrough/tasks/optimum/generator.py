@@ -161,7 +161,8 @@ def gen_qubo(rng: Rng, level: int) -> dict[str, Any]:
     return {"n": n, "Q": q}
 
 
-ASSIGN_D = (None, 0.12, 0.18, 0.25, 0.35, 0.50)
+# Per level, the chance that a cost entry gets no noise (level 0 draws uniform costs instead).
+ASSIGN_D = {1: 0.12, 2: 0.18, 3: 0.25, 4: 0.35, 5: 0.50}
 
 
 def gen_assignment(rng: Rng, level: int) -> dict[str, Any]:

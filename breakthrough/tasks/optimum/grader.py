@@ -146,8 +146,9 @@ def validate(obj: Any, kind: str, n: int) -> Parsed:
     binary = kind != "assignment"
     if not isinstance(sol, list) or len(sol) != n:
         return Parsed("bad_solution_shape", alias_used=alias_used)
-    ints = [_as_int(v, allow_bool=binary) for v in sol]
-    if any(v is None for v in ints):
+    maybe = [_as_int(v, allow_bool=binary) for v in sol]
+    ints = [v for v in maybe if v is not None]
+    if len(ints) != len(maybe):
         return Parsed("bad_solution_type", alias_used=alias_used)
     zero_based = None
     if binary:
