@@ -16,10 +16,15 @@ BUILTIN_COHORTS = "breakthrough.builtin_cohorts"
 MATH_SOURCE = f"{BUILTIN_COHORTS}.source"  # cohorts/source: listed, or setuptools warns of it
 
 setup(
-    packages=[*find_packages(include=["breakthrough", "breakthrough.*"]), BUILTIN_COHORTS,
-              MATH_SOURCE],
+    packages=[
+        *find_packages(include=["breakthrough", "breakthrough.*"]),
+        BUILTIN_COHORTS,
+        MATH_SOURCE,
+    ],
     package_dir={BUILTIN_COHORTS: "cohorts"},
-    package_data={BUILTIN_COHORTS: ["*.jsonl", "README.md"],
-                  MATH_SOURCE: ["*.jsonl", "*.json", "README.md"],
-                  "breakthrough.report": ["templates/*.j2"]},  # bt report study's page
+    package_data={
+        BUILTIN_COHORTS: ["*.jsonl", "README.md"],
+        MATH_SOURCE: ["*.jsonl", "*.json", "README.md"],
+        "breakthrough.report": ["templates/*.j2"],
+    },  # bt report study's page
 )

@@ -62,7 +62,7 @@ def print_worked_example() -> dict[str, Any]:
     d: S.Decomposition = ex["decomposition"]
     print("Worked example (protocol 9.8)")
     print("  problem  correct  score")
-    for g, y, s in zip(ex["group"], ex["correct"], ex["score"]):
+    for g, y, s in zip(ex["group"], ex["correct"], ex["score"], strict=True):
         print(f"  {g:<8} {y:<8} {s:.2f}")
     print(
         f"  success/failure pairs {d.n_pairs}: {d.n_within_pairs} inside a problem, "
@@ -111,9 +111,7 @@ def _line(name: str, d: S.Decomposition, boot: S.BootstrapResult | None, key: st
     return f"  {name:<22}" + "".join(cells).rstrip()
 
 
-def decompose_frame(
-    df: Any, group_col: str, n_boot: int, seed: int, title: str
-) -> dict[str, Any]:
+def decompose_frame(df: Any, group_col: str, n_boot: int, seed: int, title: str) -> dict[str, Any]:
     """Print and return the decomposition of ``score`` (and LOO) over the rows of ``df``."""
     g = df[group_col].astype(str).to_numpy()
     y = df["correct"].astype(int).to_numpy()

@@ -30,8 +30,9 @@ import continue_throughput  # noqa: E402  (imports breakthrough first: BLAS befo
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
-        epilog="Any other option (--workload study8|small, ...) is passed on to continue_throughput.py;"
-               " see `python bench/continue_throughput.py --help`.")
+        epilog="Any other option (--workload study8|small, ...) is passed on to "
+        "continue_throughput.py; see `python bench/continue_throughput.py --help`.",
+    )
     ap.add_argument("--model", default="qwen3-4b", help="a registry alias, hub id or mlx-lm folder")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
@@ -40,11 +41,23 @@ def main() -> None:
     import mlx.core as mx
 
     if mx.default_device() == mx.cpu and not args.allow_cpu:
-        print("no GPU device for MLX here (Metal on Apple silicon, or mlx[cuda]); "
-              "use continue_throughput.py on CPU, or pass --allow-cpu", file=sys.stderr)
+        print(
+            "no GPU device for MLX here (Metal on Apple silicon, or mlx[cuda]); "
+            "use continue_throughput.py on CPU, or pass --allow-cpu",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
-    continue_throughput.main(["--model", args.model, "--batch-size", str(args.batch_size),
-                              "--repeats", str(args.repeats), *rest])
+    continue_throughput.main(
+        [
+            "--model",
+            args.model,
+            "--batch-size",
+            str(args.batch_size),
+            "--repeats",
+            str(args.repeats),
+            *rest,
+        ]
+    )
 
 
 if __name__ == "__main__":

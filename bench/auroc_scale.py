@@ -67,11 +67,15 @@ def main() -> None:
     t_auc, auc = best_of(lambda: S.auroc(s, y))
     t_dec, d = best_of(lambda: S.decompose(g, s, y))
     print(f"baseline sklearn roc_auc_score   {t_base:8.3f} s   pooled {ref:.6f}")
-    print(f"stats.auroc (rank-based pooled)  {t_auc:8.3f} s   pooled {auc:.6f}   "
-          f"ratio {t_auc / t_base:.2f}x baseline")
+    print(
+        f"stats.auroc (rank-based pooled)  {t_auc:8.3f} s   pooled {auc:.6f}   "
+        f"ratio {t_auc / t_base:.2f}x baseline"
+    )
     print(f"stats.decompose (all statistics) {t_dec:8.3f} s   ratio {t_dec / t_base:.2f}x baseline")
-    print(f"  pooled {d.pooled:.4f} = {d.lam:.2e} x within {d.within:.4f} + "
-          f"(1 - lam) x between {d.between:.4f}; within failure-w. {d.within_failure_weighted:.4f}")
+    print(
+        f"  pooled {d.pooled:.4f} = {d.lam:.2e} x within {d.within:.4f} + "
+        f"(1 - lam) x between {d.between:.4f}; within failure-w. {d.within_failure_weighted:.4f}"
+    )
     assert abs(d.pooled - ref) < 1e-9, "pooled AUROC disagrees with scikit-learn"
 
     loo = S.loo_score(g, y)
@@ -79,9 +83,11 @@ def main() -> None:
     boot = S.bootstrap_decomposition(g, y, {"score": s, "loo": loo}, n_boot=args.bootstrap, seed=1)
     t_boot, c_boot = time.perf_counter() - t, time.process_time() - c
     lo, hi = boot.interval("score", "pooled")
-    print(f"bootstrap {args.bootstrap:,} draws (score + LOO, paired) {t_boot:8.3f} s   "
-          f"(cpu {c_boot:.3f} s)   pooled [{lo:.4f}, {hi:.4f}]   "
-          f"({t_boot / t_base:.0f}x one baseline AUROC)")
+    print(
+        f"bootstrap {args.bootstrap:,} draws (score + LOO, paired) {t_boot:8.3f} s   "
+        f"(cpu {c_boot:.3f} s)   pooled [{lo:.4f}, {hi:.4f}]   "
+        f"({t_boot / t_base:.0f}x one baseline AUROC)"
+    )
 
     if not args.skip_cli:
         from breakthrough.report.auroc import auroc_table
@@ -90,10 +96,17 @@ def main() -> None:
             path = Path(tmp) / "table.parquet"
             df.to_parquet(path)
             t, c = time.perf_counter(), time.process_time()
-            auroc_table(path, group=["problem_id"], score=["score"], label="correct",
-                        bootstrap=args.bootstrap)
+            auroc_table(
+                path,
+                group=["problem_id"],
+                score=["score"],
+                label="correct",
+                bootstrap=args.bootstrap,
+            )
             t_cli, c_cli = time.perf_counter() - t, time.process_time() - c
-        print(f"bt auroc end to end ({args.bootstrap:,} draws)   {t_cli:8.3f} s (cpu {c_cli:.3f} s)")
+        print(
+            f"bt auroc end to end ({args.bootstrap:,} draws)   {t_cli:8.3f} s (cpu {c_cli:.3f} s)"
+        )
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ of about 1,150 tokens: anchors 8,16,...,1024 x 4 branches, B = 128 reasoning tok
 answer phase, restarts at 128,256,512,1024 x 4 (each with its answer phase), no bisection
 rounds, no top-ups: 14,848 generated tokens per cell when no row stops early (the random models
 never do). bt's line also prints its batch occupancy (token-weighted mean rows in flight /
-batch size, `MlxEngine.occupancy`). `--workload small` is the old prefill-dominated one (8 anchors 64..1280 x 4,
-B = 16, answer 8, restarts 16 x 4).
+batch size, `MlxEngine.occupancy`). `--workload small` is the old prefill-dominated one (8 anchors
+64..1280 x 4, B = 16, answer 8, restarts 16 x 4).
 
 bt side: the real pipeline, `breakthrough.pipeline.cell_loop.continue_run` on a run directory
 built here (one cell, its base trace stored), exactly what `bt continue` runs: scheduler, engine,
@@ -67,9 +67,10 @@ mlx-lm pads a batch to its longest row; at 8 cells 57 % in cell order, 91 % long
     .venv/bin/python bench/continue_throughput.py --model deep          # 8 layers, width 384
     .venv/bin/python bench/continue_throughput.py --workload small
     .venv/bin/python bench/continue_throughput.py --model smollm2-135m  # any alias or mlx-lm folder
-    .venv/bin/python bench/continue_throughput.py --model wide-vocab    # 151,936-token head (Qwen's)
+    .venv/bin/python bench/continue_throughput.py --model wide-vocab  # 151,936-token head (Qwen's)
     .venv/bin/python bench/continue_throughput.py --cells 8 --reference-cells 1 --repeats 1
-    .venv/bin/python bench/continue_throughput.py --model deep --reference-cells 1 --reference-branches 1
+    .venv/bin/python bench/continue_throughput.py --model deep --reference-cells 1 \
+        --reference-branches 1
     # issue 28: the study's KV geometry (Qwen3-4B's 36 x 8 x 128; study-geometry-ministral: 26 x 8
     # x 128; hidden size 256), rows in flight per context depth and peak memory vs the budget
     .venv/bin/python bench/continue_throughput.py --model study-geometry --cells 1 \
@@ -105,15 +106,31 @@ from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.cohorts import load_cohort
 
 WORKLOADS = {
-    "study8": dict(trace_tokens=1150, anchors="8,16,32,64,128,256,512,1024", branches=4,
-                   budget=128, answer_budget=64, restarts="128,256,512,1024", restart_samples=4),
-    "small": dict(trace_tokens=1500, anchors="64,128,256,384,512,768,1024,1280", branches=4,
-                  budget=16, answer_budget=8, restarts="16", restart_samples=4),
+    "study8": dict(
+        trace_tokens=1150,
+        anchors="8,16,32,64,128,256,512,1024",
+        branches=4,
+        budget=128,
+        answer_budget=64,
+        restarts="128,256,512,1024",
+        restart_samples=4,
+    ),
+    "small": dict(
+        trace_tokens=1500,
+        anchors="64,128,256,384,512,768,1024,1280",
+        branches=4,
+        budget=16,
+        answer_budget=8,
+        restarts="16",
+        restart_samples=4,
+    ),
 }
-MODELS = {"tiny": dict(layers=4, hidden=128), "deep": dict(layers=8, hidden=384, heads=6,
-                                                             kv_heads=2, intermediate=1024),
-          # Qwen's vocabulary size: the full-distribution pass per token is 3.1x SmolLM2's
-          "wide-vocab": dict(layers=4, hidden=128, vocab=151_936)}
+MODELS = {
+    "tiny": dict(layers=4, hidden=128),
+    "deep": dict(layers=8, hidden=384, heads=6, kv_heads=2, intermediate=1024),
+    # Qwen's vocabulary size: the full-distribution pass per token is 3.1x SmolLM2's
+    "wide-vocab": dict(layers=4, hidden=128, vocab=151_936),
+}
 # The study models' KV geometry (layers x KV heads x head_dim; issue 28,
 # models.offline.STUDY_GEOMETRIES) with a small hidden size and 8 query heads: the KV cache is
 # the study model's, while MLX's unfused CPU attention (scores per query head) stays affordable.
@@ -125,8 +142,11 @@ def build_model(arg: str) -> str:
     """A random-weight llama folder for `tiny` / `deep` / `wide-vocab` (SmolLM2 tokenizer; the
     wide-vocab model's head has 151,936 rows, whose ids past the tokenizer's decode to
     nothing), else `arg`."""
-    from breakthrough.models.offline import (tokenizer_from_gguf, write_geometry_model,
-                                             write_tiny_model)
+    from breakthrough.models.offline import (
+        tokenizer_from_gguf,
+        write_geometry_model,
+        write_tiny_model,
+    )
 
     if arg in GEOMETRY_MODELS:
         out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"
@@ -151,11 +171,21 @@ def _write_wide_vocab_model(out: Path, vocab: int, *, layers: int, hidden: int) 
     from breakthrough.models.offline import save_model_folder, tokenizer_from_gguf
 
     tok = tokenizer_from_gguf()
-    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": hidden,
-           "num_hidden_layers": layers, "intermediate_size": 2 * hidden, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "vocab_size": vocab,
-           "rope_theta": 10000.0, "max_position_embeddings": 8192, "tie_word_embeddings": False,
-           "eos_token_id": tok.eos_token_id}
+    cfg = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "intermediate_size": 2 * hidden,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-5,
+        "vocab_size": vocab,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": False,
+        "eos_token_id": tok.eos_token_id,
+    }
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs.from_dict(cfg))
     model.lm_head.weight = mx.random.normal(model.lm_head.weight.shape) * 0.4
@@ -168,35 +198,58 @@ def base_trace(loaded, n_tokens: int, offset: int = 0) -> list[int]:
     </think> + a short solution."""
     body: list[int] = []
     rows = load_cohort("math500")
-    for row in rows[1 + offset:] + rows[1: 1 + offset]:
+    for row in rows[1 + offset :] + rows[1 : 1 + offset]:
         body += loaded.encode(row["problem"] + "\n")
         if len(body) >= n_tokens:
             break
     fam = loaded.family
-    return (loaded.encode((fam.open_marker or "") + "\n") + body[:n_tokens]
-            + loaded.encode((fam.close_marker or "") + "\n\nDone."))
+    return (
+        loaded.encode((fam.open_marker or "") + "\n")
+        + body[:n_tokens]
+        + loaded.encode((fam.close_marker or "") + "\n\nDone.")
+    )
 
 
 def build_run(run_dir: Path, loaded, cells: list[tuple[dict, list[int], list[int]]]) -> None:
     """A run directory with these cells (item, prompt, base trace) and their base traces stored
     (what `bt base` would have stored)."""
     with RunStore(run_dir, create=True) as store:
-        store.ensure_manifest(run_manifest(loaded, [c[0] for c in cells], DEFAULT, "bench",
-                                           "bench", "plain"))
+        store.ensure_manifest(
+            run_manifest(loaded, [c[0] for c in cells], DEFAULT, "bench", "bench", "plain")
+        )
         for item, prompt, trace in cells:
             cid = cell_id(loaded.alias, item["id"])
-            store.add_cells([{"cell_id": cid, "model": loaded.alias, "item": item,
-                              "prompt_ids": prompt}])
+            store.add_cells(
+                [{"cell_id": cid, "model": loaded.alias, "item": item, "prompt_ids": prompt}]
+            )
             seg = segment_ids(loaded.tokenizer, trace, loaded.family)
-            rec = SampleRecord(cell_id=cid, kind="base", anchor=-1, budget=0, branch=0, seed=11,
-                               prefix_len=0, token_ids=np.asarray(trace, np.int32),
-                               text=decode(loaded.tokenizer, trace), finish_reason="eos",
-                               segments=seg)
+            rec = SampleRecord(
+                cell_id=cid,
+                kind="base",
+                anchor=-1,
+                budget=0,
+                branch=0,
+                seed=11,
+                prefix_len=0,
+                token_ids=np.asarray(trace, np.int32),
+                text=decode(loaded.tokenizer, trace),
+                finish_reason="eos",
+                segments=seg,
+            )
             store.add_samples([rec], reasoning_tokens={cid: reasoning_length(seg)})
 
 
-def run_bt(template: Path, work: Path, loaded, protocol: Protocol, batch_size: int, rep: int,
-           instrument: bool = False, memory_bytes: int | None = None, name: str = "bt"):
+def run_bt(
+    template: Path,
+    work: Path,
+    loaded,
+    protocol: Protocol,
+    batch_size: int,
+    rep: int,
+    instrument: bool = False,
+    memory_bytes: int | None = None,
+    name: str = "bt",
+):
     """One `bt continue` of a fresh copy of the run: (seconds, generated tokens, occupancy,
     attention fill: real / padded attention positions, the ContinueReport, the samples'
     tokens by key)."""
@@ -205,16 +258,22 @@ def run_bt(template: Path, work: Path, loaded, protocol: Protocol, batch_size: i
 
     run_dir = work / f"{name}-{rep}"
     shutil.copytree(template, run_dir)
-    opts = ContinueOptions(protocol=protocol, topup=(), instrument=instrument,
-                           engine=EngineSpec("mlx", batch_size=batch_size,
-                                             memory_budget_bytes=memory_bytes))
+    opts = ContinueOptions(
+        protocol=protocol,
+        topup=(),
+        instrument=instrument,
+        engine=EngineSpec("mlx", batch_size=batch_size, memory_budget_bytes=memory_bytes),
+    )
     t0 = time.perf_counter()
     report = continue_run(run_dir, loaded, opts)
     seconds = time.perf_counter() - t0
     with RunStore(run_dir, readonly=True) as store:
         df = store.samples_frame(kind=None)
-    tokens = {(r.cell_id, r.kind, r.anchor, r.budget, r.branch): list(r.token_ids)
-              for r in df.itertuples() if r.kind != "base"}
+    tokens = {
+        (r.cell_id, r.kind, r.anchor, r.budget, r.branch): list(r.token_ids)
+        for r in df.itertuples()
+        if r.kind != "base"
+    }
     return seconds, report.generated_tokens, report.occupancy, report.attention_fill, report, tokens
 
 
@@ -226,14 +285,23 @@ def memory_lines(report, memory_bytes: int | None) -> list[str]:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     budget = "auto" if memory_bytes is None else f"{memory_bytes / 2**30:g} GB"
     depths = ", ".join(f"<={d:,}: {n}" for d, n in sorted(report.rows_by_context.items()))
-    return [f"    {report.memory}",
-            f"    rows in flight by longest context (tokens): {depths}",
-            f"    peak memory: MLX {report.peak_memory_bytes / 2**30:.2f} GB, process RSS "
-            f"{rss / 2**30:.2f} GB (both with the weights); budget {budget}"]
+    return [
+        f"    {report.memory}",
+        f"    rows in flight by longest context (tokens): {depths}",
+        f"    peak memory: MLX {report.peak_memory_bytes / 2**30:.2f} GB, process RSS "
+        f"{rss / 2**30:.2f} GB (both with the weights); budget {budget}",
+    ]
 
 
-def ref_generate(model, ids: list[int], max_tokens: int, seed: int, protocol: Protocol,
-                 eos: frozenset[int], stop: tuple[int, ...] = ()) -> list[int]:
+def ref_generate(
+    model,
+    ids: list[int],
+    max_tokens: int,
+    seed: int,
+    protocol: Protocol,
+    eos: frozenset[int],
+    stop: tuple[int, ...] = (),
+) -> list[int]:
     """Plain mlx-lm: a fresh prefill of `ids`, then up to max_tokens sampled one at a time."""
     import mlx.core as mx
     from mlx_lm.generate import generate_step
@@ -245,13 +313,14 @@ def ref_generate(model, ids: list[int], max_tokens: int, seed: int, protocol: Pr
     out: list[int] = []
     for tok, _ in generate_step(mx.array(ids), model, max_tokens=max_tokens, sampler=sampler):
         out.append(int(tok))
-        if out[-1] in eos or (stop and tuple(out[-len(stop):]) == stop):
+        if out[-1] in eos or (stop and tuple(out[-len(stop) :]) == stop):
             break
     return out
 
 
-def run_reference(loaded, prompt: list[int], trace: list[int], protocol: Protocol,
-                  branches: int | None = None):
+def run_reference(
+    loaded, prompt: list[int], trace: list[int], protocol: Protocol, branches: int | None = None
+):
     """Every probe and restart of one cell as the study ran them: (seconds, generated tokens).
     (A plain-family branch whose reasoning ends at EOS gets no answer phase, as in bt:
     pipeline.branches.)"""
@@ -259,32 +328,43 @@ def run_reference(loaded, prompt: list[int], trace: list[int], protocol: Protoco
     opened = len(loaded.encode((loaded.family.open_marker or "") + "\n"))
     per_anchor = min(branches or protocol.samples, protocol.samples)
     per_budget = min(branches or protocol.restart_samples, protocol.restart_samples)
-    jobs = [(trace[: opened + t], protocol.budget, 1000 * t + b)
-            for t in protocol.anchors for b in range(per_anchor)]
-    jobs += [([], c, 7 + 1000 * c + b) for c in protocol.restart_budgets
-             for b in range(per_budget)]
+    jobs = [
+        (trace[: opened + t], protocol.budget, 1000 * t + b)
+        for t in protocol.anchors
+        for b in range(per_anchor)
+    ]
+    jobs += [([], c, 7 + 1000 * c + b) for c in protocol.restart_budgets for b in range(per_budget)]
     t0, n = time.perf_counter(), 0
     for prefix, budget, seed in jobs:
         ctx = prompt + list(prefix)
         reasoning = ref_generate(loaded.model, ctx, budget, seed, protocol, eos, close)
-        closed = bool(close) and tuple(reasoning[-len(close):]) == close
+        closed = bool(close) and tuple(reasoning[-len(close) :]) == close
         if not close and not forced and reasoning and reasoning[-1] in eos:
             n += len(reasoning)
             continue
         if not closed and reasoning and reasoning[-1] in eos:
             reasoning = reasoning[:-1]
         inserted = [] if closed else list(forced)
-        answer = ref_generate(loaded.model, ctx + reasoning + inserted, protocol.answer_budget,
-                              seed + 1, protocol, eos)
+        answer = ref_generate(
+            loaded.model,
+            ctx + reasoning + inserted,
+            protocol.answer_budget,
+            seed + 1,
+            protocol,
+            eos,
+        )
         n += len(reasoning) + len(answer)
     return time.perf_counter() - t0, n
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="tiny",
-                    help="tiny (4 layers, width 128) or deep (8 layers, width 384), built here; "
-                         "or an alias / mlx-lm folder")
+    ap.add_argument(
+        "--model",
+        default="tiny",
+        help="tiny (4 layers, width 128) or deep (8 layers, width 384), built here; "
+        "or an alias / mlx-lm folder",
+    )
     ap.add_argument("--workload", default="study8", choices=sorted(WORKLOADS))
     ap.add_argument("--trace-tokens", type=int)
     ap.add_argument("--anchors")
@@ -293,23 +373,39 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--answer-budget", type=int)
     ap.add_argument("--restarts", help="restart budgets, comma-separated")
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--cells", type=int, default=8,
-                    help="cells (problems, each with its own base trace) continued in one run")
-    ap.add_argument("--reference-cells", type=int,
-                    help="run the reference loop on the first K cells only (default: all); "
-                         "its tokens/s is a per-token rate, one sequence at a time, so it does "
-                         "not depend on how many cells it covers")
-    ap.add_argument("--reference-branches", type=int,
-                    help="the reference runs K branches per anchor and per restart budget "
-                         "(default: all): every anchor and budget in the same proportion, so "
-                         "the same per-token rate in 1/4 of the time at K=1")
-    ap.add_argument("--instrument", action="store_true",
-                    help="bt continue --instrument (the protocol 2.2 signals per token)")
+    ap.add_argument(
+        "--cells",
+        type=int,
+        default=8,
+        help="cells (problems, each with its own base trace) continued in one run",
+    )
+    ap.add_argument(
+        "--reference-cells",
+        type=int,
+        help="run the reference loop on the first K cells only (default: all); "
+        "its tokens/s is a per-token rate, one sequence at a time, so it does "
+        "not depend on how many cells it covers",
+    )
+    ap.add_argument(
+        "--reference-branches",
+        type=int,
+        help="the reference runs K branches per anchor and per restart budget "
+        "(default: all): every anchor and budget in the same proportion, so "
+        "the same per-token rate in 1/4 of the time at K=1",
+    )
+    ap.add_argument(
+        "--instrument",
+        action="store_true",
+        help="bt continue --instrument (the protocol 2.2 signals per token)",
+    )
     ap.add_argument("--repeats", type=int, default=2, help="alternating bt / reference rounds")
     ap.add_argument("--memory-gb", default="auto", help="bt continue's --memory-gb (default auto)")
-    ap.add_argument("--compare-memory-gb", type=float,
-                    help="also run bt at this --memory-gb once and compare its occupancy and "
-                         "tokens with the first run's (issue 28: 4 against 64)")
+    ap.add_argument(
+        "--compare-memory-gb",
+        type=float,
+        help="also run bt at this --memory-gb once and compare its occupancy and "
+        "tokens with the first run's (issue 28: 4 against 64)",
+    )
     ap.add_argument("--bt-only", action="store_true", help="skip the reference (profiling bt)")
     args = ap.parse_args(argv)
     w = dict(WORKLOADS[args.workload])
@@ -321,10 +417,15 @@ def main(argv: list[str] | None = None) -> None:
     loaded = load_model(build_model(args.model), family="qwen" if built else None)
     memory_bytes = None if args.memory_gb == "auto" else int(float(args.memory_gb) * 2**30)
     protocol = replace(
-        DEFAULT, anchors=tuple(int(a) for a in str(w["anchors"]).split(",")), samples=w["branches"],
-        budget=w["budget"], answer_budget=w["answer_budget"], refinement_rounds=0,
+        DEFAULT,
+        anchors=tuple(int(a) for a in str(w["anchors"]).split(",")),
+        samples=w["branches"],
+        budget=w["budget"],
+        answer_budget=w["answer_budget"],
+        refinement_rounds=0,
         restart_budgets=tuple(int(c) for c in str(w["restarts"]).split(",")),
-        restart_samples=w["restart_samples"]).validate()
+        restart_samples=w["restart_samples"],
+    ).validate()
     rows = load_cohort("math500")
     cells = []
     for i in range(max(1, args.cells)):
@@ -338,39 +439,66 @@ def main(argv: list[str] | None = None) -> None:
     import mlx.core as mx
 
     vocab = int(loaded.config.get("vocab_size") or 0)
-    print(f"model {loaded.alias} ({loaded.model_id}, vocabulary {vocab:,}); device "
-          f"{mx.default_device()}; BLAS: {blas_name()}")
-    print(f"workload {args.workload}: {len(cells)} cells, prompts {min(len(c[1]) for c in cells)}-"
-          f"{max(len(c[1]) for c in cells)} + traces {min(len(c[2]) for c in cells)}-"
-          f"{max(len(c[2]) for c in cells)} tokens; anchors "
-          f"{','.join(map(str, protocol.anchors))} x {protocol.samples}; B={protocol.budget}, answer "
-          f"{protocol.answer_budget}; restarts {','.join(map(str, protocol.restart_budgets))} x "
-          f"{protocol.restart_samples}; bt batch size {args.batch_size}"
-          f"{', --instrument' if args.instrument else ''}; reference on {len(ref_cells)} of "
-          f"{len(cells)} cells" + (f", {args.reference_branches} branch(es) per anchor and budget"
-                                   if args.reference_branches else ""))
+    print(
+        f"model {loaded.alias} ({loaded.model_id}, vocabulary {vocab:,}); device "
+        f"{mx.default_device()}; BLAS: {blas_name()}"
+    )
+    print(
+        f"workload {args.workload}: {len(cells)} cells, prompts {min(len(c[1]) for c in cells)}-"
+        f"{max(len(c[1]) for c in cells)} + traces {min(len(c[2]) for c in cells)}-"
+        f"{max(len(c[2]) for c in cells)} tokens; anchors "
+        f"{','.join(map(str, protocol.anchors))} x {protocol.samples}; B={protocol.budget}, answer "
+        f"{protocol.answer_budget}; restarts {','.join(map(str, protocol.restart_budgets))} x "
+        f"{protocol.restart_samples}; bt batch size {args.batch_size}"
+        f"{', --instrument' if args.instrument else ''}; reference on {len(ref_cells)} of "
+        f"{len(cells)} cells"
+        + (
+            f", {args.reference_branches} branch(es) per anchor and budget"
+            if args.reference_branches
+            else ""
+        )
+    )
     print(f"{'':16}{'seconds':>10}{'generated':>11}{'tok/s':>9}")
     ratios, bt_rates, ref_rates, occupancies = [], [], [], []
     try:
         for rep in range(args.repeats):
             bt_s, bt_n, occ, fill, report, tokens = run_bt(
-                template, work, loaded, protocol, args.batch_size, rep, args.instrument,
-                memory_bytes)
+                template,
+                work,
+                loaded,
+                protocol,
+                args.batch_size,
+                rep,
+                args.instrument,
+                memory_bytes,
+            )
             print("\n".join(memory_lines(report, memory_bytes)))
             if args.compare_memory_gb and rep == 0:
                 other = int(args.compare_memory_gb * 2**30)
                 o_s, o_n, o_occ, _, o_rep, o_tokens = run_bt(
-                    template, work, loaded, protocol, args.batch_size, rep, args.instrument,
-                    other, name="compare")
-                print(f"{'bt --memory-gb ' + format(args.compare_memory_gb, 'g'):16}{o_s:10.1f}"
-                      f"{o_n:11d}{o_n / o_s:9.1f}   occupancy {o_occ or 0.0:.1%}; "
-                      f"tokens {'identical' if o_tokens == tokens else 'DIFFER'} "
-                      f"({len(tokens)} samples); occupancy ratio {(occ or 0) / (o_occ or 1):.2f} "
-                      f"(--memory-gb {args.memory_gb} / {args.compare_memory_gb:g})")
+                    template,
+                    work,
+                    loaded,
+                    protocol,
+                    args.batch_size,
+                    rep,
+                    args.instrument,
+                    other,
+                    name="compare",
+                )
+                print(
+                    f"{'bt --memory-gb ' + format(args.compare_memory_gb, 'g'):16}{o_s:10.1f}"
+                    f"{o_n:11d}{o_n / o_s:9.1f}   occupancy {o_occ or 0.0:.1%}; "
+                    f"tokens {'identical' if o_tokens == tokens else 'DIFFER'} "
+                    f"({len(tokens)} samples); occupancy ratio {(occ or 0) / (o_occ or 1):.2f} "
+                    f"(--memory-gb {args.memory_gb} / {args.compare_memory_gb:g})"
+                )
                 print("\n".join(memory_lines(o_rep, other)), flush=True)
             occupancies.append(occ or 0.0)
-            bt_line = (f"{f'bt continue #{rep + 1}':16}{bt_s:10.1f}{bt_n:11d}{bt_n / bt_s:9.1f}"
-                       f"   occupancy {occupancies[-1]:.1%}, attention fill {fill or 0.0:.1%}")
+            bt_line = (
+                f"{f'bt continue #{rep + 1}':16}{bt_s:10.1f}{bt_n:11d}{bt_n / bt_s:9.1f}"
+                f"   occupancy {occupancies[-1]:.1%}, attention fill {fill or 0.0:.1%}"
+            )
             if args.bt_only:
                 print(bt_line, flush=True)
                 continue
@@ -387,10 +515,12 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(work, ignore_errors=True)
     if not ratios:
         return
-    print(f"median tok/s: bt {statistics.median(bt_rates):.1f}, reference "
-          f"{statistics.median(ref_rates):.1f}; speed-up median {statistics.median(ratios):.2f}x "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f}, {len(ratios)} repeats); bt occupancy "
-          f"median {statistics.median(occupancies):.1%}")
+    print(
+        f"median tok/s: bt {statistics.median(bt_rates):.1f}, reference "
+        f"{statistics.median(ref_rates):.1f}; speed-up median {statistics.median(ratios):.2f}x "
+        f"(min {min(ratios):.2f}, max {max(ratios):.2f}, {len(ratios)} repeats); bt occupancy "
+        f"median {statistics.median(occupancies):.1%}"
+    )
 
 
 if __name__ == "__main__":

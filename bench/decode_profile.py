@@ -124,12 +124,29 @@ def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tup
     from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
 
     if way.startswith("bt"):
-        gen = _filled(SeededBatchGenerator, loaded, batch, steps,
-                      [RowSpec(1000 + i, sampling, instrument=way == "bt+instr") for i in range(batch)])
+        gen = _filled(
+            SeededBatchGenerator,
+            loaded,
+            batch,
+            steps,
+            [RowSpec(1000 + i, sampling, instrument=way == "bt+instr") for i in range(batch)],
+        )
     else:
-        gen = _filled(BatchGenerator, loaded, batch, steps,
-                      [make_sampler(temp=sampling.temperature, top_p=sampling.top_p,
-                                    top_k=sampling.top_k, min_p=sampling.min_p) for _ in range(batch)])
+        gen = _filled(
+            BatchGenerator,
+            loaded,
+            batch,
+            steps,
+            [
+                make_sampler(
+                    temp=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=sampling.top_k,
+                    min_p=sampling.min_p,
+                )
+                for _ in range(batch)
+            ],
+        )
     for _ in range(3):
         gen.next_generated()
     gb = gen._generation_batch
@@ -171,11 +188,16 @@ def beside(loaded, batch: int, steps: int, sampling: Sampling) -> tuple[float, f
     import mlx.core as mx
     import numpy as np
 
-    from breakthrough.engine.sampling import keys, numpy_draw, numpy_stats
     from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
+    from breakthrough.engine.sampling import keys, numpy_draw, numpy_stats
 
-    gen = _filled(SeededBatchGenerator, loaded, batch, steps,
-                  [RowSpec(1000 + i, sampling) for i in range(batch)])
+    gen = _filled(
+        SeededBatchGenerator,
+        loaded,
+        batch,
+        steps,
+        [RowSpec(1000 + i, sampling) for i in range(batch)],
+    )
     gb = gen._generation_batch
     tokens = gb._next_tokens
     mx.eval(tokens)
@@ -213,10 +235,16 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of both ways")
-    ap.add_argument("--ways", default=",".join(WAYS),
-                    help=f"which of {', '.join(WAYS)} to time (per-row is slow at batch 32)")
-    ap.add_argument("--beside", action="store_true",
-                    help="also measure how much bt's statistics job lengthens a forward it runs beside")
+    ap.add_argument(
+        "--ways",
+        default=",".join(WAYS),
+        help=f"which of {', '.join(WAYS)} to time (per-row is slow at batch 32)",
+    )
+    ap.add_argument(
+        "--beside",
+        action="store_true",
+        help="also measure how much bt's statistics job lengthens a forward it runs beside",
+    )
     args = ap.parse_args()
     ways = tuple(w for w in args.ways.split(",") if w)
     if not ways or set(ways) - set(WAYS):
@@ -224,8 +252,10 @@ def main() -> None:
     loaded = load_model(build_model(args.model), family="qwen" if args.model in MODELS else None)
     sampling = Sampling()
     print(f"model {loaded.alias}; BLAS: {blas_name()}; sampling {sampling}")
-    print(f"{'batch':>5} {'way':>8} {'step ms':>9} {'forward ms':>11} {'other ms':>9} {'other %':>8}"
-          f" {'tok/s':>8}")
+    print(
+        f"{'batch':>5} {'way':>8} {'step ms':>9} {'forward ms':>11} {'other ms':>9} {'other %':>8}"
+        f" {'tok/s':>8}"
+    )
     for batch in (int(b) for b in args.batches.split(",")):
         res: dict[str, list[tuple[float, float]]] = {w: [] for w in ways}
         for _ in range(args.rounds):
@@ -235,13 +265,19 @@ def main() -> None:
             step = statistics.median(v[0] for v in vals)
             fwd = statistics.median(v[1] for v in vals)
             other = max(step - fwd, 0.0)
-            print(f"{batch:5d} {way:>8} {1e3 * step:9.2f} {1e3 * fwd:11.2f} {1e3 * other:9.2f}"
-                  f" {100 * other / step:7.1f}% {batch / step:8.0f}", flush=True)
+            print(
+                f"{batch:5d} {way:>8} {1e3 * step:9.2f} {1e3 * fwd:11.2f} {1e3 * other:9.2f}"
+                f" {100 * other / step:7.1f}% {batch / step:8.0f}",
+                flush=True,
+            )
         if args.beside:
             alone, together, job = beside(loaded, batch, args.steps, sampling)
-            print(f"{batch:5d} forward alone {1e3 * alone:.2f} ms, with the statistics job beside it"
-                  f" {1e3 * together:.2f} ms (+{1e3 * (together - alone):.2f}); the job alone"
-                  f" {1e3 * job:.2f} ms", flush=True)
+            print(
+                f"{batch:5d} forward alone {1e3 * alone:.2f} ms, with the statistics job beside it"
+                f" {1e3 * together:.2f} ms (+{1e3 * (together - alone):.2f}); the job alone"
+                f" {1e3 * job:.2f} ms",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

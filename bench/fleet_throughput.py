@@ -10,7 +10,7 @@ the same tokens. On one machine the two servers share its cores, so the ratio me
 of the machine one server leaves idle (on a 2-core CPU little); across machines it approaches
 the number of endpoints when the cells outnumber them.
 
-    .venv/bin/python bench/fleet_throughput.py                    # tiny random model (4 layers, 128 wide)
+    .venv/bin/python bench/fleet_throughput.py  # tiny random model (4 layers, 128 wide)
     .venv/bin/python bench/fleet_throughput.py --model smollm2-135m --tokens 64
 """
 
@@ -33,9 +33,14 @@ BT = str(Path(sys.executable).parent / "bt")
 
 def start_server(model: str, batch_size: int) -> tuple[subprocess.Popen, str]:
     """A `bt serve` on a free loopback port; (process, URL) once it listens."""
-    proc = subprocess.Popen([BT, "serve", "--model", model, "--port", "0", "--batch-size", str(batch_size)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.Popen(
+        [BT, "serve", "--model", model, "--port", "0", "--batch-size", str(batch_size)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     sel = selectors.DefaultSelector()
     sel.register(proc.stderr, selectors.EVENT_READ)
     deadline = time.monotonic() + 180
@@ -67,13 +72,27 @@ def run(urls: list[str], loaded, cells: int, tokens: int, inflight: int) -> tupl
     from breakthrough.models.families import build_prompt_ids
     from breakthrough.protocol import DEFAULT
 
-    eng = HttpEngine("vllm", urls, loaded.eos_ids, int(loaded.config.get("vocab_size") or len(loaded.tokenizer)),
-                     max_inflight=inflight)
+    eng = HttpEngine(
+        "vllm",
+        urls,
+        loaded.eos_ids,
+        int(loaded.config.get("vocab_size") or len(loaded.tokenizer)),
+        max_inflight=inflight,
+    )
     reqs = []
     for i in range(cells):
-        prompt = build_prompt_ids(loaded.tokenizer, loaded.family, f"Problem {i}: what is {i} + {2 * i + 1}?")
-        reqs.append(GenRequest(key=f"bench:p{i}", prompt=prompt, max_tokens=tokens, seed=11 + i,
-                               sampling=DEFAULT.sampling))
+        prompt = build_prompt_ids(
+            loaded.tokenizer, loaded.family, f"Problem {i}: what is {i} + {2 * i + 1}?"
+        )
+        reqs.append(
+            GenRequest(
+                key=f"bench:p{i}",
+                prompt=prompt,
+                max_tokens=tokens,
+                seed=11 + i,
+                sampling=DEFAULT.sampling,
+            )
+        )
     t0 = time.perf_counter()
     out = {r.key: r for r in eng.generate(reqs)}
     elapsed = time.perf_counter() - t0
@@ -87,10 +106,14 @@ def run(urls: list[str], loaded, cells: int, tokens: int, inflight: int) -> tupl
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="tiny", help="'tiny' (built here) or an alias / mlx-lm folder")
+    ap.add_argument(
+        "--model", default="tiny", help="'tiny' (built here) or an alias / mlx-lm folder"
+    )
     ap.add_argument("--cells", type=int, default=16)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--batch-size", type=int, default=8, help="rows per server (bt serve --batch-size)")
+    ap.add_argument(
+        "--batch-size", type=int, default=8, help="rows per server (bt serve --batch-size)"
+    )
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -101,14 +124,25 @@ def main() -> None:
         if model == "tiny":
             from breakthrough.models.offline import tokenizer_from_gguf, write_tiny_model
 
-            model = str(write_tiny_model(Path(tmp) / "tiny", tokenizer_from_gguf(), layers=4, hidden=128,
-                                         heads=4, kv_heads=2, intermediate=256))
+            model = str(
+                write_tiny_model(
+                    Path(tmp) / "tiny",
+                    tokenizer_from_gguf(),
+                    layers=4,
+                    hidden=128,
+                    heads=4,
+                    kv_heads=2,
+                    intermediate=256,
+                )
+            )
         loaded = load_model(model)
         servers = [start_server(model, args.batch_size) for _ in range(2)]
         try:
             urls = [u for _, u in servers]
-            print(f"model {loaded.alias}; {args.cells} cells x {args.tokens} tokens; servers {urls}; "
-                  f"{os.cpu_count()} CPUs")
+            print(
+                f"model {loaded.alias}; {args.cells} cells x {args.tokens} tokens; servers {urls}; "
+                f"{os.cpu_count()} CPUs"
+            )
             run(urls, loaded, 2, 4, args.batch_size)  # warm both servers
             ratios = []
             for rep in range(args.repeats):
@@ -116,8 +150,10 @@ def main() -> None:
                 two, tok2 = run(urls, loaded, args.cells, args.tokens, args.batch_size)
                 same = "same tokens" if tok1 == tok2 else "TOKENS DIFFER"
                 ratios.append(two / one)
-                print(f"repeat {rep + 1}: 1 endpoint {one:8.1f} tok/s   2 endpoints {two:8.1f} tok/s   "
-                      f"ratio {two / one:5.2f}   ({same})")
+                print(
+                    f"repeat {rep + 1}: 1 endpoint {one:8.1f} tok/s   "
+                    f"2 endpoints {two:8.1f} tok/s   ratio {two / one:5.2f}   ({same})"
+                )
             print(f"median ratio (2 endpoints / 1): {statistics.median(ratios):.2f}")
         finally:
             for proc, _ in servers:

@@ -1,11 +1,13 @@
-"""What does the per-token instrumentation (protocol 2.2, `engine/sampling/signals.py:token_signals*`)
-cost? Generated tokens/s of the MLX engine with full instrumentation vs log-prob-only
-(`MlxEngine(instrument=False)`: log-prob and the two entropies only), same requests, same run.
+"""What does the per-token instrumentation (protocol 2.2,
+`engine/sampling/signals.py:token_signals*`) cost? Generated tokens/s of the MLX engine with full
+instrumentation vs log-prob-only (`MlxEngine(instrument=False)`: log-prob and the two entropies
+only), same requests, same run.
 
 Target (issue 11): at most 15 % slower on the tiny test model and on SmolLM2-135M. Rounds
 alternate between the two settings; prints the median rate of each and their ratio.
 
-    nice -n 10 .venv/bin/python bench/instrumentation_overhead.py [--tokens 64] [--rows 8] [--rounds 3]
+    nice -n 10 .venv/bin/python bench/instrumentation_overhead.py \
+        [--tokens 64] [--rows 8] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -38,9 +40,14 @@ def rate(loaded, prompts: list[list[int]], tokens: int, instrument: bool) -> flo
 
 
 def measure(name: str, loaded, args) -> None:
-    prompts = [build_prompt_ids(loaded.tokenizer, loaded.family,
-                                user_message({"problem": f"What is {i} times {i + 3}?"}))
-               for i in range(args.rows)]
+    prompts = [
+        build_prompt_ids(
+            loaded.tokenizer,
+            loaded.family,
+            user_message({"problem": f"What is {i} times {i + 3}?"}),
+        )
+        for i in range(args.rows)
+    ]
     rate(loaded, prompts[:1], 4, True)  # warm-up (kernels, allocations)
     on: list[float] = []
     off: list[float] = []
@@ -48,9 +55,12 @@ def measure(name: str, loaded, args) -> None:
         off.append(rate(loaded, prompts, args.tokens, False))
         on.append(rate(loaded, prompts, args.tokens, True))
     m_on, m_off = statistics.median(on), statistics.median(off)
-    print(f"{name}: log-prob only {m_off:,.0f} tok/s, instrumented {m_on:,.0f} tok/s, "
-          f"instrumented / log-prob only = {m_on / m_off:.3f} ({(1 - m_on / m_off) * 100:+.1f} % slower); "
-          f"{args.rows} rows x {args.tokens} tokens, median of {args.rounds} rounds")
+    print(
+        f"{name}: log-prob only {m_off:,.0f} tok/s, instrumented {m_on:,.0f} tok/s, "
+        f"instrumented / log-prob only = {m_on / m_off:.3f} "
+        f"({(1 - m_on / m_off) * 100:+.1f} % slower); "
+        f"{args.rows} rows x {args.tokens} tokens, median of {args.rounds} rounds"
+    )
 
 
 def main() -> None:
@@ -63,7 +73,9 @@ def main() -> None:
     from breakthrough.models.offline import tokenizer_from_gguf, write_tiny_model
 
     print(f"BLAS: {blas_name()}")
-    tiny = write_tiny_model(Path(tempfile.mkdtemp(prefix="bt-instr-")) / "tiny", tokenizer_from_gguf())
+    tiny = write_tiny_model(
+        Path(tempfile.mkdtemp(prefix="bt-instr-")) / "tiny", tokenizer_from_gguf()
+    )
     measure("tiny model (2 layers, d=64)", load_model(str(tiny)), args)
     if not args.skip_smollm2:
         measure("SmolLM2-135M", load_model("smollm2-135m"), args)

@@ -39,16 +39,18 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from models.architectures import ARCHITECTURES, write_architecture  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from breakthrough.cli import app  # noqa: E402
-from breakthrough.engine import mlx_backend  # noqa: E402
+from breakthrough.engine import (
+    EngineSpec,  # noqa: E402
+    mlx_backend,  # noqa: E402
+)
 from breakthrough.engine.prefix_cache import PrefixCache, cache_bytes  # noqa: E402
 from breakthrough.models.offline import tokenizer_from_gguf  # noqa: E402
 from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs  # noqa: E402
-from breakthrough.engine import EngineSpec  # noqa: E402
 from breakthrough.store import RunStore  # noqa: E402
-from models.architectures import ARCHITECTURES, write_architecture  # noqa: E402
 
 GRID = "64,128,256,512,1024,2048,4096,8192"
 
@@ -56,7 +58,7 @@ GRID = "64,128,256,512,1024,2048,4096,8192"
 class RecordingPrefixCache(PrefixCache):
     """PrefixCache that records its prefill time and the bytes it holds (bench only)."""
 
-    seen: list["RecordingPrefixCache"] = []
+    seen: list[RecordingPrefixCache] = []
 
     def _prefill(self) -> None:
         t0 = time.perf_counter()
@@ -67,7 +69,9 @@ class RecordingPrefixCache(PrefixCache):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--arch", default="gemma4_text", choices=sorted(ARCHITECTURES))
     ap.add_argument("--window", type=int, default=512, help="sliding window (gemma4_text)")
     ap.add_argument("--max-tokens", type=int, default=16384)
@@ -96,9 +100,26 @@ def main() -> None:
     times: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    res = CliRunner().invoke(app, ["base", "--cohort", "demo", "--limit", "1", "--model", str(folder),
-                                   "--runs-dir", str(runs), "--run", "long", "--max-tokens",
-                                   str(args.max_tokens), "--batch-size", "1"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "base",
+            "--cohort",
+            "demo",
+            "--limit",
+            "1",
+            "--model",
+            str(folder),
+            "--runs-dir",
+            str(runs),
+            "--run",
+            "long",
+            "--max-tokens",
+            str(args.max_tokens),
+            "--batch-size",
+            "1",
+        ],
+    )
     times["base"] = time.perf_counter() - t0
     if res.exit_code != 0:
         raise SystemExit(f"bt base failed: {res.output}")
@@ -124,12 +145,20 @@ def main() -> None:
 
     anchors = tuple(int(a) for a in args.anchors.split(","))
     restarts = tuple(int(c) for c in args.restarts.split(","))
-    settings = dict(budget=args.budget, answer_budget=args.answer_budget, samples=args.samples,
-                    restart_samples=args.samples, topup_samples=2 * args.samples,
-                    restart_budgets=restarts, anchors=anchors, tau=0.75)
+    settings = dict(
+        budget=args.budget,
+        answer_budget=args.answer_budget,
+        samples=args.samples,
+        restart_samples=args.samples,
+        topup_samples=2 * args.samples,
+        restart_budgets=restarts,
+        anchors=anchors,
+        tau=0.75,
+    )
     budget = int(args.memory_gb * 2**30)
-    opts = ContinueOptions(engine=EngineSpec(backend="mlx", batch_size=args.batch_size,
-                                             memory_budget_bytes=budget))
+    opts = ContinueOptions(
+        engine=EngineSpec(backend="mlx", batch_size=args.batch_size, memory_budget_bytes=budget)
+    )
     mx.synchronize()
     mx.reset_peak_memory()
     t0 = time.perf_counter()
@@ -152,22 +181,33 @@ def main() -> None:
     rows = engine.capacity(row_tokens, shared_tokens=prefix_tokens)
 
     mb = 2**20
-    print(f"model {args.arch} (window {args.window if 'sliding_window' in arch.config else '-'}), "
-          f"base trace {len(base.token_ids):,} tokens ({reasoning:,} thinking), "
-          f"anchors {args.anchors}, restarts {args.restarts}, B={args.budget}, "
-          f"answer {args.answer_budget}, samples {args.samples}, --memory-gb {args.memory_gb:g}")
-    print(f"cache layout per token: plain {layout.plain_per_token:.0f} B, sliding "
-          f"{layout.bounded_per_token:.0f} B up to {layout.window}, fixed {layout.fixed:.0f} B/row")
+    print(
+        f"model {args.arch} (window {args.window if 'sliding_window' in arch.config else '-'}), "
+        f"base trace {len(base.token_ids):,} tokens ({reasoning:,} thinking), "
+        f"anchors {args.anchors}, restarts {args.restarts}, B={args.budget}, "
+        f"answer {args.answer_budget}, samples {args.samples}, --memory-gb {args.memory_gb:g}"
+    )
+    print(
+        f"cache layout per token: plain {layout.plain_per_token:.0f} B, sliding "
+        f"{layout.bounded_per_token:.0f} B up to {layout.window}, fixed {layout.fixed:.0f} B/row"
+    )
     print("\nphase        wall s   samples  (first..last sample, s after continue start)")
     print(f"base       {times['base']:8.1f}         1")
     start = min((v[0] for v in phase_t.values()), default=0.0)
     if pcs:
-        print(f"  prefix prefill + snapshots {sum(p.prefill_s for p in pcs):.2f} s for "
-              f"{sum(p.prefill_tokens for p in pcs):,} tokens ({len(pcs)} prefix cache(s))")
+        print(
+            f"  prefix prefill + snapshots {sum(p.prefill_s for p in pcs):.2f} s for "
+            f"{sum(p.prefill_tokens for p in pcs):,} tokens ({len(pcs)} prefix cache(s))"
+        )
     for phase, ts in phase_t.items():
-        print(f"{phase:<10} {ts[-1] - ts[0]:8.1f} {phase_n[phase]:9d}  ({ts[0] - start:.1f}..{ts[-1] - start:.1f})")
-    print(f"continue   {times['continue']:8.1f} {sum(phase_n.values()):9d}  "
-          f"({rep.generated_tokens:,} generated, {rep.prefill_tokens:,} prefilled)")
+        print(
+            f"{phase:<10} {ts[-1] - ts[0]:8.1f} {phase_n[phase]:9d}  "
+            f"({ts[0] - start:.1f}..{ts[-1] - start:.1f})"
+        )
+    print(
+        f"continue   {times['continue']:8.1f} {sum(phase_n.values()):9d}  "
+        f"({rep.generated_tokens:,} generated, {rep.prefill_tokens:,} prefilled)"
+    )
     print(f"classify   {times['classify']:8.1f}")
     print("\nmemory                                   MiB    / budget")
     for label, value in (
@@ -178,8 +218,10 @@ def main() -> None:
         ("  minus model weights", peak - model_bytes),
     ):
         print(f"{label:<38} {value / mb:8.2f}  {value / budget:6.3f}")
-    print(f"rows per batch allowed for {row_tokens:,}-token rows: {rows} (--batch-size {args.batch_size}); "
-          f"snapshots {snaps}, prefix {prefix_tokens:,} tokens")
+    print(
+        f"rows per batch allowed for {row_tokens:,}-token rows: {rows} "
+        f"(--batch-size {args.batch_size}); snapshots {snaps}, prefix {prefix_tokens:,} tokens"
+    )
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     else:

@@ -48,8 +48,11 @@ def decode_rate(model, prompt: list[int], batch: int, steps: int) -> float:
     from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
 
     gen = SeededBatchGenerator(model, completion_batch_size=batch, prefill_batch_size=8)
-    gen.insert([prompt] * batch, max_tokens=[steps + 10] * batch,
-               samplers=[RowSpec(i, Sampling()) for i in range(batch)])
+    gen.insert(
+        [prompt] * batch,
+        max_tokens=[steps + 10] * batch,
+        samplers=[RowSpec(i, Sampling()) for i in range(batch)],
+    )
     while len(gen._generation_batch) < batch:
         gen.next_generated()
     gen.next_generated()

@@ -40,8 +40,9 @@ def _time(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]
     busy machine it stays near the wall time an idle machine would show."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     elapsed = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -52,8 +53,12 @@ def _time(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=7, help="Runs per command (median reported).")
-    ap.add_argument("--bt", type=Path, default=Path(sys.executable).parent / "bt",
-                    help="The console script to time (default: this interpreter's bt).")
+    ap.add_argument(
+        "--bt",
+        type=Path,
+        default=Path(sys.executable).parent / "bt",
+        help="The console script to time (default: this interpreter's bt).",
+    )
     args = ap.parse_args()
 
     sys.path.insert(0, str(ROOT / "tests"))
@@ -73,8 +78,10 @@ def main() -> None:
             (["verify", str(run)], READ_ONLY_S),
         ]
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"bt: {bt}  PYTHONPATH={os.environ.get('PYTHONPATH', '')}  runs={args.runs}  "
-              f"load(1 min)={load:.2f}  cpus={os.cpu_count()}")
+        print(
+            f"bt: {bt}  PYTHONPATH={os.environ.get('PYTHONPATH', '')}  runs={args.runs}  "
+            f"load(1 min)={load:.2f}  cpus={os.cpu_count()}"
+        )
         _time([bt, "--version"], work, env)  # warm the file cache once
         for argv, target in commands:
             runs = [_time([bt, *argv], work, env) for _ in range(args.runs)]
@@ -82,8 +89,10 @@ def main() -> None:
             med = statistics.median(times)
             cpu = statistics.median(c for _, c in runs)
             label = "bt " + " ".join("RUN" if a == str(run) else a for a in argv)
-            print(f"{label:<16} median {med:6.3f} s  (min {min(times):.3f}, max {max(times):.3f}; "
-                  f"cpu {cpu:.3f} s)  target <= {target:.1f} s  {'ok' if med <= target else 'OVER'}")
+            print(
+                f"{label:<16} median {med:6.3f} s  (min {min(times):.3f}, max {max(times):.3f}; "
+                f"cpu {cpu:.3f} s)  target <= {target:.1f} s  {'ok' if med <= target else 'OVER'}"
+            )
 
 
 if __name__ == "__main__":

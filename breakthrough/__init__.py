@@ -1,4 +1,5 @@
-"""breakthrough (`bt`): did the prefix hold value, or did the rest of the solution just fit the budget?"""
+"""breakthrough (`bt`): did the prefix hold value, or did the rest of the solution just fit the
+budget?"""
 
 __version__ = "0.1.0"
 

@@ -40,8 +40,13 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print bt's version and exit."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print bt's version and exit.",
+    ),
 ) -> None:
     """breakthrough: prefix-value vs budget-fit experiments on reasoning traces.
 
@@ -113,7 +118,8 @@ def _closed_stdout() -> NoReturn:
     """Exit 0 after the reader of stdout went away; stdout now points at /dev/null so that the
     interpreter's last flush at exit cannot fail again (Python's documented recipe)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.__stdout__.fileno())
+    if sys.__stdout__ is not None:  # None only when Python started without a stdout
+        os.dup2(devnull, sys.__stdout__.fileno())
     raise SystemExit(0)
 
 
@@ -128,8 +134,11 @@ def _main(argv: list[str] | None) -> None:
         raise SystemExit(0) from None
     except UsageError as exc:
         # "bt base: No such option ..."; at the top level the "bt: error:" prefix says it already
-        where = (f"{exc.ctx.command_path}: "
-                 if exc.ctx is not None and exc.ctx.command_path != "bt" else "")
+        where = (
+            f"{exc.ctx.command_path}: "
+            if exc.ctx is not None and exc.ctx.command_path != "bt"
+            else ""
+        )
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
         _fail(f"{where}{exc.format_message()}{hint}", exc.exit_code)
     except ClickException as exc:

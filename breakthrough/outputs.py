@@ -57,8 +57,9 @@ def make_folder(path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def replace_atomic(path: str | os.PathLike, write: Callable[[Path], Any], *,
-                   durable: bool = False) -> Path:
+def replace_atomic(
+    path: str | os.PathLike, write: Callable[[Path], Any], *, durable: bool = False
+) -> Path:
     """The one atomic write: `write(tmp)` to a temporary file beside `path` (hidden, named for
     this process, ending .tmp), then a rename onto `path`, so a reader sees the old file or the
     whole new one. A failure removes the temporary file and re-raises as it came. `durable`
@@ -112,6 +113,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """`text` as UTF-8 with "\\n" line ends, atomically (`write_atomic`)."""
+
     def put(tmp: Path) -> None:
         with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)

@@ -29,5 +29,6 @@ def new_figure(width: float, height: float) -> Any:
 def save_png(fig: Any, path: str | os.PathLike) -> Path:
     """Write `fig` as a PNG atomically (tight bounding box, so legends outside the axes are
     kept); an OS error is one line naming `path`."""
-    return write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI,
-                                                     bbox_inches="tight"))
+    return write_atomic(
+        path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 from breakthrough.errors import BtError
 
@@ -74,7 +75,7 @@ class Protocol:
     prompt_version: str = "v1"
     sampling: Sampling = field(default_factory=Sampling)
 
-    def validate(self, names: dict[str, str] | None = None) -> "Protocol":
+    def validate(self, names: dict[str, str] | None = None) -> Protocol:
         """Refuse impossible constants before anything is written or loaded: one BtError naming
         the first bad setting by the option that sets it (`names` maps a constant to its
         option; default `OPTION_NAMES`). Returns self, so `DEFAULT.with_overrides(...).validate()`
@@ -94,41 +95,67 @@ class Protocol:
 
         check("tau", _finite(self.tau) and 0 < self.tau <= 1, "a solve rate in (0, 1]")
         check("delta", _finite(self.delta) and 0 < self.delta < 1, "a margin in (0, 1)")
-        check("deltas", bool(self.deltas) and all(0 < d < 1 for d in self.deltas),
-              "margins in (0, 1)")
+        check(
+            "deltas", bool(self.deltas) and all(0 < d < 1 for d in self.deltas), "margins in (0, 1)"
+        )
         lo_hi = tuple(self.posterior_band)
-        check("posterior_band", len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1] <= 1,
-              "0 <= lo < hi <= 1")
+        check(
+            "posterior_band", len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1] <= 1, "0 <= lo < hi <= 1"
+        )
         check("prior", self.prior in PRIORS, " or ".join(PRIORS))
-        for name in ("budget", "answer_budget", "total_cap", "base_max_tokens",
-                     "max_prompt_tokens", "refinement_min_width"):
-            check(name, _positive_int(getattr(self, name), MAX_TOKENS),
-                  f"a positive integer <= {MAX_TOKENS:,}")
+        for name in (
+            "budget",
+            "answer_budget",
+            "total_cap",
+            "base_max_tokens",
+            "max_prompt_tokens",
+            "refinement_min_width",
+        ):
+            check(
+                name,
+                _positive_int(getattr(self, name), MAX_TOKENS),
+                f"a positive integer <= {MAX_TOKENS:,}",
+            )
         for name in ("samples", "topup_samples", "restart_samples"):
-            check(name, _positive_int(getattr(self, name), MAX_SAMPLES),
-                  f"a positive integer <= {MAX_SAMPLES:,}")
+            check(
+                name,
+                _positive_int(getattr(self, name), MAX_SAMPLES),
+                f"a positive integer <= {MAX_SAMPLES:,}",
+            )
         for name in ("refinement_rounds", "instant_max_upper"):
             value = getattr(self, name)
-            check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-                  "an integer >= 0")
+            check(
+                name,
+                isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                "an integer >= 0",
+            )
         seed = self.base_seed
-        check("base_seed", isinstance(seed, int) and not isinstance(seed, bool)
-              and 0 <= seed <= MAX_SEED, f"an integer in 0..{MAX_SEED}")
+        check(
+            "base_seed",
+            isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED,
+            f"an integer in 0..{MAX_SEED}",
+        )
         for name in ("anchors", "restart_budgets"):  # duplicates would be one request key twice
             values = list(getattr(self, name))
-            check(name, bool(values) and all(_positive_int(v, MAX_TOKENS) for v in values)
-                  and values == sorted(set(values)),
-                  f"increasing positive integers <= {MAX_TOKENS:,}, each once")
+            check(
+                name,
+                bool(values)
+                and all(_positive_int(v, MAX_TOKENS) for v in values)
+                and values == sorted(set(values)),
+                f"increasing positive integers <= {MAX_TOKENS:,}, each once",
+            )
         s = self.sampling
-        for name, ok, want in (("temperature", s.temperature >= 0, ">= 0"),
-                               ("top_p", 0 < s.top_p <= 1, "in (0, 1]"),
-                               ("top_k", s.top_k >= 0, ">= 0"),
-                               ("min_p", 0 <= s.min_p <= 1, "in [0, 1]")):
+        for name, ok, want in (
+            ("temperature", s.temperature >= 0, ">= 0"),
+            ("top_p", 0 < s.top_p <= 1, "in (0, 1]"),
+            ("top_k", s.top_k >= 0, ">= 0"),
+            ("min_p", 0 <= s.min_p <= 1, "in [0, 1]"),
+        ):
             if not ok:
                 out.append((f"sampling.{name}", f"expected {want}, got {getattr(s, name)!r}"))
         return out
 
-    def with_overrides(self, **changes: object) -> "Protocol":
+    def with_overrides(self, **changes: Any) -> Protocol:
         """A copy with CLI overrides applied (None values are ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
@@ -152,7 +179,7 @@ class Protocol:
         return json.loads(json.dumps(asdict(self)))
 
     @classmethod
-    def from_dict(cls, data: object, *, partial: bool = False) -> "Protocol":
+    def from_dict(cls, data: object, *, partial: bool = False) -> Protocol:
         """The inverse of `to_dict`; raises ValueError naming missing or unknown constants, or
         the first constant whose type is not its default's (a stored `"budget": "four"`: a run's
         manifest is read back by every command, so a damaged one is named, never computed
@@ -166,8 +193,12 @@ class Protocol:
         missing = sorted(names - set(data))
         unknown = sorted(set(data) - names)
         if missing or unknown:
-            raise ValueError("; ".join(([f"missing {', '.join(missing)}"] if missing else [])
-                                       + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
+            raise ValueError(
+                "; ".join(
+                    ([f"missing {', '.join(missing)}"] if missing else [])
+                    + ([f"unknown {', '.join(unknown)}"] if unknown else [])
+                )
+            )
         for name, value in sorted(data.items()):
             problem = _type_problem(getattr(DEFAULT, name), value)
             if problem:
@@ -210,10 +241,19 @@ PRIORS = ("jeffreys", "uniform")
 # The command-line option that sets each constant (what a refusal names); constants without an
 # option are named as they are stored.
 OPTION_NAMES: dict[str, str] = {
-    "tau": "--tau", "delta": "--delta", "budget": "--budget", "answer_budget": "--answer-budget",
-    "base_max_tokens": "--max-tokens", "base_seed": "--seed", "anchors": "--anchors",
-    "samples": "--samples", "restart_samples": "--samples", "topup_samples": "--samples",
-    "restart_budgets": "--restarts", "prior": "--prior", "posterior_band": "--band-lo/--band-hi",
+    "tau": "--tau",
+    "delta": "--delta",
+    "budget": "--budget",
+    "answer_budget": "--answer-budget",
+    "base_max_tokens": "--max-tokens",
+    "base_seed": "--seed",
+    "anchors": "--anchors",
+    "samples": "--samples",
+    "restart_samples": "--samples",
+    "topup_samples": "--samples",
+    "restart_budgets": "--restarts",
+    "prior": "--prior",
+    "posterior_band": "--band-lo/--band-hi",
     "max_prompt_tokens": "--max-prompt-tokens",
 }
 
@@ -222,6 +262,7 @@ def _type_problem(default: object, value: object) -> str | None:
     """What is wrong with the type of a stored constant, judged by its default's type (None
     when it fits): an int where an int is, a number where a float is, a list of those where a
     tuple is, the sampling constants by theirs."""
+
     def number(v: object, whole: bool) -> bool:
         return isinstance(v, int if whole else (int, float)) and not isinstance(v, bool)
 
@@ -246,8 +287,12 @@ def _type_problem(default: object, value: object) -> str | None:
 
 
 def _positive_int(value: object, high: int | None = None) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool) and value >= 1
-            and (high is None or value <= high))
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value >= 1
+        and (high is None or value <= high)
+    )
 
 
 def _finite(value: object) -> bool:

@@ -82,8 +82,10 @@ def _acquire(path: Path, run_dir: Path, wait: float) -> int:
         os.close(fd)  # the previous holder removed it meanwhile: take the current file
     holder = holder_of(run_dir) or "another process"
     waited = f" after waiting {wait:g} s" if wait > 0 else ""
-    raise BtError(f"{run_dir}: another bt is writing this run ({holder}){waited}; let it finish, "
-                  f"or rerun with --wait SECONDS")
+    raise BtError(
+        f"{run_dir}: another bt is writing this run ({holder}){waited}; let it finish, "
+        f"or rerun with --wait SECONDS"
+    )
 
 
 def holder_of(run_dir: Path) -> str | None:

@@ -246,7 +246,8 @@ def auroc(score: Any, label: Any) -> float:
 
 @dataclass(frozen=True)
 class GroupAUROC:
-    """Per-group counts and AUROC (NaN where a group has only one class), aligned with ``groups``."""
+    """Per-group counts and AUROC (NaN where a group has only one class), aligned with
+    ``groups``."""
 
     groups: np.ndarray
     n: np.ndarray
@@ -656,9 +657,7 @@ def summarize_difference(
     """a - b for each statistic (same rows), with paired bootstrap intervals."""
     out: dict[str, Any] = {}
     for stat in DECOMPOSITION_STATS:
-        entry: dict[str, Any] = {
-            "estimate": _finite_or_none(getattr(a, stat) - getattr(b, stat))
-        }
+        entry: dict[str, Any] = {"estimate": _finite_or_none(getattr(a, stat) - getattr(b, stat))}
         if boot is not None:
             d = boot.difference(name_a, name_b, stat)
             lo, hi = percentile_interval(d, confidence)
@@ -666,7 +665,6 @@ def summarize_difference(
             entry["n_valid_draws"] = int(np.isfinite(d).sum())
         out[stat] = entry
     return out
-
 
 
 def missing(value: Any) -> bool:

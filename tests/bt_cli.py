@@ -17,23 +17,35 @@ def bt_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **extra}
 
 
-def run_bt(*args: object, cwd: Path | None = None, timeout: float = 300,
-           **env: str) -> subprocess.CompletedProcess:
+def run_bt(
+    *args: object, cwd: Path | None = None, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess:
     """`bt ARGS` to completion (bounded by `timeout`), text output captured."""
-    return subprocess.run([str(BT), *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          env=bt_env(**env), timeout=timeout)
+    return subprocess.run(
+        [str(BT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=bt_env(**env),
+        timeout=timeout,
+    )
 
 
 def start_bt(*args: object, cwd: Path | None = None, **env: str) -> subprocess.Popen:
     """`bt ARGS` started in the background in its own session, so a signal can go to its whole
     process group as Ctrl-C in a terminal does (the caller stops it by its PID)."""
-    return subprocess.Popen([str(BT), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=cwd, env=bt_env(**env),
-                            start_new_session=True)
+    return subprocess.Popen(
+        [str(BT), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=bt_env(**env),
+        start_new_session=True,
+    )
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 2,
-                          *needles: str) -> str:
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int = 2, *needles: str) -> str:
     """Exit `code`, no traceback, exactly one line on stderr containing every needle; returns
     the line."""
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
@@ -49,6 +61,10 @@ def snapshot(run: Path) -> dict[str, bytes]:
     """Every file of a run directory (store, WAL, hidden vectors) by relative path; not the
     -shm file, SQLite's shared-memory index, which readers update by design, nor an empty
     -wal (a reader of a WAL store opens one; it holds nothing)."""
-    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
-            if p.is_file() and not p.name.endswith("-shm")
-            and not (p.name.endswith("-wal") and p.stat().st_size == 0)}
+    return {
+        str(p.relative_to(run)): p.read_bytes()
+        for p in sorted(run.rglob("*"))
+        if p.is_file()
+        and not p.name.endswith("-shm")
+        and not (p.name.endswith("-wal") and p.stat().st_size == 0)
+    }

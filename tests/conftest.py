@@ -24,8 +24,10 @@ def pytest_configure(config) -> None:
     import signal
     import threading
 
-    if (signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            and threading.current_thread() is threading.main_thread()):
+    if (
+        signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        and threading.current_thread() is threading.main_thread()
+    ):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
@@ -34,19 +36,30 @@ def pytest_configure(config) -> None:
 # `model` (a test that picks its model at run time carries the mark itself). Tests that need
 # no model but take long (several `bt` commands end to end over a fabricated run) carry
 # `heavy`. The rest are the fast tier: `make test-fast`, pytest -m "not model and not heavy".
-MODEL_FIXTURES = frozenset({
-    "smollm2_tokenizer", "tiny_model_dir", "tiny_model", "offline_model", "architecture_dirs",
-    "architecture_models", "hub_home", "hub_models", "float_or_4bit",
-    "fp32_qwen3", "bf16_geometry",  # tests/engine/test_kv_memory.py: the study's KV geometries
-})
+MODEL_FIXTURES = frozenset(
+    {
+        "smollm2_tokenizer",
+        "tiny_model_dir",
+        "tiny_model",
+        "offline_model",
+        "architecture_dirs",
+        "architecture_models",
+        "hub_home",
+        "hub_models",
+        "float_or_4bit",
+        "fp32_qwen3",
+        "bf16_geometry",  # tests/engine/test_kv_memory.py: the study's KV geometries
+    }
+)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark `model` every test that needs a generated or converted model: one using a model
     fixture (`MODEL_FIXTURES`, through any fixture), and every `slow` test (the offline model)."""
     for item in items:
-        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())) \
-                or item.get_closest_marker("slow"):
+        if MODEL_FIXTURES.intersection(
+            getattr(item, "fixturenames", ())
+        ) or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.model)
 
 
@@ -150,9 +163,9 @@ def hub_home(tmp_path_factory):
 def hub_models(hub_home):
     """`LoadedModel` of each registry alias, loaded by bt from the tiny hub cache (4-bit)."""
     import huggingface_hub.constants as hf_constants
+    from models.hub_checkpoints import SHAPES
 
     from breakthrough.models.loading import load_model
-    from models.hub_checkpoints import SHAPES
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(hf_constants, "HF_HUB_CACHE", str(hub_home / "hub"))

@@ -13,10 +13,10 @@ import numpy as np
 
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import load_model
-from breakthrough.protocol import DEFAULT
+from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.models.tokens import decode
 from breakthrough.pipeline.manifest import cell_id, run_manifest
-from breakthrough.models.segments import reasoning_length, segment_ids
+from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore, SampleRecord
 
 FILLER = " the cat sat on the mat and then"
@@ -28,34 +28,70 @@ TWO_CELLS = {"pA": (100, 200), "pB": (200, 50)}
 
 def trace_with_box(loaded, before: int, after: int) -> list[int]:
     """<think> + ~before filler tokens + \\boxed{7} + ~after filler tokens + </think> + text."""
+
     def filler(n: int) -> list[int]:
         ids: list[int] = []
         while len(ids) < n:
             ids += loaded.encode(FILLER)
         return ids[:n]
 
-    return (loaded.encode("<think>\n") + filler(before) + loaded.encode(" so \\boxed{7} ok")
-            + filler(after) + loaded.encode("</think>\n\nDone."))
+    return (
+        loaded.encode("<think>\n")
+        + filler(before)
+        + loaded.encode(" so \\boxed{7} ok")
+        + filler(after)
+        + loaded.encode("</think>\n\nDone.")
+    )
 
 
 def make_run(run_dir: Path, model_dir: Path, layout: dict[str, tuple[int, int]]) -> RunStore:
     """A run store with one base trace per problem id in `layout` (id -> (before, after))."""
     loaded = load_model(str(model_dir), family="qwen")
-    rows = [{"id": pid, "family": "math", "stage": "test", "selection": "fixture", "standin": False,
-             "problem": "What is 3+4?", "answer": "7", "level": 1, "subject": "Prealgebra",
-             "source_row": i} for i, pid in enumerate(layout)]
+    rows = [
+        {
+            "id": pid,
+            "family": "math",
+            "stage": "test",
+            "selection": "fixture",
+            "standin": False,
+            "problem": "What is 3+4?",
+            "answer": "7",
+            "level": 1,
+            "subject": "Prealgebra",
+            "source_row": i,
+        }
+        for i, pid in enumerate(layout)
+    ]
     store = RunStore(run_dir, create=True)
     store.ensure_manifest(run_manifest(loaded, rows, DEFAULT, "fixture", "digest", "plain"))
-    store.add_cells([{"cell_id": cell_id(loaded.alias, r["id"]), "model": loaded.alias, "item": r,
-                      "prompt_ids": build_prompt_ids(loaded.tokenizer, loaded.family, r["problem"])}
-                     for r in rows])
+    store.add_cells(
+        [
+            {
+                "cell_id": cell_id(loaded.alias, r["id"]),
+                "model": loaded.alias,
+                "item": r,
+                "prompt_ids": build_prompt_ids(loaded.tokenizer, loaded.family, r["problem"]),
+            }
+            for r in rows
+        ]
+    )
     for r in rows:
         toks = trace_with_box(loaded, *layout[r["id"]])
         seg = segment_ids(loaded.tokenizer, toks, loaded.family)
         cid = cell_id(loaded.alias, r["id"])
-        rec = SampleRecord(cell_id=cid, kind="base", anchor=-1, budget=0, branch=0, seed=11,
-                           prefix_len=0, token_ids=np.asarray(toks, np.int32),
-                           text=decode(loaded.tokenizer, toks), finish_reason="eos", segments=seg)
+        rec = SampleRecord(
+            cell_id=cid,
+            kind="base",
+            anchor=-1,
+            budget=0,
+            branch=0,
+            seed=11,
+            prefix_len=0,
+            token_ids=np.asarray(toks, np.int32),
+            text=decode(loaded.tokenizer, toks),
+            finish_reason="eos",
+            segments=seg,
+        )
         store.add_samples([rec], reasoning_tokens={cid: reasoning_length(seg)})
     return store
 

@@ -1,4 +1,5 @@
-"""Hand-built panels for the classify tests: {cell: {anchor or budget: (k, n[, k_canon[, n_canon]])}}."""
+"""Hand-built panels for the classify tests: {cell: {anchor or budget: (k, n[, k_canon[,
+n_canon]])}}."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def panels(probes: dict | None = None, restarts: dict | None = None):
 
 
 def grid(*ks, n=4, anchors=GRID):
-    """Probe spec over the grid with the given successes (of n)."""
-    return {a: (k, n) for a, k in zip(anchors, ks)}
+    """Probe spec over the first len(ks) anchors of the grid with the given successes (of n)."""
+    return {a: (k, n) for a, k in zip(anchors, ks, strict=False)}
 
 
 def R(r1024=0, r2048=0, r4096=0, r8192=0, n=4):
@@ -53,4 +54,3 @@ def label(probes, restarts, **kw) -> dict:
 def na(v) -> bool:
     """A missing value as the label table holds it (None, pd.NA or NaN)."""
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-

@@ -28,8 +28,16 @@ def main(run_dir: str, start: int) -> None:
             toks = rng.integers(0, 50000, size=n).astype(np.int32)
             batch.append(
                 SampleRecord(
-                    cell_id="m:p", kind="probe", anchor=64, budget=1024, branch=branch, seed=branch,
-                    prefix_len=0, token_ids=toks, text="x" * n, finish_reason="eos",
+                    cell_id="m:p",
+                    kind="probe",
+                    anchor=64,
+                    budget=1024,
+                    branch=branch,
+                    seed=branch,
+                    prefix_len=0,
+                    token_ids=toks,
+                    text="x" * n,
+                    finish_reason="eos",
                     logprobs=rng.standard_normal(n).astype(np.float32),
                     entropies=rng.random(n).astype(np.float32),
                 )
@@ -42,9 +50,18 @@ def main(run_dir: str, start: int) -> None:
 # ---- a finished run without a model (tests/cli/test_trust_round_two.py) -----------------------
 
 CELL = "fake:arith/L5/r0"
-ITEM = {"id": "arith/L5/r0", "family": "arith", "problem": "Compute 40 * 2.", "answer": 80,
-        "expression": "40 * 2", "op": "*", "operands": [40, 2], "level": 5, "stage": "demo",
-        "subject": "multiplication"}
+ITEM = {
+    "id": "arith/L5/r0",
+    "family": "arith",
+    "problem": "Compute 40 * 2.",
+    "answer": 80,
+    "expression": "40 * 2",
+    "op": "*",
+    "operands": [40, 2],
+    "level": 5,
+    "stage": "demo",
+    "subject": "multiplication",
+}
 
 
 def write_run(run_dir: str | Path) -> Path:
@@ -55,39 +72,81 @@ def write_run(run_dir: str | Path) -> Path:
     from breakthrough.protocol import DEFAULT
     from breakthrough.tasks.grade import Grade
 
-    protocol = DEFAULT.with_overrides(budget=4, answer_budget=4, anchors=(4, 8), restart_budgets=(4,),
-                                      samples=2, base_max_tokens=24)
+    protocol = DEFAULT.with_overrides(
+        budget=4,
+        answer_budget=4,
+        anchors=(4, 8),
+        restart_budgets=(4,),
+        samples=2,
+        base_max_tokens=24,
+    )
     rng = np.random.default_rng(0)
 
     def rec(kind: str, anchor: int, budget: int, branch: int, n: int, **more) -> SampleRecord:
         return SampleRecord(
-            cell_id=CELL, kind=kind, anchor=anchor, budget=budget, branch=branch,
-            seed=1000 + 10 * anchor + branch, prefix_len=max(anchor, 0),
-            token_ids=rng.integers(0, 49152, n).astype(np.int32), text=f"{kind} {branch}: 80",
-            finish_reason="length", segments=np.full(n, 2, np.uint8),
-            logprobs=-rng.random(n).astype(np.float32), entropies=rng.random(n).astype(np.float32),
-            sampling_entropies=rng.random(n).astype(np.float32), extra={"answer_tokens": 4},
-            **more)
+            cell_id=CELL,
+            kind=kind,
+            anchor=anchor,
+            budget=budget,
+            branch=branch,
+            seed=1000 + 10 * anchor + branch,
+            prefix_len=max(anchor, 0),
+            token_ids=rng.integers(0, 49152, n).astype(np.int32),
+            text=f"{kind} {branch}: 80",
+            finish_reason="length",
+            segments=np.full(n, 2, np.uint8),
+            logprobs=-rng.random(n).astype(np.float32),
+            entropies=rng.random(n).astype(np.float32),
+            sampling_entropies=rng.random(n).astype(np.float32),
+            extra={"answer_tokens": 4},
+            **more,
+        )
 
     def grade(correct: bool) -> Grade:
-        return Grade(correct=correct, status="correct" if correct else "wrong", method="numeric",
-                     grader="arith", version="arith-grader-1", extracted="80" if correct else "8")
+        return Grade(
+            correct=correct,
+            status="correct" if correct else "wrong",
+            method="numeric",
+            grader="arith",
+            version="arith-grader-1",
+            extracted="80" if correct else "8",
+        )
 
     with RunStore(run_dir, create=True) as store:
-        store.ensure_manifest({
-            "run_kind": "base", "model_id": "local:fake", "model_revision": "local:fake",
-            "model_digest": "sha256:fake", "model_alias": "fake", "family": "plain",
-            "task_family": "arith", "protocol_digest": protocol.identity_digest(),
-            "protocol": protocol.to_dict(), "cohort": "arith", "cohort_digest": "c" * 64,
-            "prompt_version": "v1/plain", "hidden_stride": 8, "continue_answer_budget": 4,
-            "continuation": {"plain_eos": "ends-branch", "signals": "logprobs+entropy"},
-            "engine": {"backend": "mlx", "sampler": "gumbel-fmix32-v2"}})
-        store.add_cells([{"cell_id": CELL, "model": "fake", "item": ITEM,
-                          "prompt_ids": [1, 2, 3]}])
-        base = rec("base", -1, 0, 0, 24, hidden_stride=8,
-                   signals={"surprisal": rng.random(24).astype(np.float32)},
-                   hidden=(np.arange(0, 24, 8, dtype=np.int32),
-                           rng.standard_normal((3, 16)).astype(np.float16)))
+        store.ensure_manifest(
+            {
+                "run_kind": "base",
+                "model_id": "local:fake",
+                "model_revision": "local:fake",
+                "model_digest": "sha256:fake",
+                "model_alias": "fake",
+                "family": "plain",
+                "task_family": "arith",
+                "protocol_digest": protocol.identity_digest(),
+                "protocol": protocol.to_dict(),
+                "cohort": "arith",
+                "cohort_digest": "c" * 64,
+                "prompt_version": "v1/plain",
+                "hidden_stride": 8,
+                "continue_answer_budget": 4,
+                "continuation": {"plain_eos": "ends-branch", "signals": "logprobs+entropy"},
+                "engine": {"backend": "mlx", "sampler": "gumbel-fmix32-v2"},
+            }
+        )
+        store.add_cells([{"cell_id": CELL, "model": "fake", "item": ITEM, "prompt_ids": [1, 2, 3]}])
+        base = rec(
+            "base",
+            -1,
+            0,
+            0,
+            24,
+            hidden_stride=8,
+            signals={"surprisal": rng.random(24).astype(np.float32)},
+            hidden=(
+                np.arange(0, 24, 8, dtype=np.int32),
+                rng.standard_normal((3, 16)).astype(np.float16),
+            ),
+        )
         store.add_samples([base], [grade(True)], reasoning_tokens={CELL: 24})
         branches = [rec("probe", a, 4, b, a + 8) for a in (4, 8) for b in range(2)]
         branches += [rec("restart", -1, 4, b, 8) for b in range(2)]
@@ -95,8 +154,9 @@ def write_run(run_dir: str | Path) -> Path:
     return Path(run_dir)
 
 
-def legacy_checksum(token_ids: bytes, text: str, finish_reason: str, seed: int,
-                    prefix_len: int) -> str:
+def legacy_checksum(
+    token_ids: bytes, text: str, finish_reason: str, seed: int, prefix_len: int
+) -> str:
     """The row checksum every store held before issue 29 (schema 2), as that bt computed it."""
     h = hashlib.sha256(token_ids or b"")
     h.update(str(text).encode())
@@ -110,10 +170,13 @@ def as_schema_2(run_dir: str | Path) -> Path:
     conn = sqlite3.connect(Path(run_dir) / "store.sqlite")
     with conn:
         conn.execute("UPDATE manifest SET value='\"2\"' WHERE key='schema_version'")
-        rows = conn.execute("SELECT sample_id, token_ids, text, finish_reason, seed, prefix_len "
-                            "FROM samples").fetchall()
-        conn.executemany("UPDATE samples SET checksum=? WHERE sample_id=?",
-                         [(legacy_checksum(*r[1:]), r[0]) for r in rows])
+        rows = conn.execute(
+            "SELECT sample_id, token_ids, text, finish_reason, seed, prefix_len FROM samples"
+        ).fetchall()
+        conn.executemany(
+            "UPDATE samples SET checksum=? WHERE sample_id=?",
+            [(legacy_checksum(*r[1:]), r[0]) for r in rows],
+        )
     conn.close()  # the last connection: the WAL is checkpointed into the file and removed
     return Path(run_dir)
 

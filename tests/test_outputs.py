@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from classify_fixture import frames
 
 from breakthrough.classify.frames import classify_frames
 from breakthrough.errors import BtError
@@ -20,11 +21,11 @@ from breakthrough.plotting import DPI, new_figure, save_png
 from breakthrough.report.classify_outputs import write_outputs
 from breakthrough.stats import missing
 from breakthrough.store import run_names
-from classify_fixture import frames
 
 
 def _strict(text: str):
     """json.loads that refuses NaN, Infinity and -Infinity (what every other JSON parser does)."""
+
     def refuse(name: str):
         raise ValueError(f"not JSON: {name}")
 
@@ -32,18 +33,27 @@ def _strict(text: str):
 
 
 NON_FINITE = {
-    "f32_nan": np.float32("nan"), "f32_inf": np.float32("inf"), "f32_ninf": np.float32("-inf"),
-    "f64_nan": np.float64("nan"), "f64_inf": np.float64("inf"), "py_ninf": float("-inf"),
+    "f32_nan": np.float32("nan"),
+    "f32_inf": np.float32("inf"),
+    "f32_ninf": np.float32("-inf"),
+    "f64_nan": np.float64("nan"),
+    "f64_inf": np.float64("inf"),
+    "py_ninf": float("-inf"),
     "f16_nan": np.float16("nan"),
 }
 
 
 def test_write_json_writes_every_non_finite_float_as_null(tmp_path):
-    doc = {**NON_FINITE,
-           "nested": [np.float32("nan"), {"deep": (np.float32("inf"), 1.5)}, [np.float64("-inf")]],
-           "array": np.array([1.0, np.nan, np.inf], dtype=np.float32),
-           "ints": [np.int64(3), np.int32(-2), np.bool_(True)], "fine": np.float32(0.25),
-           "na": pd.NA, 7: "key as str", "set": {2}}
+    doc = {
+        **NON_FINITE,
+        "nested": [np.float32("nan"), {"deep": (np.float32("inf"), 1.5)}, [np.float64("-inf")]],
+        "array": np.array([1.0, np.nan, np.inf], dtype=np.float32),
+        "ints": [np.int64(3), np.int32(-2), np.bool_(True)],
+        "fine": np.float32(0.25),
+        "na": pd.NA,
+        7: "key as str",
+        "set": {2},
+    }
     path = write_json(tmp_path / "out.json", doc)
     got = _strict(path.read_text())
     assert all(got[k] is None for k in NON_FINITE)

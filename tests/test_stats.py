@@ -23,10 +23,10 @@ EX_SCORE = [0.75] * 4 + [0.25] * 4
 def _brute(group, score, label):
     """Pair loop: (within U, within pairs, between U, between pairs)."""
     wu = wn = bu = bn = 0.0
-    for gi, si, yi in zip(group, score, label):
+    for gi, si, yi in zip(group, score, label, strict=True):
         if yi != 1:
             continue
-        for gj, sj, yj in zip(group, score, label):
+        for gj, sj, yj in zip(group, score, label, strict=True):
             if yj != 0:
                 continue
             c = 1.0 if si > sj else 0.5 if si == sj else 0.0
@@ -110,7 +110,7 @@ def test_per_group_auroc_and_weightings():
     y = (rng.random(300) < 0.6).astype(int)
     s = rng.normal(size=300) + y * 0.3
     pg = S.per_group_auroc(g, s, y)
-    for gid, a, n_s, n_f in zip(pg.groups, pg.auroc, pg.successes, pg.failures):
+    for gid, a, n_s, n_f in zip(pg.groups, pg.auroc, pg.successes, pg.failures, strict=True):
         m = g == gid
         assert (n_s, n_f) == (y[m].sum(), (1 - y[m]).sum())
         if n_s and n_f:

@@ -18,26 +18,41 @@ from typer.testing import CliRunner
 from breakthrough.cli import app
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
-from breakthrough.tasks.grade import Grade
 from breakthrough.store import CHECKED_FIELDS, RunStore, SampleRecord, run_dirs
+from breakthrough.tasks.grade import Grade
 
 ITEM = {"id": "math_00001_abc", "stage": "demo", "level": 1, "subject": "Algebra", "answer": "4"}
 
 
 def _store(tmp_path: Path) -> RunStore:
     s = RunStore(tmp_path / "run", create=True)
-    s.ensure_manifest({"model_id": "tiny", "protocol_digest": "abc", "cohort_digest": "c1",
-                       "protocol": DEFAULT.to_dict()})
+    s.ensure_manifest(
+        {
+            "model_id": "tiny",
+            "protocol_digest": "abc",
+            "cohort_digest": "c1",
+            "protocol": DEFAULT.to_dict(),
+        }
+    )
     s.add_cells([{"cell_id": "tiny:p", "model": "tiny", "item": ITEM, "prompt_ids": [5, 6, 7]}])
     return s
 
 
 def _rec(branch: int, n: int = 5) -> SampleRecord:
     return SampleRecord(
-        cell_id="tiny:p", kind="base", anchor=-1, budget=0, branch=branch, seed=11,
-        prefix_len=0, token_ids=np.arange(n, dtype=np.int32), text="hello \\boxed{4}",
-        finish_reason="eos", segments=np.zeros(n, np.uint8),
-        logprobs=-np.ones(n, np.float32), entropies=np.full(n, 0.5, np.float32),
+        cell_id="tiny:p",
+        kind="base",
+        anchor=-1,
+        budget=0,
+        branch=branch,
+        seed=11,
+        prefix_len=0,
+        token_ids=np.arange(n, dtype=np.int32),
+        text="hello \\boxed{4}",
+        finish_reason="eos",
+        segments=np.zeros(n, np.uint8),
+        logprobs=-np.ones(n, np.float32),
+        entropies=np.full(n, 0.5, np.float32),
     )
 
 
@@ -86,8 +101,15 @@ def test_sigkill_never_leaves_half_written_samples(tmp_path: Path) -> None:
     seen = 0
     for i in range(25):
         proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("store_writer.py")), str(run), str(i * 100000)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                str(Path(__file__).with_name("store_writer.py")),
+                str(run),
+                str(i * 100000),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         proc.stdout.readline()  # at least one batch committed before the kill window opens
         time.sleep(rng.uniform(0.0, 0.25))

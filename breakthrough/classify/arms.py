@@ -17,7 +17,8 @@ to re-probe) and `bt classify` (the comparison) read one definition:
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -25,13 +26,38 @@ from breakthrough.classify.panels import PanelRow, rows_by_cell
 from breakthrough.classify.regimes import EPS, budget_fit_time, canonical_rates, is_instant
 from breakthrough.protocol import Protocol
 
-ARM_COLUMNS = ["cell_id", "model", "problem_id", "budget", "n_anchors", "first_crossing",
-               "event_observed", "t_f", "interval_lower", "interval_upper", "censoring_time"]
-A2_COLUMNS = ["cell_id", "model", "problem_id", "level", "budget_1", "budget_2",
-              "anchors_2", "last_anchor_2", "first_crossing_1", "first_crossing_2", "shift_tokens",
-              "shift_steps", "earlier_by_2b"]
-RULE_TEXT = ("targets: a T_F event at B (canonical rates) whose interval ends beyond the "
-             "instant bound; re-probed: every probed anchor up to the stability anchor")
+ARM_COLUMNS = [
+    "cell_id",
+    "model",
+    "problem_id",
+    "budget",
+    "n_anchors",
+    "first_crossing",
+    "event_observed",
+    "t_f",
+    "interval_lower",
+    "interval_upper",
+    "censoring_time",
+]
+A2_COLUMNS = [
+    "cell_id",
+    "model",
+    "problem_id",
+    "level",
+    "budget_1",
+    "budget_2",
+    "anchors_2",
+    "last_anchor_2",
+    "first_crossing_1",
+    "first_crossing_2",
+    "shift_tokens",
+    "shift_steps",
+    "earlier_by_2b",
+]
+RULE_TEXT = (
+    "targets: a T_F event at B (canonical rates) whose interval ends beyond the "
+    "instant bound; re-probed: every probed anchor up to the stability anchor"
+)
 
 
 def first_crossing(rates: Mapping[int, float], tau: float) -> int | None:
@@ -47,9 +73,10 @@ def arm_anchors(probe_rows: Sequence[PanelRow], tau: float, protocol: Protocol) 
     panel rows; empty when it is no target (no event, or an instant one)."""
     canon = canonical_rates(probe_rows)
     tf = budget_fit_time(list(canon), list(canon.values()), tau)
-    if not tf.event_observed or is_instant(True, tf.interval_upper, protocol):
+    stable = tf.stability_anchor  # set whenever an event is observed
+    if not tf.event_observed or stable is None or is_instant(True, tf.interval_upper, protocol):
         return []
-    return sorted(a for a in canon if a <= int(tf.stability_anchor))
+    return sorted(a for a in canon if a <= int(stable))
 
 
 def arm_targets(probe_panel: pd.DataFrame, tau: float, protocol: Protocol) -> dict[str, list[int]]:
@@ -94,21 +121,36 @@ def arm_labels(panels: Mapping[int, pd.DataFrame], tau: float) -> pd.DataFrame:
             canon = canonical_rates(prow)
             tf = budget_fit_time(list(canon), list(canon.values()), tau)
             model, pid = _split(cell)
-            rows.append({"cell_id": cell, "model": model, "problem_id": pid,
-                         "budget": int(budget), "n_anchors": len(canon),
-                         "first_crossing": first_crossing(canon, tau),
-                         "event_observed": tf.event_observed, "t_f": tf.stable_anchor,
-                         "interval_lower": tf.interval_lower,
-                         "interval_upper": tf.interval_upper,
-                         "censoring_time": tf.censoring_time})
+            rows.append(
+                {
+                    "cell_id": cell,
+                    "model": model,
+                    "problem_id": pid,
+                    "budget": int(budget),
+                    "n_anchors": len(canon),
+                    "first_crossing": first_crossing(canon, tau),
+                    "event_observed": tf.event_observed,
+                    "t_f": tf.stable_anchor,
+                    "interval_lower": tf.interval_lower,
+                    "interval_upper": tf.interval_upper,
+                    "censoring_time": tf.censoring_time,
+                }
+            )
     frame = pd.DataFrame(rows, columns=ARM_COLUMNS)
     for col in ("first_crossing", "t_f", "interval_lower", "interval_upper", "censoring_time"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
     return frame.sort_values(["budget", "cell_id"], ignore_index=True)
 
 
-def a2_table(primary: pd.DataFrame, second: pd.DataFrame, *, budget_1: int, budget_2: int,
-             tau: float, levels: Mapping[str, object] | None = None) -> pd.DataFrame:
+def a2_table(
+    primary: pd.DataFrame,
+    second: pd.DataFrame,
+    *,
+    budget_1: int,
+    budget_2: int,
+    tau: float,
+    levels: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
     """The A2 comparison: one row per trajectory probed in the second arm. The first crossing
     at B1 reads the primary arm at the anchors the second arm probed (the study's re-probe of
     every anchor up to the stability anchor), at B2 the second arm; shift = B2 − B1 crossing in
@@ -121,15 +163,26 @@ def a2_table(primary: pd.DataFrame, second: pd.DataFrame, *, budget_1: int, budg
         c1 = {a: r for a, r in canonical_rates(p1.get(cell, [])).items() if a <= max(c2)}
         f1, f2 = first_crossing(c1, tau), first_crossing(c2, tau)
         shift = None if f1 is None or f2 is None else f2 - f1
-        steps = None if shift is None else math.log2(f2) - math.log2(f1)
+        steps = None if f1 is None or f2 is None else math.log2(f2) - math.log2(f1)
         model, pid = _split(cell)
         level = (levels or {}).get(cell)
-        rows.append({"cell_id": cell, "model": model, "problem_id": pid,
-                     "level": None if level is None or pd.isna(level) else int(level),
-                     "budget_1": int(budget_1), "budget_2": int(budget_2),
-                     "anchors_2": len(c2), "last_anchor_2": max(c2), "first_crossing_1": f1, "first_crossing_2": f2,
-                     "shift_tokens": shift, "shift_steps": steps,
-                     "earlier_by_2b": shift is not None and shift <= -2 * budget_1})
+        rows.append(
+            {
+                "cell_id": cell,
+                "model": model,
+                "problem_id": pid,
+                "level": None if level is None or pd.isna(level) else int(level),
+                "budget_1": int(budget_1),
+                "budget_2": int(budget_2),
+                "anchors_2": len(c2),
+                "last_anchor_2": max(c2),
+                "first_crossing_1": f1,
+                "first_crossing_2": f2,
+                "shift_tokens": shift,
+                "shift_steps": steps,
+                "earlier_by_2b": shift is not None and shift <= -2 * budget_1,
+            }
+        )
     frame = pd.DataFrame(rows, columns=A2_COLUMNS)
     for col in ("level", "last_anchor_2", "first_crossing_1", "first_crossing_2", "shift_tokens"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
@@ -151,9 +204,14 @@ def a2_verdict(table: pd.DataFrame) -> dict:
         verdict = "inconclusive"
     budgets = sorted({int(b) for b in table.get("budget_2", [])})
     b1 = sorted({int(b) for b in table.get("budget_1", [])})
-    return {"trajectories": n, "earlier_by_2b": earlier,
-            "no_crossing_at_b2": int(table["first_crossing_2"].isna().sum()) if n else 0,
-            "median_shift_steps": median, "verdict": verdict,
-            "budget_1": b1[0] if b1 else None, "budgets_2": budgets,
-            "rule": "mechanical confound if most first crossings move earlier by >= 2B tokens; "
-                    "construct supported if the median |shift| is <= one anchor step"}
+    return {
+        "trajectories": n,
+        "earlier_by_2b": earlier,
+        "no_crossing_at_b2": int(table["first_crossing_2"].isna().sum()) if n else 0,
+        "median_shift_steps": median,
+        "verdict": verdict,
+        "budget_1": b1[0] if b1 else None,
+        "budgets_2": budgets,
+        "rule": "mechanical confound if most first crossings move earlier by >= 2B tokens; "
+        "construct supported if the median |shift| is <= one anchor step",
+    }

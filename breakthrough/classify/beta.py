@@ -27,7 +27,7 @@ def prior_params(prior: str) -> tuple[float, float]:
 
 
 def describe_prior(prior: str) -> str:
-    """"jeffreys Beta(0.5, 0.5)": how summaries and reports name the prior."""
+    """ "jeffreys Beta(0.5, 0.5)": how summaries and reports name the prior."""
     a, b = prior_params(prior)
     return f"{prior} Beta({a:g}, {b:g})"
 

@@ -37,8 +37,9 @@ STATUSES = (NOT_CONTINUED, INCOMPLETE)
 COLUMNS = ["cell_id", "model", "problem_id", "status", "missing"]
 
 
-def _stored(samples: pd.DataFrame, kind: str, budget: int | None, canonical: int
-            ) -> dict[str, dict[int, int]]:
+def _stored(
+    samples: pd.DataFrame, kind: str, budget: int | None, canonical: int
+) -> dict[str, dict[int, int]]:
     """cell → point (anchor, or restart budget) → canonical branches stored (graded or not)."""
     if samples.empty or "kind" not in samples.columns:
         return {}
@@ -48,8 +49,9 @@ def _stored(samples: pd.DataFrame, kind: str, budget: int | None, canonical: int
     point = "anchor" if kind == "probe" else "budget"
     out: dict[str, dict[int, int]] = {}
     for (cell, at), g in frame.groupby(["cell_id", point], sort=True):
-        out.setdefault(str(cell), {})[int(at)] = int(g.loc[g["branch"] < canonical,
-                                                           "branch"].nunique())
+        out.setdefault(str(cell), {})[int(at)] = int(
+            g.loc[g["branch"] < canonical, "branch"].nunique()
+        )
     return out
 
 
@@ -59,9 +61,13 @@ def _owed_budgets(probe_rows: list[PanelRow], protocol: Protocol) -> tuple[int, 
     return tuple(c for c in restart_budgets_of(probe_rows, protocol.tau, protocol) if c <= room)
 
 
-def unfinished_cells(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
-                     probe_rows: dict[str, list[PanelRow]] | None = None,
-                     protocol: Protocol = DEFAULT) -> pd.DataFrame:
+def unfinished_cells(
+    samples: pd.DataFrame,
+    cells: pd.DataFrame | None = None,
+    *,
+    probe_rows: dict[str, list[PanelRow]] | None = None,
+    protocol: Protocol = DEFAULT,
+) -> pd.DataFrame:
     """One row per cell that has not run its protocol (module doc): cell_id, model,
     problem_id, status ("not continued" / "incomplete") and what is missing, sorted by cell_id.
     `cells` (a cells frame) names cells the samples do not; `probe_rows` (the probe panel by
@@ -78,8 +84,11 @@ def unfinished_cells(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *
         if not have_p and not have_r:
             status, missing = NOT_CONTINUED, "no probes, no restarts"
         else:
-            short = [f"{a} ({n} of {protocol.samples})" for a, n in have_p.items()
-                     if n < protocol.samples]
+            short = [
+                f"{a} ({n} of {protocol.samples})"
+                for a, n in have_p.items()
+                if n < protocol.samples
+            ]
             owed = _owed_budgets((probe_rows or {}).get(cell, []), protocol)
             lack = [str(c) for c in owed if have_r.get(c, 0) < protocol.restart_samples]
             if not short and not lack:
@@ -87,10 +96,18 @@ def unfinished_cells(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *
             status = INCOMPLETE
             missing = "; ".join(
                 ([f"restarts at {','.join(lack)}"] if lack else [])
-                + ([f"probes at {', '.join(short)}"] if short else []))
+                + ([f"probes at {', '.join(short)}"] if short else [])
+            )
         model, _, pid = cell.partition(":")
-        rows.append({"cell_id": cell, "model": model, "problem_id": pid or cell,
-                     "status": status, "missing": missing})
+        rows.append(
+            {
+                "cell_id": cell,
+                "model": model,
+                "problem_id": pid or cell,
+                "status": status,
+                "missing": missing,
+            }
+        )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

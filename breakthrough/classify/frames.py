@@ -10,18 +10,18 @@ run's store and writing tables, figures and HTML is `breakthrough.report.classif
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import pandas as pd
 
 from breakthrough.classify.arms import a2_table, a2_verdict, arm_labels
+from breakthrough.classify.beta import PRIORS, describe_prior
 from breakthrough.classify.completeness import status_counts, unfinished_cells
 from breakthrough.classify.hardening import hardening_counts, topup_resolution
 from breakthrough.classify.panels import probe_panel, restart_panel, rows_by_cell
 from breakthrough.classify.plan import PlanItem, plan_next
 from breakthrough.classify.pooling import whole_beyond_rule
-from breakthrough.classify.beta import PRIORS, describe_prior
 from breakthrough.classify.posterior import regime_survival, with_posterior
 from breakthrough.classify.regimes import cell_curves, label_panels, pooling_rule
 from breakthrough.classify.summary import summarize
@@ -64,33 +64,53 @@ class ClassifyResult:
 Band = tuple[float | None, float | None]
 
 
-def checked_protocol(protocol: Protocol, *, tau: float | None = None,
-                     delta: float | None = None, prior: str | None = None,
-                     band: Band | None = None) -> Protocol:
+def checked_protocol(
+    protocol: Protocol,
+    *,
+    tau: float | None = None,
+    delta: float | None = None,
+    prior: str | None = None,
+    band: Band | None = None,
+) -> Protocol:
     """The protocol with the given overrides (None, also for one side of the band, keeps the
     protocol's value), checked: τ in (0, 1], a known prior, 0 ≤ lo < hi ≤ 1; BtError naming
     the option otherwise."""
     lo, hi = band if band is not None else (None, None)
     p = protocol.with_overrides(
-        tau=None if tau is None else float(tau), delta=None if delta is None else float(delta),
-        prior=prior, posterior_band=(protocol.posterior_band[0] if lo is None else float(lo),
-                                     protocol.posterior_band[1] if hi is None else float(hi)))
+        tau=None if tau is None else float(tau),
+        delta=None if delta is None else float(delta),
+        prior=prior,
+        posterior_band=(
+            protocol.posterior_band[0] if lo is None else float(lo),
+            protocol.posterior_band[1] if hi is None else float(hi),
+        ),
+    )
     if not 0 < p.tau <= 1:
         raise BtError(f"--tau must be in (0, 1], got {p.tau}")
     if p.prior not in PRIORS:
         raise BtError(f"--prior must be one of {', '.join(PRIORS)}, got {p.prior!r}")
     lo, hi = p.posterior_band
     if not 0 <= lo < hi <= 1:
-        raise BtError(f"posterior band (--band-lo, --band-hi) must satisfy 0 <= lo < hi <= 1, "
-                      f"got {p.posterior_band}")
+        raise BtError(
+            f"posterior band (--band-lo, --band-hi) must satisfy 0 <= lo < hi <= 1, "
+            f"got {p.posterior_band}"
+        )
     return p
 
 
-def classify_frames(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
-                    protocol: Protocol = DEFAULT, topup: str | Iterable[str] = TOPUP_DEFAULT,
-                    tau: float | None = None, delta: float | None = None,
-                    prior: str | None = None, band: Band | None = None,
-                    draws: int = 200, seed: int = 0) -> ClassifyResult:
+def classify_frames(
+    samples: pd.DataFrame,
+    cells: pd.DataFrame | None = None,
+    *,
+    protocol: Protocol = DEFAULT,
+    topup: str | Iterable[str] = TOPUP_DEFAULT,
+    tau: float | None = None,
+    delta: float | None = None,
+    prior: str | None = None,
+    band: Band | None = None,
+    draws: int = 200,
+    seed: int = 0,
+) -> ClassifyResult:
     """Labels, posteriors, survival, the plans and the summary of one run's frames
     (`RunStore.samples_frame()`, `RunStore.cells_frame()`; cells may be None) under the run's
     protocol; τ, δ, the prior and the posterior band override the protocol's when given. The
@@ -103,8 +123,9 @@ def classify_frames(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
     chosen = topup_text(parse_topup(topup) if isinstance(topup, str) else topup)
     all_pp = probe_panel(samples, protocol)
     all_rp = restart_panel(samples, protocol)
-    unfinished = unfinished_cells(samples, cells, probe_rows=rows_by_cell(all_pp, "anchor"),
-                                  protocol=protocol)
+    unfinished = unfinished_cells(
+        samples, cells, probe_rows=rows_by_cell(all_pp, "anchor"), protocol=protocol
+    )
     skip = set(unfinished["cell_id"])
     pp = all_pp[~all_pp["cell_id"].isin(skip)]  # what the labels read: finished cells only
     rp = all_rp[~all_rp["cell_id"].isin(skip)]
@@ -112,47 +133,77 @@ def classify_frames(samples: pd.DataFrame, cells: pd.DataFrame | None = None, *,
         cells = cells[~cells["cell_id"].astype(str).isin(skip)]
     labels = label_panels(pp, rp, cells, protocol=protocol, topup=chosen)
     if len(labels):
-        surv = regime_survival(pp, rp, labels, protocol=protocol, topup=chosen, draws=draws,
-                               seed=seed)
+        surv = regime_survival(
+            pp, rp, labels, protocol=protocol, topup=chosen, draws=draws, seed=seed
+        )
         labels["regime_survival"] = labels["cell_id"].map(surv).astype(float)
-    plans = {rule: plan_next(all_pp, all_rp, protocol=protocol, topup=rule)
-             for rule in dict.fromkeys((chosen, *COMPARED_TOPUPS))}
-    model_of = (dict(zip(unfinished["cell_id"], unfinished["model"]))
-                | (dict(zip(labels["cell_id"], labels["model"])) if len(labels) else {}))
-    whole = whole_beyond_rule([r for rows in rows_by_cell(rp, "budget").values() for r in rows],
-                              pooling_rule(protocol, chosen, protocol.tau))
+    plans = {
+        rule: plan_next(all_pp, all_rp, protocol=protocol, topup=rule)
+        for rule in dict.fromkeys((chosen, *COMPARED_TOPUPS))
+    }
+    model_of = dict(zip(unfinished["cell_id"], unfinished["model"], strict=True)) | (
+        dict(zip(labels["cell_id"], labels["model"], strict=True)) if len(labels) else {}
+    )
+    whole = whole_beyond_rule(
+        [r for rows in rows_by_cell(rp, "budget").values() for r in rows],
+        pooling_rule(protocol, chosen, protocol.tau),
+    )
 
     def post(panel: pd.DataFrame) -> pd.DataFrame:
         out = with_posterior(panel, protocol.tau, protocol.prior)
         out.insert(1, "model", out["cell_id"].map(model_of))
         return out
 
-    summary = summarize(labels, protocol=protocol, plans=plans,
-                        prior=describe_prior(protocol.prior))
-    summary.update(topup=chosen, posterior_band=list(protocol.posterior_band),
-                   survival_draws=draws, survival_seed=seed,
-                   unfinished_counts=status_counts(unfinished), restart_cells_whole=whole,
-                   protocol=protocol.to_dict() | {
-                       "scratch_budget": protocol.scratch_budget,
-                       "budget_limited_at": protocol.budget_limited_at})
+    summary = summarize(
+        labels, protocol=protocol, plans=plans, prior=describe_prior(protocol.prior)
+    )
+    summary.update(
+        topup=chosen,
+        posterior_band=list(protocol.posterior_band),
+        survival_draws=draws,
+        survival_seed=seed,
+        unfinished_counts=status_counts(unfinished),
+        restart_cells_whole=whole,
+        protocol=protocol.to_dict()
+        | {
+            "scratch_budget": protocol.scratch_budget,
+            "budget_limited_at": protocol.budget_limited_at,
+        },
+    )
     probe_cells = post(all_pp)
-    arms, a2 = second_arms(samples[~samples["cell_id"].astype(str).isin(skip)]
-                           if len(samples) else samples, pp, labels, protocol)
+    arms, a2 = second_arms(
+        samples[~samples["cell_id"].astype(str).isin(skip)] if len(samples) else samples,
+        pp,
+        labels,
+        protocol,
+    )
     before = label_panels(pp, rp, cells, protocol=protocol, topup="terminal")
     hardening = hardening_counts(before, labels)
-    resolution = topup_resolution(probe_cells, tau=protocol.tau, target=protocol.topup_samples,
-                                  canonical=protocol.samples)
+    resolution = topup_resolution(
+        probe_cells, tau=protocol.tau, target=protocol.topup_samples, canonical=protocol.samples
+    )
     summary.update(extra_summary(a2, hardening, resolution))
-    return ClassifyResult(labels=labels if len(labels) else pd.DataFrame(),
-                          curves=cell_curves(pp, rp, protocol=protocol, topup=chosen),
-                          probe_cells=probe_cells, restart_cells=post(all_rp), plans=plans,
-                          topup=chosen, summary=summary, protocol=protocol, arms=arms, a2=a2,
-                          label_hardening=hardening, topup_resolution=resolution,
-                          unfinished=unfinished, restarts_whole=whole)
+    return ClassifyResult(
+        labels=labels if len(labels) else pd.DataFrame(),
+        curves=cell_curves(pp, rp, protocol=protocol, topup=chosen),
+        probe_cells=probe_cells,
+        restart_cells=post(all_rp),
+        plans=plans,
+        topup=chosen,
+        summary=summary,
+        protocol=protocol,
+        arms=arms,
+        a2=a2,
+        label_hardening=hardening,
+        topup_resolution=resolution,
+        unfinished=unfinished,
+        restarts_whole=whole,
+    )
 
 
-def second_arms(samples: pd.DataFrame, primary: pd.DataFrame, labels: pd.DataFrame,
-                protocol: Protocol) -> tuple[pd.DataFrame, pd.DataFrame]:
+def second_arms(
+    samples: pd.DataFrame, primary: pd.DataFrame, labels: pd.DataFrame, protocol: Protocol
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(arm labels, A2 comparison) when the run holds probes at a second budget (`bt continue
     --add-budget`), else two empty frames: every arm labelled at its own B
     (`arms.arm_labels`), each second arm compared with the primary one (`arms.a2_table`)."""
@@ -161,18 +212,32 @@ def second_arms(samples: pd.DataFrame, primary: pd.DataFrame, labels: pd.DataFra
     others = [b for b in budgets if b != protocol.budget]
     if not others:
         return pd.DataFrame(), pd.DataFrame()
-    panels = {protocol.budget: primary} | {b: probe_panel(samples, protocol, budget=b)
-                                           for b in others}
-    levels = dict(zip(labels["cell_id"], labels["level"])) \
-        if len(labels) and "level" in labels.columns else {}
-    a2 = pd.concat([a2_table(primary, panels[b], budget_1=protocol.budget, budget_2=b,
-                             tau=protocol.tau, levels=levels) for b in others],
-                   ignore_index=True)
+    panels = {protocol.budget: primary} | {
+        b: probe_panel(samples, protocol, budget=b) for b in others
+    }
+    levels = (
+        dict(zip(labels["cell_id"], labels["level"], strict=True))
+        if len(labels) and "level" in labels.columns
+        else {}
+    )
+    a2 = pd.concat(
+        [
+            a2_table(
+                primary,
+                panels[b],
+                budget_1=protocol.budget,
+                budget_2=b,
+                tau=protocol.tau,
+                levels=levels,
+            )
+            for b in others
+        ],
+        ignore_index=True,
+    )
     return arm_labels(panels, protocol.tau), a2
 
 
-def extra_summary(a2: pd.DataFrame, hardening: pd.DataFrame,
-                  resolution: pd.DataFrame) -> dict:
+def extra_summary(a2: pd.DataFrame, hardening: pd.DataFrame, resolution: pd.DataFrame) -> dict:
     """The summary entries of the second arms (A2 verdict per B2), label hardening and top-up
     resolution (JSON-ready records)."""
     out: dict = {}

@@ -39,8 +39,17 @@ def hardening_counts(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     rows, how many trajectories changed category and how many T_F events the top-ups removed
     and added."""
     if after.empty:
-        return pd.DataFrame(columns=["model", "when", *CATEGORIES, "total", "changed",
-                                     "events_removed", "events_added"])
+        return pd.DataFrame(
+            columns=[
+                "model",
+                "when",
+                *CATEGORIES,
+                "total",
+                "changed",
+                "events_removed",
+                "events_added",
+            ]
+        )
     b, a = categories(before), categories(after)
     model = pd.Series(after["model"].astype(str).to_numpy(), index=after["cell_id"].astype(str))
     rows = []
@@ -48,28 +57,41 @@ def hardening_counts(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
         ids = model.index[model == m]
         for stage, cats in ((BEFORE, b), (AFTER, a)):
             got = cats.reindex(ids)
-            row = {"model": m, "when": stage, **{c: int((got == c).sum()) for c in CATEGORIES},
-                   "total": int(got.notna().sum())}
+            row = {
+                "model": m,
+                "when": stage,
+                **{c: int((got == c).sum()) for c in CATEGORIES},
+                "total": int(got.notna().sum()),
+            }
             if stage == AFTER:
                 was, now = b.reindex(ids), a.reindex(ids)
                 ev_b = was.isin(("instant", "interior"))
                 ev_a = now.isin(("instant", "interior"))
-                row |= {"changed": int((was != now).sum()),
-                        "events_removed": int((ev_b & ~ev_a).sum()),
-                        "events_added": int((~ev_b & ev_a).sum())}
+                row |= {
+                    "changed": int((was != now).sum()),
+                    "events_removed": int((ev_b & ~ev_a).sum()),
+                    "events_added": int((~ev_b & ev_a).sum()),
+                }
             rows.append(row)
     return pd.DataFrame(rows)
 
 
-def topup_resolution(probe_cells: pd.DataFrame, *, tau: float, target: int,
-                     canonical: int) -> pd.DataFrame:
+def topup_resolution(
+    probe_cells: pd.DataFrame, *, tau: float, target: int, canonical: int
+) -> pd.DataFrame:
     """Per model (9.4, 3.5 "148 → 55/55/38; 37/37/28/21/25"): probe cells holding `target`
     graded branches; how many resolved low (≤ target/4 successes), intermediate, high
     (≥ τ·target); and how many successes the added branches alone gave (0 … target −
     canonical)."""
     extra = target - canonical
-    cols = ["model", "cells", "low", "intermediate", "high",
-            *[f"added_{i}" for i in range(extra + 1)]]
+    cols = [
+        "model",
+        "cells",
+        "low",
+        "intermediate",
+        "high",
+        *[f"added_{i}" for i in range(extra + 1)],
+    ]
     if probe_cells.empty:
         return pd.DataFrame(columns=cols)
     data = probe_cells[probe_cells["n"] == target]
@@ -79,8 +101,14 @@ def topup_resolution(probe_cells: pd.DataFrame, *, tau: float, target: int,
     for m, g in data.groupby("model"):
         k = g["k"].astype(int)
         added = (g["k"] - g["k_canon"]).astype(int).clip(0, extra)
-        rows.append({"model": str(m), "cells": int(len(g)), "low": int((k <= lo_k).sum()),
-                     "intermediate": int(((k > lo_k) & (k < hi_k)).sum()),
-                     "high": int((k >= hi_k).sum()),
-                     **{f"added_{i}": int((added == i).sum()) for i in range(extra + 1)}})
+        rows.append(
+            {
+                "model": str(m),
+                "cells": int(len(g)),
+                "low": int((k <= lo_k).sum()),
+                "intermediate": int(((k > lo_k) & (k < hi_k)).sum()),
+                "high": int((k >= hi_k).sum()),
+                **{f"added_{i}": int((added == i).sum()) for i in range(extra + 1)},
+            }
+        )
     return pd.DataFrame(rows, columns=cols)

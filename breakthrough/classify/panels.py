@@ -29,8 +29,11 @@ def _graded(samples: pd.DataFrame, kind: str) -> pd.DataFrame:
     missing = need - set(samples.columns)
     if missing:
         raise ValueError(f"samples frame lacks columns {sorted(missing)}")
-    frame = samples.loc[samples["kind"] == kind, ["cell_id", "anchor", "budget", "branch", "correct"]
-                        + (["sample_id"] if "sample_id" in samples.columns else [])]
+    frame = samples.loc[
+        samples["kind"] == kind,
+        ["cell_id", "anchor", "budget", "branch", "correct"]
+        + (["sample_id"] if "sample_id" in samples.columns else []),
+    ]
     frame = frame[frame["correct"].notna()].copy()
     # One verdict per (cell, anchor, budget, branch): a duplicated branch is counted once, the
     # one with the smallest sample_id (order-independent).
@@ -48,8 +51,12 @@ def _count(frame: pd.DataFrame, keys: list[str], canonical: int) -> pd.DataFrame
     )
     out = (
         frame.groupby(keys, sort=True)
-        .agg(n=("one", "sum"), k=("correct", "sum"), n_canon=("one_canon", "sum"),
-             k_canon=("c_canon", "sum"))
+        .agg(
+            n=("one", "sum"),
+            k=("correct", "sum"),
+            n_canon=("one_canon", "sum"),
+            k_canon=("c_canon", "sum"),
+        )
         .reset_index()
     )
     for col in ("n", "k", "n_canon", "k_canon"):
@@ -57,8 +64,9 @@ def _count(frame: pd.DataFrame, keys: list[str], canonical: int) -> pd.DataFrame
     return out
 
 
-def probe_panel(samples: pd.DataFrame, protocol: Protocol = DEFAULT,
-                budget: int | None = None) -> pd.DataFrame:
+def probe_panel(
+    samples: pd.DataFrame, protocol: Protocol = DEFAULT, budget: int | None = None
+) -> pd.DataFrame:
     """Probe panel (cell_id, anchor, n, k, n_canon, k_canon) at continuation budget `budget`
     (default protocol.budget); probes at other budgets (e.g. an A2 B = 4,096 re-probe) are
     ignored. Sorted by cell_id, anchor."""
@@ -67,8 +75,9 @@ def probe_panel(samples: pd.DataFrame, protocol: Protocol = DEFAULT,
     frame = frame[frame["budget"].astype(int) == int(b)]
     frame = frame.assign(anchor=frame["anchor"].astype(int))
     if frame.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "cell_id" else int)
-                             for c in PROBE_COLUMNS})
+        return pd.DataFrame(
+            {c: pd.Series(dtype=object if c == "cell_id" else int) for c in PROBE_COLUMNS}
+        )
     return _count(frame, ["cell_id", "anchor"], protocol.samples)[PROBE_COLUMNS]
 
 
@@ -77,8 +86,9 @@ def restart_panel(samples: pd.DataFrame, protocol: Protocol = DEFAULT) -> pd.Dat
     frame = _graded(samples, "restart")
     frame = frame.assign(budget=frame["budget"].astype(int))
     if frame.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "cell_id" else int)
-                             for c in RESTART_COLUMNS})
+        return pd.DataFrame(
+            {c: pd.Series(dtype=object if c == "cell_id" else int) for c in RESTART_COLUMNS}
+        )
     return _count(frame, ["cell_id", "budget"], protocol.restart_samples)[RESTART_COLUMNS]
 
 

@@ -12,15 +12,20 @@ defined in `breakthrough.classify.topup`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import cast
 
 import pandas as pd
 
 from breakthrough.classify.panels import PanelRow, rows_by_cell
 from breakthrough.classify.pooling import enlarges
-from breakthrough.classify.regimes import (budget_fit_time, canonical_rates, is_instant,
-                                           terminal_candidate)
+from breakthrough.classify.regimes import (
+    budget_fit_time,
+    canonical_rates,
+    is_instant,
+    terminal_candidate,
+)
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_RULES, topup_rules
 from breakthrough.protocol import DEFAULT, Protocol
 
@@ -43,13 +48,19 @@ class PlanItem:
     reason: str
 
     def to_dict(self) -> dict:
-        return {"cell_id": self.cell_id, "kind": self.kind, "anchor": self.anchor,
-                "budget": self.budget, "branches": [self.branches.start, self.branches.stop],
-                "reason": self.reason}
+        return {
+            "cell_id": self.cell_id,
+            "kind": self.kind,
+            "anchor": self.anchor,
+            "budget": self.budget,
+            "branches": [self.branches.start, self.branches.stop],
+            "reason": self.reason,
+        }
 
 
-def bisection_midpoint(probe_rows: Sequence[PanelRow], tau: float,
-                       protocol: Protocol = DEFAULT) -> int | None:
+def bisection_midpoint(
+    probe_rows: Sequence[PanelRow], tau: float, protocol: Protocol = DEFAULT
+) -> int | None:
     """The next refinement anchor of a trajectory (3.1), or None when refinement is over:
     needs an event, fewer than `refinement_rounds` off-grid anchors probed, no top-up yet
     (A5.1 re-derives without new bisection), a midpoint > 0 not yet probed and a width above
@@ -63,9 +74,9 @@ def bisection_midpoint(probe_rows: Sequence[PanelRow], tau: float,
     if rounds_done >= protocol.refinement_rounds:
         return None
     tf = budget_fit_time(anchors, [k / n for _, n, k, _, _ in probe_rows], tau)
-    if not tf.event_observed:
-        return None
     lower, upper = tf.interval_lower, tf.interval_upper
+    if not tf.event_observed or lower is None or upper is None:  # (both set on an event)
+        return None
     mid = (lower + upper) // 2
     if mid <= 0 or mid in anchors or upper - lower <= protocol.refinement_min_width:
         return None
@@ -78,22 +89,27 @@ def restart_budgets_for(instant: bool, protocol: Protocol = DEFAULT) -> tuple[in
     return (protocol.scratch_budget,) if instant else tuple(protocol.restart_budgets)
 
 
-def restart_budgets_of(probe_rows: Sequence[PanelRow], tau: float,
-                       protocol: Protocol = DEFAULT) -> tuple[int, ...]:
+def restart_budgets_of(
+    probe_rows: Sequence[PanelRow], tau: float, protocol: Protocol = DEFAULT
+) -> tuple[int, ...]:
     """Restart budgets of a trajectory (4), from its canonical probe summaries as the study
     decided them: a cell instant on the canonical rates gets only the scratch budget. A later
     top-up that pools an anchor does not change the restart panel a cell is owed."""
     canon = canonical_rates(probe_rows)
     tf = budget_fit_time(list(canon), list(canon.values()), tau)
-    return restart_budgets_for(is_instant(tf.event_observed, tf.interval_upper, protocol),
-                               protocol)
+    return restart_budgets_for(is_instant(tf.event_observed, tf.interval_upper, protocol), protocol)
 
 
-def plan_next(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
-              protocol: Protocol = DEFAULT, tau: float | None = None,
-              topup: str | Iterable[str] = TOPUP_DEFAULT,
-              band: tuple[float, float] | None = None, prior: str | None = None
-              ) -> list[PlanItem]:
+def plan_next(
+    probe_panel: pd.DataFrame,
+    restart_panel: pd.DataFrame,
+    *,
+    protocol: Protocol = DEFAULT,
+    tau: float | None = None,
+    topup: str | Iterable[str] = TOPUP_DEFAULT,
+    band: tuple[float, float] | None = None,
+    prior: str | None = None,
+) -> list[PlanItem]:
     """What the scheduler must run next, after the grid anchors and restarts are in.
 
     Per trajectory: while a bisection midpoint is due (3.1) only that midpoint; otherwise the
@@ -107,7 +123,7 @@ def plan_next(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
     panels, call again until the plan is empty. Sorted by (cell_id, kind, anchor, budget)."""
     rules = topup_rules(topup)
     tau = protocol.tau if tau is None else tau
-    band = protocol.posterior_band if band is None else tuple(band)
+    band = protocol.posterior_band if band is None else cast(tuple[float, float], tuple(band))
     prior = protocol.prior if prior is None else prior
     if not 0 <= band[0] < band[1] <= 1:
         raise ValueError(f"posterior band must satisfy 0 <= lo < hi <= 1, got {band}")
@@ -135,8 +151,9 @@ def plan_next(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
         if prow and "terminal" in rules:
             final, n, _, _, _ = max(prow)
             if terminal_candidate(prow, tau) and n < target:
-                add(cell, "probe", final, protocol.budget, range(m, target),
-                    TOPUP_RULES["terminal"])
+                add(
+                    cell, "probe", final, protocol.budget, range(m, target), TOPUP_RULES["terminal"]
+                )
         if reason is None:
             continue
         for a, n, _, nc, kc in prow:
@@ -153,6 +170,10 @@ def plan_counts(plan: Sequence[PlanItem]) -> dict:
     by_reason: dict[str, int] = {}
     for it in plan:
         by_reason[it.reason] = by_reason.get(it.reason, 0) + 1
-    return {"items": len(plan), "probe": sum(it.kind == "probe" for it in plan),
-            "restart": sum(it.kind == "restart" for it in plan),
-            "samples": sum(len(it.branches) for it in plan), "by_reason": by_reason}
+    return {
+        "items": len(plan),
+        "probe": sum(it.kind == "probe" for it in plan),
+        "restart": sum(it.kind == "restart" for it in plan),
+        "samples": sum(len(it.branches) for it in plan),
+        "by_reason": by_reason,
+    }

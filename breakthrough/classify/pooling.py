@@ -27,7 +27,7 @@ so the probe cells that are enlarged and the probe cells whose rates are pooled 
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from breakthrough.classify.beta import prob_rate_at_least
 from breakthrough.classify.panels import PanelRow
@@ -42,9 +42,14 @@ def _never(nc: int, kc: int) -> bool:
     return False
 
 
-def enlarges(rules: str | Iterable[str], protocol: Protocol, *, tau: float | None = None,
-             band: tuple[float, float] | None = None, prior: str | None = None
-             ) -> tuple[str | None, Enlarges]:
+def enlarges(
+    rules: str | Iterable[str],
+    protocol: Protocol,
+    *,
+    tau: float | None = None,
+    band: tuple[float, float] | None = None,
+    prior: str | None = None,
+) -> tuple[str | None, Enlarges]:
     """(plan reason, test) of the uncertainty rule among the `--topup` rules: "ambiguity"
     (A5.1: 0 < k_canon < n_canon), "posterior" (lo < P(rate ≥ τ | k_canon of n_canon) < hi
     under the protocol's prior and band unless given), or (None, never) without either rule."""
@@ -83,5 +88,6 @@ def whole_beyond_rule(restart_rows: Iterable[PanelRow], pooled: Enlarges) -> int
     """How many restart cells hold attempts beyond their canonical ones at 0/m or m/m in those
     (no study rule enlarges such a cell; the rule in force, `pooled`, does not either), whose
     R therefore counts attempts that only the protocol's pooled panel rule admits."""
-    return sum(1 for _, n, _, nc, kc in restart_rows
-               if n > nc > 0 and kc in (0, nc) and not pooled(nc, kc))
+    return sum(
+        1 for _, n, _, nc, kc in restart_rows if n > nc > 0 and kc in (0, nc) and not pooled(nc, kc)
+    )

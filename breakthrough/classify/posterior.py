@@ -13,7 +13,7 @@ cell could have had (a cell that is no A1 candidate never draws `terminal_A1`).
 from __future__ import annotations
 
 import zlib
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -41,8 +41,9 @@ def _cell_seed(seed: int, cell_id: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), zlib.crc32(cell_id.encode())])
 
 
-def _beta_draws(rng: np.random.Generator, counts: Sequence[tuple[int, int]], a: float, b: float,
-                draws: int) -> np.ndarray:
+def _beta_draws(
+    rng: np.random.Generator, counts: Sequence[tuple[int, int]], a: float, b: float, draws: int
+) -> np.ndarray:
     """(cells × draws) Beta(a + k, b + n − k) redraws of the rates of (n, k) counts."""
     if not counts:
         return np.zeros((0, draws))
@@ -51,10 +52,19 @@ def _beta_draws(rng: np.random.Generator, counts: Sequence[tuple[int, int]], a: 
     return rng.beta(a + k, b + n - k, size=(len(counts), draws))
 
 
-def regime_draws(cell_id: str, probe_rows: Sequence[PanelRow], restart_rows: Sequence[PanelRow],
-                 *, protocol: Protocol = DEFAULT, tau: float | None = None,
-                 delta: float | None = None, topup: str | Iterable[str] = TOPUP_DEFAULT,
-                 draws: int = 200, seed: int = 0, prior: str | None = None) -> list[str]:
+def regime_draws(
+    cell_id: str,
+    probe_rows: Sequence[PanelRow],
+    restart_rows: Sequence[PanelRow],
+    *,
+    protocol: Protocol = DEFAULT,
+    tau: float | None = None,
+    delta: float | None = None,
+    topup: str | Iterable[str] = TOPUP_DEFAULT,
+    draws: int = 200,
+    seed: int = 0,
+    prior: str | None = None,
+) -> list[str]:
     """The regimes of `draws` posterior redraws of one cell's rates (its panel rows as
     `panels.rows_by_cell` gives them). The A1 rule reads the redrawn terminal rate only when
     the cell is an A1 candidate on its canonical labels with graded replication branches, as
@@ -62,8 +72,9 @@ def regime_draws(cell_id: str, probe_rows: Sequence[PanelRow], restart_rows: Seq
     tau = protocol.tau if tau is None else tau
     delta = protocol.delta if delta is None else delta
     a, b = prior_params(protocol.prior if prior is None else prior)
-    counts = cell_counts(probe_rows, restart_rows, tau=tau,
-                         pooled=pooling_rule(protocol, topup, tau))
+    counts = cell_counts(
+        probe_rows, restart_rows, tau=tau, pooled=pooling_rule(protocol, topup, tau)
+    )
     rng = _cell_seed(seed, str(cell_id))
     pa, rb = sorted(counts.probe), sorted(counts.restart)
     pdraw = _beta_draws(rng, [counts.probe[t] for t in pa], a, b, draws)
@@ -71,28 +82,46 @@ def regime_draws(cell_id: str, probe_rows: Sequence[PanelRow], restart_rows: Seq
     tdraw = _beta_draws(rng, [counts.a1], a, b, draws)[0] if counts.a1 else None
     out = []
     for d in range(draws):
-        probe = dict(zip(pa, pdraw[:, d].tolist()))
-        restart = dict(zip(rb, rdraw[:, d].tolist()))
+        probe = dict(zip(pa, pdraw[:, d].tolist(), strict=True))
+        restart = dict(zip(rb, rdraw[:, d].tolist(), strict=True))
         term = float(tdraw[d]) if tdraw is not None else None
-        out.append(regime_of(probe, restart, terminal_rate=term, tau=tau, delta=delta,
-                             protocol=protocol))
+        out.append(
+            regime_of(probe, restart, terminal_rate=term, tau=tau, delta=delta, protocol=protocol)
+        )
     return out
 
 
-def regime_survival(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame,
-                    labels: pd.DataFrame, *, protocol: Protocol = DEFAULT,
-                    tau: float | None = None, delta: float | None = None,
-                    topup: str | Iterable[str] = TOPUP_DEFAULT, draws: int = 200,
-                    seed: int = 0, prior: str | None = None) -> pd.Series:
+def regime_survival(
+    probe_panel: pd.DataFrame,
+    restart_panel: pd.DataFrame,
+    labels: pd.DataFrame,
+    *,
+    protocol: Protocol = DEFAULT,
+    tau: float | None = None,
+    delta: float | None = None,
+    topup: str | Iterable[str] = TOPUP_DEFAULT,
+    draws: int = 200,
+    seed: int = 0,
+    prior: str | None = None,
+) -> pd.Series:
     """Per cell (index cell_id): the share of `draws` posterior redraws (`regime_draws`) under
     which the regime label equals `labels.regime`. τ, δ and the prior default to the
     protocol's; `topup` is the `--topup` rules the labels were made under."""
     probes = rows_by_cell(probe_panel, "anchor")
     restarts = rows_by_cell(restart_panel, "budget")
     out = {}
-    for cell, observed in zip(labels["cell_id"], labels["regime"]):
-        got = regime_draws(str(cell), probes.get(cell, []), restarts.get(cell, []),
-                           protocol=protocol, tau=tau, delta=delta, topup=topup, draws=draws,
-                           seed=seed, prior=prior)
+    for cell, observed in zip(labels["cell_id"], labels["regime"], strict=True):
+        got = regime_draws(
+            str(cell),
+            probes.get(cell, []),
+            restarts.get(cell, []),
+            protocol=protocol,
+            tau=tau,
+            delta=delta,
+            topup=topup,
+            draws=draws,
+            seed=seed,
+            prior=prior,
+        )
         out[cell] = sum(g == observed for g in got) / draws if draws else float("nan")
     return pd.Series(out, name="regime_survival", dtype=float)

@@ -30,8 +30,10 @@ of exactly 3/4 crosses τ = 0.75 and an advantage of exactly δ counts.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from itertools import pairwise
+from typing import Any
 
 import pandas as pd
 
@@ -71,10 +73,15 @@ FIGURE_CLASS = {
     "unsolved_scratch_solvable": "unsolved",
     "unsolved_hard": "unsolved",
 }
-FIGURE_CLASSES = ("instant", "budget-limited", "prefix-limited", "no-crossing", "terminal",
-                  "unsolved")
-AGREEMENT_CLASS = FIGURE_CLASS | {"no_crossing_at_primary_delta": "other",
-                                  "terminal_A1": "other"}
+FIGURE_CLASSES = (
+    "instant",
+    "budget-limited",
+    "prefix-limited",
+    "no-crossing",
+    "terminal",
+    "unsolved",
+)
+AGREEMENT_CLASS = FIGURE_CLASS | {"no_crossing_at_primary_delta": "other", "terminal_A1": "other"}
 COLLAPSE_SCHEMES = {"figure": FIGURE_CLASS, "agreement": AGREEMENT_CLASS}
 
 
@@ -85,8 +92,11 @@ def collapse_regime(regime: str, scheme: str = "figure") -> str:
 
 
 def _ge(value: float | None, threshold: float) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value)) \
+    return (
+        value is not None
+        and not (isinstance(value, float) and math.isnan(value))
         and value >= threshold - EPS
+    )
 
 
 def delta_key(delta: float) -> str:
@@ -114,7 +124,7 @@ def _sorted_pairs(anchors: Sequence[int], values: Sequence) -> list[tuple]:
     anchors = [int(a) for a in anchors]
     if len(set(anchors)) != len(anchors):
         raise ValueError("probed anchors must be unique")
-    return sorted(zip(anchors, values), key=lambda r: r[0])
+    return sorted(zip(anchors, values, strict=True), key=lambda r: r[0])
 
 
 def budget_fit_time(anchors: Sequence[int], rates: Sequence[float], tau: float) -> BudgetFit:
@@ -149,7 +159,7 @@ def r_hat(restart: Mapping[int, float], x: float, conservative: bool = False) ->
         return float(restart[grid[0]])
     if x >= grid[-1]:
         return float(restart[grid[-1]])
-    for lo, hi in zip(grid, grid[1:]):
+    for lo, hi in pairwise(grid):
         if lo <= x <= hi:
             if conservative:
                 return float(max(restart[lo], restart[hi]))
@@ -176,14 +186,19 @@ def r_hat_position(restart: Mapping[int, float], x: float) -> str:
 # 5.2 advantage and prefix-value time
 
 
-def advantages(probe: Mapping[int, float], restart: Mapping[int, float], budget: int,
-               conservative: bool = False) -> dict[int, float]:
+def advantages(
+    probe: Mapping[int, float],
+    restart: Mapping[int, float],
+    budget: int,
+    conservative: bool = False,
+) -> dict[int, float]:
     """adv(t) = p(t; B) − R̂(t + B) for every probed anchor t."""
     return {int(t): float(p) - r_hat(restart, t + budget, conservative) for t, p in probe.items()}
 
 
-def prefix_value_time(probe: Mapping[int, float], adv: Mapping[int, float], tau: float,
-                      delta: float) -> int | None:
+def prefix_value_time(
+    probe: Mapping[int, float], adv: Mapping[int, float], tau: float, delta: float
+) -> int | None:
     """T_V(δ): earliest probed anchor with p ≥ τ and adv ≥ δ whose next probed anchor satisfies
     both too (5.2); None if there is none."""
     anchors = sorted(int(t) for t in probe)
@@ -198,18 +213,29 @@ def prefix_value_time(probe: Mapping[int, float], adv: Mapping[int, float], tau:
 # 5.3 regime
 
 
-def is_instant(event_observed: bool, interval_upper: int | None,
-               protocol: Protocol = DEFAULT) -> bool:
+def is_instant(
+    event_observed: bool, interval_upper: int | None, protocol: Protocol = DEFAULT
+) -> bool:
     """5.3: a T_F event whose interval upper bound is at most `protocol.instant_max_upper`
     (16) tokens. The regime label and the restart-budget choice (`plan.restart_budgets_for`)
     both ask this one rule."""
-    return bool(event_observed) and interval_upper is not None \
+    return (
+        bool(event_observed)
+        and interval_upper is not None
         and interval_upper <= protocol.instant_max_upper
+    )
 
 
-def regime_label(*, event_observed: bool, interval_upper: int | None,
-                 restart: Mapping[int, float], t_v_primary: int | None, terminal: bool,
-                 tau: float, protocol: Protocol = DEFAULT) -> str:
+def regime_label(
+    *,
+    event_observed: bool,
+    interval_upper: int | None,
+    restart: Mapping[int, float],
+    t_v_primary: int | None,
+    terminal: bool,
+    tau: float,
+    protocol: Protocol = DEFAULT,
+) -> str:
     """Regime with the exact precedence of protocol 5.3 (reference script order). The rules'
     restart budgets come from the protocol: the instant sub-label reads R(scratch_budget)
     (1,024 = B), the budget-limited rule needs R(budget_limited_at) measured (4,096 = 4B)."""
@@ -235,25 +261,43 @@ def regime_label(*, event_observed: bool, interval_upper: int | None,
     return "unsolved_hard"
 
 
-def regime_of(probe: Mapping[int, float], restart: Mapping[int, float], *,
-              terminal_rate: float | None, tau: float, delta: float,
-              protocol: Protocol = DEFAULT) -> str:
+def regime_of(
+    probe: Mapping[int, float],
+    restart: Mapping[int, float],
+    *,
+    terminal_rate: float | None,
+    tau: float,
+    delta: float,
+    protocol: Protocol = DEFAULT,
+) -> str:
     """Only the regime of a cell from its rates (the fast path used by resampling)."""
     tf = budget_fit_time(list(probe), [probe[t] for t in probe], tau)
     t_v = prefix_value_time(probe, advantages(probe, restart, protocol.budget), tau, delta)
     terminal = bool(probe) and terminal_rate is not None and _ge(terminal_rate, tau)
-    return regime_label(event_observed=tf.event_observed, interval_upper=tf.interval_upper,
-                        restart=restart, t_v_primary=t_v, terminal=terminal, tau=tau,
-                        protocol=protocol)
+    return regime_label(
+        event_observed=tf.event_observed,
+        interval_upper=tf.interval_upper,
+        restart=restart,
+        t_v_primary=t_v,
+        terminal=terminal,
+        tau=tau,
+        protocol=protocol,
+    )
 
 
 def _none_if_nan(v: float) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-def label_from_rates(probe: Mapping[int, float], restart: Mapping[int, float], *,
-                     terminal_rate: float | None = None, protocol: Protocol = DEFAULT,
-                     tau: float | None = None, delta: float | None = None) -> dict:
+def label_from_rates(
+    probe: Mapping[int, float],
+    restart: Mapping[int, float],
+    *,
+    terminal_rate: float | None = None,
+    protocol: Protocol = DEFAULT,
+    tau: float | None = None,
+    delta: float | None = None,
+) -> dict:
     """Every label of one cell from its rates.
 
     probe: anchor → p(t; B); restart: C → R(C); terminal_rate: the pooled (replicated) rate at
@@ -274,11 +318,17 @@ def label_from_rates(probe: Mapping[int, float], restart: Mapping[int, float], *
     anchors = sorted(probe)
     final = anchors[-1] if anchors else None
     terminal = final is not None and terminal_rate is not None and _ge(terminal_rate, tau)
-    regime = regime_label(event_observed=tf.event_observed, interval_upper=tf.interval_upper,
-                          restart=restart, t_v_primary=t_v[float(delta)], terminal=terminal,
-                          tau=tau, protocol=protocol)
+    regime = regime_label(
+        event_observed=tf.event_observed,
+        interval_upper=tf.interval_upper,
+        restart=restart,
+        t_v_primary=t_v[float(delta)],
+        terminal=terminal,
+        tau=tau,
+        protocol=protocol,
+    )
     finite_adv = [a for a in adv.values() if not math.isnan(a)]
-    row = {
+    row: dict[str, Any] = {
         "n_anchors": len(anchors),
         "final_anchor": final,
         "final_rate": float(probe[final]) if final is not None else None,
@@ -303,18 +353,23 @@ def label_from_rates(probe: Mapping[int, float], restart: Mapping[int, float], *
     row["t_v"] = t_v[float(delta)]
     row["t_v_cons"] = t_v_c[float(delta)]
     row["conservative_agrees"] = (t_v[float(delta)] is None) == (t_v_c[float(delta)] is None)
-    if terminal:
+    if terminal and final is not None and terminal_rate is not None:  # (what `terminal` says)
         matched = r_hat(restart, final + budget)
         row["terminal_a1_anchor"] = final
         row["terminal_a1_rate"] = float(terminal_rate)
         row["terminal_a1_matched_restart"] = _none_if_nan(matched)
-        row["terminal_a1_advantage"] = (None if math.isnan(matched)
-                                        else round(float(terminal_rate) - matched, 3))
+        row["terminal_a1_advantage"] = (
+            None if math.isnan(matched) else round(float(terminal_rate) - matched, 3)
+        )
         row["terminal_a1_proxy"] = r_hat_position(restart, final + budget) == "above"
     else:
-        row.update(terminal_a1_anchor=None, terminal_a1_rate=None,
-                   terminal_a1_matched_restart=None, terminal_a1_advantage=None,
-                   terminal_a1_proxy=None)
+        row.update(
+            terminal_a1_anchor=None,
+            terminal_a1_rate=None,
+            terminal_a1_matched_restart=None,
+            terminal_a1_advantage=None,
+            terminal_a1_proxy=None,
+        )
     return row
 
 
@@ -362,8 +417,13 @@ class CellCounts:
         return None if self.a1 is None else self.a1[1] / self.a1[0]
 
 
-def cell_counts(probe_rows: Sequence[PanelRow], restart_rows: Sequence[PanelRow], *,
-                tau: float, pooled: Enlarges) -> CellCounts:
+def cell_counts(
+    probe_rows: Sequence[PanelRow],
+    restart_rows: Sequence[PanelRow],
+    *,
+    tau: float,
+    pooled: Enlarges,
+) -> CellCounts:
     """The counts one cell's labels read: each probe cell pooled only where `pooled` (the
     uncertainty rule in force, `pooling.enlarges`) enlarges it, each restart cell whole
     (`pooling.counted_restart`), the A1 candidacy on the canonical labels, and the A1
@@ -374,9 +434,12 @@ def cell_counts(probe_rows: Sequence[PanelRow], restart_rows: Sequence[PanelRow]
         _, n, k, nc, _ = max(probe_rows)
         if n > nc:
             a1 = (n, k)
-    return CellCounts(probe={r[0]: counted(r, pooled) for r in probe_rows},
-                      restart={r[0]: counted_restart(r) for r in restart_rows},
-                      a1_candidate=candidate, a1=a1)
+    return CellCounts(
+        probe={r[0]: counted(r, pooled) for r in probe_rows},
+        restart={r[0]: counted_restart(r) for r in restart_rows},
+        a1_candidate=candidate,
+        a1=a1,
+    )
 
 
 def pooling_rule(protocol: Protocol, topup: str | Iterable[str], tau: float) -> Enlarges:
@@ -387,10 +450,16 @@ def pooling_rule(protocol: Protocol, topup: str | Iterable[str], tau: float) -> 
 META_COLUMNS = ("model", "stage", "problem_id", "level", "subject", "reasoning_tokens")
 
 
-def label_panels(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame,
-                 cells: pd.DataFrame | None = None, *, protocol: Protocol = DEFAULT,
-                 tau: float | None = None, delta: float | None = None,
-                 topup: str | Iterable[str] = TOPUP_DEFAULT) -> pd.DataFrame:
+def label_panels(
+    probe_panel: pd.DataFrame,
+    restart_panel: pd.DataFrame,
+    cells: pd.DataFrame | None = None,
+    *,
+    protocol: Protocol = DEFAULT,
+    tau: float | None = None,
+    delta: float | None = None,
+    topup: str | Iterable[str] = TOPUP_DEFAULT,
+) -> pd.DataFrame:
     """The per-cell label table: one row per cell (cells frame ∪ cells seen in the panels),
     sorted by cell_id, with the cell's metadata columns (model, stage, problem_id, level,
     subject, reasoning_tokens) when a cells frame is given. `topup` is the `--topup` rules in
@@ -411,35 +480,62 @@ def label_panels(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame,
     for cell in ids:
         prow = probes.get(cell, [])
         rrow = restarts.get(cell, [])
-        row = {"cell_id": cell}
+        row: dict[str, Any] = {"cell_id": cell}
         model, _, pid = cell.partition(":")
         row.update({"model": model, "problem_id": pid or cell})
         row.update({k: v for k, v in meta.get(cell, {}).items() if v is not None})
         counts = cell_counts(prow, rrow, tau=tau, pooled=pooled)
-        row.update(label_from_rates(counts.probe_rates(), counts.restart_rates(),
-                                    terminal_rate=counts.a1_rate, protocol=protocol, tau=tau,
-                                    delta=delta))
+        row.update(
+            label_from_rates(
+                counts.probe_rates(),
+                counts.restart_rates(),
+                terminal_rate=counts.a1_rate,
+                protocol=protocol,
+                tau=tau,
+                delta=delta,
+            )
+        )
         row["terminal_candidate"] = counts.a1_candidate
         row["final_n"] = max(prow)[1] if prow else 0
         rows.append(row)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    for col in ("final_anchor", "t_f", "interval_lower", "interval_upper", "stability_anchor",
-                "censoring_time", "terminal_a1_anchor", "t_v", "t_v_cons", "level",
-                "reasoning_tokens", *[c for c in frame.columns if c.startswith("t_v_")]):
+    for col in (
+        "final_anchor",
+        "t_f",
+        "interval_lower",
+        "interval_upper",
+        "stability_anchor",
+        "censoring_time",
+        "terminal_a1_anchor",
+        "t_v",
+        "t_v_cons",
+        "level",
+        "reasoning_tokens",
+        *[c for c in frame.columns if c.startswith("t_v_")],
+    ):
         if col in frame.columns:
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
     for col in [c for c in frame.columns if c.startswith("R_")] + [
-            "final_rate", "max_advantage", "terminal_a1_rate", "terminal_a1_advantage",
-            "terminal_a1_matched_restart"]:
+        "final_rate",
+        "max_advantage",
+        "terminal_a1_rate",
+        "terminal_a1_advantage",
+        "terminal_a1_matched_restart",
+    ]:
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
     return frame
 
 
-def cell_curves(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
-                protocol: Protocol = DEFAULT, tau: float | None = None,
-                topup: str | Iterable[str] = TOPUP_DEFAULT) -> pd.DataFrame:
+def cell_curves(
+    probe_panel: pd.DataFrame,
+    restart_panel: pd.DataFrame,
+    *,
+    protocol: Protocol = DEFAULT,
+    tau: float | None = None,
+    topup: str | Iterable[str] = TOPUP_DEFAULT,
+) -> pd.DataFrame:
     """Per (cell, probed anchor): n, k (the branches p̂ counts, as in `label_panels`), p,
     x = t + B, R̂(x), R̂_cons(x), adv, adv_cons and the position of x among the measured
     budgets ("above" = proxy)."""
@@ -454,10 +550,34 @@ def cell_curves(probe_panel: pd.DataFrame, restart_panel: pd.DataFrame, *,
         for a, (n, k) in sorted(counts.probe.items()):
             x = a + protocol.budget
             rh, rc = r_hat(rr, x), r_hat(rr, x, conservative=True)
-            rows.append({"cell_id": cell, "anchor": a, "n": n, "k": k, "p": k / n, "x": x,
-                         "r_hat": rh, "r_hat_cons": rc, "adv": k / n - rh,
-                         "adv_cons": k / n - rc, "position": r_hat_position(rr, x),
-                         "proxy": r_hat_position(rr, x) == "above"})
-    cols = ["cell_id", "anchor", "n", "k", "p", "x", "r_hat", "r_hat_cons", "adv", "adv_cons",
-            "position", "proxy"]
+            rows.append(
+                {
+                    "cell_id": cell,
+                    "anchor": a,
+                    "n": n,
+                    "k": k,
+                    "p": k / n,
+                    "x": x,
+                    "r_hat": rh,
+                    "r_hat_cons": rc,
+                    "adv": k / n - rh,
+                    "adv_cons": k / n - rc,
+                    "position": r_hat_position(rr, x),
+                    "proxy": r_hat_position(rr, x) == "above",
+                }
+            )
+    cols = [
+        "cell_id",
+        "anchor",
+        "n",
+        "k",
+        "p",
+        "x",
+        "r_hat",
+        "r_hat_cons",
+        "adv",
+        "adv_cons",
+        "position",
+        "proxy",
+    ]
     return pd.DataFrame(rows, columns=cols)

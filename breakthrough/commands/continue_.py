@@ -3,59 +3,101 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
-from breakthrough.commands.options import (EXIT_FAILURES, MEMORY_GB_HELP, api_key_option,
-                                          backend_option, memory_budget,
-                                          check_engine_options, check_wait, count,
-                                          endpoint_option, int_list, max_inflight_option,
-                                          processed_logprobs_option, request_timeout_option,
-                                          retries_option, runs_dir_option, wait_option)
+from breakthrough.commands.options import (
+    EXIT_FAILURES,
+    MEMORY_GB_HELP,
+    api_key_option,
+    backend_option,
+    check_engine_options,
+    check_wait,
+    count,
+    endpoint_option,
+    int_list,
+    max_inflight_option,
+    memory_budget,
+    processed_logprobs_option,
+    request_timeout_option,
+    retries_option,
+    runs_dir_option,
+    wait_option,
+)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
-RUNS_SETTING = ("Default: the run's own setting once it was continued, else {default}. A run "
-                "holds one protocol: another value on a continued run is refused.")
+RUNS_SETTING = (
+    "Default: the run's own setting once it was continued, else {default}. A run "
+    "holds one protocol: another value on a continued run is refused."
+)
 
 
 def continue_(
-    runs: list[Path] = typer.Argument(None, help="Run directories (default: every run under --runs-dir)."),
-    budget: int = typer.Option(None, show_default=False, help="B: reasoning tokens per continuation. "
-                               + RUNS_SETTING.format(default=DEFAULT.budget)
-                               + " (A second probe budget is its own arm, added by a separate "
-                               "explicit operation, never by --budget.)"),
-    answer_budget: int = typer.Option(None, show_default=False,
-                                      help="Answer tokens after the forced close. "
-                                      + RUNS_SETTING.format(default=DEFAULT.answer_budget)),
-    samples: int = typer.Option(None, show_default=False,
-                                help="Continuations per anchor (and restarts per budget). "
-                                + RUNS_SETTING.format(default=DEFAULT.samples)),
-    restarts: str = typer.Option(None, show_default=False,
-                                 help="Restart reasoning budgets C (comma-separated, increasing, "
-                                 "each once). " + RUNS_SETTING.format(
-                                     default=",".join(map(str, DEFAULT.restart_budgets)))),
-    topup: str = typer.Option(None, show_default=False, help=TOPUP_HELP + " Default: the "
-                              "rules the run was continued under; a run that records none (never "
-                              f"continued, or continued by an older bt) runs {TOPUP_DEFAULT}. "
-                              "A run's rules are only added to: a rule named beyond them is "
-                              "added and recorded; none, or a rule that cannot join them, is "
-                              "refused."),
-    anchors: str = typer.Option(None, show_default=False,
-                                help="Anchor grid in reasoning tokens (comma-separated, increasing, "
-                                "each once). " + RUNS_SETTING.format(
-                                    default=",".join(map(str, DEFAULT.anchors)))),
-    tau: float = typer.Option(None, show_default=False,
-                              help="Solve-rate threshold for a crossing. "
-                              + RUNS_SETTING.format(default=DEFAULT.tau)),
+    runs: list[Path] = typer.Argument(
+        None, help="Run directories (default: every run under --runs-dir)."
+    ),
+    budget: int = typer.Option(
+        None,
+        show_default=False,
+        help="B: reasoning tokens per continuation. "
+        + RUNS_SETTING.format(default=DEFAULT.budget)
+        + " (A second probe budget is its own arm, added by a separate "
+        "explicit operation, never by --budget.)",
+    ),
+    answer_budget: int = typer.Option(
+        None,
+        show_default=False,
+        help="Answer tokens after the forced close. "
+        + RUNS_SETTING.format(default=DEFAULT.answer_budget),
+    ),
+    samples: int = typer.Option(
+        None,
+        show_default=False,
+        help="Continuations per anchor (and restarts per budget). "
+        + RUNS_SETTING.format(default=DEFAULT.samples),
+    ),
+    restarts: str = typer.Option(
+        None,
+        show_default=False,
+        help="Restart reasoning budgets C (comma-separated, increasing, "
+        "each once). " + RUNS_SETTING.format(default=",".join(map(str, DEFAULT.restart_budgets))),
+    ),
+    topup: str = typer.Option(
+        None,
+        show_default=False,
+        help=TOPUP_HELP + " Default: the "
+        "rules the run was continued under; a run that records none (never "
+        f"continued, or continued by an older bt) runs {TOPUP_DEFAULT}. "
+        "A run's rules are only added to: a rule named beyond them is "
+        "added and recorded; none, or a rule that cannot join them, is "
+        "refused.",
+    ),
+    anchors: str = typer.Option(
+        None,
+        show_default=False,
+        help="Anchor grid in reasoning tokens (comma-separated, increasing, "
+        "each once). " + RUNS_SETTING.format(default=",".join(map(str, DEFAULT.anchors))),
+    ),
+    tau: float = typer.Option(
+        None,
+        show_default=False,
+        help="Solve-rate threshold for a crossing. " + RUNS_SETTING.format(default=DEFAULT.tau),
+    ),
     runs_dir: Path = runs_dir_option("Where runs live (used when no RUN is given)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the samples and tokens each "
-                                 "phase would generate and an ETA from this machine's measured "
-                                 "tokens/s; load no model, write nothing."),
-    batch_size: int = typer.Option(32, help="Rows (sequences) generated together at most "
-                                   "(continuous batching; also capped by --memory-gb)."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the samples and tokens each "
+        "phase would generate and an ETA from this machine's measured "
+        "tokens/s; load no model, write nothing.",
+    ),
+    batch_size: int = typer.Option(
+        32,
+        help="Rows (sequences) generated together at most "
+        "(continuous batching; also capped by --memory-gb).",
+    ),
     memory_gb: str = typer.Option("auto", help=MEMORY_GB_HELP),
     backend: str = backend_option(),
     endpoint: str = endpoint_option(),
@@ -64,25 +106,35 @@ def continue_(
     request_timeout: float = request_timeout_option(),
     retries: int = retries_option(),
     api_key: str = api_key_option(),
-    add_budget: Optional[int] = typer.Option(
-        None, "--add-budget", help="Add a second probe arm at this continuation budget B2 "
+    add_budget: int | None = typer.Option(
+        None,
+        "--add-budget",
+        help="Add a second probe arm at this continuation budget B2 "
         "(protocol 3.6, A2: e.g. 4096 beside the run's B=1024): the trajectories with a "
         "non-instant T_F event are re-probed at every anchor up to their stability anchor, "
         "with the identical branch seeds; stored with B2, recorded in the run's manifest as an "
         "arm; the run's B, restarts and top-ups are untouched. Uses the run's stored protocol "
-        "(the protocol options above are not read)."),
+        "(the protocol options above are not read).",
+    ),
     wait: float = wait_option(),
-    kv_bits: Optional[int] = typer.Option(
-        None, "--kv-bits", show_default=False,
+    kv_bits: int | None = typer.Option(
+        None,
+        "--kv-bits",
+        show_default=False,
         help="Quantize the KV cache to 8 or 4 bits (mlx-lm's quantized cache: about 0.53x or "
         "0.28x the memory of bfloat16, so more rows fit; MLX backends). It changes tokens, so it "
         "is part of the run's identity: default the run's own setting once it was continued, "
-        "else off; another value on a continued run is refused."),
-    instrument: bool = typer.Option(False, "--instrument", help="Also store the protocol 2.2 "
-                                    "per-token signals of every continuation and restart "
-                                    "(default: token ids, log-probs and entropies only; base "
-                                    "traces always hold them). Part of the run's identity: a "
-                                    "run never mixes the two."),
+        "else off; another value on a continued run is refused.",
+    ),
+    instrument: bool = typer.Option(
+        False,
+        "--instrument",
+        help="Also store the protocol 2.2 "
+        "per-token signals of every continuation and restart "
+        "(default: token ids, log-probs and entropies only; base "
+        "traces always hold them). Part of the run's identity: a "
+        "run never mixes the two.",
+    ),
 ) -> None:
     """Probe every base trace (anchors, 2 rounds of bisection), run restarts and the top-ups.
 
@@ -96,11 +148,27 @@ def continue_(
     from breakthrough.store import find_runs
 
     console = Console(stderr=True)
-    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
-                          request_timeout, retries, api_key)
+    remote = http_options(
+        backend,
+        endpoint,
+        max_inflight,
+        accept_processed_logprobs,
+        request_timeout,
+        retries,
+        api_key,
+    )
     if add_budget is not None:
-        _add_budget(console, runs or [runs_dir], add_budget, dry_run, backend, remote,
-                    batch_size, memory_gb, check_wait(wait))
+        _add_budget(
+            console,
+            runs or [runs_dir],
+            add_budget,
+            dry_run,
+            backend,
+            remote,
+            batch_size,
+            memory_gb,
+            check_wait(wait),
+        )
         return
     rules = None if topup is None else parse_topup(topup)
     check_engine_options(backend, batch_size, memory_gb)
@@ -108,15 +176,30 @@ def continue_(
         raise BtError(f"--kv-bits: expected 4 or 8, got {kv_bits}")
     if kv_bits is not None and backend not in ("mlx", "mlx-fresh"):
         raise BtError(f"--kv-bits applies to --backend mlx or mlx-fresh, not {backend}")
-    settings = dict(budget=budget, answer_budget=answer_budget, samples=samples,
-                    restart_samples=samples, topup_samples=None if samples is None else 2 * samples,
-                    restart_budgets=int_list(restarts, "--restarts"),
-                    anchors=int_list(anchors, "--anchors"), tau=tau)
+    settings = dict(
+        budget=budget,
+        answer_budget=answer_budget,
+        samples=samples,
+        restart_samples=samples,
+        topup_samples=None if samples is None else 2 * samples,
+        restart_budgets=int_list(restarts, "--restarts"),
+        anchors=int_list(anchors, "--anchors"),
+        tau=tau,
+    )
     DEFAULT.with_overrides(**settings).validate()  # every option, before any store is touched
-    engine = EngineSpec(backend=backend, batch_size=batch_size, memory_budget_bytes=memory_budget(memory_gb),
-                        **remote)
-    opts = ContinueOptions(topup=rules, engine=engine, lock_wait=check_wait(wait),
-                           instrument=instrument, kv_bits=kv_bits)
+    engine = EngineSpec(
+        backend=backend,
+        batch_size=batch_size,
+        memory_budget_bytes=memory_budget(memory_gb),
+        **remote,
+    )
+    opts = ContinueOptions(
+        topup=rules,
+        engine=engine,
+        lock_wait=check_wait(wait),
+        instrument=instrument,
+        kv_bits=kv_bits,
+    )
     found = find_runs(runs or [runs_dir], study=True)  # no output folder, no `bt sample` run
     for note in found.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
@@ -124,37 +207,58 @@ def continue_(
     if dry_run:
         from breakthrough.pipeline.dry_run import plan_continue
 
-        for plan in plan_continue(dirs, settings, batch_size, topup=rules,
-                                  memory_bytes=memory_budget(memory_gb), kv_bits=kv_bits):
+        for plan in plan_continue(
+            dirs,
+            settings,
+            batch_size,
+            topup=rules,
+            memory_bytes=memory_budget(memory_gb),
+            kv_bits=kv_bits,
+        ):
             typer.echo("\n".join(plan.lines()))
         return
     failed = False
     status = Console()  # what is about to run, on stdout: a refusal after it is stderr's one line
-    for rep in continue_runs(dirs, settings, opts, progress=lambda run_dir, man: _announce(status, run_dir, man),
-                             drive=lambda run: _with_progress(console, run)):
+    for rep in continue_runs(
+        dirs,
+        settings,
+        opts,
+        progress=lambda run_dir, man: _announce(status, run_dir, man),
+        drive=lambda run: _with_progress(console, run),
+    ):
         added = rep.topup.added_note() if rep.topup else ""
         if rep.nothing_to_do:
-            console.print(f"{rep.run_dir.name}: nothing to do: every sample the protocol asks for "
-                          f"is stored, top-ups {rep.topup.text if rep.topup else '?'} (no model "
-                          f"loaded)" + (f"; {added}" if added else ""))
+            console.print(
+                f"{rep.run_dir.name}: nothing to do: every sample the protocol asks for "
+                f"is stored, top-ups {rep.topup.text if rep.topup else '?'} (no model "
+                f"loaded)" + (f"; {added}" if added else "")
+            )
             continue
-        occupancy = (f"; batch occupancy {rep.occupancy:.0%} of {rep.batch_size}"
-                     if rep.occupancy is not None else "")
+        occupancy = (
+            f"; batch occupancy {rep.occupancy:.0%} of {rep.batch_size}"
+            if rep.occupancy is not None
+            else ""
+        )
         if rep.rows_in_flight_max:
             occupancy += f", at most {rep.rows_in_flight_max} rows in flight"
         if rep.peak_memory_bytes:
-            occupancy += f"; peak memory {rep.peak_memory_bytes / 2**30:.2f} GB (MLX, weights included)"
+            occupancy += (
+                f"; peak memory {rep.peak_memory_bytes / 2**30:.2f} GB (MLX, weights included)"
+            )
         console.print(
-            f"{rep.run_dir.name}: {count(rep.cells, 'cell')}; samples " +
-            ", ".join(f"{k} {v}" for k, v in rep.samples.items()) +
-            f"; prefill {rep.prefill_tokens:,} tokens for {rep.trace_tokens:,} prompt+trace tokens; "
+            f"{rep.run_dir.name}: {count(rep.cells, 'cell')}; samples "
+            + ", ".join(f"{k} {v}" for k, v in rep.samples.items())
+            + f"; prefill {rep.prefill_tokens:,} tokens for {rep.trace_tokens:,} "
+            + "prompt+trace tokens; "
             f"{rep.generated_tokens:,} generated in {rep.elapsed_s:.1f}s{occupancy}; "
             f"top-ups {rep.topup.text if rep.topup else '?'}" + (f"; {added}" if added else "")
         )
         if rep.failed_cells:
             failed = True
-            console.print(f"{rep.run_dir.name}: {count(rep.failed_cells, 'cell')} stopped on request "
-                          "errors (stored in the run's errors table); rerun to retry them")
+            console.print(
+                f"{rep.run_dir.name}: {count(rep.failed_cells, 'cell')} stopped on request "
+                "errors (stored in the run's errors table); rerun to retry them"
+            )
         if rep.memory:
             console.print(f"{rep.run_dir.name}: {rep.memory}")
         for note in rep.notes:
@@ -163,8 +267,17 @@ def continue_(
         raise typer.Exit(EXIT_FAILURES)  # finished with failures: the runs are incomplete
 
 
-def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend: str,
-                remote: dict, batch_size: int, memory_gb: str, lock_wait: float) -> None:
+def _add_budget(
+    console,
+    paths: list[Path],
+    budget: int,
+    dry_run: bool,
+    backend: str,
+    remote: dict,
+    batch_size: int,
+    memory_gb: str,
+    lock_wait: float,
+) -> None:
     """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
     the HTTP backends' settings (`engine_options.http_options`)."""
     from rich.console import Console
@@ -185,28 +298,45 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
         for plan in plan_add_budget(found.runs, budget, batch_size, backend):
             typer.echo("\n".join(plan.lines()))
         return
-    engine = EngineSpec(backend=backend, batch_size=batch_size,
-                        memory_budget_bytes=memory_budget(memory_gb), **remote)
+    engine = EngineSpec(
+        backend=backend,
+        batch_size=batch_size,
+        memory_budget_bytes=memory_budget(memory_gb),
+        **remote,
+    )
 
     status = Console()  # on stdout, as `bt continue`'s announcement
 
     def announce(run_dir: Path, man: dict) -> None:
-        status.print(f"[bold]{run_dir.name}[/]: probe arm at B={budget} beside the run's "
-                      f"probes, {count(man['base_traces'], 'base trace')} of "
-                      f"{man.get('model_alias')}")
+        status.print(
+            f"[bold]{run_dir.name}[/]: probe arm at B={budget} beside the run's "
+            f"probes, {count(man['base_traces'], 'base trace')} of "
+            f"{man.get('model_alias')}"
+        )
         if man.get("large_run"):
             status.print(man["large_run"], soft_wrap=True)
 
-    for rep in add_budget_runs(found.runs, budget, engine, progress=announce,
-                               drive=lambda run: _with_progress(console, run),
-                               lock_wait=lock_wait):
+    for rep in add_budget_runs(
+        found.runs,
+        budget,
+        engine,
+        progress=announce,
+        drive=lambda run: _with_progress(console, run),
+        lock_wait=lock_wait,
+    ):
         if rep.nothing_to_do:
-            console.print(f"{rep.run_dir.name}: arm B={budget}: nothing to do: {rep.notes[0]} "
-                          f"(no model loaded)", highlight=False, soft_wrap=True)
+            console.print(
+                f"{rep.run_dir.name}: arm B={budget}: nothing to do: {rep.notes[0]} "
+                f"(no model loaded)",
+                highlight=False,
+                soft_wrap=True,
+            )
             continue
-        console.print(f"{rep.run_dir.name}: arm B={budget}: {count(rep.cells, 'cell')}, "
-                      f"{count(rep.samples['probes'], 'probe sample')}; "
-                      f"{rep.generated_tokens:,} tokens generated in {rep.elapsed_s:.1f}s")
+        console.print(
+            f"{rep.run_dir.name}: arm B={budget}: {count(rep.cells, 'cell')}, "
+            f"{count(rep.samples['probes'], 'probe sample')}; "
+            f"{rep.generated_tokens:,} tokens generated in {rep.elapsed_s:.1f}s"
+        )
         for note in rep.notes:
             console.print(f"note: {note}")
 
@@ -214,8 +344,9 @@ def _add_budget(console, paths: list[Path], budget: int, dry_run: bool, backend:
 def _announce(console, run_dir: Path, man: dict) -> None:
     p = man["protocol"]
     console.print(
-        f"[bold]{run_dir.name}[/]: {count(man['base_traces'], 'base trace')} of {man.get('model_alias')}; "
-        f"probes at B={p['budget']}, answer {p['answer_budget']}, {count(p['samples'], 'sample')}; restarts at "
+        f"[bold]{run_dir.name}[/]: {count(man['base_traces'], 'base trace')} of "
+        f"{man.get('model_alias')}; probes at B={p['budget']}, answer {p['answer_budget']}, "
+        f"{count(p['samples'], 'sample')}; restarts at "
         f"{','.join(map(str, p['restart_budgets']))}; top-ups: {man['topup_choice'].describe()}"
     )
     if man.get("large_run"):
@@ -252,4 +383,6 @@ def _with_progress(console, run):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("continue", short_help="Probe prefixes of every base trace, run restarts.")(continue_)
+    app.command("continue", short_help="Probe prefixes of every base trace, run restarts.")(
+        continue_
+    )

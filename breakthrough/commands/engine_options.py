@@ -18,8 +18,10 @@ def parse_endpoints(text: str | None) -> tuple[str, ...]:
         raise BtError("--endpoint: empty value; expected http://HOST:PORT[,http://HOST:PORT...]")
     for i, part in enumerate(parts, 1):
         if not part:
-            raise BtError(f"--endpoint: element {i} of {text!r} is empty; expected "
-                          "comma-separated URLs (e.g. http://10.0.0.1:8000,http://10.0.0.2:8000)")
+            raise BtError(
+                f"--endpoint: element {i} of {text!r} is empty; expected "
+                "comma-separated URLs (e.g. http://10.0.0.1:8000,http://10.0.0.2:8000)"
+            )
     return tuple(check_endpoint(u.rstrip("/")) for u in parts)
 
 
@@ -30,8 +32,10 @@ def check_endpoint(url: str) -> str:
     from urllib.parse import urlsplit
 
     def bad(why: str) -> BtError:
-        return BtError(f"--endpoint: {url!r} is not a server URL ({why}); expected "
-                       "http://HOST:PORT (e.g. http://127.0.0.1:8000)")
+        return BtError(
+            f"--endpoint: {url!r} is not a server URL ({why}); expected "
+            "http://HOST:PORT (e.g. http://127.0.0.1:8000)"
+        )
 
     if any(c.isspace() for c in url) or not url.isprintable():
         raise bad("it holds a space or a control character")
@@ -57,9 +61,15 @@ def check_endpoint(url: str) -> str:
     return url
 
 
-def http_options(backend: str, endpoint: str | None, max_inflight: int,
-                 accept_processed_logprobs: bool, request_timeout: float, retries: int,
-                 api_key: str | None = None) -> dict[str, Any]:
+def http_options(
+    backend: str,
+    endpoint: str | None,
+    max_inflight: int,
+    accept_processed_logprobs: bool,
+    request_timeout: float,
+    retries: int,
+    api_key: str | None = None,
+) -> dict[str, Any]:
     """The HTTP fields of an `EngineSpec` from `--endpoint`, `--max-inflight`,
     `--accept-processed-logprobs`, `--request-timeout`, `--retries` and `--api-key`, checked
     without touching the network (one-line BtError): the endpoints here, every value's range
@@ -69,12 +79,18 @@ def http_options(backend: str, endpoint: str | None, max_inflight: int,
 
     endpoints = parse_endpoints(endpoint)
     if backend in HTTP_BACKENDS and not endpoints:
-        raise BtError(f"--backend {backend} needs --endpoint URL[,URL...] (e.g. http://127.0.0.1:8000)")
+        raise BtError(
+            f"--backend {backend} needs --endpoint URL[,URL...] (e.g. http://127.0.0.1:8000)"
+        )
     if len(set(endpoints)) != len(endpoints):
         raise BtError("--endpoint: the same URL is given twice")
-    fields = {"endpoints": endpoints, "max_inflight": max_inflight,
-              "accept_processed_logprobs": bool(accept_processed_logprobs),
-              "request_timeout_s": float(request_timeout), "retries": int(retries),
-              "api_key": (api_key or None) if backend in HTTP_BACKENDS else None}
+    fields: dict[str, Any] = {
+        "endpoints": endpoints,
+        "max_inflight": max_inflight,
+        "accept_processed_logprobs": bool(accept_processed_logprobs),
+        "request_timeout_s": float(request_timeout),
+        "retries": int(retries),
+        "api_key": (api_key or None) if backend in HTTP_BACKENDS else None,
+    }
     EngineSpec(backend=backend, **fields)
     return fields

@@ -14,7 +14,9 @@ from breakthrough.errors import BtError
 def export(
     run: Path = typer.Argument(..., help="Run directory (holding store.sqlite)."),
     format: str = typer.Option("parquet", "--format", "-f", help="parquet or csv."),
-    out: Path = typer.Option(None, "--out", "-o", help="Output folder (default: RUN/export)."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Output folder (default: RUN/export)."
+    ),
     arrays: bool = typer.Option(
         True, help="Include per-token arrays (token ids, segments, log-probs, entropies)."
     ),

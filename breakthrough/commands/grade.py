@@ -12,7 +12,9 @@ from breakthrough.commands.options import count
 def grade(
     runs: list[Path] = typer.Argument(..., help="Run directories (or a folder of runs)."),
     again: bool = typer.Option(
-        False, "--again", help="Regrade every sample, not only the ungraded ones (e.g. after a grader update)."
+        False,
+        "--again",
+        help="Regrade every sample, not only the ungraded ones (e.g. after a grader update).",
     ),
 ) -> None:
     """Grade the samples of RUN that have no grade (or all of them with --again)."""
@@ -30,9 +32,13 @@ def grade(
         if not rep.graded:
             console.print(f"{run_dir}: nothing to grade")
         else:
-            console.print(f"{run_dir}: graded {count(rep.graded, 'sample')} ({rep.correct} correct) "
-                          f"with {rep.version}")
+            console.print(
+                f"{run_dir}: graded {count(rep.graded, 'sample')} ({rep.correct} correct) "
+                f"with {rep.version}"
+            )
 
 
 def register(app: typer.Typer) -> None:
-    app.command("grade", short_help="Grade a run's stored samples without regenerating them.")(grade)
+    app.command("grade", short_help="Grade a run's stored samples without regenerating them.")(
+        grade
+    )

@@ -54,7 +54,11 @@ def prepare(
 
 
 def register(app: typer.Typer) -> None:
-    sub = typer.Typer(help="Models: list the registry, prepare the offline default.", no_args_is_help=True)
+    sub = typer.Typer(
+        help="Models: list the registry, prepare the offline default.", no_args_is_help=True
+    )
     sub.command("list", short_help="List model aliases, checkpoints and local copies.")(list_cmd)
-    sub.command("prepare", short_help="Convert the offline default model once (no network).")(prepare)
+    sub.command("prepare", short_help="Convert the offline default model once (no network).")(
+        prepare
+    )
     app.add_typer(sub, name="models")

@@ -4,64 +4,90 @@ one line naming the option, raised before any store is opened or model loaded.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from breakthrough.errors import BtError
 
 # The engine options of every command that generates (`bt base`, `bt continue`), defined once.
-BACKEND_HELP = ("Generation backend: mlx (in-process; one prefill per base trace, default) or "
-                "mlx-fresh (the same tokens without any prefix reuse; for checks), or a server: "
-                "vllm (also `bt serve`) or sglang, with --endpoint. A run never mixes backends.")
+# Each `*_option()` returns `typer.Option(...)`, typed Any as typer types it, so that a
+# parameter's annotation is its value's type (`backend: str = backend_option()`).
+BACKEND_HELP = (
+    "Generation backend: mlx (in-process; one prefill per base trace, default) or "
+    "mlx-fresh (the same tokens without any prefix reuse; for checks), or a server: "
+    "vllm (also `bt serve`) or sglang, with --endpoint. A run never mixes backends."
+)
 
 
-def backend_option() -> typer.models.OptionInfo:
+def backend_option() -> Any:
     return typer.Option("mlx", help=BACKEND_HELP)
 
 
-def endpoint_option() -> typer.models.OptionInfo:
-    return typer.Option(None, help="--backend vllm|sglang: server URL(s), comma-separated (a fleet: "
-                                   "every request of a cell goes to one server); `bt serve` answers "
-                                   "as vllm.")
+def endpoint_option() -> Any:
+    return typer.Option(
+        None,
+        help="--backend vllm|sglang: server URL(s), comma-separated (a fleet: "
+        "every request of a cell goes to one server); `bt serve` answers "
+        "as vllm.",
+    )
 
 
-def max_inflight_option() -> typer.models.OptionInfo:
-    return typer.Option(0, help="Requests in flight per endpoint (0: the server's reported limit, "
-                                "else 16).")
+def max_inflight_option() -> Any:
+    return typer.Option(
+        0, help="Requests in flight per endpoint (0: the server's reported limit, else 16)."
+    )
 
 
-def request_timeout_option() -> typer.models.OptionInfo:
+def request_timeout_option() -> Any:
     from breakthrough.engine.http_limits import REQUEST_TIMEOUT_S  # EngineSpec's default
 
-    return typer.Option(REQUEST_TIMEOUT_S, "--request-timeout", metavar="SECONDS",
-                        help="--backend vllm|sglang: seconds one attempt of a request may take "
-                             "(connecting, sending, each read of the answer) before it is "
-                             "retried; a request's deadline is (--retries + 1) x SECONDS plus the "
-                             "back-offs (0.5 s, 1 s, 2 s ... at most 8 s; with the defaults 1,801.5 "
-                             "s), after which its cell is stored as failed and a rerun retries it.")
+    return typer.Option(
+        REQUEST_TIMEOUT_S,
+        "--request-timeout",
+        metavar="SECONDS",
+        help="--backend vllm|sglang: seconds one attempt of a request may take "
+        "(connecting, sending, each read of the answer) before it is "
+        "retried; a request's deadline is (--retries + 1) x SECONDS plus the "
+        "back-offs (0.5 s, 1 s, 2 s ... at most 8 s; with the defaults 1,801.5 "
+        "s), after which its cell is stored as failed and a rerun retries it.",
+    )
 
 
-def retries_option() -> typer.models.OptionInfo:
+def retries_option() -> Any:
     from breakthrough.engine.http_limits import RETRIES  # EngineSpec's default
 
-    return typer.Option(RETRIES, "--retries", metavar="N",
-                        help="--backend vllm|sglang: further attempts of a request after a "
-                             "connection error, timeout, 5xx / 429 answer or malformed body "
-                             "(0: one attempt only); all within the request's deadline.")
+    return typer.Option(
+        RETRIES,
+        "--retries",
+        metavar="N",
+        help="--backend vllm|sglang: further attempts of a request after a "
+        "connection error, timeout, 5xx / 429 answer or malformed body "
+        "(0: one attempt only); all within the request's deadline.",
+    )
 
 
-def api_key_option() -> typer.models.OptionInfo:
-    return typer.Option(None, "--api-key", metavar="KEY", envvar="BT_API_KEY", show_envvar=True,
-                        show_default=False,
-                        help="--backend vllm|sglang: send `Authorization: Bearer KEY` with every "
-                             "request (a `bt serve --api-key`, or a vLLM --api-key). Prefer the "
-                             "environment variable: a command line is visible to other users.")
+def api_key_option() -> Any:
+    return typer.Option(
+        None,
+        "--api-key",
+        metavar="KEY",
+        envvar="BT_API_KEY",
+        show_envvar=True,
+        show_default=False,
+        help="--backend vllm|sglang: send `Authorization: Bearer KEY` with every "
+        "request (a `bt serve --api-key`, or a vLLM --api-key). Prefer the "
+        "environment variable: a command line is visible to other users.",
+    )
 
 
-def processed_logprobs_option() -> typer.models.OptionInfo:
-    return typer.Option(False, "--accept-processed-logprobs",
-                        help="Use a server whose log-probs are taken after temperature / top-k "
-                             "(refused by default).")
+def processed_logprobs_option() -> Any:
+    return typer.Option(
+        False,
+        "--accept-processed-logprobs",
+        help="Use a server whose log-probs are taken after temperature / top-k "
+        "(refused by default).",
+    )
 
 
 HIDDEN_STRIDE_HELP = (
@@ -70,12 +96,14 @@ HIDDEN_STRIDE_HELP = (
     "token_index int32 and hidden float16 [rows, d]; size and sha256 in the store's "
     "hidden_vectors table). Size: d x 2 bytes / N per token, i.e. 1,000 x d x 2 / N bytes per "
     "1,000 tokens (d = 2,048, N = 8: 512 KB). Default: 8 on the mlx backends, 0 on vllm / "
-    "sglang (servers return no hidden states). A run never mixes strides.")
+    "sglang (servers return no hidden states). A run never mixes strides."
+)
 
 
-def hidden_stride_option() -> typer.models.OptionInfo:
-    return typer.Option(None, "--hidden-stride", metavar="N", show_default=False,
-                        help=HIDDEN_STRIDE_HELP)
+def hidden_stride_option() -> Any:
+    return typer.Option(
+        None, "--hidden-stride", metavar="N", show_default=False, help=HIDDEN_STRIDE_HELP
+    )
 
 
 def hidden_stride_for(value: int | None, backend: str) -> int:
@@ -103,15 +131,17 @@ EXIT_FAILURES = 3
 
 
 def count(n: int, noun: str) -> str:
-    """"1 problem", "2 problems": counts in messages agree with their nouns."""
+    """ "1 problem", "2 problems": counts in messages agree with their nouns."""
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-MEMORY_GB_HELP = ("Memory for the KV caches (the rows in flight and the shared prefixes): "
-                  "'auto' (this machine's Metal recommended working set on Apple silicon, the "
-                  "available RAM elsewhere, minus the weights and a margin) or a number of GB. "
-                  "Rows are admitted while their own tokens fit; --dry-run and the closing line "
-                  "say how many rows that is at the deepest anchor.")
+MEMORY_GB_HELP = (
+    "Memory for the KV caches (the rows in flight and the shared prefixes): "
+    "'auto' (this machine's Metal recommended working set on Apple silicon, the "
+    "available RAM elsewhere, minus the weights and a margin) or a number of GB. "
+    "Rows are admitted while their own tokens fit; --dry-run and the closing line "
+    "say how many rows that is at the deepest anchor."
+)
 MAX_MEMORY_GB = 1 << 20  # a petabyte-scale typo is refused, not multiplied into an overflow
 
 
@@ -125,8 +155,9 @@ def memory_budget(text: str | None) -> int | None:
     except ValueError:
         raise BtError(f"--memory-gb: expected 'auto' or a number of GB, got {text!r}") from None
     if not 0 < gb <= MAX_MEMORY_GB:  # also refuses nan and inf
-        raise BtError(f"--memory-gb: expected 'auto' or a number of GB in (0, {MAX_MEMORY_GB}], "
-                      f"got {text}")
+        raise BtError(
+            f"--memory-gb: expected 'auto' or a number of GB in (0, {MAX_MEMORY_GB}], got {text}"
+        )
     return int(gb * 2**30)
 
 
@@ -154,21 +185,26 @@ def int_list(text: str | None, option: str, *, high: int | None = None) -> tuple
     values: list[int] = []
     for i, part in enumerate(parts, 1):
         if not part:
-            raise BtError(f"{option}: element {i} of {text!r} is empty; expected comma-separated "
-                          "integers (e.g. 4,8,16)")
+            raise BtError(
+                f"{option}: element {i} of {text!r} is empty; expected comma-separated "
+                "integers (e.g. 4,8,16)"
+            )
         try:
             v = int(part)
         except ValueError:
-            raise BtError(f"{option}: expected comma-separated integers, got {part!r} in "
-                          f"{text!r}") from None
+            raise BtError(
+                f"{option}: expected comma-separated integers, got {part!r} in {text!r}"
+            ) from None
         if not 1 <= v <= high:
             raise BtError(f"{option}: {v} is out of range (1..{high:,})")
         if v in values:
             raise BtError(f"{option}: {v} appears twice in {text!r}; each value once")
         values.append(v)
     if values != sorted(values):
-        raise BtError(f"{option}: expected increasing values, got {text!r} "
-                      f"(e.g. {','.join(map(str, sorted(values)))})")
+        raise BtError(
+            f"{option}: expected increasing values, got {text!r} "
+            f"(e.g. {','.join(map(str, sorted(values)))})"
+        )
     return tuple(values)
 
 
@@ -190,8 +226,10 @@ def name_list(text: str | None, option: str) -> tuple[str, ...] | None:
         raise BtError(f"{option}: empty value; leave the option out, or name something")
     for i, part in enumerate(parts, 1):
         if not part:
-            raise BtError(f"{option}: element {i} of {text!r} is empty; expected comma-separated "
-                          "names (e.g. a,b)")
+            raise BtError(
+                f"{option}: element {i} of {text!r} is empty; expected comma-separated "
+                "names (e.g. a,b)"
+            )
     return tuple(parts)
 
 
@@ -199,27 +237,34 @@ def path(option: str):
     """typer's `parser=` for a folder or file option (--runs-dir, --out): the text as a Path,
     refused when empty (`--runs-dir ''` is Path('.'), which wrote runs into the working
     directory)."""
+
     def path(value: str | Path) -> Path:
         if isinstance(value, Path):  # the default
             return value
         if not str(value).strip():
-            raise BtError(f"{option}: empty path; leave the option out, or name a folder "
-                          "(. for this one)")
+            raise BtError(
+                f"{option}: empty path; leave the option out, or name a folder (. for this one)"
+            )
         return Path(value)
 
     return path
 
 
-def runs_dir_option(help: str) -> typer.models.OptionInfo:
-    return typer.Option(Path("runs"), "--runs-dir", parser=path("--runs-dir"), metavar="<path>",
-                        help=help)
+def runs_dir_option(help: str) -> Any:
+    return typer.Option(
+        Path("runs"), "--runs-dir", parser=path("--runs-dir"), metavar="<path>", help=help
+    )
 
 
-def wait_option() -> typer.models.OptionInfo:
-    return typer.Option(0.0, "--wait", metavar="SECONDS",
-                        help="When another bt is writing the same run (it holds the run's lock), "
-                             "wait up to SECONDS for it to finish (default 0: refuse at once, "
-                             "naming its pid; at most 86,400).")
+def wait_option() -> Any:
+    return typer.Option(
+        0.0,
+        "--wait",
+        metavar="SECONDS",
+        help="When another bt is writing the same run (it holds the run's lock), "
+        "wait up to SECONDS for it to finish (default 0: refuse at once, "
+        "naming its pid; at most 86,400).",
+    )
 
 
 def check_wait(wait: float) -> float:
@@ -231,9 +276,10 @@ def check_wait(wait: float) -> float:
     return float(wait)
 
 
-def json_option() -> typer.models.OptionInfo:
-    return typer.Option(False, "--json", help="Print one JSON document (machine-readable) "
-                                              "instead of tables.")
+def json_option() -> Any:
+    return typer.Option(
+        False, "--json", help="Print one JSON document (machine-readable) instead of tables."
+    )
 
 
 def print_json(data: object) -> None:

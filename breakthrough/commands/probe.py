@@ -7,7 +7,6 @@ Parses the options, calls `breakthrough.signals.probe_run.run_probe` and prints 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -22,8 +21,10 @@ def parse_anchors(text: str, max_tokens: int) -> tuple[int, ...]:
     states of generated tokens t-4 .. t-1, all forced)."""
     parts = [x.strip() for x in text.split(",")]
     if any(parts) and not all(parts):
-        raise BtError(f"--anchors: element {parts.index('') + 1} of {text!r} is empty; expected "
-                      "comma-separated integers")
+        raise BtError(
+            f"--anchors: element {parts.index('') + 1} of {text!r} is empty; expected "
+            "comma-separated integers"
+        )
     try:
         vals = tuple(sorted({int(x) for x in parts if x}))
     except ValueError:
@@ -31,23 +32,36 @@ def parse_anchors(text: str, max_tokens: int) -> tuple[int, ...]:
     if not vals:
         raise BtError(f"--anchors: expected at least one anchor, got {text!r}")
     if vals[0] < 4:
-        raise BtError(f"--anchors: each anchor must be at least 4 (mean of tokens t-4..t-1), got {vals[0]}")
+        raise BtError(
+            f"--anchors: each anchor must be at least 4 (mean of tokens t-4..t-1), got {vals[0]}"
+        )
     if vals[-1] > max_tokens:
         raise BtError(f"--anchors: anchor {vals[-1]} lies beyond --max-tokens {max_tokens}")
     return vals
 
 
 def probe(
-    source: Path = typer.Argument(..., help="A run directory, a JSONL dump (problem_id, prompt, "
-                                            "completion, correct) or a math128 folder of YAML files."),
+    source: Path = typer.Argument(
+        ...,
+        help="A run directory, a JSONL dump (problem_id, prompt, "
+        "completion, correct) or a math128 folder of YAML files.",
+    ),
     anchors: str = typer.Option(DEFAULT_ANCHORS, help="Anchor points t (generated tokens)."),
-    model: Optional[str] = typer.Option(None, help="Model for a dump (alias, folder or hub id; "
-                                                   "default: the offline default). A run uses its own."),
+    model: str | None = typer.Option(
+        None,
+        help="Model for a dump (alias, folder or hub id; "
+        "default: the offline default). A run uses its own.",
+    ),
     max_tokens: int = typer.Option(512, help="Generated tokens forced per trajectory."),
-    bootstrap: int = typer.Option(2000, min=0, max=MAX_DRAWS,
-                                  help="Problem-clustered bootstrap draws (0: no CIs)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: RUN/probe, "
-                                                                  "or DUMP.probe beside the dump)."),
+    bootstrap: int = typer.Option(
+        2000, min=0, max=MAX_DRAWS, help="Problem-clustered bootstrap draws (0: no CIs)."
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Output folder (default: RUN/probe, or DUMP.probe beside the dump).",
+    ),
 ) -> None:
     """Probe dissection: pooled vs within-problem AUROC at each anchor t, two arms.
 
@@ -65,8 +79,15 @@ def probe(
     grid = parse_anchors(anchors, max_tokens)
     from breakthrough.signals.probe_run import run_probe  # sklearn, mlx: not at `bt` start-up
 
-    run = run_probe(source, model=model, anchors=grid, max_tokens=max_tokens, bootstrap=bootstrap,
-                    out=out, progress=lambda m: typer.echo(m, err=True))
+    run = run_probe(
+        source,
+        model=model,
+        anchors=grid,
+        max_tokens=max_tokens,
+        bootstrap=bootstrap,
+        out=out,
+        progress=lambda m: typer.echo(m, err=True),
+    )
     for note in run.notes:
         typer.echo(f"bt: note: {note}", err=True)
     for line in run.lines():

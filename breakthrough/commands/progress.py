@@ -16,8 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (BarColumn, Progress, ProgressBar, ProgressColumn, TaskID, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressBar,
+    ProgressColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.text import Text
 
 
@@ -102,8 +109,9 @@ class SamplesColumn(ProgressColumn):
     def render(self, task: Any) -> Text:
         done = int(task.completed)
         unit = task.fields.get("unit", "samples")
-        text = (f"{done:,}/{int(task.total):,} {unit}" if task.total is not None
-                else f"{done:,} {unit}")
+        text = (
+            f"{done:,}/{int(task.total):,} {unit}" if task.total is not None else f"{done:,} {unit}"
+        )
         if "solved" in task.fields:
             text += f", {task.fields['solved']:,} solved"
         return Text(text)
@@ -120,17 +128,28 @@ class TokenBar(BarColumn):
         if not task.fields.get("meter"):
             return super().render(task)
         bound = max(self.meter.bound, 1)
-        return ProgressBar(total=bound, completed=min(self.meter.tokens, bound),
-                           width=None if self.bar_width is None else max(1, self.bar_width),
-                           pulse=self.meter.engine is None, animation_time=task.get_time())
+        return ProgressBar(
+            total=bound,
+            completed=min(self.meter.tokens, bound),
+            width=None if self.bar_width is None else max(1, self.bar_width),
+            pulse=self.meter.engine is None,
+            animation_time=task.get_time(),
+        )
 
 
 def sample_progress(console: Console, meter: Meter) -> Progress:
     """The display: one metered row (samples, tokens, tok/s, ETA) and any rows of sample counts
     (the phases of `bt continue`)."""
-    return Progress(TextColumn("{task.description:<10}"), TokenBar(meter), SamplesColumn(),
-                    TokensColumn(meter), TokensPerSecond(meter), TimeElapsedColumn(),
-                    EtaColumn(meter), console=console)
+    return Progress(
+        TextColumn("{task.description:<10}"),
+        TokenBar(meter),
+        SamplesColumn(),
+        TokensColumn(meter),
+        TokensPerSecond(meter),
+        TimeElapsedColumn(),
+        EtaColumn(meter),
+        console=console,
+    )
 
 
 class SampleRun:
@@ -165,7 +184,9 @@ def drive_samples(console: Console, run: Any, label: str, max_tokens: int) -> An
     under the display; drawn from on_start on, so a refusal before it stays one line."""
     bar = SampleRun(console, label, max_tokens)
     try:
-        return run(bar.start, lambda rec, grade: bar.done(len(rec.token_ids),
-                                                          bool(grade and grade.correct)))
+        return run(
+            bar.start,
+            lambda rec, grade: bar.done(len(rec.token_ids), bool(grade and grade.correct)),
+        )
     finally:
         bar.stop()

@@ -8,7 +8,7 @@ Parses the options, calls `breakthrough.report.uoo_report.uoo_report` or
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -40,7 +40,7 @@ def uoo(
     cohort: str = typer.Option(
         "uoo87", "--cohort", help="Cohort holding the items (uoo87 covers uoo29)."
     ),
-    variant: Optional[str] = typer.Option(
+    variant: str | None = typer.Option(
         None, "--variant", help="Prompt variant label for runs that do not record one."
     ),
     ci: str = typer.Option("wilson", "--ci", help="Leaderboard interval: wilson | exact."),
@@ -57,21 +57,31 @@ def uoo(
 
 
 def study(
-    runs: list[Path] = typer.Argument(..., help="Run directories (or folders of them, e.g. "
-                                                "runs/*), every model of the study."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default "
-                                       "RUN/study, or <common parent>/study)."),
-    confirm: Optional[Path] = typer.Option(
-        None, "--confirm", help="`bt confirm` output folder (confirm.json, sweep.json, figures/; "
-                                "default: the `confirm` folder `bt confirm RUN...` writes)."),
-    probe: Optional[list[Path]] = typer.Option(
-        None, "--probe", help="`bt probe` output folder; repeat for several (default: RUN/probe "
-                              "of each run that has one)."),
-    draws: int = typer.Option(200, min=0, max=MAX_DRAWS, help="Posterior redraws for regime "
-                                                              "survival (as `bt classify`)."),
+    runs: list[Path] = typer.Argument(
+        ..., help="Run directories (or folders of them, e.g. runs/*), every model of the study."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Output folder (default RUN/study, or <common parent>/study)."
+    ),
+    confirm: Path | None = typer.Option(
+        None,
+        "--confirm",
+        help="`bt confirm` output folder (confirm.json, sweep.json, figures/; "
+        "default: the `confirm` folder `bt confirm RUN...` writes).",
+    ),
+    probe: list[Path] | None = typer.Option(
+        None,
+        "--probe",
+        help="`bt probe` output folder; repeat for several (default: RUN/probe "
+        "of each run that has one).",
+    ),
+    draws: int = typer.Option(
+        200, min=0, max=MAX_DRAWS, help="Posterior redraws for regime survival (as `bt classify`)."
+    ),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the posterior redraws."),
-    cell_pages: bool = typer.Option(True, help="Write one HTML page per cell (under "
-                                               "OUT/classify/cells)."),
+    cell_pages: bool = typer.Option(
+        True, help="Write one HTML page per cell (under OUT/classify/cells)."
+    ),
 ) -> None:
     """One self-contained HTML page for the study: every figure of protocol 10 the runs have
     data for, every headline number of protocol 9 as the sentence it supports (matched
@@ -82,8 +92,9 @@ def study(
 
     from breakthrough.report.study import study_report  # pandas, matplotlib: not at start-up
 
-    rep = study_report(runs, out, confirm=confirm, probes=probe, draws=draws, seed=seed,
-                       cell_pages=cell_pages)
+    rep = study_report(
+        runs, out, confirm=confirm, probes=probe, draws=draws, seed=seed, cell_pages=cell_pages
+    )
     console = Console(width=160)
     for h in rep.headlines:
         console.print(f"[bold]{h.title}[/bold]: {h.sentences[0]}", highlight=False)
@@ -91,8 +102,10 @@ def study(
         console.print(f"missing: {m.what}: {m.command}", highlight=False)
     for note in rep.notes:
         console.print(f"note: {note}", highlight=False)
-    console.print(f"report: {rep.index} ({len(rep.figures)} figures, {len(rep.tables) // 2} "
-                  f"tables)", highlight=False)
+    console.print(
+        f"report: {rep.index} ({len(rep.figures)} figures, {len(rep.tables) // 2} tables)",
+        highlight=False,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -7,42 +7,70 @@ from pathlib import Path
 
 import typer
 
-from breakthrough.commands.options import (EXIT_FAILURES, api_key_option, backend_option,
-                                          check_engine_options, check_wait, count,
-                                          endpoint_option, given_text, hidden_stride_for,
-                                          hidden_stride_option, max_inflight_option, name_list,
-                                          processed_logprobs_option, request_timeout_option,
-                                          retries_option, runs_dir_option, wait_option)
+from breakthrough.commands.options import (
+    EXIT_FAILURES,
+    api_key_option,
+    backend_option,
+    check_engine_options,
+    check_wait,
+    count,
+    endpoint_option,
+    given_text,
+    hidden_stride_for,
+    hidden_stride_option,
+    max_inflight_option,
+    name_list,
+    processed_logprobs_option,
+    request_timeout_option,
+    retries_option,
+    runs_dir_option,
+    wait_option,
+)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
 
 def sample(
     cohort: str = typer.Option(..., help="Cohort name (see `bt cohorts list`) or a .jsonl path."),
-    attempts: int = typer.Option(..., help="Independent attempts per problem x model (a rerun "
-                                 "with a larger N adds only the new ones)."),
-    model: str = typer.Option(None, help="Comma-separated model aliases, local mlx-lm folders or "
-                              "hub ids. Default: the offline smollm2-135m."),
-    max_tokens: int = typer.Option(3072, help="Generated-token cap per attempt (the study's "
-                                   "screen budget is 3,072)."),
-    max_prompt_tokens: int = typer.Option(DEFAULT.max_prompt_tokens,
-                                          help="Longest chat prompt accepted, in tokens."),
-    runs_dir: Path = runs_dir_option("Runs folder; attempts go to RUNS/attempts/COHORT-MODEL "
-                                     "(out of the way of bt continue)."),
-    run: str = typer.Option(None, help="Run name under RUNS/attempts (default COHORT-MODEL)."),
-    limit: int = typer.Option(None, help="Only the first N problems of the cohort."),
-    problems: str = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    attempts: int = typer.Option(
+        ...,
+        help="Independent attempts per problem x model (a rerun "
+        "with a larger N adds only the new ones).",
+    ),
+    model: str | None = typer.Option(
+        None,
+        help="Comma-separated model aliases, local mlx-lm folders or "
+        "hub ids. Default: the offline smollm2-135m.",
+    ),
+    max_tokens: int = typer.Option(
+        3072, help="Generated-token cap per attempt (the study's screen budget is 3,072)."
+    ),
+    max_prompt_tokens: int = typer.Option(
+        DEFAULT.max_prompt_tokens, help="Longest chat prompt accepted, in tokens."
+    ),
+    runs_dir: Path = runs_dir_option(
+        "Runs folder; attempts go to RUNS/attempts/COHORT-MODEL (out of the way of bt continue)."
+    ),
+    run: str | None = typer.Option(
+        None, help="Run name under RUNS/attempts (default COHORT-MODEL)."
+    ),
+    limit: int | None = typer.Option(None, help="Only the first N problems of the cohort."),
+    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the attempts and tokens still "
-                                 "to generate and an ETA; load no model, write nothing."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the attempts and tokens still "
+        "to generate and an ETA; load no model, write nothing.",
+    ),
     backend: str = backend_option(),
-    endpoint: str = endpoint_option(),
+    endpoint: str | None = endpoint_option(),
     max_inflight: int = max_inflight_option(),
     accept_processed_logprobs: bool = processed_logprobs_option(),
     request_timeout: float = request_timeout_option(),
     retries: int = retries_option(),
-    api_key: str = api_key_option(),
-    hidden_stride: int = hidden_stride_option(),
+    api_key: str | None = api_key_option(),
+    hidden_stride: int | None = hidden_stride_option(),
     wait: float = wait_option(),
 ) -> None:
     """Generate, grade and store N seeded from-scratch attempts per problem x model.
@@ -61,37 +89,61 @@ def sample(
     console = Console(stderr=True)  # notes and warnings
     status = Console()  # what is about to run, on stdout: a refusal after it is stderr's one line
     check_engine_options(backend, batch_size)
-    for value, option in ((model, "--model"), (problems, "--problems"), (run, "--run"),
-                          (cohort, "--cohort")):
+    for value, option in (
+        (model, "--model"),
+        (problems, "--problems"),
+        (run, "--run"),
+        (cohort, "--cohort"),
+    ):
         given_text(value, option)
     models, _ = name_list(model, "--model"), name_list(problems, "--problems")
-    remote = http_options(backend, endpoint, max_inflight, accept_processed_logprobs,
-                          request_timeout, retries, api_key)
+    remote = http_options(
+        backend,
+        endpoint,
+        max_inflight,
+        accept_processed_logprobs,
+        request_timeout,
+        retries,
+        api_key,
+    )
     if limit is not None and limit < 1:
         raise BtError(f"--limit: expected a positive integer, got {limit}")
     if max_tokens < 1:
         raise BtError(f"--max-tokens: expected a positive integer, got {max_tokens}")
-    protocol = DEFAULT.with_overrides(base_max_tokens=max_tokens,
-                                      max_prompt_tokens=max_prompt_tokens).validate()
-    if model is None:
+    protocol = DEFAULT.with_overrides(
+        base_max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens
+    ).validate()
+    if models is None:  # --model not given
         status.print(f"using the offline default model {OFFLINE_DEFAULT}", soft_wrap=True)
         models = (OFFLINE_DEFAULT,)
-    req = SampleRequest(cohort=cohort, models=models,
-                        attempts=attempts, protocol=protocol,
-                        engine=EngineSpec(backend=backend, batch_size=batch_size, **remote),
-                        runs_dir=runs_dir, run=run, limit=limit, problems=problems,
-                        hidden_stride=hidden_stride_for(hidden_stride, backend),
-                        lock_wait=check_wait(wait))
+    req = SampleRequest(
+        cohort=cohort,
+        models=models,
+        attempts=attempts,
+        protocol=protocol,
+        engine=EngineSpec(backend=backend, batch_size=batch_size, **remote),
+        runs_dir=runs_dir,
+        run=run,
+        limit=limit,
+        problems=problems,
+        hidden_stride=hidden_stride_for(hidden_stride, backend),
+        lock_wait=check_wait(wait),
+    )
     if dry_run:
         for plan in plan_sample(req):
             typer.echo("\n".join(plan.lines()))
         return
     failed = False
-    for rep in sample_runs(req, announce=status.print,
-                           drive=lambda run: drive_samples(console, run, "attempts", max_tokens)):
-        typer.echo(f"{rep.run_dir}: {count(rep.generated, 'attempt')} generated "
-                   f"({rep.tokens:,} tokens, {rep.solved} solved), {rep.skipped} already done"
-                   + (f", {rep.failed} failed on request errors (rerun to retry)" if rep.failed else ""))
+    for rep in sample_runs(
+        req,
+        announce=status.print,
+        drive=lambda run: drive_samples(console, run, "attempts", max_tokens),
+    ):
+        typer.echo(
+            f"{rep.run_dir}: {count(rep.generated, 'attempt')} generated "
+            f"({rep.tokens:,} tokens, {rep.solved} solved), {rep.skipped} already done"
+            + (f", {rep.failed} failed on request errors (rerun to retry)" if rep.failed else "")
+        )
         failed = failed or bool(rep.failed)
         for note in rep.notes:
             console.print(f"note: {note}")

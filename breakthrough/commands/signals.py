@@ -1,7 +1,8 @@
 """`bt signals`: protocol 9.5's 15 frozen per-trajectory summaries and 9.8's 8-feature stream
 summary of a run, to parquet.
 
-Parses the options, calls `breakthrough.signals.run_signals.run_signals` and prints what it wrote."""
+Parses the options, calls `breakthrough.signals.run_signals.run_signals` and prints what it
+wrote."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ from breakthrough.errors import BtError
 
 def signals(
     run: Path = typer.Argument(..., help="Run directory (holding store.sqlite)."),
-    window: int = typer.Option(512, help="Summarise each trajectory's first WINDOW generated tokens "
-                                         "(protocol 9.5: 512)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Output parquet file (default: RUN/signals.parquet)."),
+    window: int = typer.Option(
+        512, help="Summarise each trajectory's first WINDOW generated tokens (protocol 9.5: 512)."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Output parquet file (default: RUN/signals.parquet)."
+    ),
 ) -> None:
-    """Write one row per trajectory of RUN: the 15 frozen summaries (9.5) and the stream summary (9.8)."""
+    """Write one row per trajectory of RUN: the 15 frozen summaries (9.5) and the stream summary
+    (9.8)."""
     if window < 2:
         raise BtError(f"--window: must be at least 2 tokens, got {window}")
     if out is not None and out.suffix != ".parquet":

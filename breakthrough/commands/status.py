@@ -10,10 +10,12 @@ from breakthrough.commands.options import json_option, print_json
 
 
 def status(
-    runs: list[Path] = typer.Argument(..., metavar="RUN",
-                                      help="Run directories, or folders of runs (e.g. runs/)."),
-    tau: float = typer.Option(None, help="Solve-rate threshold used to plan what remains "
-                                         "(default: the run's)."),
+    runs: list[Path] = typer.Argument(
+        ..., metavar="RUN", help="Run directories, or folders of runs (e.g. runs/)."
+    ),
+    tau: float = typer.Option(
+        None, help="Solve-rate threshold used to plan what remains (default: the run's)."
+    ),
     as_json: bool = json_option(),
 ) -> None:
     """What is done and what remains per cell: base, probes (anchors, k/n) at the run's B,
@@ -50,8 +52,9 @@ def status(
             table.add_column(col, overflow="fold")
         for r in rows:
             # escaped: rich would take a plan's "[ambiguity]" for markup and drop it
-            table.add_row(*map(escape, (r.cell_id, r.base, r.reasoning, r.probes, r.restarts,
-                                        r.next)))
+            table.add_row(
+                *map(escape, (r.cell_id, r.base, r.reasoning, r.probes, r.restarts, r.next))
+            )
         console.print(table)
         console.print(status.count_line(), highlight=False)
 

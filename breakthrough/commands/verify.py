@@ -13,8 +13,9 @@ DAMAGED = 1  # exit status when damage was found (2 stays "could not check": a u
 
 
 def verify(
-    runs: list[Path] = typer.Argument(..., metavar="RUN",
-                                      help="Run directories, or folders of runs (e.g. runs/)."),
+    runs: list[Path] = typer.Argument(
+        ..., metavar="RUN", help="Run directories, or folders of runs (e.g. runs/)."
+    ),
     as_json: bool = json_option(),
 ) -> None:
     """Check a run whole, read-only: the SQLite file (integrity_check, foreign keys), the
@@ -39,24 +40,40 @@ def verify(
         if not rep.ok:
             damaged.append(run_dir)
         if as_json:
-            reports.append({"run": str(run_dir), "intact": rep.ok, "problems": rep.problems,
-                            "samples": rep.samples, "hidden_files": rep.hidden_files,
-                            "manifest_keys": rep.manifest_keys, "schema": rep.schema,
-                            "coverage": COVERAGE.get(rep.schema)})
+            reports.append(
+                {
+                    "run": str(run_dir),
+                    "intact": rep.ok,
+                    "problems": rep.problems,
+                    "samples": rep.samples,
+                    "hidden_files": rep.hidden_files,
+                    "manifest_keys": rep.manifest_keys,
+                    "schema": rep.schema,
+                    "coverage": None if rep.schema is None else COVERAGE.get(rep.schema),
+                }
+            )
             continue
         for line in rep.problems:
             typer.echo(line)
         state = "intact" if rep.ok else f"DAMAGED ({count(len(rep.problems), 'problem')})"
-        typer.echo(f"{run_dir}: {state}: {count(rep.samples, 'sample')}, "
-                   f"{count(rep.hidden_files, 'hidden-vector file')}, "
-                   f"{count(rep.manifest_keys, 'manifest key')} checked; checksums cover "
-                   + (f"{COVERAGE[rep.schema]} (schema {rep.schema})" if rep.schema in COVERAGE
-                      else "what each row's checksum form says (the manifest names no schema)"))
+        typer.echo(
+            f"{run_dir}: {state}: {count(rep.samples, 'sample')}, "
+            f"{count(rep.hidden_files, 'hidden-vector file')}, "
+            f"{count(rep.manifest_keys, 'manifest key')} checked; checksums cover "
+            + (
+                f"{COVERAGE[rep.schema]} (schema {rep.schema})"
+                if rep.schema in COVERAGE
+                else "what each row's checksum form says (the manifest names no schema)"
+            )
+        )
     if as_json:
         print_json(reports)
     if damaged:
-        typer.echo(f"bt: error: {', '.join(map(str, damaged))}: damaged (listed above); restore "
-                   "from a copy", err=True)
+        typer.echo(
+            f"bt: error: {', '.join(map(str, damaged))}: damaged (listed above); restore "
+            "from a copy",
+            err=True,
+        )
         raise typer.Exit(DAMAGED)
 
 

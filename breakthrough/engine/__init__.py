@@ -34,17 +34,24 @@ def make_engine(spec: EngineSpec, loaded: Any) -> Engine:
 
     if spec.backend in HTTP_BACKENDS:
         if spec.kv_bits:
-            raise BtError(f"--kv-bits applies to the MLX backends, not --backend {spec.backend} "
-                          "(a server quantizes its KV cache by its own settings)")
+            raise BtError(
+                f"--kv-bits applies to the MLX backends, not --backend {spec.backend} "
+                "(a server quantizes its KV cache by its own settings)"
+            )
         return _http_engine(spec, loaded)
     # Imported here, not at the top: the contract must stay importable without mlx (HTTP
     # backends, analysis code).
     from breakthrough.engine.mlx_backend import MlxEngine
 
-    return MlxEngine(loaded.model, loaded.eos_ids, batch_size=spec.batch_size,
-                     memory_budget_bytes=spec.memory_budget_bytes,
-                     reuse_prefixes=spec.backend == "mlx", instrument=spec.instrument,
-                     kv_bits=spec.kv_bits)
+    return MlxEngine(
+        loaded.model,
+        loaded.eos_ids,
+        batch_size=spec.batch_size,
+        memory_budget_bytes=spec.memory_budget_bytes,
+        reuse_prefixes=spec.backend == "mlx",
+        instrument=spec.instrument,
+        kv_bits=spec.kv_bits,
+    )
 
 
 def _http_engine(spec: EngineSpec, loaded: Any) -> Engine:
@@ -54,8 +61,13 @@ def _http_engine(spec: EngineSpec, loaded: Any) -> Engine:
     from breakthrough.engine.http_client import RetryPolicy
 
     vocab = int((getattr(loaded, "config", None) or {}).get("vocab_size") or len(loaded.tokenizer))
-    return HttpEngine(spec.backend, spec.endpoints, loaded.eos_ids, vocab,
-                      max_inflight=spec.max_inflight,
-                      accept_processed_logprobs=spec.accept_processed_logprobs,
-                      policy=RetryPolicy(attempts=spec.retries + 1, timeout_s=spec.request_timeout_s),
-                      api_key=spec.api_key)
+    return HttpEngine(
+        spec.backend,
+        spec.endpoints,
+        loaded.eos_ids,
+        vocab,
+        max_inflight=spec.max_inflight,
+        accept_processed_logprobs=spec.accept_processed_logprobs,
+        policy=RetryPolicy(attempts=spec.retries + 1, timeout_s=spec.request_timeout_s),
+        api_key=spec.api_key,
+    )

@@ -21,7 +21,7 @@ version's code."""
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import mlx.core as mx
 import numpy as np
@@ -57,11 +57,26 @@ class RowSpec:
     """One row's identity for the batched sampler: seed, sampling and its next token's index
     (token k of a row is drawn with the key of (seed, k), whatever batch it is in)."""
 
-    __slots__ = ("seed", "sampling", "step", "top", "instrument", "prev", "prev_hidden",
-                 "hidden_stride", "hidden_rows")
+    __slots__ = (
+        "seed",
+        "sampling",
+        "step",
+        "top",
+        "instrument",
+        "prev",
+        "prev_hidden",
+        "hidden_stride",
+        "hidden_rows",
+    )
 
-    def __init__(self, seed: int, sampling: Sampling, top: int = 0, instrument: bool = False,
-                 hidden_stride: int = 0):
+    def __init__(
+        self,
+        seed: int,
+        sampling: Sampling,
+        top: int = 0,
+        instrument: bool = False,
+        hidden_stride: int = 0,
+    ):
         self.seed = int(seed) & 0xFFFFFFFF
         self.sampling = sampling
         self.step = 0
@@ -74,8 +89,9 @@ class RowSpec:
         # Keep the final-normalised hidden vector (float16) of every `hidden_stride`-th token
         # (0: none): `hidden_rows` gets (k, vector) for token index k = 0, stride, 2 stride...,
         # the state whose logits drew token k (protocol 2.2's recorder), evaluated with its step
-        # so that the step's whole [rows, d] state is not kept alive by a lazy slice. Rows may run one token
-        # past the row's end (the step ahead); the reader drops indices >= its token count.
+        # so that the step's whole [rows, d] state is not kept alive by a lazy slice. Rows may run
+        # one token past the row's end (the step ahead); the reader drops indices >= its token
+        # count.
         self.hidden_stride = max(0, int(hidden_stride))
         self.hidden_rows: list = []
 
@@ -103,7 +119,7 @@ def forward_with_hidden(model, inputs, cache):
     lm = getattr(model, "language_model", model)
     inner = getattr(lm, "model", None)
     norm = getattr(inner, "norm", None) if inner is not None else None
-    if norm is None:
+    if inner is None or norm is None:
         return model(inputs, cache=cache)[:, -1, :], None
     watch = _NormWatch(norm)
     inner["norm"] = watch  # mlx.nn.Module is a dict: `inner.norm` is looked up in it
@@ -164,7 +180,7 @@ class _CpuStats:
             else:
                 hid = np.full((len(specs), len(HIDDEN_FIELDS)), np.nan, dtype=np.float32)
             stats = np.concatenate([stats, signals, hid], axis=1)
-            for i, (s, state) in enumerate(zip(specs, states)):
+            for i, (s, state) in enumerate(zip(specs, states, strict=True)):
                 s.prev = state if s.instrument else None
                 s.prev_hidden = hidden[i] if s.instrument and hidden is not None else None
         return (stats,) + (top_logprobs_np(x, self.top) if self.top > 0 else ())
@@ -175,6 +191,11 @@ class SeededGenerationBatch(GenerationBatch):
 
     _settings_key: tuple = ()
     _settings: RowParams | RowSettingsNp | None = None
+    # mlx-lm's slots as this subclass fills them: `samplers` holds a RowSpec per row, the
+    # token slots hold the step's mx.array of drawn ids (mlx-lm declares narrower types).
+    samplers: Any
+    _current_tokens: Any
+    _next_tokens: Any
 
     def _row_settings(self, specs: list[RowSpec], vocab: int, build):
         """`build(samplings, vocab)` (mlx_path.row_params or numpy_draw.row_settings_np),
@@ -186,13 +207,15 @@ class SeededGenerationBatch(GenerationBatch):
             self._settings_key = key
         return self._settings
 
-    def _step(self) -> tuple[list[int], list[StepStats]]:
+    # mlx-lm's _step returns per-row log-prob arrays; this one returns StepStats, which only
+    # this module's callers read (mlx_backend), hence the ignored override check.
+    def _step(self) -> tuple[list[int], list[StepStats]]:  # type: ignore[override]
         """One decode step, as mlx-lm's: forward the tokens drawn last step, draw the next ones
         and start evaluating them, then read the last step's tokens and statistics."""
         self._current_tokens = self._next_tokens
         self._current_logprobs = self._next_logprobs
         inputs = self._current_tokens
-        if any(self.logits_processors):
+        if any(self.logits_processors or ()):
             raise ValueError("SeededGenerationBatch does not run logits processors")
 
         specs: list[RowSpec] = self.samplers
@@ -216,7 +239,7 @@ class SeededGenerationBatch(GenerationBatch):
         mx.async_eval(tokens, *[a for a in bundle if isinstance(a, mx.array)], *kept)
         current_stats = self._read_current(inputs)
         inputs = inputs.tolist()
-        for sti, ti in zip(self.tokens, inputs):
+        for sti, ti in zip(self.tokens, inputs, strict=True):
             sti.append(ti)
         return inputs, current_stats
 
@@ -229,12 +252,14 @@ class SeededGenerationBatch(GenerationBatch):
 
     def _start_previous_stats(self) -> None:
         """Hand the previous step's CPU statistics to their worker, to run beside this forward."""
-        for job in {id(b[0]): b[0] for b, _ in self._current_logprobs
-                    if isinstance(b[0], _CpuStats)}.values():
+        for job in {
+            id(b[0]): b[0] for b, _ in self._current_logprobs if isinstance(b[0], _CpuStats)
+        }.values():
             job.start()
 
-    def _draw_cpu(self, logits, hidden, keys, specs: list[RowSpec], instrument: bool,
-                  top: int) -> tuple[mx.array, tuple]:
+    def _draw_cpu(
+        self, logits, hidden, keys, specs: list[RowSpec], instrument: bool, top: int
+    ) -> tuple[mx.array, tuple]:
         """(tokens, bundle) on MLX's CPU device: MLX's CPU exp / argpartition are scalar, so the
         vocabulary-sized work runs in numpy on a view of the evaluated logits (the same
         definition as `mlx_path.sample_step`). Only the draw is on the path of the next forward;
@@ -254,12 +279,14 @@ class SeededGenerationBatch(GenerationBatch):
         job = _CpuStats(logits, x, draw, settings.k, list(specs), instrument, hidden_np, top)
         return mx.array(draw.tokens.astype(np.uint32)), (job,)
 
-    def _draw_mlx(self, logits, hidden, keys, specs: list[RowSpec], instrument: bool,
-                  top: int) -> tuple[mx.array, tuple]:
+    def _draw_mlx(
+        self, logits, hidden, keys, specs: list[RowSpec], instrument: bool, top: int
+    ) -> tuple[mx.array, tuple]:
         """(tokens, bundle of lazy arrays: the statistics [n, C], then the top ids and log-probs
         when rows ask for them) as one MLX graph (Metal / CUDA devices)."""
-        tokens, stats = sample_step(logits, mx.array(keys),
-                                    self._row_settings(specs, logits.shape[-1], row_params))
+        tokens, stats = sample_step(
+            logits, mx.array(keys), self._row_settings(specs, logits.shape[-1], row_params)
+        )
         if instrument:
             stats = mx.concatenate([stats, *_mlx_signals(logits, hidden, tokens, specs)], axis=1)
         return tokens, (stats,) + (top_logprobs(logits, top) if top > 0 else ())
@@ -269,8 +296,9 @@ class SeededGenerationBatch(GenerationBatch):
         after they were started)."""
         current = self._current_logprobs
         bundles = {id(b): b for b, _ in current}
-        arrays = {k: b[0].result() if isinstance(b[0], _CpuStats) else b
-                  for k, b in bundles.items()}
+        arrays = {
+            k: b[0].result() if isinstance(b[0], _CpuStats) else b for k, b in bundles.items()
+        }
         mx.eval(inputs, *[a for b in arrays.values() for a in b if isinstance(a, mx.array)])
         lists = {k: [a.tolist() for a in b] for k, b in arrays.items()}
         return [_row_stats(lists[id(b)], i) for b, i in current]
@@ -295,8 +323,10 @@ def _previous(values: list, width: int):
     if all(v is None for v in values):
         return None
     zero = mx.zeros((width,), dtype=mx.float32)
-    return (mx.stack([zero if v is None else v for v in values]),
-            mx.array([v is not None for v in values]))
+    return (
+        mx.stack([zero if v is None else v for v in values]),
+        mx.array([v is not None for v in values]),
+    )
 
 
 def _mlx_signals(logits, hidden, tokens, specs: list[RowSpec]) -> tuple[mx.array, mx.array]:
@@ -332,8 +362,16 @@ class SeededPromptBatch(PromptProcessingBatch):
             self.prompt([t[:-1] for t in tokens])
         last_token = mx.array([t[-1] for t in tokens])
         generation = SeededGenerationBatch(
-            self.model, self.uids, last_token, self.prompt_cache, self.tokens, self.samplers,
-            self.fallback_sampler, self.logits_processors, self.stop_sequences, self.max_tokens,
+            self.model,
+            self.uids,
+            last_token,
+            self.prompt_cache,
+            self.tokens,
+            self.samplers,
+            self.fallback_sampler,
+            self.logits_processors,
+            self.stop_sequences,
+            self.max_tokens,
         )
         self.uids = []
         self.prompt_cache = []
@@ -351,5 +389,6 @@ class SeededBatchGenerator(BatchGenerator):
     def __init__(self, model, **kwargs):
         super().__init__(model, **kwargs)
         self._prompt_batch = SeededPromptBatch.empty(
-            self.model, self.sampler, prefill_step_size=self.prefill_step_size)
+            self.model, self.sampler, prefill_step_size=self.prefill_step_size
+        )
         self._generation_batch = SeededGenerationBatch.empty(self.model, self.sampler)

@@ -22,13 +22,17 @@ import os
 import sys
 
 _ARCH_DIRS = ("x86_64-linux-gnu", "aarch64-linux-gnu")
-CANDIDATES: tuple[str, ...] = tuple(
-    f"/usr/lib/{arch}/{flavour}/libopenblas.so.0"
-    for arch in _ARCH_DIRS
-    for flavour in ("openblas-pthread", "openblas-openmp", "openblas-serial")
-) + tuple(f"/usr/lib/{arch}/libopenblas.so.0" for arch in _ARCH_DIRS) + (
-    "/usr/lib64/libopenblasp.so.0",  # Fedora / RHEL (pthreads build)
-    "/usr/lib64/libopenblas.so.0",
+CANDIDATES: tuple[str, ...] = (
+    tuple(
+        f"/usr/lib/{arch}/{flavour}/libopenblas.so.0"
+        for arch in _ARCH_DIRS
+        for flavour in ("openblas-pthread", "openblas-openmp", "openblas-serial")
+    )
+    + tuple(f"/usr/lib/{arch}/libopenblas.so.0" for arch in _ARCH_DIRS)
+    + (
+        "/usr/lib64/libopenblasp.so.0",  # Fedora / RHEL (pthreads build)
+        "/usr/lib64/libopenblas.so.0",
+    )
 )
 REFERENCE = "reference (bundled with mlx)"
 INSTALL_HINT = "apt-get install libopenblas0-pthread"
@@ -63,7 +67,9 @@ def load_optimised_blas() -> dict[str, str]:
     if _state is not None:
         return _state
     if sys.platform != "linux":
-        _state = {"blas": "platform (Accelerate on macOS)" if sys.platform == "darwin" else "platform"}
+        _state = {
+            "blas": "platform (Accelerate on macOS)" if sys.platform == "darwin" else "platform"
+        }
         return _state
     choice = os.environ.get("BT_BLAS", "").strip()
     if choice.lower() in ("reference", "bundled", "none", "off"):
@@ -84,7 +90,9 @@ def load_optimised_blas() -> dict[str, str]:
                 _handle = lib
                 _state = {"blas": _version(lib), "path": path}
                 return _state
-    why = f"BT_BLAS={choice} cannot be loaded or lacks cblas_sgemm" if choice else "no OpenBLAS found"
+    why = (
+        f"BT_BLAS={choice} cannot be loaded or lacks cblas_sgemm" if choice else "no OpenBLAS found"
+    )
     _state = {"blas": REFERENCE, "why": why}
     return _state
 

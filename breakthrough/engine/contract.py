@@ -16,8 +16,9 @@ backend-specific, so the pipeline holds no backend object beyond an `Engine`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -176,8 +177,6 @@ class Engine(Protocol):
     def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]: ...
 
 
-
-
 def check_batch_size(batch_size: int) -> None:
     """`--batch-size` is a positive number of rows (bt's engines and `bt serve`)."""
     if batch_size < 1:
@@ -239,16 +238,23 @@ class EngineSpec:
             raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
         check_batch_size(self.batch_size)
         if self.endpoints and self.backend not in HTTP_BACKENDS:
-            raise BtError(f"--endpoint applies to --backend {' or '.join(HTTP_BACKENDS)}, "
-                          f"not {self.backend}")
+            raise BtError(
+                f"--endpoint applies to --backend {' or '.join(HTTP_BACKENDS)}, not {self.backend}"
+            )
         if self.max_inflight < 0:
-            raise BtError("--max-inflight: expected 0 (the server's limit) or a positive integer, "
-                          f"got {self.max_inflight}")
+            raise BtError(
+                "--max-inflight: expected 0 (the server's limit) or a positive integer, "
+                f"got {self.max_inflight}"
+            )
         if not (0 < self.request_timeout_s <= MAX_REQUEST_TIMEOUT_S):  # also refuses nan
-            raise BtError(f"--request-timeout: expected seconds in (0, {MAX_REQUEST_TIMEOUT_S:g}], "
-                          f"got {self.request_timeout_s:g}")
+            raise BtError(
+                f"--request-timeout: expected seconds in (0, {MAX_REQUEST_TIMEOUT_S:g}], "
+                f"got {self.request_timeout_s:g}"
+            )
         if not 0 <= self.retries <= MAX_RETRIES:
-            raise BtError(f"--retries: expected an integer in [0, {MAX_RETRIES}], got {self.retries}")
+            raise BtError(
+                f"--retries: expected an integer in [0, {MAX_RETRIES}], got {self.retries}"
+            )
         check_api_key(self.api_key)
 
 
@@ -273,6 +279,8 @@ def check_request(req: GenRequest, keys: set[str], *, hidden_states: bool = True
     if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 0:
         raise BtError(f"request {req.key!r}: hidden_stride must be an integer >= 0, got {stride!r}")
     if stride > 0 and not hidden_states:
-        raise BtError(f"request {req.key!r} asks for hidden vectors (hidden_stride {stride}); "
-                      "an HTTP backend cannot return hidden states: use --backend mlx or "
-                      "--hidden-stride 0")
+        raise BtError(
+            f"request {req.key!r} asks for hidden vectors (hidden_stride {stride}); "
+            "an HTTP backend cannot return hidden states: use --backend mlx or "
+            "--hidden-stride 0"
+        )

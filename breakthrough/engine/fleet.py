@@ -54,8 +54,10 @@ class Fleet:
         with self._lock:
             if endpoint.alive:
                 endpoint.alive = False
-                self.notes.append(f"{endpoint.url} stopped answering ({why}); its cells move "
-                                  "to the other endpoints")
+                self.notes.append(
+                    f"{endpoint.url} stopped answering ({why}); its cells move "
+                    "to the other endpoints"
+                )
 
     def capacity(self) -> int:
         return sum(e.max_inflight for e in self.alive()) or 1

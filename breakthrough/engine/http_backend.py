@@ -48,8 +48,8 @@ from breakthrough import __version__
 from breakthrough.engine import topk_stats, wire
 from breakthrough.engine.contract import GenRequest, GenResult, check_request, route_key
 from breakthrough.engine.fleet import Fleet
-from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
 from breakthrough.engine.http_client import Endpoint, EndpointDown, RequestFailed, RetryPolicy
+from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
 from breakthrough.errors import BtError
 from breakthrough.protocol import Sampling
 
@@ -104,16 +104,19 @@ class HttpEngine:
         self.cached_by_cell: dict[str, int] = {}
         self.errors = 0
         self._lock = threading.Lock()
-        self.fleet = Fleet([Endpoint(u, policy, max_inflight or DEFAULT_INFLIGHT, api_key=api_key)
-                            for u in urls])
+        self.fleet = Fleet(
+            [Endpoint(u, policy, max_inflight or DEFAULT_INFLIGHT, api_key=api_key) for u in urls]
+        )
         self._identity: dict[str, Any] = {}
         try:
             self._connect(max_inflight)
         except BaseException:
             self.fleet.close()
             raise
-        self._pool = ThreadPoolExecutor(max_workers=sum(e.max_inflight for e in self.fleet.endpoints),
-                                        thread_name_prefix="bt-http")
+        self._pool = ThreadPoolExecutor(
+            max_workers=sum(e.max_inflight for e in self.fleet.endpoints),
+            thread_name_prefix="bt-http",
+        )
 
     # -- startup -------------------------------------------------------------------------------
     def _describe(self, ep: Endpoint) -> dict[str, Any]:
@@ -128,11 +131,19 @@ class HttpEngine:
             except (httpx.HTTPError, ValueError):
                 version = {}
             server = version.get("server", "vllm") if isinstance(version, dict) else "vllm"
-            info = {"server": server, "server_version": str(version.get("version", "unknown")),
-                    "model": str(data[0]["id"])}
+            info = {
+                "server": server,
+                "server_version": str(version.get("version", "unknown")),
+                "model": str(data[0]["id"]),
+            }
             if server == "bt-serve":
-                info.update({k: version[k] for k in ("mlx", "mlx_lm", "sampler", "blas", "model_revision")
-                             if k in version})
+                info.update(
+                    {
+                        k: version[k]
+                        for k in ("mlx", "mlx_lm", "sampler", "blas", "model_revision")
+                        if k in version
+                    }
+                )
             limit = version.get("max_running_requests") if isinstance(version, dict) else None
         else:
             model = ep.get_json("/get_model_info")
@@ -141,11 +152,21 @@ class HttpEngine:
             except (httpx.HTTPError, ValueError):
                 server = {}
             states = server.get("internal_states") or [{}]
-            info = {"server": "sglang", "server_version": str(server.get("version", "unknown")),
-                    "model": str(model.get("model_path", "unknown")),
-                    "deterministic_inference": bool(server.get("enable_deterministic_inference", False))}
-            limit = server.get("max_running_requests") or (states[0] or {}).get("max_running_requests")
-        return {"identity": info, "limit": int(limit) if isinstance(limit, int) and limit > 0 else 0}
+            info = {
+                "server": "sglang",
+                "server_version": str(server.get("version", "unknown")),
+                "model": str(model.get("model_path", "unknown")),
+                "deterministic_inference": bool(
+                    server.get("enable_deterministic_inference", False)
+                ),
+            }
+            limit = server.get("max_running_requests") or (states[0] or {}).get(
+                "max_running_requests"
+            )
+        return {
+            "identity": info,
+            "limit": int(limit) if isinstance(limit, int) and limit > 0 else 0,
+        }
 
     def _connect(self, max_inflight: int) -> None:
         failures = []
@@ -156,8 +177,14 @@ class HttpEngine:
             except httpx.HTTPStatusError as exc:
                 ep.alive = False
                 code = exc.response.status_code
-                failures.append(f"{ep.url} (HTTP {code}" + (": missing or wrong API key; pass "
-                                "--api-key KEY or BT_API_KEY)" if code in (401, 403) else ")"))
+                failures.append(
+                    f"{ep.url} (HTTP {code}"
+                    + (
+                        ": missing or wrong API key; pass --api-key KEY or BT_API_KEY)"
+                        if code in (401, 403)
+                        else ")"
+                    )
+                )
             except (httpx.HTTPError, ValueError, AttributeError, KeyError, TypeError) as exc:
                 ep.alive = False
                 failures.append(f"{ep.url} ({type(exc).__name__}: {str(exc)[:80] or 'no answer'})")
@@ -168,8 +195,10 @@ class HttpEngine:
         first_url, first = next(iter(described.items()))
         for url, d in described.items():
             if d["identity"] != first["identity"]:
-                raise BtError(f"--endpoint: {url} serves {d['identity']} but {first_url} serves "
-                              f"{first['identity']}; a run never mixes engines")
+                raise BtError(
+                    f"--endpoint: {url} serves {d['identity']} but {first_url} serves "
+                    f"{first['identity']}; a run never mixes engines"
+                )
         for ep in self.fleet.alive():
             ep.info = described[ep.url]["identity"]
             ep.set_inflight(max_inflight or described[ep.url]["limit"] or DEFAULT_INFLIGHT)
@@ -178,22 +207,30 @@ class HttpEngine:
             try:
                 logprobs = self._check_raw_logprobs(ep)
             except (EndpointDown, _ProbeFailed) as exc:  # answered the identity probe, then
-                self.fleet.mark_dead(ep, str(exc))        # went away or never generates
+                self.fleet.mark_dead(ep, str(exc))  # went away or never generates
                 failures.append(str(exc) if str(exc).startswith(ep.url) else f"{ep.url}: {exc}")
         if not self.fleet.alive():
             raise BtError(f"--endpoint: no endpoint answers: {'; '.join(failures)}")
         bt_serve = first["identity"]["server"] == "bt-serve"
         self._identity = {
-            "backend": self.backend, "bt": __version__, **first["identity"],
-            "token_ids": "exact", "finish_reasons": "exact",
+            "backend": self.backend,
+            "bt": __version__,
+            **first["identity"],
+            "token_ids": "exact",
+            "finish_reasons": "exact",
             "logprobs": logprobs,
             "entropies": "exact (bt serve)" if bt_serve else f"bounds from top-{wire.TOP_LOGPROBS}",
-            "sampling_entropies": "exact (bt serve)" if bt_serve else
-            f"exact from top-{wire.TOP_LOGPROBS} when 0 < top_k <= {wire.TOP_LOGPROBS}, else NaN",
+            "sampling_entropies": "exact (bt serve)"
+            if bt_serve
+            else f"exact from top-{wire.TOP_LOGPROBS} when 0 < top_k <= {wire.TOP_LOGPROBS}, "
+            "else NaN",
         }
         if self.backend == "sglang":
-            self._identity["seeds"] = ("per request" if first["identity"]["deterministic_inference"]
-                                       else "not binding (server lacks --enable-deterministic-inference)")
+            self._identity["seeds"] = (
+                "per request"
+                if first["identity"]["deterministic_inference"]
+                else "not binding (server lacks --enable-deterministic-inference)"
+            )
 
     def _path(self) -> str:
         return "/v1/completions" if self.backend == "vllm" else "/generate"
@@ -201,7 +238,9 @@ class HttpEngine:
     def _body(self, ep: Endpoint, req: GenRequest) -> dict[str, Any]:
         if self.backend == "sglang":
             return wire.sglang_body(req, self.eos_ids)
-        extras = wire.bt_extras(req, route_key(req)) if ep.info.get("server") == "bt-serve" else None
+        extras = (
+            wire.bt_extras(req, route_key(req)) if ep.info.get("server") == "bt-serve" else None
+        )
         return wire.vllm_body(req, ep.info["model"], sorted(self.eos_ids), extras)
 
     def _parse(self, body: Any) -> wire.Completion:
@@ -213,10 +252,12 @@ class HttpEngine:
         return lambda body: wire.check_values(self._parse(body), self.vocab_size, len(req.prompt))
 
     def _check_raw_logprobs(self, ep: Endpoint) -> str:
-        """"raw" when the server's generation log-probs equal the raw scores of the same
+        """ "raw" when the server's generation log-probs equal the raw scores of the same
         position; else "processed" (refused unless accepted)."""
         ids = probe_ids(self.vocab_size)
-        req = GenRequest(key="bt-logprob-probe", prompt=ids, max_tokens=1, seed=0, sampling=PROBE_SAMPLING)
+        req = GenRequest(
+            key="bt-logprob-probe", prompt=ids, max_tokens=1, seed=0, sampling=PROBE_SAMPLING
+        )
         try:
             comp = ep.post(self._path(), self._body(ep, req), self._parser(req))
         except RequestFailed as exc:  # e.g. answers /v1/models but no POST within the deadline
@@ -227,26 +268,35 @@ class HttpEngine:
             tok = comp.tokens[0]
             gen = {**comp.top[0], tok: comp.logprobs[0]}
             if self.backend == "vllm":
-                scored = ep.post("/v1/completions", wire.vllm_score_body(ids + [tok], ep.info["model"]),
-                                 wire.parse_vllm_prompt_logprobs)
+                scored = ep.post(
+                    "/v1/completions",
+                    wire.vllm_score_body(ids + [tok], ep.info["model"]),
+                    wire.parse_vllm_prompt_logprobs,
+                )
             else:
-                scored = ep.post("/generate", wire.sglang_score_body(ids + [tok]),
-                                 wire.parse_sglang_prompt_logprobs)
+                scored = ep.post(
+                    "/generate",
+                    wire.sglang_score_body(ids + [tok]),
+                    wire.parse_sglang_prompt_logprobs,
+                )
             diff = topk_stats.max_logprob_difference(gen, scored[-1])
         except RequestFailed as exc:
             if self.accept_processed:
                 return "unverified (accepted with --accept-processed-logprobs)"
-            raise BtError(f"--endpoint {ep.url}: cannot check that its log-probs are raw ({exc}); "
-                          "pass --accept-processed-logprobs to use it anyway") from None
+            raise BtError(
+                f"--endpoint {ep.url}: cannot check that its log-probs are raw ({exc}); "
+                "pass --accept-processed-logprobs to use it anyway"
+            ) from None
         if diff <= RAW_TOLERANCE:
             return "raw"
         if self.accept_processed:
             return "processed (accepted with --accept-processed-logprobs)"
         raise BtError(
-            f"--endpoint {ep.url}: the server returns processed log-probs (they differ from the raw "
-            f"scores of the same position by {diff:.3f} nats); restart it with raw log-probs (vLLM: "
-            "--logprobs-mode raw_logprobs; SGLang: SGLANG_RETURN_ORIGINAL_LOGPROB=1) or pass "
-            "--accept-processed-logprobs")
+            f"--endpoint {ep.url}: the server returns processed log-probs (they differ from the "
+            f"raw scores of the same position by {diff:.3f} nats); restart it with raw log-probs "
+            "(vLLM: --logprobs-mode raw_logprobs; SGLang: SGLANG_RETURN_ORIGINAL_LOGPROB=1) or "
+            "pass --accept-processed-logprobs"
+        )
 
     # -- the Engine contract ----------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -284,7 +334,9 @@ class HttpEngine:
                 if not futures:
                     if exhausted:
                         return
-                    raise BtError("the request source had nothing ready while no request was in flight")
+                    raise BtError(
+                        "the request source had nothing ready while no request was in flight"
+                    )
                 done, futures = wait(futures, return_when=FIRST_COMPLETED)
                 waiting = False
                 for fut in done:
@@ -301,7 +353,8 @@ class HttpEngine:
             ep = self.fleet.route(cell)
             if ep is None:
                 why = down or "every endpoint stopped answering: " + ", ".join(
-                    e.url for e in self.fleet.endpoints)
+                    e.url for e in self.fleet.endpoints
+                )
                 return self._failed(req, f"no endpoint answers ({why})", t0, "")
             try:
                 comp = ep.post(self._path(), self._body(ep, req), self._parser(req))
@@ -320,10 +373,18 @@ class HttpEngine:
         with self._lock:
             self.errors += 1
         empty = np.zeros(0, dtype=np.float32)
-        return GenResult(key=req.key, tokens=[], logprobs=empty, entropies=empty,
-                         sampling_entropies=empty, finish_reason="error",
-                         elapsed_s=time.perf_counter() - t0, prompt_tokens=len(req.prompt),
-                         error=why, endpoint=url)
+        return GenResult(
+            key=req.key,
+            tokens=[],
+            logprobs=empty,
+            entropies=empty,
+            sampling_entropies=empty,
+            finish_reason="error",
+            elapsed_s=time.perf_counter() - t0,
+            prompt_tokens=len(req.prompt),
+            error=why,
+            endpoint=url,
+        )
 
     def _result(self, req: GenRequest, comp: wire.Completion, url: str, t0: float) -> GenResult:
         res = completion_result(req, comp, self.eos_ids, self.vocab_size)
@@ -352,13 +413,18 @@ def _top_arrays(tops: Sequence[dict[int, float]], k: int) -> tuple[np.ndarray, n
     return ids, lps
 
 
-def completion_result(req: GenRequest, comp: wire.Completion, eos_ids: frozenset[int],
-                      vocab_size: int) -> GenResult:
+def completion_result(
+    req: GenRequest, comp: wire.Completion, eos_ids: frozenset[int], vocab_size: int
+) -> GenResult:
     """A server's completion as the contract's result: the stop sequences matched on the ids
     (the tokens after a match are dropped, as if the server had stopped there), the finish
     reason in the contract's words, entropies exact (bt serve) or as top-k bounds."""
     tokens, lps, tops = list(comp.tokens), list(comp.logprobs), list(comp.top)
-    if comp.finish == "stop" and comp.stop_token is not None and (not tokens or tokens[-1] != comp.stop_token):
+    if (
+        comp.finish == "stop"
+        and comp.stop_token is not None
+        and (not tokens or tokens[-1] != comp.stop_token)
+    ):
         tokens.append(comp.stop_token)  # a server that left the matched stop id out
         lps.append(float("nan"))
         tops.append({})
@@ -389,15 +455,34 @@ def completion_result(req: GenRequest, comp: wire.Completion, eos_ids: frozenset
         bounds = None
     else:
         ent = np.full(n, np.nan, dtype=np.float32)
-        bounds = np.asarray([topk_stats.entropy_bounds(list(t.values()), vocab_size) if t
-                             else (0.0, math.log(vocab_size)) for t in tops],
-                            dtype=np.float32).reshape(n, 2)
-        sent = np.asarray([topk_stats.sampling_entropy(list(t.values()), req.sampling) if t
-                           else math.nan for t in tops], dtype=np.float32)
+        bounds = np.asarray(
+            [
+                topk_stats.entropy_bounds(list(t.values()), vocab_size)
+                if t
+                else (0.0, math.log(vocab_size))
+                for t in tops
+            ],
+            dtype=np.float32,
+        ).reshape(n, 2)
+        sent = np.asarray(
+            [
+                topk_stats.sampling_entropy(list(t.values()), req.sampling) if t else math.nan
+                for t in tops
+            ],
+            dtype=np.float32,
+        )
     return GenResult(
-        key=req.key, tokens=[int(t) for t in tokens], logprobs=np.asarray(lps, dtype=np.float32),
-        entropies=ent, sampling_entropies=sent, finish_reason=finish, elapsed_s=0.0,
-        prompt_tokens=len(req.prompt), cached_tokens=int(bt.get("cached_tokens", comp.cached_tokens)),
-        entropy_bounds=bounds, top_ids=top_ids, top_logprobs=top_lps,
+        key=req.key,
+        tokens=[int(t) for t in tokens],
+        logprobs=np.asarray(lps, dtype=np.float32),
+        entropies=ent,
+        sampling_entropies=sent,
+        finish_reason=finish,
+        elapsed_s=0.0,
+        prompt_tokens=len(req.prompt),
+        cached_tokens=int(bt.get("cached_tokens", comp.cached_tokens)),
+        entropy_bounds=bounds,
+        top_ids=top_ids,
+        top_logprobs=top_lps,
         signals=topk_stats.topk_signals(top_lps, lps, SIGNAL_FIELDS + HIDDEN_FIELDS),
     )

@@ -14,8 +14,9 @@ max_backoff_s, timeout_s)` (`--retries N` is attempts N + 1, `--request-timeout`
     (`EndpointDown`): the fleet marks it dead and re-routes the request's cell;
   * a 5xx or 429 answer (a busy server; its Retry-After is honoured within the deadline), a
     timeout or a 2xx body that is not JSON, not the documented format or holds values that
-    cannot be true (`parse` decides: wire.check_values) is retried the same way; when every attempt failed the request fails (`RequestFailed`, which the engine turns
-    into a result with finish_reason "error"); the endpoint stays in the fleet;
+    cannot be true (`parse` decides: wire.check_values) is retried the same way; when every
+    attempt failed the request fails (`RequestFailed`, which the engine turns into a result
+    with finish_reason "error"); the endpoint stays in the fleet;
   * any other 4xx answer is not retried (the request itself is wrong): `RequestFailed` at once.
 With an API key every request carries `Authorization: Bearer KEY` (the key is never logged or
 put in a message). Nothing here knows a wire format: `parse` turns a decoded body into the
@@ -45,7 +46,10 @@ class RequestFailed(Exception):
     """The endpoint answered, but never with a usable result for this request."""
 
 
-RETRIED_4XX = (408, 429)  # request timeout, too many requests: the server is busy, not the request bad
+RETRIED_4XX = (
+    408,
+    429,
+)  # request timeout, too many requests: the server is busy, not the request bad
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (0-based)."""
-        return min(self.max_backoff_s, self.backoff_s * (2 ** attempt))
+        return min(self.max_backoff_s, self.backoff_s * (2**attempt))
 
     @property
     def deadline_s(self) -> float:
@@ -76,8 +80,9 @@ class _Late(Exception):
 class Endpoint:
     """A server base URL, its connection pool and its in-flight cap (`slots`)."""
 
-    def __init__(self, url: str, policy: RetryPolicy, max_inflight: int = 16,
-                 api_key: str | None = None) -> None:
+    def __init__(
+        self, url: str, policy: RetryPolicy, max_inflight: int = 16, api_key: str | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.policy = policy
         self.alive = True
@@ -114,7 +119,9 @@ class Endpoint:
         resp.raise_for_status()
         return resp.text
 
-    def _attempt(self, path: str, body: dict[str, Any], budget: float) -> tuple[int, bytes, str | None]:
+    def _attempt(
+        self, path: str, body: dict[str, Any], budget: float
+    ) -> tuple[int, bytes, str | None]:
         """One POST within `budget` seconds: (status, body bytes, Retry-After header)."""
         ends = time.monotonic() + budget
         timeout = httpx.Timeout(budget, connect=min(10.0, budget))
@@ -151,14 +158,20 @@ class Endpoint:
             try:
                 self.requests += 1
                 status, content, retry_after = self._attempt(
-                    path, body, min(policy.timeout_s, max(0.001, deadline - time.monotonic())))
+                    path, body, min(policy.timeout_s, max(0.001, deadline - time.monotonic()))
+                )
             except (httpx.TimeoutException, _Late) as exc:
                 connection_only = False
                 how = "the answer still arriving" if isinstance(exc, _Late) else type(exc).__name__
                 last = f"no answer within {policy.timeout_s:g}s ({how})"
                 continue
-            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError,
-                    httpx.WriteError, httpx.CloseError) as exc:
+            except (
+                httpx.ConnectError,
+                httpx.RemoteProtocolError,
+                httpx.ReadError,
+                httpx.WriteError,
+                httpx.CloseError,
+            ) as exc:
                 last = f"connection failed ({type(exc).__name__}: {exc})"
                 continue
             finally:

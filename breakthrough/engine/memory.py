@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 GiB = 2**30
 MARGIN_SHARE = 0.10  # of what the machine offers, kept back for everything that is not KV
@@ -30,9 +30,11 @@ class AutoBudget:
     margin_bytes: int
 
     def describe(self) -> str:
-        return (f"auto: {self.budget_bytes / GiB:.1f} GB for the KV cache = {self.source} "
-                f"{self.offered_bytes / GiB:.1f} GB - weights {self.weights_bytes / GiB:.2f} GB "
-                f"- margin {self.margin_bytes / GiB:.1f} GB")
+        return (
+            f"auto: {self.budget_bytes / GiB:.1f} GB for the KV cache = {self.source} "
+            f"{self.offered_bytes / GiB:.1f} GB - weights {self.weights_bytes / GiB:.2f} GB "
+            f"- margin {self.margin_bytes / GiB:.1f} GB"
+        )
 
 
 def available_ram_bytes() -> int:
@@ -71,7 +73,8 @@ def weights_bytes(model: Any) -> int:
     """Bytes of the model's parameters (as loaded: 4-bit weights count packed)."""
     from mlx.utils import tree_flatten
 
-    return int(sum(v.nbytes for _, v in tree_flatten(model.parameters())))
+    leaves = cast(list[tuple[str, Any]], tree_flatten(model.parameters()))  # (path, array) pairs
+    return int(sum(v.nbytes for _, v in leaves))
 
 
 def auto_budget(model: Any, offered: tuple[int, str] | None = None) -> AutoBudget:
@@ -90,7 +93,9 @@ def _auto(size: int, source: str, weights: int, *, loaded: bool) -> AutoBudget:
     return AutoBudget(max(MIN_BUDGET, size - taken - margin), source, size, weights, margin)
 
 
-SHARED_PREFIXES = 8  # cells' prefixes an MLX engine keeps at most (the scheduler sorts their probes)
+SHARED_PREFIXES = (
+    8  # cells' prefixes an MLX engine keeps at most (the scheduler sorts their probes)
+)
 MIN_PREFIX_SLOTS = 1  # a budget that holds one row of the deepest anchor is never refused
 PREFIX_SHARE = 0.5  # shared prefixes take at most this share while several cells probe
 
@@ -104,8 +109,16 @@ class Admission:
     need_bytes: float  # one prefix + one row + one step's transient
 
 
-def admission(layout: Any, budget: float, row_tokens: int, shared_tokens: int, *,
-              batch_size: int, max_prefixes: int, snapshots: int) -> Admission:
+def admission(
+    layout: Any,
+    budget: float,
+    row_tokens: int,
+    shared_tokens: int,
+    *,
+    batch_size: int,
+    max_prefixes: int,
+    snapshots: int,
+) -> Admission:
     """The rule of `MlxEngine.capacity`: rows of `row_tokens` positions whose first
     `shared_tokens` are a prefix held once per cell. Up to `max_prefixes` cells' prefixes are
     kept while they take at most PREFIX_SHARE of the budget, fewer (down to MIN_PREFIX_SLOTS)
@@ -120,13 +133,16 @@ def admission(layout: Any, budget: float, row_tokens: int, shared_tokens: int, *
     rows = rows_admitted(layout, budget - slots * per_prefix, tokens - shared, tokens, batch_size)
     while rows < 1 and slots > MIN_PREFIX_SLOTS:
         slots -= 1
-        rows = rows_admitted(layout, budget - slots * per_prefix, tokens - shared, tokens,
-                             batch_size)
+        rows = rows_admitted(
+            layout, budget - slots * per_prefix, tokens - shared, tokens, batch_size
+        )
     need = per_prefix + layout.own_row(tokens - shared) + layout.step_transient(1, tokens)
     return Admission(rows, slots, need)
 
 
-def rows_admitted(layout: Any, budget: float, own_tokens: int, longest: int, batch_size: int) -> int:
+def rows_admitted(
+    layout: Any, budget: float, own_tokens: int, longest: int, batch_size: int
+) -> int:
     """The most rows (up to `batch_size`) of `own_tokens` own positions each, padded to
     `longest` positions in a decode step, whose buffers and step transient fit `budget` bytes
     (`prefix_cache.CacheBytes.own_row` / `step_transient`); 0 when not one does."""

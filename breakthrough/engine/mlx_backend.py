@@ -32,20 +32,27 @@ that sequence cut back to the request's prompt (one prefill per shared prefix, s
 continues from that live cache (no second prefill). With `reuse_prefixes=False` (backend
 "mlx-fresh") every hint is ignored and each prompt is prefilled afresh: the same tokens, the
 reference procedure's cost."""
+
 from __future__ import annotations
 
 import sys
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from breakthrough.engine.contract import GenRequest, GenResult, SharedPrefix, check_request
 from breakthrough.engine.memory import SHARED_PREFIXES, admission
-from breakthrough.engine.prefix_cache import (CacheBytes, PrefixCache, cache_bytes, cache_length,
-                                              trim_to)
+from breakthrough.engine.prefix_cache import (
+    CacheBytes,
+    PrefixCache,
+    cache_bytes,
+    cache_length,
+    trim_to,
+)
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -88,8 +95,10 @@ def check_kv_bits(model, bits: int) -> int:
     dims = {int(c.keys.shape[-1]) for c in cache if type(c) is KVCache and c.keys is not None}
     dims |= {int(c.values.shape[-1]) for c in cache if type(c) is KVCache and c.values is not None}
     if any(d % KV_GROUP_SIZE for d in dims):
-        raise BtError(f"--kv-bits: this model's head dimension ({', '.join(map(str, sorted(dims)))}) "
-                      f"is not a multiple of {KV_GROUP_SIZE}, which quantized KV needs")
+        raise BtError(
+            f"--kv-bits: this model's head dimension ({', '.join(map(str, sorted(dims)))}) "
+            f"is not a multiple of {KV_GROUP_SIZE}, which quantized KV needs"
+        )
     return int(bits)
 
 
@@ -112,10 +121,20 @@ class _Row:
     """One request in flight: what its responses have delivered so far, and its `RowSpec`
     (`spec`), whose `hidden_rows` collect the kept hidden vectors (`hidden_stride`)."""
 
-    __slots__ = ("req", "spec", "tokens", "logprobs", "entropies", "sampling_entropies", "t0",
-                 "cached", "top", "signals")
+    __slots__ = (
+        "req",
+        "spec",
+        "tokens",
+        "logprobs",
+        "entropies",
+        "sampling_entropies",
+        "t0",
+        "cached",
+        "top",
+        "signals",
+    )
 
-    def __init__(self, req: GenRequest, spec: "RowSpec", cached: int):
+    def __init__(self, req: GenRequest, spec: RowSpec, cached: int):
         self.req = req
         self.spec = spec
         self.cached = cached
@@ -137,12 +156,16 @@ class _Row:
 
         kept = [(k, v) for k, v in self.spec.hidden_rows if k < len(self.tokens)]
         if not kept:
-            raise BtError(f"request {self.req.key!r}: hidden vectors were asked for (hidden_stride "
-                          f"{self.spec.hidden_stride}) but the model's final norm could not be read")
+            raise BtError(
+                f"request {self.req.key!r}: hidden vectors were asked for (hidden_stride "
+                f"{self.spec.hidden_stride}) but the model's final norm could not be read"
+            )
         stacked = mx.stack([v for _, v in kept])
         mx.eval(stacked)
-        return (np.asarray([k for k, _ in kept], dtype=np.int32),
-                np.array(stacked, dtype=np.float16))
+        return (
+            np.asarray([k for k, _ in kept], dtype=np.int32),
+            np.array(stacked, dtype=np.float16),
+        )
 
 
 class MlxEngine:
@@ -261,16 +284,24 @@ class MlxEngine:
         for uid in uids:
             row = rows.pop(uid)
             self._retire(row.req.key)
-            dropped.append(GenResult(
-                key=row.req.key, tokens=row.tokens, logprobs=np.asarray(row.logprobs, dtype=np.float32),
-                entropies=np.asarray(row.entropies, dtype=np.float32),
-                sampling_entropies=np.asarray(row.sampling_entropies, dtype=np.float32),
-                finish_reason="error", elapsed_s=time.perf_counter() - row.t0,
-                prompt_tokens=len(row.req.prompt), cached_tokens=row.cached, error="cancelled"))
+            dropped.append(
+                GenResult(
+                    key=row.req.key,
+                    tokens=row.tokens,
+                    logprobs=np.asarray(row.logprobs, dtype=np.float32),
+                    entropies=np.asarray(row.entropies, dtype=np.float32),
+                    sampling_entropies=np.asarray(row.sampling_entropies, dtype=np.float32),
+                    finish_reason="error",
+                    elapsed_s=time.perf_counter() - row.t0,
+                    prompt_tokens=len(row.req.prompt),
+                    cached_tokens=row.cached,
+                    error="cancelled",
+                )
+            )
         return dropped
 
     @classmethod
-    def from_loaded(cls, loaded, **kwargs) -> "MlxEngine":
+    def from_loaded(cls, loaded, **kwargs) -> MlxEngine:
         """From a `breakthrough.models.loading.LoadedModel`."""
         return cls(loaded.model, loaded.eos_ids, **kwargs)
 
@@ -291,9 +322,14 @@ class MlxEngine:
 
         # The sampler's randomness scheme and the BLAS (last bits of CPU float matmuls) are part
         # of what produced the tokens.
-        return {"backend": "mlx" if self.reuse_prefixes else "mlx-fresh", "bt": __version__,
-                "mlx": version("mlx"), "mlx_lm": version("mlx-lm"),
-                "sampler": SAMPLER_ID, "blas": blas_name()}
+        return {
+            "backend": "mlx" if self.reuse_prefixes else "mlx-fresh",
+            "bt": __version__,
+            "mlx": version("mlx"),
+            "mlx_lm": version("mlx-lm"),
+            "sampler": SAMPLER_ID,
+            "blas": blas_name(),
+        }
 
     @property
     def occupancy(self) -> float | None:
@@ -348,8 +384,15 @@ class MlxEngine:
         budget = float(self.memory_budget_bytes)
         tokens = max(int(row_tokens), 1)
         shared = int(shared_tokens) if self.reuse_prefixes else 0
-        rule = admission(self.layout(), budget, tokens, shared, batch_size=self.batch_size,
-                         max_prefixes=self._max_prefixes, snapshots=self._snapshots())
+        rule = admission(
+            self.layout(),
+            budget,
+            tokens,
+            shared,
+            batch_size=self.batch_size,
+            max_prefixes=self._max_prefixes,
+            snapshots=self._snapshots(),
+        )
         if self.reuse_prefixes:
             self._prefix_slots = rule.slots
         if not shared:
@@ -363,15 +406,18 @@ class MlxEngine:
             if not self.share_prefixes:
                 return self.batch_size
         if rule.rows < 1:
-            raise BtError(f"--memory-gb {budget / 2**30:.3g} cannot hold one row of {tokens} tokens"
-                          + (f" ({shared} of them a shared prefix held once)" if shared else "")
-                          + f": {rule.need_bytes / 2**30:.3g} GB needed; raise --memory-gb (or "
-                          "use auto)")
+            raise BtError(
+                f"--memory-gb {budget / 2**30:.3g} cannot hold one row of {tokens} tokens"
+                + (f" ({shared} of them a shared prefix held once)" if shared else "")
+                + f": {rule.need_bytes / 2**30:.3g} GB needed; raise --memory-gb (or "
+                "use auto)"
+            )
         return rule.rows
 
     def _snapshots(self) -> int:
-        return max([len(pc.snapshot_at) for _, pc in self._prefixes.values()]
-                   + [len(DEFAULT.anchors) + 1])
+        return max(
+            [len(pc.snapshot_at) for _, pc in self._prefixes.values()] + [len(DEFAULT.anchors) + 1]
+        )
 
     # -- admission by bytes ----------------------------------------------------------------
     def _held_bytes(self) -> float:
@@ -382,8 +428,11 @@ class MlxEngine:
         prefixes = 0.0
         for key in live:
             held = self._prefixes.get(key)
-            prefixes += held[1].nbytes if held is not None and held[1].full is not None \
+            prefixes += (
+                held[1].nbytes
+                if held is not None and held[1].full is not None
                 else self._prefix_bytes.get(key, 0.0)
+            )
         return prefixes + sum(self._row_bytes.values()) + sum(self._kept_bytes.values())
 
     def _cost(self, req: GenRequest) -> tuple[int, float]:
@@ -448,8 +497,9 @@ class MlxEngine:
         have = self._prefixes.get(shared.key)
         if have is not None and (have[0] is shared or have[0].ids == shared.ids):
             return have[1]
-        cache = PrefixCache(self.model, shared.ids, snapshot_at=[s - 1 for s in shared.starts],
-                            kv_bits=self.kv_bits)
+        cache = PrefixCache(
+            self.model, shared.ids, snapshot_at=[s - 1 for s in shared.starts], kv_bits=self.kv_bits
+        )
         self._prefixes.pop(shared.key, None)
         self._prefixes[shared.key] = (shared, cache)
         while len(self._prefixes) > self._prefix_slots:
@@ -472,8 +522,11 @@ class MlxEngine:
         it is much longer: a fresh prefill of its own prompt is far cheaper (the scheduler runs
         restarts after the cell's probes, by when that cache may have made room for other
         cells'). Only when the prefix is not held already (the caller checks)."""
-        return bool(shared.starts) and len(prompt) <= shared.starts[0] \
+        return (
+            bool(shared.starts)
+            and len(prompt) <= shared.starts[0]
             and len(shared.ids) > 4 * len(prompt)
+        )
 
     def _start(self, req: GenRequest) -> tuple[list, list[int], str | None, int]:
         """(row cache, ids to feed, shared-prefix key it points into or None, ids pushed
@@ -505,7 +558,9 @@ class MlxEngine:
             prefill(self.model, row, feed[:-1])
         return row, feed[-1:], key, len(feed)
 
-    def _reused(self, req: GenRequest, prompt: list[int]) -> tuple[list | None, list[int], str | None]:
+    def _reused(
+        self, req: GenRequest, prompt: list[int]
+    ) -> tuple[list | None, list[int], str | None]:
         """(cache, ids still to feed, prefix key) from a kept state `req` follows or its
         shared prefix; (None, prompt, None) when nothing is reused."""
         if not self.reuse_prefixes:
@@ -523,7 +578,11 @@ class MlxEngine:
         shared = req.shared_prefix
         if shared is not None:
             n = min(common_prefix_length(shared.ids, prompt), len(prompt) - 1)
-            if n > 0 and shared.key not in self._prefixes and self._restart_skips_prefix(shared, prompt):
+            if (
+                n > 0
+                and shared.key not in self._prefixes
+                and self._restart_skips_prefix(shared, prompt)
+            ):
                 return None, prompt, None
             if n > 0:
                 pc = self._prefix_cache(shared)
@@ -537,8 +596,9 @@ class MlxEngine:
     def _keep(self, key: str, seq: list[int], cache, prefix: str | None) -> None:
         self._drop_kept(key)
         self._kept[key] = (seq, cache)
-        self._kept_bytes[key] = float(sum(getattr(layer, "nbytes", 0) for layer in cache
-                                          if hasattr(layer, "prefix_len")))
+        self._kept_bytes[key] = float(
+            sum(getattr(layer, "nbytes", 0) for layer in cache if hasattr(layer, "prefix_len"))
+        )
         self._kept_prefix[key] = prefix
         while len(self._kept) > self._max_kept:
             self._drop_kept(next(iter(self._kept)))
@@ -568,7 +628,9 @@ class MlxEngine:
         self._row_bytes.pop(key, None)
         self._row_len.pop(key, None)
         prefix = self._row_prefix.pop(key, None)
-        live = set(self._prefixes) | set(self._row_prefix.values()) | set(self._kept_prefix.values())
+        live = (
+            set(self._prefixes) | set(self._row_prefix.values()) | set(self._kept_prefix.values())
+        )
         for k in [k for k in self._prefix_bytes if k not in live and k != prefix]:
             del self._prefix_bytes[k]
         return prefix
@@ -576,11 +638,11 @@ class MlxEngine:
     def _stop(self, req: GenRequest):
         from mlx_lm.generate import StopSequences
 
-        seqs = [(e,) for e in sorted(self.eos_ids)]
+        seqs: list[tuple[int, ...]] = [(e,) for e in sorted(self.eos_ids)]
         seqs += [tuple(int(t) for t in s) for s in req.stop_sequences if len(s) > 0]
         return StopSequences(seqs)
 
-    def generate(self, requests: Iterable[GenRequest]) -> Iterator[GenResult]:
+    def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]:
         import mlx.core as mx
 
         from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator, StepStats
@@ -629,16 +691,24 @@ class MlxEngine:
                     req, held = held, None
                     new.append((req, *self._admit(req)))
                 if new:
-                    specs = [RowSpec(r.seed, r.sampling, self.top_logprobs, self.instrument,
-                                     hidden_stride=r.hidden_stride) for r, _, _, _ in new]
+                    specs = [
+                        RowSpec(
+                            r.seed,
+                            r.sampling,
+                            self.top_logprobs,
+                            self.instrument,
+                            hidden_stride=r.hidden_stride,
+                        )
+                        for r, _, _, _ in new
+                    ]
                     uids = gen.insert(
                         [feed for _, _, feed, _ in new],
                         max_tokens=[int(r.max_tokens) for r, _, _, _ in new],
                         caches=[cache for _, cache, _, _ in new],
-                        samplers=specs,
+                        samplers=[*specs],  # RowSpecs in mlx-lm's sampler slots
                         stop_sequences=[self._stop(r) for r, _, _, _ in new],
                     )
-                    for uid, (r, _, _, fed), spec in zip(uids, new, specs):
+                    for uid, (r, _, _, fed), spec in zip(uids, new, specs, strict=True):
                         rows[uid] = _Row(r, spec, len(r.prompt) - fed)
                     self.admitted_rows_max = max(self.admitted_rows_max, len(rows))
                 if not rows:
@@ -661,19 +731,27 @@ class MlxEngine:
                     row.sampling_entropies.append(stats.sampling_entropy)
                     if self.instrument:
                         row.signals.append(stats.signals)
-                    if stats.top_ids is not None:
+                    if (
+                        stats.top_ids is not None and stats.top_logprobs is not None
+                    ):  # both or neither
                         row.top.append((stats.top_ids, stats.top_logprobs))
                     if resp.finish_reason is None:
                         continue
                     del rows[resp.uid]
                     prefix = self._retire(row.req.key)
                     if row.req.keep_state and self.reuse_prefixes and resp.prompt_cache is not None:
-                        self._keep(row.req.key, [int(t) for t in row.req.prompt] + row.tokens,
-                                   resp.prompt_cache, prefix)
+                        self._keep(
+                            row.req.key,
+                            [int(t) for t in row.req.prompt] + row.tokens,
+                            resp.prompt_cache,
+                            prefix,
+                        )
                     ready.append(self._result(row, resp))
                 self.attention_padded += len(responses) * longest
                 depth = 1 << max(longest - 1, 0).bit_length()
-                self.rows_by_context[depth] = max(self.rows_by_context.get(depth, 0), len(responses))
+                self.rows_by_context[depth] = max(
+                    self.rows_by_context.get(depth, 0), len(responses)
+                )
                 self.generated_tokens += len(responses)
                 self.step_rows += len(responses)
                 self.step_rows_sq += len(responses) ** 2

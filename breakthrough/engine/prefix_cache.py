@@ -46,17 +46,19 @@ def _plain_layer(layer: Any, n: int) -> Any:
     plain layer."""
     from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
+    new: Any  # mlx-lm types its caches' slots as None until written
+    keys, values = layer.keys, layer.values
     if type(layer) is QuantizedKVCache:
         new = QuantizedKVCache(group_size=layer.group_size, bits=layer.bits)
         if n > 0:
-            new.keys = tuple(x[..., :n, :] for x in layer.keys)
-            new.values = tuple(x[..., :n, :] for x in layer.values)
+            new.keys = tuple(x[..., :n, :] for x in keys)
+            new.values = tuple(x[..., :n, :] for x in values)
             new.offset = n
         return new
     new = KVCache()
     if n > 0:
-        new.keys = layer.keys[..., :n, :]
-        new.values = layer.values[..., :n, :]
+        new.keys = keys[..., :n, :]
+        new.values = values[..., :n, :]
         new.offset = n
     return new
 
@@ -73,8 +75,10 @@ def make_cache(model: Any, kv_bits: int | None = None) -> list[Any]:
     cache = make_prompt_cache(model)
     if not kv_bits:
         return cache
-    return [QuantizedKVCache(group_size=KV_GROUP_SIZE, bits=int(kv_bits)) if type(c) is KVCache
-            else c for c in cache]
+    return [
+        QuantizedKVCache(group_size=KV_GROUP_SIZE, bits=int(kv_bits)) if type(c) is KVCache else c
+        for c in cache
+    ]
 
 
 def slice_cache(cache: list[Any], n: int) -> list[Any]:
@@ -153,7 +157,9 @@ def reserve_plain(cache: list[Any], tokens: int) -> None:
             continue  # (a QuantizedKVCache grows in its own steps: a quantized prefix is small)
         n = layer.offset
         keys = mx.zeros((*layer.keys.shape[:2], size, layer.keys.shape[3]), layer.keys.dtype)
-        values = mx.zeros((*layer.values.shape[:2], size, layer.values.shape[3]), layer.values.dtype)
+        values = mx.zeros(
+            (*layer.values.shape[:2], size, layer.values.shape[3]), layer.values.dtype
+        )
         if n:
             keys[..., :n, :] = layer.keys[..., :n, :]
             values[..., :n, :] = layer.values[..., :n, :]
@@ -200,8 +206,13 @@ class PrefixCache:
     token pushed through the model by this object (the benchmark's "prefill tokens per cell");
     `nbytes` is what it holds (the full plain layers plus the snapshots)."""
 
-    def __init__(self, model: Any, sequence: Sequence[int], snapshot_at: Sequence[int] = (),
-                 kv_bits: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        sequence: Sequence[int],
+        snapshot_at: Sequence[int] = (),
+        kv_bits: int | None = None,
+    ) -> None:
         self.model = model
         self.kv_bits = kv_bits  # quantized plain layers (`make_cache`)
         self.sequence = [int(t) for t in sequence]
@@ -226,17 +237,21 @@ class PrefixCache:
             return
         # Untrimmable layers: stop at every requested cut and copy those layers only; the plain
         # layers are sliced from the one full cache, as in the plain case.
-        self.snapshots[0] = [None if p else copy.deepcopy(c)
-                             for p, c in zip(self._plain_mask, make_prompt_cache(self.model))]
+        self.snapshots[0] = [
+            None if p else copy.deepcopy(c)
+            for p, c in zip(self._plain_mask, make_prompt_cache(self.model), strict=True)
+        ]
         pos = 0
         for cut in self.snapshot_at:
             prefill(self.model, cache, self.sequence[pos:cut])
             self.prefill_tokens += cut - pos
             pos = cut
-            self.snapshots[cut] = [None if p else copy.deepcopy(c)
-                                   for p, c in zip(self._plain_mask, cache)]
+            self.snapshots[cut] = [
+                None if p else copy.deepcopy(c)
+                for p, c in zip(self._plain_mask, cache, strict=True)
+            ]
         # plain layers hold sequence[:pos]; the others live on in the snapshots only
-        self.full = [c if p else None for p, c in zip(self._plain_mask, cache)]
+        self.full = [c if p else None for p, c in zip(self._plain_mask, cache, strict=True)]
 
     @property
     def nbytes(self) -> int:
@@ -244,7 +259,7 @@ class PrefixCache:
         snapshot of the untrimmable layers."""
         if self.full is None:
             return 0
-        held = sum(layer_nbytes(c) for p, c in zip(self._plain_mask, self.full) if p)
+        held = sum(layer_nbytes(c) for p, c in zip(self._plain_mask, self.full, strict=True) if p)
         for snap in self.snapshots.values():
             held += sum(layer_nbytes(c) for c in snap)
         return held
@@ -254,11 +269,15 @@ class PrefixCache:
             raise ValueError(f"cut {n} outside 0..{len(self.sequence)}")
         if self.plain is None:
             self._prefill()
+        held = self.full
+        assert held is not None  # set by _prefill
         if self.plain:
-            return slice_cache(self.full, n)
+            return slice_cache(held, n)
         base = max(k for k in self.snapshots if k <= n)
-        cache = [_plain_layer(full, base) if p else copy.deepcopy(snap)
-                 for p, full, snap in zip(self._plain_mask, self.full, self.snapshots[base])]
+        cache = [
+            _plain_layer(full, base) if p else copy.deepcopy(snap)
+            for p, full, snap in zip(self._plain_mask, held, self.snapshots[base], strict=True)
+        ]
         if n > base:
             prefill(self.model, cache, self.sequence[base:n])
             self.prefill_tokens += n - base
@@ -289,15 +308,21 @@ class CacheBytes:
     def row(self, tokens: int) -> float:
         """Bytes of one row's cache at `tokens` positions, in mlx-lm's growing buffers (rounded
         up to KV_STEP positions)."""
-        return (self.plain_per_token * _stepped(tokens)
-                + self.bounded_per_token * min(_stepped(tokens), self.window) + self.fixed)
+        return (
+            self.plain_per_token * _stepped(tokens)
+            + self.bounded_per_token * min(_stepped(tokens), self.window)
+            + self.fixed
+        )
 
     def own_row(self, tokens: int) -> float:
         """Bytes a row of `tokens` own positions allocates (`shared_kv.SharedRowCache`: its
         plain layers exactly once; sliding-window layers still grow in mlx-lm's batch cache,
         so they count twice up to their window)."""
-        return (self.plain_per_token * max(int(tokens), 0)
-                + 2 * self.bounded_per_token * min(_stepped(tokens), self.window) + self.fixed)
+        return (
+            self.plain_per_token * max(int(tokens), 0)
+            + 2 * self.bounded_per_token * min(_stepped(tokens), self.window)
+            + self.fixed
+        )
 
     def step_transient(self, rows: int, longest: int) -> float:
         """Bytes alive only during a decode step of `rows` rows padded to `longest` positions:
@@ -313,8 +338,9 @@ class CacheBytes:
         full = self.plain_per_token * _stepped(tokens)
         if self.bounded_per_token == 0 and self.fixed == 0:
             return full
-        per_snapshot = (self.bounded_per_token * min(tokens, self.window + PREFILL_CHUNK - 1)
-                        + self.fixed)
+        per_snapshot = (
+            self.bounded_per_token * min(tokens, self.window + PREFILL_CHUNK - 1) + self.fixed
+        )
         return full + (snapshots + 1) * per_snapshot
 
 
@@ -331,11 +357,14 @@ def cache_bytes(model: Any, kv_bits: int | None = None) -> CacheBytes:
     window = plain_layers = 0
     for layer in cache:
         if isinstance(layer, (KVCache, RotatingKVCache)):
-            per = sum(a[..., :1, :].nbytes for a in (layer.keys, layer.values))
+            kv: tuple[Any, Any] = (layer.keys, layer.values)  # written by the forward above
+            per = sum(a[..., :1, :].nbytes for a in kv)
             if kv_bits and not isinstance(layer, RotatingKVCache):
-                per = sum(q.nbytes for a in (layer.keys, layer.values)
-                          for q in mx.quantize(a[..., :1, :], group_size=KV_GROUP_SIZE,
-                                               bits=int(kv_bits)))
+                per = sum(
+                    q.nbytes
+                    for a in kv
+                    for q in mx.quantize(a[..., :1, :], group_size=KV_GROUP_SIZE, bits=int(kv_bits))
+                )
             if isinstance(layer, RotatingKVCache):
                 bounded += per
                 window = max(window, int(layer.max_size))
@@ -346,8 +375,14 @@ def cache_bytes(model: Any, kv_bits: int | None = None) -> CacheBytes:
             fixed += layer_nbytes(layer)
         else:  # an unknown layer type: count what it holds for 2 tokens as growing
             plain += layer_nbytes(layer) / 2
-    return CacheBytes(plain, bounded, window, fixed, max(plain_layers, 1),
-                      SCORE_TEMPORARIES * 4 * query_heads(model))
+    return CacheBytes(
+        plain,
+        bounded,
+        window,
+        fixed,
+        max(plain_layers, 1),
+        SCORE_TEMPORARIES * 4 * query_heads(model),
+    )
 
 
 SCORE_TEMPORARIES = 3  # scores, their exponentials, the probabilities (float32 each)

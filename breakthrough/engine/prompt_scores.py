@@ -4,10 +4,13 @@ generation log-probs are those of the raw distribution)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any, cast
 
 
-def score_prompt(model: Any, ids: Sequence[int], top: int) -> list[dict[int, tuple[float, int]] | None]:
+def score_prompt(
+    model: Any, ids: Sequence[int], top: int
+) -> list[dict[int, tuple[float, int]] | None]:
     """Per position of `ids` (None first, nothing conditions it): the position's own token and
     the `top` most likely tokens of the distribution that predicted it, each as
     {token: (logprob, rank)} with rank 1 the most likely; one forward pass over `ids`."""
@@ -20,10 +23,10 @@ def score_prompt(model: Any, ids: Sequence[int], top: int) -> list[dict[int, tup
         row = lp[i - 1]
         tok = int(ids[i])
         own = float(row[tok].item())
-        rank = int(mx.sum(row > row[tok]).item()) + 1
+        rank = cast(int, mx.sum(row > row[tok]).item()) + 1  # a count: mlx types it as any scalar
         entry = {tok: (own, rank)}
         if top > 0:
-            idx = mx.argsort(-row)[:top].tolist()
+            idx = cast(list[int], mx.argsort(-row)[:top].tolist())
             for r, t in enumerate(idx, start=1):
                 entry.setdefault(int(t), (float(row[t].item()), r))
         out.append(entry)

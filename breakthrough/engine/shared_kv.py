@@ -38,6 +38,11 @@ class SharedRowCache(KVCache):
     suffix buffer for n more tokens at once, so a row whose final length is known never grows
     by concatenation (a write past the buffer still works: it reallocates, as `KVCache` does)."""
 
+    # KVCache's slots, here the suffix buffers: [1, heads, size, dim] arrays (quantized
+    # triples of them in a QuantizedSharedRowCache), None before the first write.
+    keys: Any
+    values: Any
+
     def __init__(self, prefix_keys: Any = None, prefix_values: Any = None) -> None:
         super().__init__()
         self.prefix_keys = prefix_keys
@@ -48,10 +53,10 @@ class SharedRowCache(KVCache):
         self._wanted = 0  # suffix positions to allocate at the first write (reserve before it)
 
     @classmethod
-    def from_cache(cls, layer: KVCache) -> "SharedRowCache":
+    def from_cache(cls, layer: KVCache) -> SharedRowCache:
         """A row whose prefix is what the `KVCache` `layer` holds (its arrays are kept as views:
         a slice of a `PrefixCache` stays the one shared copy)."""
-        if layer.keys is None or layer.offset == 0:
+        if layer.keys is None or layer.values is None or layer.offset == 0:
             return cls()
         return cls(layer.keys[..., : layer.offset, :], layer.values[..., : layer.offset, :])
 
@@ -165,7 +170,7 @@ class SharedRowCache(KVCache):
         raise NotImplementedError("a SharedRowCache is not quantized")
 
     @classmethod
-    def merge(cls, caches: list["SharedRowCache"]) -> "SharedBatchCache":
+    def merge(cls, caches: list[SharedRowCache]) -> SharedBatchCache:
         return SharedBatchCache(list(caches))
 
 
@@ -199,8 +204,12 @@ class SharedBatchCache:
         return create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, **kwargs)
 
     def prepare(self, *, left_padding=None, lengths=None, right_padding=None):
-        if left_padding is not None and max(left_padding) > 0 or \
-                right_padding is not None and max(right_padding) > 0:
+        if (
+            left_padding is not None
+            and max(left_padding) > 0
+            or right_padding is not None
+            and max(right_padding) > 0
+        ):
             raise ValueError("SharedBatchCache rows are prefilled one at a time (one-token feeds)")
 
     def finalize(self) -> None:
@@ -215,14 +224,14 @@ class SharedBatchCache:
         self.rows = [self.rows[int(i)] for i in idx]
         self._sync()
 
-    def extend(self, other: "SharedBatchCache") -> None:
+    def extend(self, other: SharedBatchCache) -> None:
         self.rows = self.rows + list(other.rows)
         self._sync()
 
     def extract(self, idx: int) -> SharedRowCache:
         return self.rows[idx]
 
-    def __deepcopy__(self, memo) -> "SharedBatchCache":
+    def __deepcopy__(self, memo) -> SharedBatchCache:
         # mlx-lm's PromptProcessingBatch.split deep-copies the batch and then keeps disjoint
         # rows in each copy: sharing the row objects is safe and copies no key or value.
         return SharedBatchCache(list(self.rows))
@@ -259,7 +268,9 @@ def _arrays(x: Any) -> list[Any]:
 def _joined(pieces: list[Any], axis: int) -> Any:
     """`pieces` concatenated along `axis`: arrays, or quantized triples component by component."""
     if isinstance(pieces[0], tuple):
-        return tuple(mx.concatenate([p[i] for p in pieces], axis=axis) for i in range(len(pieces[0])))
+        return tuple(
+            mx.concatenate([p[i] for p in pieces], axis=axis) for i in range(len(pieces[0]))
+        )
     return mx.concatenate(pieces, axis=axis)
 
 
@@ -270,8 +281,14 @@ class QuantizedSharedRowCache(SharedRowCache):
     path for a cache with `bits`). `--kv-bits`: about 0.53x (8 bits) or 0.28x (4 bits) of a
     bfloat16 cache; it changes tokens, so it is part of a run's identity."""
 
-    def __init__(self, prefix_keys: Any = None, prefix_values: Any = None, *, bits: int = 8,
-                 group_size: int = 64) -> None:
+    def __init__(
+        self,
+        prefix_keys: Any = None,
+        prefix_values: Any = None,
+        *,
+        bits: int = 8,
+        group_size: int = 64,
+    ) -> None:
         KVCache.__init__(self)
         self.bits, self.group_size = int(bits), int(group_size)
         self.prefix_keys, self.prefix_values = prefix_keys, prefix_values
@@ -281,7 +298,7 @@ class QuantizedSharedRowCache(SharedRowCache):
         self._wanted = 0
 
     @classmethod
-    def quantized_from(cls, layer: Any, bits: int, group_size: int) -> "QuantizedSharedRowCache":
+    def quantized_from(cls, layer: Any, bits: int, group_size: int) -> QuantizedSharedRowCache:
         """A row whose prefix is what a `QuantizedKVCache` holds (views of its triples); an
         empty row for an empty cache of any kind."""
         if getattr(layer, "keys", None) is None or layer.offset == 0:
@@ -289,8 +306,12 @@ class QuantizedSharedRowCache(SharedRowCache):
         if not isinstance(layer.keys, tuple):
             raise ValueError("a full-precision prefix cannot start a quantized row")
         n = layer.offset
-        return cls(tuple(x[..., :n, :] for x in layer.keys), tuple(x[..., :n, :] for x in layer.values),
-                   bits=layer.bits, group_size=layer.group_size)
+        return cls(
+            tuple(x[..., :n, :] for x in layer.keys),
+            tuple(x[..., :n, :] for x in layer.values),
+            bits=layer.bits,
+            group_size=layer.group_size,
+        )
 
     @staticmethod
     def _empty(like: tuple, size: int) -> tuple:
@@ -299,7 +320,7 @@ class QuantizedSharedRowCache(SharedRowCache):
     def _reallocate(self, size: int) -> None:
         new_k, new_v = self._empty(self.keys, size), self._empty(self.values, size)
         if self.suffix_len:
-            for new, old in zip(new_k + new_v, self.keys + self.values):
+            for new, old in zip(new_k + new_v, self.keys + self.values, strict=True):
                 new[..., : self.suffix_len, :] = old[..., : self.suffix_len, :]
         self.keys, self.values = new_k, new_v
 
@@ -313,7 +334,7 @@ class QuantizedSharedRowCache(SharedRowCache):
         elif self.suffix_len + n > self.keys[0].shape[2]:
             self._reallocate(self.suffix_len + max(n, self.step))
         start = self.suffix_len
-        for buf, new in zip(self.keys + self.values, tuple(qk) + tuple(qv)):
+        for buf, new in zip(self.keys + self.values, tuple(qk) + tuple(qv), strict=True):
             buf[..., start : start + n, :] = new
         self.suffix_len += n
         self.offset += n
@@ -343,12 +364,16 @@ class QuantizedSharedRowCache(SharedRowCache):
     def state(self):
         return _arrays(self.keys) + _arrays(self.values), self.offset
 
+    @state.setter
+    def state(self, v):  # pragma: no cover - mlx-lm's cache files are not used by bt
+        raise NotImplementedError("a QuantizedSharedRowCache is not loaded from a state")
+
     @property
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in _arrays(self.keys) + _arrays(self.values)))
 
     @classmethod
-    def merge(cls, caches: list["SharedRowCache"]) -> "QuantizedSharedBatchCache":
+    def merge(cls, caches: list[SharedRowCache]) -> QuantizedSharedBatchCache:
         return QuantizedSharedBatchCache(list(caches))
 
 
@@ -362,5 +387,5 @@ class QuantizedSharedBatchCache(SharedBatchCache):
         self.bits = getattr(first, "bits", 8)
         self.group_size = getattr(first, "group_size", 64)
 
-    def __deepcopy__(self, memo) -> "QuantizedSharedBatchCache":
+    def __deepcopy__(self, memo) -> QuantizedSharedBatchCache:
         return QuantizedSharedBatchCache(list(self.rows))

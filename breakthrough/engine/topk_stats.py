@@ -50,7 +50,9 @@ def entropy_bounds(top_logprobs: Sequence[float], vocab_size: int) -> tuple[floa
     return lower, max(lower, upper)
 
 
-def sampling_entropy(top_logprobs: Sequence[float], sampling: Sampling, complete: bool = False) -> float:
+def sampling_entropy(
+    top_logprobs: Sequence[float], sampling: Sampling, complete: bool = False
+) -> float:
     """Entropy (nats) of the distribution a token was drawn from, given the raw top-k log-probs
     of its step (any order); NaN when the kept candidates may include unreported tokens.
     `complete`: the list holds the whole distribution (no token is missing)."""
@@ -90,8 +92,9 @@ def max_logprob_difference(a: Mapping[int, float], b: Mapping[int, float]) -> fl
     return max(abs(float(a[t]) - float(b[t])) for t in shared)
 
 
-def topk_signals(top_logprobs: np.ndarray, chosen: Sequence[float],
-                 names: Sequence[str]) -> dict[str, np.ndarray]:
+def topk_signals(
+    top_logprobs: np.ndarray, chosen: Sequence[float], names: Sequence[str]
+) -> dict[str, np.ndarray]:
     """The protocol 2.2 per-token fields (`names`, in `sampling.SIGNAL_FIELDS` order) that a
     server's top-k raw log-probs determine exactly, one float32 array per name; NaN for those
     it cannot (the entropy and what depends on it, and the successive KL / JS divergences,
@@ -113,8 +116,9 @@ def topk_signals(top_logprobs: np.ndarray, chosen: Sequence[float],
             "surprisal": -lp_chosen,
             "sampled_token_regret": np.maximum(lp[:, 0] - lp_chosen, 0.0),
             "top5_probability_mass": np.where(reported >= 5, p[:, :5].sum(-1), np.nan),
-            "probability_tail_mass": np.where(reported >= TAIL_K,
-                                              np.maximum(1.0 - p[:, :TAIL_K].sum(-1), 0.0), np.nan),
+            "probability_tail_mass": np.where(
+                reported >= TAIL_K, np.maximum(1.0 - p[:, :TAIL_K].sum(-1), 0.0), np.nan
+            ),
         }
     out = {}
     for name in names:

@@ -26,7 +26,7 @@ server or a proxy in between is never taken on faith."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,11 +62,15 @@ class Completion:
 
 def _sampling_fields(req: GenRequest) -> dict[str, Any]:
     s = req.sampling
-    return {"temperature": float(s.temperature), "top_p": float(s.top_p),
-            "top_k": int(s.top_k) if s.top_k > 0 else -1, "min_p": float(s.min_p)}
+    return {
+        "temperature": float(s.temperature),
+        "top_p": float(s.top_p),
+        "top_k": int(s.top_k) if s.top_k > 0 else -1,
+        "min_p": float(s.min_p),
+    }
 
 
-def stop_token_ids(req: GenRequest, eos_ids: Sequence[int]) -> list[int]:
+def stop_token_ids(req: GenRequest, eos_ids: Iterable[int]) -> list[int]:
     """Token ids the server itself stops at: the model's EOS ids and one-token stop sequences."""
     ids = {int(e) for e in eos_ids} | {int(s[0]) for s in req.stop_sequences if len(s) == 1}
     return sorted(ids)
@@ -75,9 +79,12 @@ def stop_token_ids(req: GenRequest, eos_ids: Sequence[int]) -> list[int]:
 def bt_extras(req: GenRequest, namespace: str) -> dict[str, Any]:
     """The `bt` object for bt serve: the reuse hints (keys namespaced by the request's cell so
     two cells' "probe:64:0" never meet) and the multi-token stop sequences."""
-    out: dict[str, Any] = {"cell": namespace, "key": f"{namespace}/{req.key}",
-                           "keep_state": bool(req.keep_state),
-                           "stop_sequences": [list(map(int, s)) for s in req.stop_sequences if s]}
+    out: dict[str, Any] = {
+        "cell": namespace,
+        "key": f"{namespace}/{req.key}",
+        "keep_state": bool(req.keep_state),
+        "stop_sequences": [list(map(int, s)) for s in req.stop_sequences if s],
+    }
     if req.follows is not None:
         out["follows"] = f"{namespace}/{req.follows}"
     if req.shared_prefix is not None:
@@ -87,14 +94,22 @@ def bt_extras(req: GenRequest, namespace: str) -> dict[str, Any]:
 
 
 # -- vLLM / bt serve -------------------------------------------------------------------------
-def vllm_body(req: GenRequest, model: str, eos_ids: Sequence[int],
-              extras: dict[str, Any] | None = None) -> dict[str, Any]:
+def vllm_body(
+    req: GenRequest, model: str, eos_ids: Sequence[int], extras: dict[str, Any] | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "model": model, "prompt": [int(t) for t in req.prompt], "max_tokens": int(req.max_tokens),
-        "n": 1, "seed": int(req.seed), "logprobs": TOP_LOGPROBS,
-        "return_tokens_as_token_ids": True, "return_token_ids": True,
-        "skip_special_tokens": False, "stop_token_ids": stop_token_ids(req, eos_ids),
-        "ignore_eos": False, "include_stop_str_in_output": True,
+        "model": model,
+        "prompt": [int(t) for t in req.prompt],
+        "max_tokens": int(req.max_tokens),
+        "n": 1,
+        "seed": int(req.seed),
+        "logprobs": TOP_LOGPROBS,
+        "return_tokens_as_token_ids": True,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+        "stop_token_ids": stop_token_ids(req, eos_ids),
+        "ignore_eos": False,
+        "include_stop_str_in_output": True,
         **_sampling_fields(req),
     }
     if extras is not None:
@@ -104,20 +119,28 @@ def vllm_body(req: GenRequest, model: str, eos_ids: Sequence[int],
 
 def vllm_score_body(ids: Sequence[int], model: str) -> dict[str, Any]:
     """Score `ids` as a prompt: the log-probs of each position's token and its top-20."""
-    return {"model": model, "prompt": [int(t) for t in ids], "max_tokens": 1, "n": 1,
-            "temperature": 0.0, "prompt_logprobs": TOP_LOGPROBS, "return_tokens_as_token_ids": True,
-            "skip_special_tokens": False}
+    return {
+        "model": model,
+        "prompt": [int(t) for t in ids],
+        "max_tokens": 1,
+        "n": 1,
+        "temperature": 0.0,
+        "prompt_logprobs": TOP_LOGPROBS,
+        "return_tokens_as_token_ids": True,
+        "skip_special_tokens": False,
+    }
 
 
 def _token_id(key: Any) -> int:
     text = str(key)
     if text.startswith("token_id:"):
-        text = text[len("token_id:"):]
+        text = text[len("token_id:") :]
     try:
         return int(text)
     except ValueError:
-        raise MalformedResponse(f"logprob key {key!r} is not a token id "
-                                "(the server ignored return_tokens_as_token_ids)") from None
+        raise MalformedResponse(
+            f"logprob key {key!r} is not a token id (the server ignored return_tokens_as_token_ids)"
+        ) from None
 
 
 def _num(x: Any) -> float:
@@ -167,12 +190,16 @@ def parse_vllm(body: Any) -> Completion:
     ids = ch.get("token_ids")
     if ids is None:
         ids = [_token_id(t) for t in toks]
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+    if not isinstance(ids, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in ids
+    ):
         raise MalformedResponse("token_ids is not a list of integers")
     if not (len(ids) == len(toks) == len(chosen) == len(tops)):
-        raise MalformedResponse(f"{len(ids)} token ids but {len(toks)} tokens / {len(chosen)} "
-                                f"logprobs / {len(tops)} top lists")
-    top = []
+        raise MalformedResponse(
+            f"{len(ids)} token ids but {len(toks)} tokens / {len(chosen)} "
+            f"logprobs / {len(tops)} top lists"
+        )
+    top: list[dict[int, float]] = []
     for t in tops:
         if t is None:
             top.append({})
@@ -187,11 +214,15 @@ def parse_vllm(body: Any) -> Completion:
     usage = _object(body.get("usage"), "usage")
     details = _object(usage.get("prompt_tokens_details"), "usage.prompt_tokens_details")
     return Completion(
-        tokens=[int(t) for t in ids], logprobs=[_num(x) for x in chosen], top=top, finish=finish,
+        tokens=[int(t) for t in ids],
+        logprobs=[_num(x) for x in chosen],
+        top=top,
+        finish=finish,
         stop_token=stop if isinstance(stop, int) and not isinstance(stop, bool) else None,
         prompt_tokens=_count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
         cached_tokens=_count(details.get("cached_tokens"), "cached_tokens"),
-        bt=_object(ch.get("bt"), "choice.bt") or None, raw_finish=finish,
+        bt=_object(ch.get("bt"), "choice.bt") or None,
+        raw_finish=finish,
     )
 
 
@@ -201,7 +232,7 @@ def parse_vllm_prompt_logprobs(body: Any) -> list[dict[int, float]]:
     plp = ch.get("prompt_logprobs")
     if not isinstance(plp, list):
         raise MalformedResponse("choice has no prompt_logprobs (server does not score prompts)")
-    out = []
+    out: list[dict[int, float]] = []
     for pos in plp:
         if pos is None:
             out.append({})
@@ -216,21 +247,37 @@ def parse_vllm_prompt_logprobs(body: Any) -> list[dict[int, float]]:
 
 
 # -- SGLang --------------------------------------------------------------------------------
-def sglang_body(req: GenRequest, eos_ids: Sequence[int]) -> dict[str, Any]:
+def sglang_body(req: GenRequest, eos_ids: Iterable[int]) -> dict[str, Any]:
     s = req.sampling
-    params = {"max_new_tokens": int(req.max_tokens), "temperature": float(s.temperature),
-              "top_p": float(s.top_p), "top_k": int(s.top_k) if s.top_k > 0 else -1,
-              "min_p": float(s.min_p), "stop_token_ids": stop_token_ids(req, eos_ids),
-              "skip_special_tokens": False, "no_stop_trim": True, "ignore_eos": False,
-              "sampling_seed": int(req.seed) & 0x7FFFFFFF}
-    return {"input_ids": [int(t) for t in req.prompt], "sampling_params": params,
-            "return_logprob": True, "top_logprobs_num": TOP_LOGPROBS, "logprob_start_len": -1}
+    params = {
+        "max_new_tokens": int(req.max_tokens),
+        "temperature": float(s.temperature),
+        "top_p": float(s.top_p),
+        "top_k": int(s.top_k) if s.top_k > 0 else -1,
+        "min_p": float(s.min_p),
+        "stop_token_ids": stop_token_ids(req, eos_ids),
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+        "ignore_eos": False,
+        "sampling_seed": int(req.seed) & 0x7FFFFFFF,
+    }
+    return {
+        "input_ids": [int(t) for t in req.prompt],
+        "sampling_params": params,
+        "return_logprob": True,
+        "top_logprobs_num": TOP_LOGPROBS,
+        "logprob_start_len": -1,
+    }
 
 
 def sglang_score_body(ids: Sequence[int]) -> dict[str, Any]:
-    return {"input_ids": [int(t) for t in ids],
-            "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
-            "return_logprob": True, "top_logprobs_num": TOP_LOGPROBS, "logprob_start_len": 0}
+    return {
+        "input_ids": [int(t) for t in ids],
+        "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+        "return_logprob": True,
+        "top_logprobs_num": TOP_LOGPROBS,
+        "logprob_start_len": 0,
+    }
 
 
 def _triples(rows: Any, what: str) -> list[tuple[float, int]]:
@@ -238,8 +285,12 @@ def _triples(rows: Any, what: str) -> list[tuple[float, int]]:
         raise MalformedResponse(f"meta_info.{what} is not a list")
     out = []
     for r in rows:
-        if (not isinstance(r, (list, tuple)) or len(r) < 2 or not isinstance(r[1], int)
-                or isinstance(r[1], bool)):
+        if (
+            not isinstance(r, (list, tuple))
+            or len(r) < 2
+            or not isinstance(r[1], int)
+            or isinstance(r[1], bool)
+        ):
             raise MalformedResponse(f"meta_info.{what} entry {r!r} is not [logprob, token_id, ...]")
         out.append((_num(r[0]), int(r[1])))
     return out
@@ -262,15 +313,21 @@ def parse_sglang(body: Any) -> Completion:
     ids = body.get("output_ids")
     if ids is None:
         ids = [t for _, t in out_lp]
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+    if not isinstance(ids, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in ids
+    ):
         raise MalformedResponse("output_ids is not a list of integers")
     tops_raw = meta.get("output_top_logprobs") or [None] * len(out_lp)
     if not isinstance(tops_raw, list):
         raise MalformedResponse("meta_info.output_top_logprobs is not a list")
     if len(ids) != len(out_lp) or len(tops_raw) != len(out_lp):
-        raise MalformedResponse(f"{len(ids)} output ids but {len(out_lp)} logprobs / {len(tops_raw)} top lists")
-    top = [{} if t is None else {tok: lp for lp, tok in _triples(t, "output_top_logprobs")}
-           for t in tops_raw]
+        raise MalformedResponse(
+            f"{len(ids)} output ids but {len(out_lp)} logprobs / {len(tops_raw)} top lists"
+        )
+    top = [
+        {} if t is None else {tok: lp for lp, tok in _triples(t, "output_top_logprobs")}
+        for t in tops_raw
+    ]
     fr = meta.get("finish_reason")
     if isinstance(fr, dict):
         finish, matched = str(fr.get("type")), fr.get("matched")
@@ -279,10 +336,14 @@ def parse_sglang(body: Any) -> Completion:
     else:
         raise MalformedResponse("meta_info has no finish_reason")
     return Completion(
-        tokens=[int(t) for t in ids], logprobs=[lp for lp, _ in out_lp], top=top, finish=finish,
+        tokens=[int(t) for t in ids],
+        logprobs=[lp for lp, _ in out_lp],
+        top=top,
+        finish=finish,
         stop_token=matched if isinstance(matched, int) and not isinstance(matched, bool) else None,
         prompt_tokens=_count(meta.get("prompt_tokens"), "meta_info.prompt_tokens"),
-        cached_tokens=_count(meta.get("cached_tokens"), "meta_info.cached_tokens"), raw_finish=fr,
+        cached_tokens=_count(meta.get("cached_tokens"), "meta_info.cached_tokens"),
+        raw_finish=fr,
     )
 
 
@@ -292,7 +353,7 @@ def parse_sglang_prompt_logprobs(body: Any) -> list[dict[int, float]]:
     own = _triples(meta.get("input_token_logprobs"), "input_token_logprobs")
     tops = meta.get("input_top_logprobs") or [None] * len(own)
     out = []
-    for (lp, tok), t in zip(own, tops):
+    for (lp, tok), t in zip(own, tops, strict=False):
         row = {} if t is None else {i: v for v, i in _triples(t, "input_top_logprobs")}
         if math.isfinite(lp):
             row[tok] = lp
@@ -309,18 +370,19 @@ LOGPROB_SLACK = 1e-4
 def check_values(comp: Completion, vocab_size: int, prompt_len: int) -> Completion:
     """`comp` unchanged when every value a stored sample depends on can be true of the model
     (a proxy or a broken server can alter answers: without the check a token id of 10,000,000,
-    a NaN or a +5 log-prob would be stored): each token id (generated, matched stop, top-k) in 0..vocab_size - 1; each
-    generated token's log-prob finite and <= 0; each top-k log-prob <= 0 (or -inf); bt serve's
-    exact entropies one per token, finite, in [0, ln vocab_size] (sampling entropies may be NaN);
-    cached prompt tokens at most the prompt's. Else `MalformedResponse` naming the first value
-    that is wrong, which the client treats like any malformed answer (retried, then the request
-    fails: stored in the run's errors table, retried by a rerun)."""
+    a NaN or a +5 log-prob would be stored): each token id (generated, matched stop, top-k) in
+    0..vocab_size - 1; each generated token's log-prob finite and <= 0; each top-k log-prob <= 0 (or
+    -inf); bt serve's exact entropies one per token, finite, in [0, ln vocab_size] (sampling
+    entropies may be NaN); cached prompt tokens at most the prompt's. Else `MalformedResponse`
+    naming the first value that is wrong, which the client treats like any malformed answer
+    (retried, then the request fails: stored in the run's errors table, retried by a rerun)."""
     vocab = int(vocab_size)
 
     def token(t: int, where: str) -> None:
         if not 0 <= t < vocab:
-            raise MalformedResponse(f"{where}: token id {t:,} is outside the model's vocabulary "
-                                    f"(0..{vocab - 1:,})")
+            raise MalformedResponse(
+                f"{where}: token id {t:,} is outside the model's vocabulary (0..{vocab - 1:,})"
+            )
 
     for i, t in enumerate(comp.tokens):
         token(t, f"token {i}")
@@ -333,11 +395,14 @@ def check_values(comp: Completion, vocab_size: int, prompt_len: int) -> Completi
         for t, lp in row.items():
             token(t, f"top-{TOP_LOGPROBS} of token {i}")
             if not lp <= LOGPROB_SLACK:  # NaN fails too; -inf is a probability of 0
-                raise MalformedResponse(f"top-{TOP_LOGPROBS} of token {i}: log-prob {lp!r} of "
-                                        f"token id {t} is not a number <= 0")
+                raise MalformedResponse(
+                    f"top-{TOP_LOGPROBS} of token {i}: log-prob {lp!r} of "
+                    f"token id {t} is not a number <= 0"
+                )
     if comp.cached_tokens > prompt_len:
-        raise MalformedResponse(f"{comp.cached_tokens:,} cached prompt tokens of a "
-                                f"{prompt_len:,}-token prompt")
+        raise MalformedResponse(
+            f"{comp.cached_tokens:,} cached prompt tokens of a {prompt_len:,}-token prompt"
+        )
     bt = comp.bt or {}
     top_entropy = math.log(max(vocab, 1)) + LOGPROB_SLACK
     for name, nan_ok in (("entropies", False), ("sampling_entropies", True)):
@@ -345,18 +410,23 @@ def check_values(comp: Completion, vocab_size: int, prompt_len: int) -> Completi
             continue
         values = bt[name]
         if not isinstance(values, list) or len(values) != len(comp.tokens):
-            raise MalformedResponse(f"bt.{name}: expected {len(comp.tokens)} numbers, one per "
-                                    f"token, got {str(values)[:60]}")
+            raise MalformedResponse(
+                f"bt.{name}: expected {len(comp.tokens)} numbers, one per "
+                f"token, got {str(values)[:60]}"
+            )
         for i, v in enumerate(values):
             v = _num(v)
             if not ((nan_ok and math.isnan(v)) or -LOGPROB_SLACK <= v <= top_entropy):
-                raise MalformedResponse(f"bt.{name}[{i}]: {v!r} is not an entropy in "
-                                        f"[0, ln {vocab:,}]")
+                raise MalformedResponse(
+                    f"bt.{name}[{i}]: {v!r} is not an entropy in [0, ln {vocab:,}]"
+                )
     if "cached_tokens" in bt:
         cached = _count(bt["cached_tokens"], "bt.cached_tokens")
         if cached > prompt_len:
-            raise MalformedResponse(f"bt.cached_tokens: {cached:,} cached prompt tokens of a "
-                                    f"{prompt_len:,}-token prompt")
+            raise MalformedResponse(
+                f"bt.cached_tokens: {cached:,} cached prompt tokens of a "
+                f"{prompt_len:,}-token prompt"
+            )
     return comp
 
 
@@ -369,6 +439,6 @@ def truncate_at_stop(tokens: Sequence[int], stops: Sequence[Sequence[int]]) -> i
     toks = [int(t) for t in tokens]
     for end in range(1, len(toks) + 1):
         for s in seqs:
-            if end >= len(s) and tuple(toks[end - len(s):end]) == s:
+            if end >= len(s) and tuple(toks[end - len(s) : end]) == s:
                 return end
     return None

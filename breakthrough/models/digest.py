@@ -21,8 +21,18 @@ from breakthrough.hashing import sha256_file
 from breakthrough.outputs import replace_atomic
 
 # Files that never change what a model generates (compared by lower-case name).
-IGNORED_NAMES = frozenset({"bt_conversion.json", "readme.md", "license", "license.txt",
-                           "license.md", "use_policy.md", "notice", ".gitattributes"})
+IGNORED_NAMES = frozenset(
+    {
+        "bt_conversion.json",
+        "readme.md",
+        "license",
+        "license.txt",
+        "license.md",
+        "use_policy.md",
+        "notice",
+        ".gitattributes",
+    }
+)
 CACHE_FILE = "file-digests.json"
 PREFIX = "sha256:"
 

@@ -9,8 +9,9 @@ encodes it once, so everything downstream works on token ids end to end.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT, DEFAULT_SYSTEM
@@ -87,8 +88,11 @@ def detect_family(tokenizer: Any) -> Family:
             "give an mlx-lm folder whose tokenizer has a chat template"
         )
     vocab = _special_vocab(tokenizer)
-    markers = (("<|channel>", "<channel|>", "gemma4"), ("[THINK]", "[/THINK]", "ministral3"),
-               ("<think>", "</think>", "qwen"))
+    markers = (
+        ("<|channel>", "<channel|>", "gemma4"),
+        ("[THINK]", "[/THINK]", "ministral3"),
+        ("<think>", "</think>", "qwen"),
+    )
     for open_m, close_m, name in markers:  # the template names either marker
         if open_m in template or close_m in template:
             return FAMILIES[name]
@@ -143,6 +147,8 @@ def build_prompt_ids(
     )
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     if len(ids) > max_prompt_tokens:
-        raise BtError(f"prompt has {len(ids):,} tokens, over the --max-prompt-tokens limit of "
-                      f"{max_prompt_tokens:,}")
+        raise BtError(
+            f"prompt has {len(ids):,} tokens, over the --max-prompt-tokens limit of "
+            f"{max_prompt_tokens:,}"
+        )
     return ids

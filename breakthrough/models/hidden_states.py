@@ -15,8 +15,9 @@ Gemma note: older mlx-vlm wrappers returned it before the norm).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -118,8 +119,12 @@ def final_hidden(inner: Any, ids: Any, cache: Any = None) -> Any:
     return out if inside else inner.norm(out)
 
 
-def teacher_force(model: Any, prompt_ids: Sequence[int], generated_ids: Sequence[int],
-                  max_tokens: int = MAX_FORCED_TOKENS) -> TeacherForced:
+def teacher_force(
+    model: Any,
+    prompt_ids: Sequence[int],
+    generated_ids: Sequence[int],
+    max_tokens: int = MAX_FORCED_TOKENS,
+) -> TeacherForced:
     """One forward of prompt + generated[:max_tokens]; see `TeacherForced`."""
     import mlx.core as mx
 
@@ -134,14 +139,19 @@ def teacher_force(model: Any, prompt_ids: Sequence[int], generated_ids: Sequence
     ids = mx.array([prompt + gen])
     hidden = final_hidden(inner, ids)[0]  # [P + n, d]
     p, n = len(prompt), len(gen)
-    logits = head_logits(lm, inner, hidden[p - 1: p - 1 + n])
+    logits = head_logits(lm, inner, hidden[p - 1 : p - 1 + n])
     target = mx.array(gen)
     top1 = mx.argmax(logits, axis=-1) == target
     entropy, surprisal, top1_prob = token_streams(logits, target)
-    gen_hidden = hidden[p: p + n].astype(mx.float32)
+    gen_hidden = hidden[p : p + n].astype(mx.float32)
     mx.eval(gen_hidden, top1, entropy, surprisal, top1_prob)
-    return TeacherForced(np.array(gen_hidden), np.array(top1), np.array(entropy),
-                         np.array(surprisal), np.array(top1_prob))
+    return TeacherForced(
+        np.array(gen_hidden),
+        np.array(top1),
+        np.array(entropy),
+        np.array(surprisal),
+        np.array(top1_prob),
+    )
 
 
 def token_streams(logits: Any, target: Any) -> tuple[Any, Any, Any]:
@@ -161,7 +171,9 @@ def token_streams(logits: Any, target: Any) -> tuple[Any, Any, Any]:
     return entropy, surprisal, top1_prob
 
 
-def stepwise_hidden(model: Any, prompt_ids: Sequence[int], generated_ids: Sequence[int]) -> np.ndarray:
+def stepwise_hidden(
+    model: Any, prompt_ids: Sequence[int], generated_ids: Sequence[int]
+) -> np.ndarray:
     """The same hidden states computed token by token through mlx-lm's KV cache (a prompt
     prefill, then one token per step): the direct computation `teacher_force` must equal."""
     import mlx.core as mx
@@ -181,4 +193,6 @@ def stepwise_hidden(model: Any, prompt_ids: Sequence[int], generated_ids: Sequen
 def tokenize_dump(tokenizer: Any, prompt: str, completion: str) -> tuple[list[int], list[int]]:
     """Protocol 9.8's ids for an external dump: encode(prompt) with the tokenizer's default
     special tokens, then encode(completion) without any."""
-    return list(tokenizer.encode(prompt)), list(tokenizer.encode(completion, add_special_tokens=False))
+    return list(tokenizer.encode(prompt)), list(
+        tokenizer.encode(completion, add_special_tokens=False)
+    )

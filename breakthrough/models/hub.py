@@ -10,6 +10,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 _TRUE = ("1", "true", "True", "YES", "yes")
 
@@ -23,7 +24,6 @@ def snapshot(repo: str, *, local_only: bool = True) -> Path:
     """The folder of `repo`'s snapshot (the files mlx-lm loads). With `local_only` the cache is
     only read; otherwise a missing snapshot is downloaded. Raises what huggingface_hub raises."""
     from huggingface_hub import snapshot_download
-
     from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
 
     return Path(
@@ -62,12 +62,13 @@ def hub_offline() -> Iterator[None]:
     network), restored afterwards so a later hub model in the same process can still download."""
     old = os.environ.get("HF_HUB_OFFLINE")
     os.environ["HF_HUB_OFFLINE"] = "1"
-    consts = None
+    consts: Any = None
     try:
-        import huggingface_hub.constants as consts  # read at import time; patch it too
+        import huggingface_hub.constants as hub_constants  # read at import time; patch it too
 
-        old_const = consts.HF_HUB_OFFLINE
-        consts.HF_HUB_OFFLINE = True
+        old_const = hub_constants.HF_HUB_OFFLINE
+        hub_constants.HF_HUB_OFFLINE = True
+        consts = hub_constants
     except Exception:
         consts = None
     try:

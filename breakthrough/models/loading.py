@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from breakthrough.errors import BtError
-from breakthrough.outputs import replace_atomic
 from breakthrough.models import hub, offline
 from breakthrough.models.digest import weights_digest
 from breakthrough.models.families import FAMILIES, Family, detect_family
@@ -26,6 +25,7 @@ from breakthrough.models.registry import (
     spec_for_repo,
 )
 from breakthrough.models.tokens import encode_text
+from breakthrough.outputs import replace_atomic
 
 
 @dataclass
@@ -74,7 +74,8 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
         import mlx_lm
 
         with hub.hub_offline():
-            model, tokenizer, config = mlx_lm.load(str(folder), return_config=True)
+            # mlx_lm types load() as a 2- or 3-tuple; return_config=True gives the 3-tuple
+            model, tokenizer, config = mlx_lm.load(str(folder), return_config=True)  # type: ignore[misc]
     except BtError:
         raise
     except Exception as exc:
@@ -146,8 +147,11 @@ def _identify(name: str) -> tuple[ModelSpec | None, Path, ModelIdentity]:
         alias = offline.OFFLINE_ALIAS  # a copy of the offline default's files is the default
     else:  # (an existing run keeps the name it gave these weights: pipeline.manifest.run_alias)
         alias = _alias_for(str(folder), None) if by_weights else _alias_for(name, spec)
-    return spec, folder, ModelIdentity(alias=alias, model_id=model_id, revision=revision,
-                                       digest=digest)
+    return (
+        spec,
+        folder,
+        ModelIdentity(alias=alias, model_id=model_id, revision=revision, digest=digest),
+    )
 
 
 LOCAL_PREFIX = "local:"
@@ -199,8 +203,11 @@ def _find_folder(revision: str) -> Path:
         p = Path(folder)
         # the content digest (model ids since it exists); the older path-free ids of runs made
         # before it (a run's recorded model_digest is compared separately, before any write)
-        known = {f"{LOCAL_PREFIX}{content_digest(p)[len('sha256:'):]}",
-                 offline.conversion_identity(p), f"{LOCAL_PREFIX}{_folder_digest(p)}"}
+        known = {
+            f"{LOCAL_PREFIX}{content_digest(p)[len('sha256:') :]}",
+            offline.conversion_identity(p),
+            f"{LOCAL_PREFIX}{_folder_digest(p)}",
+        }
         if revision in known:
             return p
     raise BtError(
@@ -229,10 +236,13 @@ def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, 
             raise BtError(f"{p} is not an mlx-lm model folder (no config.json)")
         digest = content_digest(p)
         conv = offline.conversion_identity(p)
-        if conv and offline.is_prepared(offline.OFFLINE_ALIAS) and \
-                content_digest(offline.offline_dir()) == digest:
+        if (
+            conv
+            and offline.is_prepared(offline.OFFLINE_ALIAS)
+            and content_digest(offline.offline_dir()) == digest
+        ):
             return p, offline.OFFLINE_ALIAS, conv, digest  # the offline default's very files
-        model_id = f"{LOCAL_PREFIX}{digest[len('sha256:'):]}"
+        model_id = f"{LOCAL_PREFIX}{digest[len('sha256:') :]}"
         _remember_folder(model_id, p)
         return p, model_id, conv or f"{LOCAL_PREFIX}{_folder_digest(p)}", digest
     if not _looks_like_hub_id(target):
@@ -243,13 +253,15 @@ def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, 
         fetch_hub_models([name])
         local = hub.local_snapshot(target)
         if local is None:  # downloaded, yet not where the cache keeps snapshots
-            raise BtError(f"model {target}: downloaded, but not found in the local Hugging "
-                          f"Face cache afterwards; try {download_commands([target])}")
+            raise BtError(
+                f"model {target}: downloaded, but not found in the local Hugging "
+                f"Face cache afterwards; try {download_commands([target])}"
+            )
     return local, target, f"{target}@{local.name}", content_digest(local)
 
 
 def download_commands(repos: list[str]) -> str:
-    """"hf download A; hf download B": the command of the installed huggingface-hub's CLI
+    """ "hf download A; hf download B": the command of the installed huggingface-hub's CLI
     (`hf`; it no longer ships `huggingface-cli`) for each missing model."""
     return "; ".join(f"hf download {r}" for r in repos)
 
@@ -263,8 +275,12 @@ def fetch_hub_models(names: list[str] | tuple[str, ...]) -> None:
     missing: list[str] = []
     for name in names:
         spec, target = resolve(name)
-        if (spec is not None and spec.offline) or target.startswith(REVISION_PREFIXES) \
-                or Path(target).expanduser().exists() or not _looks_like_hub_id(target):
+        if (
+            (spec is not None and spec.offline)
+            or target.startswith(REVISION_PREFIXES)
+            or Path(target).expanduser().exists()
+            or not _looks_like_hub_id(target)
+        ):
             continue
         if hub.local_snapshot(target) is None and target not in missing:
             missing.append(target)
@@ -272,11 +288,13 @@ def fetch_hub_models(names: list[str] | tuple[str, ...]) -> None:
         return
     if hub.offline_requested():
         one = len(missing) == 1
-        raise BtError(f"{'model' if one else 'models'} {', '.join(missing)} "
-                      f"{'is' if one else 'are'} not in the local Hugging Face cache and "
-                      f"HF_HUB_OFFLINE is set; download {'it' if one else 'them'} first "
-                      f"({download_commands(missing)}) or use the offline default "
-                      f"{OFFLINE_DEFAULT}")
+        raise BtError(
+            f"{'model' if one else 'models'} {', '.join(missing)} "
+            f"{'is' if one else 'are'} not in the local Hugging Face cache and "
+            f"HF_HUB_OFFLINE is set; download {'it' if one else 'them'} first "
+            f"({download_commands(missing)}) or use the offline default "
+            f"{OFFLINE_DEFAULT}"
+        )
     failed: list[tuple[str, str]] = []
     for target in missing:
         try:
@@ -287,10 +305,12 @@ def fetch_hub_models(names: list[str] | tuple[str, ...]) -> None:
         repos = [r for r, _ in failed]
         why = ", ".join(f"{r}: {err}" for r, err in failed)
         one = len(repos) == 1
-        raise BtError(f"cannot load {'model' if one else 'models'} {', '.join(repos)}: not in "
-                      f"the local Hugging Face cache and the download failed ({why}); download "
-                      f"{'it' if one else 'them'} where there is network "
-                      f"({download_commands(repos)}) or use the offline default {OFFLINE_DEFAULT}")
+        raise BtError(
+            f"cannot load {'model' if one else 'models'} {', '.join(repos)}: not in "
+            f"the local Hugging Face cache and the download failed ({why}); download "
+            f"{'it' if one else 'them'} where there is network "
+            f"({download_commands(repos)}) or use the offline default {OFFLINE_DEFAULT}"
+        )
 
 
 def _folder_digest(folder: Path) -> str:
@@ -332,8 +352,11 @@ def _read_system_prompt(folder: Path, spec: ModelSpec | None) -> str:
 
 def _eos_ids(tokenizer: Any, config: dict) -> frozenset[int]:
     ids: set[int] = set()
-    for v in (getattr(tokenizer, "eos_token_ids", None), getattr(tokenizer, "eos_token_id", None),
-              config.get("eos_token_id")):
+    for v in (
+        getattr(tokenizer, "eos_token_ids", None),
+        getattr(tokenizer, "eos_token_id", None),
+        config.get("eos_token_id"),
+    ):
         if v is None:
             continue
         if isinstance(v, (list, tuple, set, frozenset)):

@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 from breakthrough.errors import BtError
 from breakthrough.hashing import sha256_file
@@ -75,12 +76,14 @@ WEIGHTS_FORMATS = ("q4", "float32")
 
 
 def weights_format() -> str:
-    """"float32" on Linux (MLX on CPU: BLAS matmuls beat MLX's 4-bit CPU kernels), "q4" elsewhere;
+    """ "float32" on Linux (MLX on CPU: BLAS matmuls beat MLX's 4-bit CPU kernels), "q4" elsewhere;
     `BT_OFFLINE_WEIGHTS` overrides."""
     env = os.environ.get("BT_OFFLINE_WEIGHTS", "").strip()
     if env:
         if env not in WEIGHTS_FORMATS:
-            raise BtError(f"BT_OFFLINE_WEIGHTS: expected one of {', '.join(WEIGHTS_FORMATS)}, got {env!r}")
+            raise BtError(
+                f"BT_OFFLINE_WEIGHTS: expected one of {', '.join(WEIGHTS_FORMATS)}, got {env!r}"
+            )
         return env
     return "float32" if sys.platform == "linux" else "q4"
 
@@ -95,8 +98,11 @@ def _marker_weights(folder: Path) -> str:
 def is_prepared(alias: str = OFFLINE_ALIAS) -> bool:
     """Converted, in this machine's weights format."""
     d = offline_dir(alias)
-    return ((d / MARKER).is_file() and (d / "config.json").is_file()
-            and _marker_weights(d) == weights_format())
+    return (
+        (d / MARKER).is_file()
+        and (d / "config.json").is_file()
+        and _marker_weights(d) == weights_format()
+    )
 
 
 def prepare(alias: str = OFFLINE_ALIAS, *, force: bool = False) -> Path:
@@ -178,7 +184,11 @@ def build_tokenizer(meta: dict):
     else:
         raise BtError(f"GGUF pre-tokenizer {pre!r} is not supported")
     tk.decoder = decoders.ByteLevel()
-    specials = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3]
+    specials = [
+        AddedToken(t, special=True, normalized=False)
+        for t, ty in zip(tokens, types, strict=False)
+        if ty == 3
+    ]
     tk.add_special_tokens(specials)
 
     def tok_of(key: str):
@@ -248,7 +258,7 @@ def convert_gguf(src: Path, out: Path, weights: str = "q4") -> Path:
     arch = meta.get("general.architecture")
     if arch != "llama":
         raise BtError(f"GGUF architecture {arch!r} is not supported by the offline converter")
-    raw = mx.load(str(src))
+    raw = cast(dict[str, Any], mx.load(str(src)))  # a GGUF file loads as {name: array}
     n_head = int(meta[f"{arch}.attention.head_count"])
     n_kv = int(meta[f"{arch}.attention.head_count_kv"])
     w = {}
@@ -270,7 +280,7 @@ def convert_gguf(src: Path, out: Path, weights: str = "q4") -> Path:
                 emb_bits = bits
             quant.setdefault(bits, 0)
             quant[bits] += 1
-    main_bits = max(quant, key=quant.get) if quant else None
+    main_bits = max(quant, key=lambda b: quant[b]) if quant else None
     cfg = {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
@@ -408,22 +418,46 @@ STUDY_GEOMETRIES = {
 }
 
 
-def geometry_config(name: str, vocab: int, eos: int | None, *, hidden: int = 256,
-                    dtype: str = "float32", heads: int | None = None) -> dict:
+def geometry_config(
+    name: str,
+    vocab: int,
+    eos: int | None,
+    *,
+    hidden: int = 256,
+    dtype: str = "float32",
+    heads: int | None = None,
+) -> dict:
     """A qwen3 `config.json` with the KV geometry of study model `name` (STUDY_GEOMETRIES) and
     a small hidden size, so the matmuls stay cheap while every cache holds what the study
     model's does per token."""
     g = STUDY_GEOMETRIES[name]
-    return {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": hidden,
-            "num_hidden_layers": g["layers"], "intermediate_size": 2 * hidden,
-            "num_attention_heads": heads or g["heads"], "num_key_value_heads": g["kv_heads"],
-            "head_dim": g["head_dim"], "rms_norm_eps": 1e-6, "vocab_size": vocab,
-            "rope_theta": 1_000_000.0, "max_position_embeddings": 40_960,
-            "tie_word_embeddings": True, "torch_dtype": dtype, "eos_token_id": eos}
+    return {
+        "model_type": "qwen3",
+        "architectures": ["Qwen3ForCausalLM"],
+        "hidden_size": hidden,
+        "num_hidden_layers": g["layers"],
+        "intermediate_size": 2 * hidden,
+        "num_attention_heads": heads or g["heads"],
+        "num_key_value_heads": g["kv_heads"],
+        "head_dim": g["head_dim"],
+        "rms_norm_eps": 1e-6,
+        "vocab_size": vocab,
+        "rope_theta": 1_000_000.0,
+        "max_position_embeddings": 40_960,
+        "tie_word_embeddings": True,
+        "torch_dtype": dtype,
+        "eos_token_id": eos,
+    }
 
 
-def geometry_model(name: str, vocab: int = 49_152, *, dtype: str = "float32", seed: int = 0,
-                   heads: int | None = None):
+def geometry_model(
+    name: str,
+    vocab: int = 49_152,
+    *,
+    dtype: str = "float32",
+    seed: int = 0,
+    heads: int | None = None,
+):
     """A random-weight mlx-lm `qwen3.Model` with study model `name`'s KV geometry
     (`geometry_config`), built through mlx-lm's own classes. `heads`: fewer query heads than
     the study model's (the KV cache is the same; the CPU's unfused attention is cheaper)."""
@@ -439,8 +473,9 @@ def geometry_model(name: str, vocab: int = 49_152, *, dtype: str = "float32", se
     return model
 
 
-def write_geometry_model(out: Path, name: str, tokenizer=None, *, seed: int = 0,
-                         heads: int | None = None) -> Path:
+def write_geometry_model(
+    out: Path, name: str, tokenizer=None, *, seed: int = 0, heads: int | None = None
+) -> Path:
     """`geometry_model` saved as an mlx-lm folder with a real tokenizer (SmolLM2's by default;
     the qwen family is chosen by the loader's caller), what `bt base --model` and the benches
     load."""

@@ -26,7 +26,10 @@ class ModelSpec:
 
 REGISTRY: dict[str, ModelSpec] = {
     "gemma4-e4b": ModelSpec(
-        "gemma4-e4b", "mlx-community/gemma-4-e4b-it-4bit", "gemma4", "google/gemma-4-E4B-it",
+        "gemma4-e4b",
+        "mlx-community/gemma-4-e4b-it-4bit",
+        "gemma4",
+        "google/gemma-4-E4B-it",
         note="study model A",
     ),
     "ministral3-3b": ModelSpec(
@@ -38,8 +41,12 @@ REGISTRY: dict[str, ModelSpec] = {
     ),
     "qwen3-4b": ModelSpec("qwen3-4b", "mlx-community/Qwen3-4B-4bit", "qwen", "Qwen/Qwen3-4B"),
     OFFLINE_DEFAULT: ModelSpec(
-        OFFLINE_DEFAULT, OFFLINE_DEFAULT, "plain", "HuggingFaceTB/SmolLM2-135M-Instruct",
-        offline=True, note="offline default; `bt models prepare`",
+        OFFLINE_DEFAULT,
+        OFFLINE_DEFAULT,
+        "plain",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        offline=True,
+        note="offline default; `bt models prepare`",
     ),
 }
 
@@ -72,7 +79,13 @@ def list_models() -> list[dict]:
             p = hub.local_snapshot(spec.repo)
             where, local = (str(p) if p else ""), p is not None
         rows.append(
-            {"alias": spec.alias, "repo": repo, "family": spec.family, "local": local,
-             "path": where, "note": spec.note}
+            {
+                "alias": spec.alias,
+                "repo": repo,
+                "family": spec.family,
+                "local": local,
+                "path": where,
+                "note": spec.note,
+            }
         )
     return rows

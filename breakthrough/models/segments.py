@@ -16,7 +16,8 @@ markers such as `[/THINK]` or `\\boxed{` tokenize differently in context. Codes 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

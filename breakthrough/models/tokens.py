@@ -6,7 +6,8 @@ forced-close texts become ids with `encode_text`, never with added BOS/EOS token
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:

@@ -26,14 +26,27 @@ from breakthrough.engine.contract import GenRequest, GenResult
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import fetch_hub_models, load_model, model_identity
-from breakthrough.models.tokens import decode
 from breakthrough.models.segments import reasoning_length, segment_ids
+from breakthrough.models.tokens import decode
 from breakthrough.pipeline.branches import request_facts
-from breakthrough.pipeline.dry_run import (PhasePlan, RunPlan, large_run_line, plural, rate_for,
-                                           sibling_runs)
-from breakthrough.pipeline.manifest import (cell_id, check_engine, record_throughput,
-                                             refuse_changed_run, request_identity, run_alias, run_manifest,
-                                             run_name)
+from breakthrough.pipeline.dry_run import (
+    PhasePlan,
+    RunPlan,
+    large_run_line,
+    plural,
+    rate_for,
+    sibling_runs,
+)
+from breakthrough.pipeline.manifest import (
+    cell_id,
+    check_engine,
+    record_throughput,
+    refuse_changed_run,
+    request_identity,
+    run_alias,
+    run_manifest,
+    run_name,
+)
 from breakthrough.protocol import HIDDEN_STRIDE, Protocol
 from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore, SampleRecord
@@ -63,12 +76,19 @@ def base_cells(loaded: Any, rows: Sequence[dict], protocol: Protocol, variant: s
     for row in rows:
         msg = user_message(row, variant)
         try:
-            prompt = build_prompt_ids(loaded.tokenizer, loaded.family, msg,
-                                      max_prompt_tokens=protocol.max_prompt_tokens)
+            prompt = build_prompt_ids(
+                loaded.tokenizer, loaded.family, msg, max_prompt_tokens=protocol.max_prompt_tokens
+            )
         except BtError as exc:
             raise BtError(f"problem {row['id']}: {exc}") from None
-        cells.append({"cell_id": cell_id(loaded.alias, row["id"]), "model": loaded.alias,
-                      "item": row, "prompt_ids": prompt})
+        cells.append(
+            {
+                "cell_id": cell_id(loaded.alias, row["id"]),
+                "model": loaded.alias,
+                "item": row,
+                "prompt_ids": prompt,
+            }
+        )
     return cells
 
 
@@ -76,18 +96,33 @@ def check_hidden_stride(stride: int, backend: str) -> int:
     """--hidden-stride: an integer >= 0, and 0 on a backend that cannot return hidden states
     (the HTTP servers); refused in one line before anything is loaded or written."""
     if isinstance(stride, bool) or not isinstance(stride, int) or stride < 0:
-        raise BtError(f"--hidden-stride: expected an integer >= 0 (0: store no hidden vectors), "
-                      f"got {stride!r}")
+        raise BtError(
+            f"--hidden-stride: expected an integer >= 0 (0: store no hidden vectors), "
+            f"got {stride!r}"
+        )
     if stride > 0 and backend in HTTP_BACKENDS:
-        raise BtError(f"--hidden-stride {stride}: the {backend} backend cannot return hidden "
-                      "states; use --backend mlx, or --hidden-stride 0 to store none")
+        raise BtError(
+            f"--hidden-stride {stride}: the {backend} backend cannot return hidden "
+            "states; use --backend mlx, or --hidden-stride 0 to store none"
+        )
     return stride
 
 
-def commit_trajectory(store: RunStore, grader: Any, loaded: Any, res: GenResult, item: dict, *,
-                      cell_id: str, kind: str, budget: int, branch: int, seed: int,
-                      reasoning_tokens: bool = False,
-                      hidden_stride: int = 0) -> tuple[SampleRecord, Any] | None:
+def commit_trajectory(
+    store: RunStore,
+    grader: Any,
+    loaded: Any,
+    res: GenResult,
+    item: dict,
+    *,
+    cell_id: str,
+    kind: str,
+    budget: int,
+    branch: int,
+    seed: int,
+    reasoning_tokens: bool = False,
+    hidden_stride: int = 0,
+) -> tuple[SampleRecord, Any] | None:
     """One finished whole-trajectory request (a base trace, an attempt): segmented (3.2), graded
     on its whole text (7) and committed on its own, so a kill loses only rows in flight. A request
     a remote backend gave up on becomes an error row instead (None): the run goes on and a rerun
@@ -99,20 +134,38 @@ def commit_trajectory(store: RunStore, grader: Any, loaded: Any, res: GenResult,
     text = decode(loaded.tokenizer, res.tokens)
     segments = segment_ids(loaded.tokenizer, res.tokens, loaded.family)
     rec = SampleRecord(
-        cell_id=cell_id, kind=kind, anchor=-1, budget=budget, branch=branch, seed=seed, prefix_len=0,
-        token_ids=np.asarray(res.tokens, dtype=np.int32), text=text,
-        finish_reason=res.finish_reason, segments=segments, logprobs=res.logprobs,
-        entropies=res.entropies, sampling_entropies=res.sampling_entropies, signals=res.signals,
-        elapsed_s=res.elapsed_s, peak_mem_mb=res.peak_memory_bytes / 2**20,
+        cell_id=cell_id,
+        kind=kind,
+        anchor=-1,
+        budget=budget,
+        branch=branch,
+        seed=seed,
+        prefix_len=0,
+        token_ids=np.asarray(res.tokens, dtype=np.int32),
+        text=text,
+        finish_reason=res.finish_reason,
+        segments=segments,
+        logprobs=res.logprobs,
+        entropies=res.entropies,
+        sampling_entropies=res.sampling_entropies,
+        signals=res.signals,
+        elapsed_s=res.elapsed_s,
+        peak_mem_mb=res.peak_memory_bytes / 2**20,
         extra={"prompt_tokens": res.prompt_tokens, **request_facts([res])},
-        hidden=res.hidden if hidden_stride > 0 else None, hidden_stride=hidden_stride,
+        hidden=res.hidden if hidden_stride > 0 else None,
+        hidden_stride=hidden_stride,
     )
     if hidden_stride > 0 and res.hidden is None:
-        raise BtError(f"{res.key}: the engine returned no hidden vectors (hidden_stride "
-                      f"{hidden_stride}); it cannot record them")
+        raise BtError(
+            f"{res.key}: the engine returned no hidden vectors (hidden_stride "
+            f"{hidden_stride}); it cannot record them"
+        )
     grade = grader.grade(text, item, res.finish_reason)
-    store.add_samples([rec], [grade],
-                      reasoning_tokens={cell_id: reasoning_length(segments)} if reasoning_tokens else None)
+    store.add_samples(
+        [rec],
+        [grade],
+        reasoning_tokens={cell_id: reasoning_length(segments)} if reasoning_tokens else None,
+    )
     return rec, grade
 
 
@@ -141,8 +194,18 @@ def run_base(
     store = RunStore(run_dir, create=True)
     try:
         try:
-            store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, cohort_digest, variant,
-                                               gen.identity(), hidden_stride))
+            store.ensure_manifest(
+                run_manifest(
+                    loaded,
+                    rows,
+                    protocol,
+                    cohort,
+                    cohort_digest,
+                    variant,
+                    gen.identity(),
+                    hidden_stride,
+                )
+            )
             check_engine(store, gen)
         except BaseException:
             store.discard_new()  # a creation that failed leaves nothing a rerun would trip on
@@ -165,20 +228,37 @@ def run_base(
             )
             for c in todo
         )
-        report = BaseReport(run_dir=run_dir, todo=len(todo), generated=0, tokens=0, elapsed_s=0.0,
-                            skipped=len(cells) - len(todo))
+        report = BaseReport(
+            run_dir=run_dir,
+            todo=len(todo),
+            generated=0,
+            tokens=0,
+            elapsed_s=0.0,
+            skipped=len(cells) - len(todo),
+        )
         t0 = time.perf_counter()
         grader = make_grader(family, run_dir)
         try:
             for res in gen.generate(requests):
                 cell = by_id[res.key]
-                done = commit_trajectory(store, grader, loaded, res, cell["item"], cell_id=res.key,
-                                         kind="base", budget=0, branch=0, seed=protocol.base_seed,
-                                         reasoning_tokens=True, hidden_stride=hidden_stride)
-                if done is None:
+                stored = commit_trajectory(
+                    store,
+                    grader,
+                    loaded,
+                    res,
+                    cell["item"],
+                    cell_id=res.key,
+                    kind="base",
+                    budget=0,
+                    branch=0,
+                    seed=protocol.base_seed,
+                    reasoning_tokens=True,
+                    hidden_stride=hidden_stride,
+                )
+                if stored is None:
                     report.failed += 1
                     continue
-                rec, grade = done
+                rec, grade = stored
                 report.generated += 1
                 report.tokens += len(res.tokens)
                 report.finish[res.finish_reason] = report.finish.get(res.finish_reason, 0) + 1
@@ -188,14 +268,22 @@ def run_base(
             getattr(grader, "close", lambda: None)()
         report.elapsed_s = time.perf_counter() - t0
         report.notes = list(getattr(gen, "notes", []))
-        record_throughput(store, "base", report.tokens, report.elapsed_s,  # for --dry-run ETAs
-                          batch_size=engine.batch_size, occupancy=getattr(gen, "occupancy", None))
+        record_throughput(
+            store,
+            "base",
+            report.tokens,
+            report.elapsed_s,  # for --dry-run ETAs
+            batch_size=engine.batch_size,
+            occupancy=getattr(gen, "occupancy", None),
+        )
         return report
     finally:
         store.close()
 
 
-def select_rows(rows: list[dict], problems: str | None, limit: int | None, cohort: str) -> list[dict]:
+def select_rows(
+    rows: list[dict], problems: str | None, limit: int | None, cohort: str
+) -> list[dict]:
     """Apply --problems (ids, in cohort order) and --limit (first N)."""
     if problems:
         wanted = [p.strip() for p in problems.split(",") if p.strip()]
@@ -240,8 +328,12 @@ class BaseRequest:
     lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
 
 
-def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None,
-              drive: Callable[[Callable], BaseReport] | None = None) -> list[BaseReport]:
+def base_runs(
+    req: BaseRequest,
+    *,
+    announce: Callable[[str], None] | None = None,
+    drive: Callable[[Callable], BaseReport] | None = None,
+) -> list[BaseReport]:
     """`bt base`: for each model, load it and run `run_base` into its run directory
     (COHORT-MODEL, or RUN / RUN-MODEL with several models).
 
@@ -268,11 +360,16 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
         # the backend first: another backend also changes the default --hidden-stride, and the
         # user typed --backend
         refuse_other_backend(run_dir, req.engine.backend)
-        refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, req.variant,
-                                                     req.hidden_stride))
+        refuse_changed_run(
+            run_dir,
+            request_identity(ident, rows, req.protocol, digest, req.variant, req.hidden_stride),
+        )
         if _all_stored(run_dir, ident.alias, rows):  # said before any model is loaded
-            say(f"{run_dir}: nothing to do: the {len(rows)} base trace{'' if len(rows) == 1 else 's'}"
-                f" asked for {'is' if len(rows) == 1 else 'are'} stored (no model loaded)")
+            say(
+                f"{run_dir}: nothing to do: the {len(rows)} "
+                f"base trace{'' if len(rows) == 1 else 's'} asked for "
+                f"{'is' if len(rows) == 1 else 'are'} stored (no model loaded)"
+            )
             continue
         _say_if_large(req, run_dir, ident.alias, rows, say)
         with run_lock(run_dir, wait=req.lock_wait):  # before loading: a busy run costs nothing
@@ -280,8 +377,9 @@ def base_runs(req: BaseRequest, *, announce: Callable[[str], None] | None = None
     return reports
 
 
-def _say_if_large(req: BaseRequest, run_dir: Path, alias: str, rows: list[dict],
-                  say: Callable[[str], None]) -> None:
+def _say_if_large(
+    req: BaseRequest, run_dir: Path, alias: str, rows: list[dict], say: Callable[[str], None]
+) -> None:
     """Before a model loads: the one line of a run about to generate more than
     `dry_run.LARGE_RUN_TOKENS` tokens (its bound and ETA)."""
     from breakthrough.store import STORE_FILE
@@ -297,23 +395,43 @@ def _say_if_large(req: BaseRequest, run_dir: Path, alias: str, rows: list[dict],
         say(line)
 
 
-def _base_one(req: BaseRequest, name: str, run_dir: Path, rows: list[dict], digest: str,
-              cohort_name: str, say: Callable[[str], None],
-              drive: Callable[[Callable], BaseReport] | None) -> BaseReport:
+def _base_one(
+    req: BaseRequest,
+    name: str,
+    run_dir: Path,
+    rows: list[dict],
+    digest: str,
+    cohort_name: str,
+    say: Callable[[str], None],
+    drive: Callable[[Callable], BaseReport] | None,
+) -> BaseReport:
     """Load one model and run (or hand `drive`) its base phase, holding the run's lock."""
     loaded = run_alias(run_dir, load_model(name))  # one model, one name per run
-    base_cells(loaded, rows, req.protocol, req.variant)  # a too-long prompt: refused before any output
+    base_cells(
+        loaded, rows, req.protocol, req.variant
+    )  # a too-long prompt: refused before any output
     ctx = loaded.config.get("max_position_embeddings")
     if ctx and req.protocol.base_max_tokens > int(ctx):
         say(f"note: {loaded.alias} has a {int(ctx):,}-token context; generation beyond it degrades")
-    say(f"[bold]{loaded.alias}[/]: {len(rows)} problem{'' if len(rows) == 1 else 's'} of "
-        f"{cohort_name} -> {run_dir}; prompt family: {loaded.family.name}")
+    say(
+        f"[bold]{loaded.alias}[/]: {len(rows)} problem{'' if len(rows) == 1 else 's'} of "
+        f"{cohort_name} -> {run_dir}; prompt family: {loaded.family.name}"
+    )
 
     def run(on_start=None, on_sample=None):
-        return run_base(loaded=loaded, rows=rows, cohort=cohort_name, cohort_digest=digest,
-                        run_dir=run_dir, protocol=req.protocol, engine=req.engine,
-                        variant=req.variant, hidden_stride=req.hidden_stride,
-                        on_start=on_start, on_sample=on_sample)
+        return run_base(
+            loaded=loaded,
+            rows=rows,
+            cohort=cohort_name,
+            cohort_digest=digest,
+            run_dir=run_dir,
+            protocol=req.protocol,
+            engine=req.engine,
+            variant=req.variant,
+            hidden_stride=req.hidden_stride,
+            on_start=on_start,
+            on_sample=on_sample,
+        )
 
     return drive(run) if drive else run()
 
@@ -337,8 +455,10 @@ def refuse_other_backend(run_dir: Path, backend: str) -> None:
     with RunStore(run_dir, readonly=True) as store:
         have = (store.manifest().get("engine") or {}).get("backend")
     if have and have != backend:
-        raise BtError(f"{run_dir}: --backend: run was made with engine.backend={have!r}, this request has "
-                      f"engine.backend={backend!r}; a run never mixes backends (use --backend {have})")
+        raise BtError(
+            f"{run_dir}: --backend: run was made with engine.backend={have!r}, this request has "
+            f"engine.backend={backend!r}; a run never mixes backends (use --backend {have})"
+        )
 
 
 def plan_base(req: BaseRequest) -> list[RunPlan]:
@@ -361,11 +481,23 @@ def plan_base(req: BaseRequest) -> list[RunPlan]:
     return plans
 
 
-def base_plan(run_dir: Path, alias: str, rows: list[dict], todo: list[dict],
-              req: BaseRequest) -> RunPlan:
+def base_plan(
+    run_dir: Path, alias: str, rows: list[dict], todo: list[dict], req: BaseRequest
+) -> RunPlan:
     """The base phase of one run: `todo` of `rows` still to generate, with its ETA."""
-    plan = RunPlan(run_dir, alias, [PhasePlan(
-        "base", len(todo), len(todo) * req.protocol.base_max_tokens,
-        f"{plural(len(rows) - len(todo), 'cell')} already done" if len(todo) < len(rows) else "")])
+    plan = RunPlan(
+        run_dir,
+        alias,
+        [
+            PhasePlan(
+                "base",
+                len(todo),
+                len(todo) * req.protocol.base_max_tokens,
+                f"{plural(len(rows) - len(todo), 'cell')} already done"
+                if len(todo) < len(rows)
+                else "",
+            )
+        ],
+    )
     rate_for(plan, sibling_runs(run_dir), "base", req.engine.batch_size)
     return plan

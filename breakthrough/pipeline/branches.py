@@ -78,8 +78,9 @@ def answer_seed(seed: int) -> int:
     return (int(seed) * 2654435761 + 1) & 0x7FFFFFFF
 
 
-def close_reasoning(tokens: Sequence[int], finish_reason: str, eos: frozenset[int],
-                    forced_ids: Sequence[int]) -> tuple[list[int], list[int], int]:
+def close_reasoning(
+    tokens: Sequence[int], finish_reason: str, eos: frozenset[int], forced_ids: Sequence[int]
+) -> tuple[list[int], list[int], int]:
     """Protocol 3.3 step 4: (reasoning tokens kept, tokens to insert, tokens dropped). A natural
     close (the close-marker stop sequence) inserts nothing; otherwise a trailing EOS is dropped
     and the family's forced-close ids are appended."""
@@ -141,11 +142,20 @@ class BranchRunner:
     def reasoning_request(self, b: Branch, key: str | None = None) -> GenRequest:
         """Step 3: up to B tokens from prompt + prefix, stopping at EOS or the close marker."""
         if not check_budget(b.cut, b.budget, self.protocol, len(self.forced_ids)):
-            raise BtError(f"{b.key}: prefix of {b.cut} tokens leaves no room for B={b.budget} + answer")
+            raise BtError(
+                f"{b.key}: prefix of {b.cut} tokens leaves no room for B={b.budget} + answer"
+            )
         stop = (self.close_ids,) if self.close_ids else ()
-        return GenRequest(key=key or b.key, prompt=self.prompt + self.trace[: b.cut], max_tokens=b.budget,
-                          seed=b.seed, sampling=self.protocol.sampling, stop_sequences=stop,
-                          shared_prefix=self.shared, keep_state=True)
+        return GenRequest(
+            key=key or b.key,
+            prompt=self.prompt + self.trace[: b.cut],
+            max_tokens=b.budget,
+            seed=b.seed,
+            sampling=self.protocol.sampling,
+            stop_sequences=stop,
+            shared_prefix=self.shared,
+            keep_state=True,
+        )
 
     def needs_answer(self, r: GenResult) -> bool:
         """Whether the reasoning result `r` gets an answer phase: always, except where the
@@ -157,8 +167,11 @@ class BranchRunner:
         """A branch that `needs_answer` says is complete after its reasoning phase: prefix +
         reasoning (ending with its EOS), laid out like `result` with no inserted or answer
         tokens."""
-        signals = None if r.signals is None else {k: np.asarray(v, dtype=np.float32)
-                                                  for k, v in r.signals.items()}
+        signals = (
+            None
+            if r.signals is None
+            else {k: np.asarray(v, dtype=np.float32) for k, v in r.signals.items()}
+        )
         return BranchResult(
             signals=signals,
             branch=b,
@@ -181,40 +194,57 @@ class BranchRunner:
             peak_memory_bytes=r.peak_memory_bytes,
         )
 
-    def answer_request(self, b: Branch, r: GenResult, key: str | None = None) -> tuple[GenRequest, _Reasoned]:
+    def answer_request(
+        self, b: Branch, r: GenResult, key: str | None = None
+    ) -> tuple[GenRequest, _Reasoned]:
         """Steps 4-5: close the reasoning (natural or forced) and ask for the answer window,
         continuing the reasoning row (`follows`)."""
         p = self.protocol
-        reasoning, inserted, _ = close_reasoning(r.tokens, r.finish_reason, self.eos, self.forced_ids)
+        reasoning, inserted, _ = close_reasoning(
+            r.tokens, r.finish_reason, self.eos, self.forced_ids
+        )
         n = len(reasoning)
+        assert r.sampling_entropies is not None  # every engine reports them (GenResult)
         lps, ents, sents = (list(a)[:n] for a in (r.logprobs, r.entropies, r.sampling_entropies))
         context = self.prompt + self.trace[: b.cut] + reasoning + inserted
         used = b.cut + len(reasoning) + len(inserted)
         answer_budget = min(p.answer_budget, p.total_cap - used)
         if answer_budget != p.answer_budget:
-            raise BtError(f"{b.key}: answer window {answer_budget} < {p.answer_budget} (protocol 3.3 step 5)")
-        req = GenRequest(key=key or b.key, prompt=context, max_tokens=answer_budget,
-                         seed=answer_seed(b.seed), sampling=p.sampling, follows=r.key,
-                         shared_prefix=self.shared)
+            raise BtError(
+                f"{b.key}: answer window {answer_budget} < {p.answer_budget} (protocol 3.3 step 5)"
+            )
+        req = GenRequest(
+            key=key or b.key,
+            prompt=context,
+            max_tokens=answer_budget,
+            seed=answer_seed(b.seed),
+            sampling=p.sampling,
+            follows=r.key,
+            shared_prefix=self.shared,
+        )
         sigs = None if r.signals is None else {k: list(v)[:n] for k, v in r.signals.items()}
         return req, _Reasoned(reasoning, inserted, lps, ents, sents, r, sigs)
 
     def result(self, b: Branch, done: _Reasoned, a: GenResult) -> BranchResult:
         """Step 6: the whole branch (prefix + reasoning + inserted + answer) and its statistics."""
         nan = [float("nan")] * len(done.inserted)
+        assert a.sampling_entropies is not None  # every engine reports them (GenResult)
         r = done.result
         signals = None
         if done.signals is not None and a.signals is not None:  # same layout as logprobs
-            signals = {k: np.asarray(v + nan + list(a.signals[k]), dtype=np.float32)
-                       for k, v in done.signals.items()}
+            signals = {
+                k: np.asarray(v + nan + list(a.signals[k]), dtype=np.float32)
+                for k, v in done.signals.items()
+            }
         return BranchResult(
             signals=signals,
             branch=b,
             tokens=self.trace[: b.cut] + done.reasoning + done.inserted + list(a.tokens),
             logprobs=np.asarray(done.logprobs + nan + list(a.logprobs), dtype=np.float32),
             entropies=np.asarray(done.entropies + nan + list(a.entropies), dtype=np.float32),
-            sampling_entropies=np.asarray(done.sampling_entropies + nan + list(a.sampling_entropies),
-                                          dtype=np.float32),
+            sampling_entropies=np.asarray(
+                done.sampling_entropies + nan + list(a.sampling_entropies), dtype=np.float32
+            ),
             finish_reason="answer_reserve" if a.finish_reason == "length" else "eos",
             extra={
                 "reasoning_tokens": len(done.reasoning),
@@ -243,7 +273,9 @@ class BranchRunner:
             answers.append(req)
             pending[r.key] = done
         if answers:
-            out += [self.result(by_key[a.key], pending[a.key], a) for a in self.engine.generate(answers)]
+            out += [
+                self.result(by_key[a.key], pending[a.key], a) for a in self.engine.generate(answers)
+            ]
         order = {b.key: i for i, b in enumerate(branches)}
         return sorted(out, key=lambda x: order[x.branch.key])
 
@@ -263,7 +295,11 @@ def request_facts(results: Sequence[GenResult], keep: Sequence[int] = ()) -> dic
         upper: list[float | None] = []
         for i, r in enumerate(results):
             n = keep[0] if i == 0 and keep else len(r.tokens)
-            bounds = r.entropy_bounds if r.entropy_bounds is not None else np.full((len(r.tokens), 2), np.nan)
+            bounds = (
+                r.entropy_bounds
+                if r.entropy_bounds is not None
+                else np.full((len(r.tokens), 2), np.nan)
+            )
             for lo, hi in np.asarray(bounds, dtype=np.float64)[:n]:
                 lower.append(None if np.isnan(lo) else round(float(lo), 5))
                 upper.append(None if np.isnan(hi) else round(float(hi), 5))
@@ -282,21 +318,45 @@ def close_tokens(loaded: Any) -> tuple[tuple[int, ...], list[int], frozenset[int
     return close, forced, frozenset(int(e) for e in loaded.eos_ids)
 
 
-def reference_branch(engine: Engine, loaded: Any, prompt: Sequence[int], prefix: Sequence[int],
-                     budget: int, seed: int, protocol: Protocol) -> list[int]:
+def reference_branch(
+    engine: Engine,
+    loaded: Any,
+    prompt: Sequence[int],
+    prefix: Sequence[int],
+    budget: int,
+    seed: int,
+    protocol: Protocol,
+) -> list[int]:
     """The reference implementation's two-stage procedure, one sequence at a time and without
     reuse hints: prompt + prefix for the reasoning phase, then prompt + prefix + reasoning +
     inserted for the answer phase (protocol 3.3 steps 3-5). The oracle of the cache-reuse
     equality tests; returns prefix + reasoning + inserted + answer."""
     close, forced, eos = close_tokens(loaded)
     ctx = [int(t) for t in prompt] + [int(t) for t in prefix]
-    (r,) = engine.generate([GenRequest(key="r", prompt=ctx, max_tokens=budget, seed=seed,
-                                       sampling=protocol.sampling,
-                                       stop_sequences=(close,) if close else ())])
+    (r,) = engine.generate(
+        [
+            GenRequest(
+                key="r",
+                prompt=ctx,
+                max_tokens=budget,
+                seed=seed,
+                sampling=protocol.sampling,
+                stop_sequences=(close,) if close else (),
+            )
+        ]
+    )
     if not close and not forced and r.finish_reason == "eos":  # BranchRunner.needs_answer
         return list(prefix) + list(r.tokens)
     reasoning, inserted, _ = close_reasoning(r.tokens, r.finish_reason, eos, forced)
-    (a,) = engine.generate([GenRequest(key="a", prompt=ctx + reasoning + inserted,
-                                       max_tokens=protocol.answer_budget, seed=answer_seed(seed),
-                                       sampling=protocol.sampling)])
+    (a,) = engine.generate(
+        [
+            GenRequest(
+                key="a",
+                prompt=ctx + reasoning + inserted,
+                max_tokens=protocol.answer_budget,
+                seed=answer_seed(seed),
+                sampling=protocol.sampling,
+            )
+        ]
+    )
     return list(prefix) + reasoning + inserted + list(a.tokens)

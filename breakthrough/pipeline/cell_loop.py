@@ -40,18 +40,32 @@ from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import close_tokens
 from breakthrough.pipeline.cells import CellPlan, plan_cell, similar_length_chunks
 from breakthrough.pipeline.dry_run import large_run_line, plan_continue
-from breakthrough.pipeline.manifest import (TopupChoice, check_engine, check_model,
-                                             preflight_continue, record_continuation_protocol,
-                                             record_throughput, record_topup, resolve_topup,
-                                             store_protocol)
+from breakthrough.pipeline.manifest import (
+    TopupChoice,
+    check_engine,
+    check_model,
+    preflight_continue,
+    record_continuation_protocol,
+    record_throughput,
+    record_topup,
+    resolve_topup,
+    store_protocol,
+)
 from breakthrough.pipeline.scheduler import PHASES, RunScheduler, cells_with_work, memory_plan
 from breakthrough.protocol import DEFAULT, Protocol
 from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore
 from breakthrough.tasks.family import family_of, make_grader
 
-__all__ = ["CellPlan", "ContinueOptions", "ContinueReport", "continue_run", "continue_runs",
-           "plan_cell", "similar_length_chunks"]
+__all__ = [
+    "CellPlan",
+    "ContinueOptions",
+    "ContinueReport",
+    "continue_run",
+    "continue_runs",
+    "plan_cell",
+    "similar_length_chunks",
+]
 
 
 @dataclass
@@ -83,8 +97,10 @@ def continuation_identity(instrument: bool, kv_bits: int | None = None) -> dict[
     plain-family branch at a reasoning EOS (`plain_eos`, pipeline.branches) and, when asked,
     the quantized KV cache the continuations ran with (`kv_bits`: it changes tokens; absent
     for the model's own dtype, so runs continued before it existed keep their identity)."""
-    ident: dict[str, Any] = {"signals": SIGNALS_FULL if instrument else SIGNALS_LIGHT,
-                             "plain_eos": "ends-branch"}
+    ident: dict[str, Any] = {
+        "signals": SIGNALS_FULL if instrument else SIGNALS_LIGHT,
+        "plain_eos": "ends-branch",
+    }
     if kv_bits:
         ident["kv_bits"] = int(kv_bits)
     return ident
@@ -98,8 +114,10 @@ def run_kv_bits(man: dict[str, Any], asked: int | None, run_dir: Path) -> int | 
         return had
     if man.get("continuation") and had != asked:
         was = f"--kv-bits {had}" if had else "the model's own KV dtype (no --kv-bits)"
-        raise BtError(f"{run_dir}: --kv-bits {asked}: the run was continued with {was}; a run "
-                      "never mixes them (use a new run)")
+        raise BtError(
+            f"{run_dir}: --kv-bits {asked}: the run was continued with {was}; a run "
+            "never mixes them (use a new run)"
+        )
     return asked
 
 
@@ -125,26 +143,34 @@ class ContinueReport:
     notes: list[str] = field(default_factory=list)  # the engine's (e.g. endpoints that died)
 
 
-def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
-                 on_start: Callable[[dict, Any], None] | None = None,
-                 on_sample: Callable[[str, int], None] | None = None,
-                 tau: float | None = None) -> ContinueReport:
+def continue_run(
+    run_dir: Path,
+    loaded: Any,
+    opts: ContinueOptions,
+    *,
+    on_start: Callable[[dict, Any], None] | None = None,
+    on_sample: Callable[[str, int], None] | None = None,
+    tau: float | None = None,
+) -> ContinueReport:
     """All phases for every cell of one run that has a base trace."""
     tau = opts.protocol.tau if tau is None else tau
     report = ContinueReport(run_dir=run_dir)
     t0 = time.perf_counter()
     with RunStore(run_dir) as store:
         check_model(store, loaded, run_dir)
-        if opts.topup is None:  # the run's recorded rules (the default when it records none)
-            opts = replace(opts, topup=resolve_topup(run_dir, store.manifest(), None).rules)
+        topup = opts.topup
+        if topup is None:  # the run's recorded rules (the default when it records none)
+            topup = resolve_topup(run_dir, store.manifest(), None).rules
+            opts = replace(opts, topup=topup)
         base = store.samples_frame(kind="base")
         forced = len(close_tokens(loaded)[1])
         cells = []
         for rec in base.to_dict(orient="records"):
             item, prompt = store.cell_prompt(rec["cell_id"])
             cells.append(plan_cell(rec["cell_id"], item, prompt, rec, opts.protocol, forced))
-        engine = make_engine(replace(opts.engine, instrument=opts.instrument,
-                                     kv_bits=opts.kv_bits), loaded)
+        engine = make_engine(
+            replace(opts.engine, instrument=opts.instrument, kv_bits=opts.kv_bits), loaded
+        )
         # refuses a --memory-gb that cannot hold one row, before anything is written
         memory = memory_plan(engine, cells, opts.protocol)
         if memory is not None:
@@ -153,25 +179,55 @@ def continue_run(run_dir: Path, loaded: Any, opts: ContinueOptions, *,
         store.check_identity({"continuation": ident})
         check_engine(store, engine)
         store_protocol(store, opts.protocol)
-        record_topup(store, opts.topup)
+        record_topup(store, topup)
         store.ensure_manifest({"continuation": ident})
         if on_start:
-            on_start({"cells": len(cells),
-                      "probes": sum(len(c.grid) for c in cells) * opts.protocol.samples}, engine)
+            on_start(
+                {
+                    "cells": len(cells),
+                    "probes": sum(len(c.grid) for c in cells) * opts.protocol.samples,
+                },
+                engine,
+            )
         if not cells:
             return report
-        run_scheduled(lambda grader: RunScheduler(
-            store, loaded, engine, grader, cells, opts.protocol, tau=tau, topup=opts.topup,
-            on_sample=on_sample, max_active_cells=opts.max_active_cells,
-            instrument=opts.instrument, fill=opts.fill_batch),
-            store, run_dir, engine, cells, report, opts.engine.batch_size, t0)
+        run_scheduled(
+            lambda grader: RunScheduler(
+                store,
+                loaded,
+                engine,
+                grader,
+                cells,
+                opts.protocol,
+                tau=tau,
+                topup=topup,
+                on_sample=on_sample,
+                max_active_cells=opts.max_active_cells,
+                instrument=opts.instrument,
+                fill=opts.fill_batch,
+            ),
+            store,
+            run_dir,
+            engine,
+            cells,
+            report,
+            opts.engine.batch_size,
+            t0,
+        )
     report.elapsed_s = time.perf_counter() - t0
     return report
 
 
-def run_scheduled(scheduler: Callable[[Any], RunScheduler], store: RunStore, run_dir: Path,
-                  engine: Any, cells: Sequence[Any], report: ContinueReport, batch_size: int,
-                  t0: float) -> None:
+def run_scheduled(
+    scheduler: Callable[[Any], RunScheduler],
+    store: RunStore,
+    run_dir: Path,
+    engine: Any,
+    cells: Sequence[Any],
+    report: ContinueReport,
+    batch_size: int,
+    t0: float,
+) -> None:
     """Run `scheduler(grader)` over `cells` with the family's grader (closed however it ends),
     then fill `report` from its counts and the engine, and record the run's throughput with its
     batch size and occupancy (what `--dry-run` ETAs read). Serves `bt continue` and its
@@ -181,7 +237,11 @@ def run_scheduled(scheduler: Callable[[Any], RunScheduler], store: RunStore, run
         counts = scheduler(grader).run()
     finally:
         getattr(grader, "close", lambda: None)()
-    report.cells, report.failed_cells, report.samples = counts.cells, counts.failed_cells, counts.samples
+    report.cells, report.failed_cells, report.samples = (
+        counts.cells,
+        counts.failed_cells,
+        counts.samples,
+    )
     report.trace_tokens = sum(len(c.prompt) + len(c.trace) for c in cells)
     report.generated_tokens = engine.generated_tokens
     report.prefill_tokens = engine.prefill_tokens
@@ -192,22 +252,34 @@ def run_scheduled(scheduler: Callable[[Any], RunScheduler], store: RunStore, run
     report.rows_in_flight_max = int(getattr(engine, "admitted_rows_max", 0) or 0)
     report.rows_by_context = dict(getattr(engine, "rows_by_context", {}) or {})
     report.batch_size = batch_size
-    record_throughput(store, "continue", engine.generated_tokens, time.perf_counter() - t0,
-                      batch_size=batch_size, occupancy=report.occupancy)  # --dry-run ETAs
+    record_throughput(
+        store,
+        "continue",
+        engine.generated_tokens,
+        time.perf_counter() - t0,
+        batch_size=batch_size,
+        occupancy=report.occupancy,
+    )  # --dry-run ETAs
 
 
 def has_work(store: RunStore, protocol: Protocol, opts: ContinueOptions) -> bool:
     """Whether `bt continue` would generate anything in this run (`cells_with_work`), known
     from the store alone, before any model is loaded (`opts.topup`: the resolved rules)."""
-    cells = [plan_cell(rec["cell_id"], {}, [], rec, protocol)
-             for rec in store.samples_frame(kind="base").to_dict(orient="records")]
-    topup = opts.topup if opts.topup is not None else \
-        resolve_topup(store.run_dir, store.manifest(), None).rules
+    cells = [
+        plan_cell(rec["cell_id"], {}, [], rec, protocol)
+        for rec in store.samples_frame(kind="base").to_dict(orient="records")
+    ]
+    topup = (
+        opts.topup
+        if opts.topup is not None
+        else resolve_topup(store.run_dir, store.manifest(), None).rules
+    )
     return bool(cells_with_work(store, cells, protocol, tau=protocol.tau, topup=topup))
 
 
-def with_bound(on_start: Callable[[dict, Any], None] | None,
-               max_tokens: int) -> Callable[[dict, Any], None] | None:
+def with_bound(
+    on_start: Callable[[dict, Any], None] | None, max_tokens: int
+) -> Callable[[dict, Any], None] | None:
     """`on_start` told the run's token bound too (totals["max_tokens"], `dry_run`'s plan): what
     a progress display's ETA counts down."""
     if on_start is None:
@@ -215,9 +287,14 @@ def with_bound(on_start: Callable[[dict, Any], None] | None,
     return lambda totals, engine: on_start({**totals, "max_tokens": max_tokens}, engine)
 
 
-def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions, *,
-                  progress: Callable[[Path, dict], None] | None = None,
-                  drive: Callable[[Callable], ContinueReport] | None = None) -> list[ContinueReport]:
+def continue_runs(
+    run_dirs: Sequence[Path],
+    settings: dict[str, Any],
+    opts: ContinueOptions,
+    *,
+    progress: Callable[[Path, dict], None] | None = None,
+    drive: Callable[[Callable], ContinueReport] | None = None,
+) -> list[ContinueReport]:
     """`bt continue`: check every run, then, run by run, load its model, record its protocol
     with `settings` (B, anchors, samples, ...) and run every phase.
 
@@ -227,7 +304,9 @@ def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: Cont
     `drive(run)` wraps `run(on_start, on_sample)` (the CLI's progress display). Every run's
     lock is held throughout (`runlock`): a second `bt continue` on one of them is refused,
     naming the holder, or waits `opts.lock_wait` seconds."""
-    for run_dir in run_dirs:  # issue 12: every run is checked before any is written or a model loaded
+    for (
+        run_dir
+    ) in run_dirs:  # issue 12: every run is checked before any is written or a model loaded
         with RunStore(run_dir, readonly=True) as store:
             preflight_continue(store, settings, opts.engine.backend, opts.topup)
             kv_bits = run_kv_bits(store.manifest(), opts.kv_bits, run_dir)
@@ -238,19 +317,28 @@ def continue_runs(run_dirs: Sequence[Path], settings: dict[str, Any], opts: Cont
         return _continue_locked(run_dirs, settings, opts, progress=progress, drive=drive)
 
 
-def _continue_locked(run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions, *,
-                     progress: Callable[[Path, dict], None] | None = None,
-                     drive: Callable[[Callable], ContinueReport] | None = None) -> list[ContinueReport]:
+def _continue_locked(
+    run_dirs: Sequence[Path],
+    settings: dict[str, Any],
+    opts: ContinueOptions,
+    *,
+    progress: Callable[[Path, dict], None] | None = None,
+    drive: Callable[[Callable], ContinueReport] | None = None,
+) -> list[ContinueReport]:
     protocols, choices, bounds = {}, {}, {}
     for run_dir in run_dirs:  # written by continue_run, once the engine can run it
         with RunStore(run_dir, readonly=True) as store:
             protocols[run_dir] = record_continuation_protocol(store, **settings)
             choices[run_dir] = resolve_topup(run_dir, store.manifest(), opts.topup)
-            man = {**store.manifest(), "protocol": protocols[run_dir].to_dict(),
-                   "base_traces": len(store.existing_keys("base")),
-                   "topup_choice": choices[run_dir]}
-        plan = plan_continue([run_dir], settings, opts.engine.batch_size, topup=opts.topup,
-                             memory=False)[0]
+            man = {
+                **store.manifest(),
+                "protocol": protocols[run_dir].to_dict(),
+                "base_traces": len(store.existing_keys("base")),
+                "topup_choice": choices[run_dir],
+            }
+        plan = plan_continue(
+            [run_dir], settings, opts.engine.batch_size, topup=opts.topup, memory=False
+        )[0]
         bounds[run_dir] = plan.max_tokens
         man["large_run"] = large_run_line(plan)
         if progress:
@@ -264,15 +352,19 @@ def _continue_locked(run_dirs: Sequence[Path], settings: dict[str, Any], opts: C
             if not has_work(store, protocols[run_dir], run_opts):
                 if choice.asked is not None and (choice.added or choice.stored is None):
                     record_topup(store, choice.rules)  # named now: later continues run them
-                reports.append(ContinueReport(run_dir=run_dir, nothing_to_do=True,
-                                              topup=choice))
+                reports.append(ContinueReport(run_dir=run_dir, nothing_to_do=True, topup=choice))
                 continue
         loaded = load_model(man["model_id"], family=man.get("family"))
         run_opts = replace(run_opts, kv_bits=run_kv_bits(man, opts.kv_bits, run_dir))
 
         def run(on_start=None, on_sample=None, run_dir=run_dir, loaded=loaded, run_opts=run_opts):
-            return continue_run(run_dir, loaded, run_opts, on_sample=on_sample,
-                                on_start=with_bound(on_start, bounds[run_dir]))
+            return continue_run(
+                run_dir,
+                loaded,
+                run_opts,
+                on_sample=on_sample,
+                on_start=with_bound(on_start, bounds[run_dir]),
+            )
 
         rep = drive(run) if drive else run()
         rep.topup = choice

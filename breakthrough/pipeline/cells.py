@@ -7,7 +7,7 @@ B + the answer reserve (protocol 3.3 step 1), are not on the cell's grid."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +42,11 @@ class CellPlan:
         """Prompt + trace up to the last cut, declared once to the engine for every request of
         the cell (starts: the prompt lengths its requests will have)."""
         np_ = len(self.prompt)
-        return SharedPrefix(key=self.cell_id, ids=tuple(self.prompt + self.trace[: self.max_cut()]),
-                            starts=(np_, *(np_ + self.cut(a) for a in self.grid)))
+        return SharedPrefix(
+            key=self.cell_id,
+            ids=tuple(self.prompt + self.trace[: self.max_cut()]),
+            starts=(np_, *(np_ + self.cut(a) for a in self.grid)),
+        )
 
     def probe_row(self, protocol: Protocol) -> tuple[int, int]:
         """(tokens, shared tokens) of this cell's longest probe row: prompt + prefix at the
@@ -60,12 +63,17 @@ class CellPlan:
     def longest_row(self, protocol: Protocol) -> int:
         """Tokens of the longest row this cell can put in flight (prompt + prefix + B or C +
         answer): what bounds rows per batch under a memory budget."""
-        return (len(self.prompt) + self.max_cut() + max(protocol.budget, *protocol.restart_budgets)
-                + protocol.answer_budget)
+        return (
+            len(self.prompt)
+            + self.max_cut()
+            + max(protocol.budget, *protocol.restart_budgets)
+            + protocol.answer_budget
+        )
 
 
-def plan_cell(cell_id: str, item: dict, prompt: Sequence[int], base: Any, protocol: Protocol,
-              forced: int = 0) -> CellPlan:
+def plan_cell(
+    cell_id: str, item: dict, prompt: Iterable[int], base: Any, protocol: Protocol, forced: int = 0
+) -> CellPlan:
     """The cell's grid: the protocol's anchors up to the first one beyond the trace's reasoning
     or without room for B + `forced` close tokens + the answer reserve."""
     segs = np.asarray(base["segments"])
@@ -79,7 +87,9 @@ def plan_cell(cell_id: str, item: dict, prompt: Sequence[int], base: Any, protoc
     return CellPlan(cell_id, item, [int(t) for t in prompt], trace, segs, r, grid)
 
 
-def similar_length_chunks(branches: Sequence[Branch], rows: int, spread: float = 1.5) -> list[list[Branch]]:
+def similar_length_chunks(
+    branches: Sequence[Branch], rows: int, spread: float = 1.5
+) -> list[list[Branch]]:
     """Batches of at most `rows` branches whose prefix lengths are close (the longest at most
     `spread` x the shortest, plus 64): a batch is padded to its longest row, so mixing a
     64-token prefix with a 4,096-token one would waste most of the batch's attention work.

@@ -29,8 +29,7 @@ from breakthrough.classify.panels import probe_panel
 from breakthrough.classify.plan import bisection_midpoint
 from breakthrough.errors import BtError
 from breakthrough.pipeline.cells import plan_cell
-from breakthrough.pipeline.manifest import (machine_name, record_continuation_protocol,
-                                             resolve_topup)
+from breakthrough.pipeline.manifest import machine_name, record_continuation_protocol, resolve_topup
 from breakthrough.protocol import Protocol
 from breakthrough.store import STORE_FILE, RunStore
 
@@ -84,18 +83,24 @@ class RunPlan:
     def eta_text(self) -> str:
         """`ETA at most ...` at the rate and where it came from, or why it is unknown."""
         if self.eta_s is None:
-            return (f"ETA unknown: {self.missing_rate or 'no measured tokens/s of ' + self.model}"
-                    f" (a run stores it when it finishes)")
+            return (
+                f"ETA unknown: {self.missing_rate or 'no measured tokens/s of ' + self.model}"
+                f" (a run stores it when it finishes)"
+            )
         note = f"; {self.rate_note}" if self.rate_note else ""
-        return (f"ETA at most {_duration(self.eta_s)} at {self.tokens_per_s:,.1f} tokens/s "
-                f"({self.rate_source}{note})")
+        return (
+            f"ETA at most {_duration(self.eta_s)} at {self.tokens_per_s:,.1f} tokens/s "
+            f"({self.rate_source}{note})"
+        )
 
     def lines(self) -> list[str]:
         """What `--dry-run` prints for this run."""
         out = [f"{self.run_dir} ({self.model}):"]
         for p in self.phases:
-            out.append(f"  {p.phase:<10} {plural(p.samples, 'sample')}, at most {p.max_tokens:,} "
-                       f"tokens" + (f" ({p.note})" if p.note else ""))
+            out.append(
+                f"  {p.phase:<10} {plural(p.samples, 'sample')}, at most {p.max_tokens:,} "
+                f"tokens" + (f" ({p.note})" if p.note else "")
+            )
         if self.max_tokens == 0:
             out.append("  nothing to do: every sample these phases need is stored")
             return out + ([f"  {self.memory}"] if self.memory else [])
@@ -104,8 +109,10 @@ class RunPlan:
             out.append(f"  ({GENERATION_ONLY})")
         if self.eta_s is not None and self.occupancy and self.occupancy < 0.9:
             full = self.eta_s * self.occupancy
-            out.append(f"  optimistic bound, not the estimate: {_duration(full)} if the batch "
-                       f"stayed full (the measured run filled {self.occupancy:.0%} of it)")
+            out.append(
+                f"  optimistic bound, not the estimate: {_duration(full)} if the batch "
+                f"stayed full (the measured run filled {self.occupancy:.0%} of it)"
+            )
         if self.memory:
             out.append(f"  {self.memory}")
         return out
@@ -116,12 +123,14 @@ def large_run_line(plan: RunPlan) -> str | None:
     run (its token bound and ETA); None for a smaller run."""
     if plan.max_tokens <= LARGE_RUN_TOKENS:
         return None
-    return (f"{plan.run_dir.name}: a large run: at most {plan.max_tokens:,} tokens "
-            f"({plural(plan.samples, 'sample')}); {plan.eta_text()}; --dry-run shows the plan")
+    return (
+        f"{plan.run_dir.name}: a large run: at most {plan.max_tokens:,} tokens "
+        f"({plural(plan.samples, 'sample')}); {plan.eta_text()}; --dry-run shows the plan"
+    )
 
 
 def plural(count: int, noun: str) -> str:
-    """"1 sample", "2 samples", "2 branches"."""
+    """ "1 sample", "2 samples", "2 branches"."""
     return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith(("ch", "s")) else "s")
 
 
@@ -133,8 +142,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def measured_rate(run_dirs: list[Path], model: str, phases: tuple[str, ...],
-                  batch_size: int | None = None) -> tuple[float | None, str]:
+def measured_rate(
+    run_dirs: list[Path], model: str, phases: tuple[str, ...], batch_size: int | None = None
+) -> tuple[float | None, str]:
     """(tokens/s, where it came from): the first of `phases` measured on this machine in the
     given runs (the run itself first) for `model` (at `batch_size` when given); (None, "")
     when none was."""
@@ -145,8 +155,9 @@ def measured_rate(run_dirs: list[Path], model: str, phases: tuple[str, ...],
     return None, ""
 
 
-def measured(run_dirs: list[Path], model: str, phase: str,
-             batch_size: int | None = None) -> tuple[dict, str] | None:
+def measured(
+    run_dirs: list[Path], model: str, phase: str, batch_size: int | None = None
+) -> tuple[dict, str] | None:
     """(throughput record, where it came from) of `bt {phase}` for `model` on this machine, at
     `batch_size` when given (records made before batch sizes were recorded do not match one),
     from the first of `run_dirs` that holds one; None when none does."""
@@ -173,8 +184,9 @@ def measured(run_dirs: list[Path], model: str, phase: str,
     return None
 
 
-def rate_for(plan: RunPlan, run_dirs: list[Path], phase: str, batch_size: int,
-              fallback: str | None = None) -> None:
+def rate_for(
+    plan: RunPlan, run_dirs: list[Path], phase: str, batch_size: int, fallback: str | None = None
+) -> None:
     """Fill `plan`'s rate from `measured`: the same command, model and batch size, else (with
     `fallback`) the rate `bt {fallback}` measured for the model, said so; scaled down to the
     rows the plan can keep in flight (`_scale_to_rows`). Without either, say why not."""
@@ -182,11 +194,15 @@ def rate_for(plan: RunPlan, run_dirs: list[Path], phase: str, batch_size: int,
     if got is None and fallback:
         got = measured(run_dirs, plan.model, fallback)
         if got is not None:
-            plan.rate_note = (f"no {command_of(phase)} of {plan.model} at batch size "
-                              f"{batch_size} has measured its own yet")
+            plan.rate_note = (
+                f"no {command_of(phase)} of {plan.model} at batch size "
+                f"{batch_size} has measured its own yet"
+            )
     if got is None:
-        plan.missing_rate = (f"no {command_of(phase)} of {plan.model} at batch size "
-                             f"{batch_size} has measured its tokens/s on this machine yet")
+        plan.missing_rate = (
+            f"no {command_of(phase)} of {plan.model} at batch size "
+            f"{batch_size} has measured its tokens/s on this machine yet"
+        )
         return
     rec, plan.rate_source = got
     plan.tokens_per_s = float(rec["tokens_per_s"])
@@ -206,20 +222,31 @@ def _scale_to_rows(plan: RunPlan, rec: dict, rows: int) -> None:
         plan.occupancy = None
         plan.rate_note += ("; " if plan.rate_note else "") + (
             f"scaled to the {plural(rows, 'row')} this plan keeps in flight from the {had:.1f} "
-            f"measured")
+            f"measured"
+        )
 
 
 def sibling_runs(run_dir: Path) -> list[Path]:
     """The run itself, then the other runs beside it (same model, maybe measured there)."""
     parent = run_dir.parent
-    others = sorted(d for d in parent.iterdir() if d != run_dir and (d / STORE_FILE).exists()) \
-        if parent.is_dir() else []
+    others = (
+        sorted(d for d in parent.iterdir() if d != run_dir and (d / STORE_FILE).exists())
+        if parent.is_dir()
+        else []
+    )
     return [run_dir, *others]
 
 
-def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: int = 32, *,
-                  topup: tuple[str, ...] | None = None, memory_bytes: int | None = None,
-                  kv_bits: int | None = None, memory: bool = True) -> list[RunPlan]:
+def plan_continue(
+    run_dirs: list[Path],
+    settings: dict[str, Any],
+    batch_size: int = 32,
+    *,
+    topup: tuple[str, ...] | None = None,
+    memory_bytes: int | None = None,
+    kv_bits: int | None = None,
+    memory: bool = True,
+) -> list[RunPlan]:
     """`bt continue --dry-run`: per run, probes, refinement, restarts (and the top-ups, which
     depend on outcomes, under the rules `topup` joined to the run's: `resolve_topup`) under the
     protocol the command would record, with an ETA from the rate `bt continue` measured at
@@ -234,27 +261,41 @@ def plan_continue(run_dirs: list[Path], settings: dict[str, Any], batch_size: in
             base = store.samples_frame(kind="base")
             have = store.existing_keys()
             panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol)
-            prompts = {cid: len(store.cell_prompt(cid)[1]) for cid in base["cell_id"]} \
-                if memory else {}
-        plan = _continue_plan(run_dir, man.get("model_alias", "?"), protocol, base, have,
-                              panel, batch_size, rules)
+            prompts = (
+                {cid: len(store.cell_prompt(cid)[1]) for cid in base["cell_id"]} if memory else {}
+            )
+        plan = _continue_plan(
+            run_dir, man.get("model_alias", "?"), protocol, base, have, panel, batch_size, rules
+        )
         plans.append(plan)
         if not memory:
             continue
         bits = kv_bits if kv_bits is not None else (man.get("continuation") or {}).get("kv_bits")
-        plan.memory = memory_line(man.get("model_id", ""), base, prompts, protocol, batch_size,
-                                  memory_bytes, bits)
+        plan.memory = memory_line(
+            man.get("model_id", ""), base, prompts, protocol, batch_size, memory_bytes, bits
+        )
     return plans
 
 
-def memory_line(model_id: str, base: Any, prompts: dict[str, int], p: Protocol, batch_size: int,
-                memory_bytes: int | None, kv_bits: int | None = None) -> str:
+def memory_line(
+    model_id: str,
+    base: Any,
+    prompts: dict[str, int],
+    p: Protocol,
+    batch_size: int,
+    memory_bytes: int | None,
+    kv_bits: int | None = None,
+) -> str:
     """What `--memory-gb` admits for these base traces (issue 28), from the model's config.json
     and the engine's own rule (`engine.memory.admission`), without loading the model."""
     import json
 
-    from breakthrough.engine.memory import SHARED_PREFIXES, admission, budget_without_loading
-    from breakthrough.engine.memory import layout_from_config
+    from breakthrough.engine.memory import (
+        SHARED_PREFIXES,
+        admission,
+        budget_without_loading,
+        layout_from_config,
+    )
     from breakthrough.models.loading import local_folder
     from breakthrough.pipeline.scheduler import MemoryPlan
 
@@ -266,8 +307,10 @@ def memory_line(model_id: str, base: Any, prompts: dict[str, int], p: Protocol, 
     except (ValueError, OSError) as exc:
         return f"memory: rows per batch unknown ({exc})"
     budget, how = budget_without_loading(folder, memory_bytes)
-    cells = [plan_cell(rec["cell_id"], {}, [0] * prompts.get(rec["cell_id"], 0), rec, p)
-             for rec in base.to_dict(orient="records")]
+    cells = [
+        plan_cell(rec["cell_id"], {}, [0] * prompts.get(rec["cell_id"], 0), rec, p)
+        for rec in base.to_dict(orient="records")
+    ]
     probe = max(c.probe_row(p) for c in cells)
     restart = max(c.restart_row(p) for c in cells)
     rule = dict(batch_size=batch_size, max_prefixes=SHARED_PREFIXES, snapshots=len(p.anchors) + 1)
@@ -275,8 +318,10 @@ def memory_line(model_id: str, base: Any, prompts: dict[str, int], p: Protocol, 
     rows_r = admission(layout, budget, restart, 0, **rule)
     if min(rows_p.rows, rows_r.rows) < 1:
         need = max(rows_p.need_bytes, rows_r.need_bytes) / 2**30
-        return (f"memory ({how}) cannot hold one row of the deepest anchor: {need:.3g} GB "
-                f"needed; bt continue will refuse it")
+        return (
+            f"memory ({how}) cannot hold one row of the deepest anchor: {need:.3g} GB "
+            f"needed; bt continue will refuse it"
+        )
     return MemoryPlan(rows_p.rows, rows_r.rows, probe[0], batch_size, how).line()
 
 
@@ -286,36 +331,70 @@ def _refinement_left(cell_id: str, grid_done: bool, panel: Any, p: Protocol) -> 
     rows = panel[panel["cell_id"] == cell_id]
     done = sum(a not in p.anchors for a in rows["anchor"])
     if grid_done:
-        tuples = list(rows[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False,
-                                                                                 name=None))
+        tuples = list(
+            rows[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None)
+        )
         if bisection_midpoint(tuples, p.tau, p) is None:
             return 0
     return max(p.refinement_rounds - done, 0) * p.samples
 
 
-def _continue_plan(run_dir: Path, model: str, p: Protocol, base: Any, have: set,
-                   panel: Any, batch_size: int, topup: str = "") -> RunPlan:
+def _continue_plan(
+    run_dir: Path,
+    model: str,
+    p: Protocol,
+    base: Any,
+    have: set,
+    panel: Any,
+    batch_size: int,
+    topup: str = "",
+) -> RunPlan:
     probes = refine = restarts = restart_tokens = 0
     probe_tokens = p.budget + p.answer_budget
     for rec in base.to_dict(orient="records"):
         cell = plan_cell(rec["cell_id"], {}, [], rec, p)
         cid = rec["cell_id"]
-        missing = sum(1 for a in cell.grid for b in range(p.samples)
-                      if (cid, "probe", a, p.budget, b) not in have)
-        probes += missing
-        refine += _refinement_left(cid, not missing, panel, p) if len(cell.grid) > 1 else 0
-        missing = [c for c in p.restart_budgets for b in range(p.restart_samples)
-                   if (cid, "restart", -1, c, b) not in have]
-        restarts += len(missing)
-        restart_tokens += sum(c + p.answer_budget for c in missing)
-    plan = RunPlan(run_dir, model, [
-        PhasePlan("probes", probes, probes * probe_tokens),
-        PhasePlan("refinement", refine, refine * probe_tokens,
-                  f"at most {p.refinement_rounds} bisection rounds per cell"),
-        PhasePlan("restarts", restarts, restart_tokens,
-                  "instant cells get only the scratch budget" if restarts else ""),
-        PhasePlan("topups", 0, 0, (f"--topup {topup}: " if topup else "")
-                  + "decided by the outcomes above; not counted"),
-    ])
+        missing_probes = sum(
+            1
+            for a in cell.grid
+            for b in range(p.samples)
+            if (cid, "probe", a, p.budget, b) not in have
+        )
+        probes += missing_probes
+        refine += _refinement_left(cid, not missing_probes, panel, p) if len(cell.grid) > 1 else 0
+        missing_restarts = [
+            c
+            for c in p.restart_budgets
+            for b in range(p.restart_samples)
+            if (cid, "restart", -1, c, b) not in have
+        ]
+        restarts += len(missing_restarts)
+        restart_tokens += sum(c + p.answer_budget for c in missing_restarts)
+    plan = RunPlan(
+        run_dir,
+        model,
+        [
+            PhasePlan("probes", probes, probes * probe_tokens),
+            PhasePlan(
+                "refinement",
+                refine,
+                refine * probe_tokens,
+                f"at most {p.refinement_rounds} bisection rounds per cell",
+            ),
+            PhasePlan(
+                "restarts",
+                restarts,
+                restart_tokens,
+                "instant cells get only the scratch budget" if restarts else "",
+            ),
+            PhasePlan(
+                "topups",
+                0,
+                0,
+                (f"--topup {topup}: " if topup else "")
+                + "decided by the outcomes above; not counted",
+            ),
+        ],
+    )
     rate_for(plan, sibling_runs(run_dir), "continue", batch_size, fallback="base")
     return plan

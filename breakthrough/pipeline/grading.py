@@ -29,5 +29,5 @@ def regrade_run(run_dir: Path, *, again: bool = False) -> GradeReport:
             grades = grader.grade_many([(text, items[cid], fin) for _, cid, text, fin in todo])
         finally:
             getattr(grader, "close", lambda: None)()
-        store.set_grades([(sid, g) for (sid, *_), g in zip(todo, grades)])
+        store.set_grades([(sid, g) for (sid, *_), g in zip(todo, grades, strict=True)])
     return GradeReport(run_dir, len(grades), sum(g.correct for g in grades), grades[0].version)

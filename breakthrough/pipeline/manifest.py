@@ -53,14 +53,23 @@ def check_run_name(run: str) -> str:
     import re
 
     if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}", str(run)):
-        raise BtError(f"--run {run!r}: a run name is a plain name (letters, digits, '.', '_', '-', "
-                      f"at most 128, not starting with '.'; no '/'); it names one folder under "
-                      f"--runs-dir")
+        raise BtError(
+            f"--run {run!r}: a run name is a plain name (letters, digits, '.', '_', '-', "
+            f"at most 128, not starting with '.'; no '/'); it names one folder under "
+            f"--runs-dir"
+        )
     return run
 
 
-def request_identity(model: Any, rows: Sequence[dict], protocol: Protocol, cohort_digest: str,
-                     variant: str, hidden_stride: int | None = None, run_kind: str = "base") -> dict:
+def request_identity(
+    model: Any,
+    rows: Sequence[dict],
+    protocol: Protocol,
+    cohort_digest: str,
+    variant: str,
+    hidden_stride: int | None = None,
+    run_kind: str = "base",
+) -> dict:
     """The identity fields of a `bt base` request that are known before the weights are loaded
     (`model` is a `LoadedModel` or a `loading.ModelIdentity`), plus the whole protocol so a
     refusal can name the constant that differs.
@@ -79,16 +88,26 @@ def request_identity(model: Any, rows: Sequence[dict], protocol: Protocol, cohor
         "protocol_digest": protocol.identity_digest(),
         "protocol": protocol.to_dict(),
         "cohort_digest": cohort_digest,
-        "prompt_version": protocol.prompt_version if family == "math" else f"{protocol.prompt_version}/{variant}",
+        "prompt_version": protocol.prompt_version
+        if family == "math"
+        else f"{protocol.prompt_version}/{variant}",
     }
     if hidden_stride is not None:
         identity["hidden_stride"] = int(hidden_stride)
     return identity
 
 
-def run_manifest(loaded: Any, rows: Sequence[dict], protocol: Protocol, cohort: str,
-                 cohort_digest: str, variant: str, engine: dict[str, Any] | None = None,
-                 hidden_stride: int | None = None, run_kind: str = "base") -> dict:
+def run_manifest(
+    loaded: Any,
+    rows: Sequence[dict],
+    protocol: Protocol,
+    cohort: str,
+    cohort_digest: str,
+    variant: str,
+    engine: dict[str, Any] | None = None,
+    hidden_stride: int | None = None,
+    run_kind: str = "base",
+) -> dict:
     """What defines the run (identity fields, see store.IDENTITY_FIELDS) plus what documents it.
     `cohort_digest` is of the whole cohort file, so --limit/--problems subsets share one run;
     `engine` is the engine's `identity()` (recorded by the first generation when absent);
@@ -139,61 +158,82 @@ def check_model(store: RunStore, loaded: Any, run_dir: Path) -> None:
     recorded one (a run made before model_digest records the first one it is continued with)."""
     man = store.manifest()
     if man.get("model_revision") != loaded.revision:
-        raise BtError(f"{run_dir}: run was made with model_revision={man.get('model_revision')!r}, "
-                      f"loaded {loaded.revision!r}")
+        raise BtError(
+            f"{run_dir}: run was made with model_revision={man.get('model_revision')!r}, "
+            f"loaded {loaded.revision!r}"
+        )
     if man.get("model_digest") not in (None, loaded.digest):
-        raise BtError(f"{run_dir}: run was made with model_digest={man['model_digest']!r}, the "
-                      f"loaded files have {loaded.digest!r}; a run never mixes networks")
+        raise BtError(
+            f"{run_dir}: run was made with model_digest={man['model_digest']!r}, the "
+            f"loaded files have {loaded.digest!r}; a run never mixes networks"
+        )
     if "model_digest" not in man and loaded.digest:
         store.update_manifest({"model_digest": loaded.digest})
 
 
-def preflight_continue(store: RunStore, settings: dict[str, Any], backend: str | None = None,
-                       topup: tuple[str, ...] | None = None) -> None:
+def preflight_continue(
+    store: RunStore,
+    settings: dict[str, Any],
+    backend: str | None = None,
+    topup: tuple[str, ...] | None = None,
+) -> None:
     """Before `bt continue` writes any run's protocol or loads a model: refuse a run whose
     manifest is empty, that is a `bt sample` run, whose settings could not run or differ from
     the ones it was continued under (`record_continuation_protocol`), whose `--topup` rules
-    would drop or contradict the ones it was continued under (`resolve_topup`), whose sample rows do not
-    match their checksums, that cannot be written, whose anchors lie beyond every base trace,
-    whose engine backend differs from the one asked for, or whose model files no longer match
-    its recorded revision and content digest, naming the setting (all known without loading
-    any weights)."""
+    would drop or contradict the ones it was continued under (`resolve_topup`), whose sample rows do
+    not match their checksums, that cannot be written, whose anchors lie beyond every base trace,
+    whose engine backend differs from the one asked for, or whose model files no longer match its
+    recorded revision and content digest, naming the setting (all known without loading any
+    weights)."""
     from breakthrough.models.loading import model_identity
 
     man = store.manifest()
     if not man:
-        raise BtError(f"{store.path}: the manifest is empty: the run was never started, or its "
-                      f"store is damaged; rerun `bt base` (or restore the store from a copy)")
+        raise BtError(
+            f"{store.path}: the manifest is empty: the run was never started, or its "
+            f"store is damaged; rerun `bt base` (or restore the store from a copy)"
+        )
     if "model_id" not in man:
         raise BtError(f"{store.run_dir}: the run has no model recorded; run `bt base` first")
     if store.run_kind() != "base":
-        raise BtError(f"{store.run_dir}: a `bt sample` run (independent attempts), not a `bt base` "
-                      f"run; bt continue continues base traces (run `bt base` for this cohort)")
+        raise BtError(
+            f"{store.run_dir}: a `bt sample` run (independent attempts), not a `bt base` "
+            f"run; bt continue continues base traces (run `bt base` for this cohort)"
+        )
     protocol = record_continuation_protocol(store, **settings)
     resolve_topup(store.run_dir, man, topup)
     store.check_where()  # every row the cell programs will read, up front
     check_writable(store.run_dir)
     longest = store.conn.execute(
         "SELECT max(c.reasoning_tokens) FROM cells c JOIN samples s USING(cell_id) "
-        "WHERE s.kind='base'").fetchone()[0]
+        "WHERE s.kind='base'"
+    ).fetchone()[0]
     if longest is not None and protocol.anchors[0] > longest:
-        raise BtError(f"--anchors {','.join(map(str, protocol.anchors))}: beyond every base "
-                      f"trace of {store.run_dir} (the longest has {longest:,} reasoning tokens); "
-                      f"no probe would run: use anchors up to {longest:,}")
+        raise BtError(
+            f"--anchors {','.join(map(str, protocol.anchors))}: beyond every base "
+            f"trace of {store.run_dir} (the longest has {longest:,} reasoning tokens); "
+            f"no probe would run: use anchors up to {longest:,}"
+        )
     have_backend = (man.get("engine") or {}).get("backend")
     if backend and have_backend and have_backend != backend:
-        raise BtError(f"{store.run_dir}: --backend: run was made with engine.backend={have_backend!r}, this "
-                      f"request has engine.backend={backend!r}; a run never mixes backends "
-                      f"(use --backend {have_backend})")
+        raise BtError(
+            f"{store.run_dir}: --backend: run was made with engine.backend={have_backend!r}, this "
+            f"request has engine.backend={backend!r}; a run never mixes backends "
+            f"(use --backend {have_backend})"
+        )
     ident = model_identity(man["model_id"])
     if man.get("model_revision") not in (None, ident.revision):
-        raise BtError(f"{store.run_dir}: run was made with model_revision="
-                      f"{man['model_revision']!r}, the model {man['model_id']} is now {ident.revision!r}")
+        raise BtError(
+            f"{store.run_dir}: run was made with model_revision="
+            f"{man['model_revision']!r}, the model {man['model_id']} is now {ident.revision!r}"
+        )
     if man.get("model_digest") not in (None, ident.digest):
-        raise BtError(f"{store.run_dir}: run was made with model_digest={man['model_digest']!r}, "
-                      f"the files of {man['model_id']} now have {ident.digest!r} (model_digest "
-                      f"{man['model_digest']} vs {ident.digest}); a run never mixes networks: "
-                      f"restore the model's files or start a new run")
+        raise BtError(
+            f"{store.run_dir}: run was made with model_digest={man['model_digest']!r}, "
+            f"the files of {man['model_id']} now have {ident.digest!r} (model_digest "
+            f"{man['model_digest']} vs {ident.digest}); a run never mixes networks: "
+            f"restore the model's files or start a new run"
+        )
 
 
 def record_continuation_protocol(store: RunStore, **settings: Any) -> Protocol:
@@ -230,18 +270,30 @@ def refuse_changed_settings(run_dir: Path, have: Protocol, settings: dict[str, A
         if asked is None:
             continue
         was = getattr(have, key)
-        same = (list(map(int, was)) == list(map(int, asked)) if isinstance(was, tuple)
-                else float(was) == float(asked))
+        same = (
+            list(map(int, was)) == list(map(int, asked))
+            if isinstance(was, tuple)
+            else float(was) == float(asked)
+        )
         if same:
             continue
         opt = OPTION_NAMES.get(key, key)
-        show = (lambda v: ",".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v))
-        hint = (" (adding a second probe budget is a separate, explicit operation: its own arm, "
-                "never --budget)" if key == "budget" else "")
-        raise BtError(f"{run_dir}: run was continued with {opt} {show(was)}, this request has "
-                      f"{opt} {show(asked)} (stored {show(was)} vs asked {show(asked)}); a run "
-                      f"holds one protocol: leave {opt} out to use the run's{hint}, or start a "
-                      f"new run")
+
+        def show(v: object) -> str:
+            return ",".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
+
+        hint = (
+            " (adding a second probe budget is a separate, explicit operation: its own arm, "
+            "never --budget)"
+            if key == "budget"
+            else ""
+        )
+        raise BtError(
+            f"{run_dir}: run was continued with {opt} {show(was)}, this request has "
+            f"{opt} {show(asked)} (stored {show(was)} vs asked {show(asked)}); a run "
+            f"holds one protocol: leave {opt} out to use the run's{hint}, or start a "
+            f"new run"
+        )
 
 
 # The manifest entry that records the `--topup` rules a run was continued under, as their
@@ -286,17 +338,21 @@ class TopupChoice:
         if self.asked is not None:
             return f"{self.text} (as asked)"
         if self.continued_before:
-            return (f"{self.text} (the default: the run was continued before bt recorded its "
-                    f"top-up rules)")
+            return (
+                f"{self.text} (the default: the run was continued before bt recorded its "
+                f"top-up rules)"
+            )
         return f"{self.text} (the default)"
 
     def added_note(self) -> str:
         """The closing line's words for a rule this continuation added to the run's record."""
         if not self.added:
             return ""
-        return (f"added top-up rule{'s' if len(self.added) > 1 else ''} "
-                f"{','.join(self.added)} to the run's {topup_text(self.stored or ())} "
-                f"(recorded: a plain `bt continue` now runs {self.text})")
+        return (
+            f"added top-up rule{'s' if len(self.added) > 1 else ''} "
+            f"{','.join(self.added)} to the run's {topup_text(self.stored or ())} "
+            f"(recorded: a plain `bt continue` now runs {self.text})"
+        )
 
 
 def stored_topup(man: dict[str, Any], run_dir: Path | str = "") -> tuple[str, ...] | None:
@@ -306,12 +362,14 @@ def stored_topup(man: dict[str, Any], run_dir: Path | str = "") -> tuple[str, ..
     try:
         return topup_rules(str(man[TOPUP_KEY]))
     except ValueError as exc:
-        raise BtError(f"{run_dir}: unreadable top-up rules {man[TOPUP_KEY]!r} in the manifest "
-                      f"({exc})") from None
+        raise BtError(
+            f"{run_dir}: unreadable top-up rules {man[TOPUP_KEY]!r} in the manifest ({exc})"
+        ) from None
 
 
-def resolve_topup(run_dir: Path | str, man: dict[str, Any],
-                  asked: tuple[str, ...] | None) -> TopupChoice:
+def resolve_topup(
+    run_dir: Path | str, man: dict[str, Any], asked: tuple[str, ...] | None
+) -> TopupChoice:
     """The top-up rules a continuation of the run with manifest `man` runs (`TopupChoice`):
     `asked` (the parsed `--topup`; None: not given) joined to the run's recorded rules.
     Refused, naming stored vs asked: `--topup none` on a run that records rules (a run's
@@ -325,17 +383,21 @@ def resolve_topup(run_dir: Path | str, man: dict[str, Any],
         return TopupChoice(stored, stored, None, before)
     was, now = topup_text(stored), topup_text(asked)
     if not asked and stored:
-        raise BtError(f"{run_dir}: run was continued with --topup {was}, this request has "
-                      f"--topup none (stored {was} vs asked none); a run's top-up rules are "
-                      f"only added to: leave --topup out to use the run's, or start a new run")
+        raise BtError(
+            f"{run_dir}: run was continued with --topup {was}, this request has "
+            f"--topup none (stored {was} vs asked none); a run's top-up rules are "
+            f"only added to: leave --topup out to use the run's, or start a new run"
+        )
     try:
         rules = topup_rules(set(stored) | set(asked))
     except ValueError:  # "ambiguous" and "posterior": two answers to one question
-        raise BtError(f"{run_dir}: run was continued with --topup {was}, this request has "
-                      f"--topup {now} (stored {was} vs asked {now}); 'ambiguous' and "
-                      f"'posterior' are alternative rules for the same cells and a run's top-up "
-                      f"rules are only added to: leave --topup out to use the run's, or start a "
-                      f"new run") from None
+        raise BtError(
+            f"{run_dir}: run was continued with --topup {was}, this request has "
+            f"--topup {now} (stored {was} vs asked {now}); 'ambiguous' and "
+            f"'posterior' are alternative rules for the same cells and a run's top-up "
+            f"rules are only added to: leave --topup out to use the run's, or start a "
+            f"new run"
+        ) from None
     return TopupChoice(rules, stored, asked, before)
 
 
@@ -346,8 +408,10 @@ def record_topup(store: RunStore, rules: tuple[str, ...]) -> str:
     try:
         text = topup_text(set(stored) | set(rules))
     except ValueError as exc:  # callers resolve first (`resolve_topup`); an API caller may not
-        raise BtError(f"{store.run_dir}: --topup {topup_text(rules)} cannot join the run's "
-                      f"{topup_text(stored)}: {exc}") from None
+        raise BtError(
+            f"{store.run_dir}: --topup {topup_text(rules)} cannot join the run's "
+            f"{topup_text(stored)}: {exc}"
+        ) from None
     if store.manifest().get(TOPUP_KEY) != text:
         store.update_manifest({TOPUP_KEY: text})
     return text
@@ -366,11 +430,20 @@ def machine_name() -> str:
     a rate measured elsewhere says nothing about this machine."""
     import os
 
-    return f"{platform.system()} {platform.machine()} {platform.processor() or '?'} x{os.cpu_count()}"
+    return (
+        f"{platform.system()} {platform.machine()} {platform.processor() or '?'} x{os.cpu_count()}"
+    )
 
 
-def record_throughput(store: RunStore, phase: str, tokens: int, seconds: float, *,
-                      batch_size: int | None = None, occupancy: float | None = None) -> None:
+def record_throughput(
+    store: RunStore,
+    phase: str,
+    tokens: int,
+    seconds: float,
+    *,
+    batch_size: int | None = None,
+    occupancy: float | None = None,
+) -> None:
     """Store the generated tokens/s `bt base` / `bt continue` (`phase`) just measured on this
     machine, with the batch size and mean batch occupancy it ran at, for `--dry-run` ETAs: under
     `phase` (the latest call wins) and under `phase@batch_size` (the latest at that batch size),
@@ -379,8 +452,12 @@ def record_throughput(store: RunStore, phase: str, tokens: int, seconds: float, 
     if tokens <= 0 or seconds <= 0:
         return
     got = dict(store.manifest().get("throughput") or {})
-    rec = {"generated_tokens": int(tokens), "elapsed_s": round(float(seconds), 3),
-           "tokens_per_s": round(tokens / seconds, 3), "machine": machine_name()}
+    rec = {
+        "generated_tokens": int(tokens),
+        "elapsed_s": round(float(seconds), 3),
+        "tokens_per_s": round(tokens / seconds, 3),
+        "machine": machine_name(),
+    }
     if batch_size is not None:
         rec["batch_size"] = int(batch_size)
     if occupancy is not None:

@@ -32,13 +32,23 @@ from breakthrough.engine import EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
 from breakthrough.models.loading import fetch_hub_models, load_model, model_identity
-from breakthrough.pipeline.base import (base_cells, check_hidden_stride, check_runs_dir,
-                                        commit_trajectory, select_rows)
-from breakthrough.pipeline.dry_run import (PhasePlan, RunPlan, large_run_line, rate_for,
-                                           sibling_runs)
-from breakthrough.pipeline.manifest import (check_engine, record_throughput, refuse_changed_run,
-                                             request_identity, run_alias, run_manifest,
-                                             run_name)
+from breakthrough.pipeline.base import (
+    base_cells,
+    check_hidden_stride,
+    check_runs_dir,
+    commit_trajectory,
+    select_rows,
+)
+from breakthrough.pipeline.dry_run import PhasePlan, RunPlan, large_run_line, rate_for, sibling_runs
+from breakthrough.pipeline.manifest import (
+    check_engine,
+    record_throughput,
+    refuse_changed_run,
+    request_identity,
+    run_alias,
+    run_manifest,
+    run_name,
+)
 from breakthrough.protocol import Protocol
 from breakthrough.runlock import run_lock
 from breakthrough.seeds import attempt_seed
@@ -117,11 +127,13 @@ def _refuse_other_seeds(store: RunStore, want: Callable[[str, int], int]) -> Non
     """A stored attempt whose seed is not the one this request gives it was drawn under another
     seed scheme: refuse rather than mix two experiments in one run."""
     df = store.samples_frame(arrays=False, kind=KIND)
-    for cell, branch, seed in zip(df["cell_id"], df["branch"], df["seed"]):
+    for cell, branch, seed in zip(df["cell_id"], df["branch"], df["seed"], strict=True):
         if int(seed) != want(cell, int(branch)):
-            raise BtError(f"{store.run_dir}: attempt {int(branch)} of {cell} was drawn with seed "
-                          f"{int(seed)}, this request gives it {want(cell, int(branch))}; "
-                          "use another --run")
+            raise BtError(
+                f"{store.run_dir}: attempt {int(branch)} of {cell} was drawn with seed "
+                f"{int(seed)}, this request gives it {want(cell, int(branch))}; "
+                "use another --run"
+            )
 
 
 def _accepts_attempts(store: RunStore) -> None:
@@ -130,33 +142,64 @@ def _accepts_attempts(store: RunStore) -> None:
         raise BtError(f"{store.run_dir}: this run's store predates attempts; use another --run")
 
 
-def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, run_dir: Path,
-               attempts: int, protocol: Protocol, engine: EngineSpec = EngineSpec(),
-               seeds: tuple[int, ...] | None = None, hidden_stride: int = 0,
-               on_start: Callable[[int, Any], None] | None = None,
-               on_sample: Callable[[SampleRecord, Any], None] | None = None) -> SampleReport:
+def run_sample(
+    *,
+    loaded: Any,
+    rows: Sequence[dict],
+    cohort: str,
+    digest: str,
+    run_dir: Path,
+    attempts: int,
+    protocol: Protocol,
+    engine: EngineSpec = EngineSpec(),
+    seeds: tuple[int, ...] | None = None,
+    hidden_stride: int = 0,
+    on_start: Callable[[int, Any], None] | None = None,
+    on_sample: Callable[[SampleRecord, Any], None] | None = None,
+) -> SampleReport:
     """Generate, segment, grade and store the missing attempts 0..N-1 of every row's cell for
     one loaded model (with the hidden vectors of every `hidden_stride`-th token); each attempt
     is committed when it finishes."""
     family = family_of(rows)
     check_hidden_stride(hidden_stride, engine.backend)
-    cells = base_cells(loaded, rows, protocol, "plain")  # a too-long prompt: refused before any write
+    cells = base_cells(
+        loaded, rows, protocol, "plain"
+    )  # a too-long prompt: refused before any write
     gen = make_engine(engine, loaded)
     store = RunStore(run_dir, create=True)
     try:
         try:
             _accepts_attempts(store)
-            store.ensure_manifest(run_manifest(loaded, rows, protocol, cohort, digest, "plain",
-                                               gen.identity(), hidden_stride, run_kind="sample"))
+            store.ensure_manifest(
+                run_manifest(
+                    loaded,
+                    rows,
+                    protocol,
+                    cohort,
+                    digest,
+                    "plain",
+                    gen.identity(),
+                    hidden_stride,
+                    run_kind="sample",
+                )
+            )
             check_engine(store, gen)
         except BaseException:
             store.discard_new()  # a creation that failed leaves nothing a rerun would trip on
             raise
         store.remove_orphan_hidden()  # files a kill left between their rename and their commit
-        _refuse_other_seeds(store, lambda c, b: seed_of(c, b, seeds) if seeds is None or b < len(seeds)
-                            else -1)
-        store.update_manifest({"attempts": {"kind": KIND, "max_tokens": protocol.base_max_tokens,
-                                            "seeds": list(seeds) if seeds is not None else "attempt_seed"}})
+        _refuse_other_seeds(
+            store, lambda c, b: seed_of(c, b, seeds) if seeds is None or b < len(seeds) else -1
+        )
+        store.update_manifest(
+            {
+                "attempts": {
+                    "kind": KIND,
+                    "max_tokens": protocol.base_max_tokens,
+                    "seeds": list(seeds) if seeds is not None else "attempt_seed",
+                }
+            }
+        )
         store.add_cells(cells)
         done = {(k[0], k[4]) for k in store.existing_keys(KIND)}
         by_key: dict[str, tuple[dict, int]] = {}
@@ -167,13 +210,22 @@ def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, r
                     continue
                 key = f"{c['cell_id']}#{KIND}{b}"
                 by_key[key] = (c, b)
-                requests.append(GenRequest(key=key, prompt=c["prompt_ids"],
-                                           max_tokens=protocol.base_max_tokens,
-                                           seed=seed_of(c["cell_id"], b, seeds),
-                                           sampling=protocol.sampling,
-                                           hidden_stride=hidden_stride))
-        report = SampleReport(run_dir=run_dir, model=loaded.alias, todo=len(requests),
-                              skipped=len(cells) * attempts - len(requests))
+                requests.append(
+                    GenRequest(
+                        key=key,
+                        prompt=c["prompt_ids"],
+                        max_tokens=protocol.base_max_tokens,
+                        seed=seed_of(c["cell_id"], b, seeds),
+                        sampling=protocol.sampling,
+                        hidden_stride=hidden_stride,
+                    )
+                )
+        report = SampleReport(
+            run_dir=run_dir,
+            model=loaded.alias,
+            todo=len(requests),
+            skipped=len(cells) * attempts - len(requests),
+        )
         if on_start:
             on_start(len(requests), gen)
         grader = make_grader(family, run_dir)
@@ -181,14 +233,23 @@ def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, r
         try:
             for res in gen.generate(iter(requests)):
                 cell, branch = by_key[res.key]
-                done = commit_trajectory(store, grader, loaded, res, cell["item"], cell_id=cell["cell_id"],
-                                         kind=KIND, budget=protocol.base_max_tokens, branch=branch,
-                                         seed=seed_of(cell["cell_id"], branch, seeds),
-                                         hidden_stride=hidden_stride)
-                if done is None:
+                stored = commit_trajectory(
+                    store,
+                    grader,
+                    loaded,
+                    res,
+                    cell["item"],
+                    cell_id=cell["cell_id"],
+                    kind=KIND,
+                    budget=protocol.base_max_tokens,
+                    branch=branch,
+                    seed=seed_of(cell["cell_id"], branch, seeds),
+                    hidden_stride=hidden_stride,
+                )
+                if stored is None:
                     report.failed += 1
                     continue
-                rec, grade = done
+                rec, grade = stored
                 report.generated += 1
                 report.tokens += len(res.tokens)
                 report.solved += int(bool(grade and grade.correct))
@@ -198,15 +259,25 @@ def run_sample(*, loaded: Any, rows: Sequence[dict], cohort: str, digest: str, r
             getattr(grader, "close", lambda: None)()
         report.elapsed_s = time.perf_counter() - t0
         report.notes = list(getattr(gen, "notes", []))
-        record_throughput(store, KIND, report.tokens, report.elapsed_s,
-                          batch_size=engine.batch_size, occupancy=getattr(gen, "occupancy", None))
+        record_throughput(
+            store,
+            KIND,
+            report.tokens,
+            report.elapsed_s,
+            batch_size=engine.batch_size,
+            occupancy=getattr(gen, "occupancy", None),
+        )
         return report
     finally:
         store.close()
 
 
-def sample_runs(req: SampleRequest, *, announce: Callable[[str], None] | None = None,
-                drive: Callable[[Callable], SampleReport] | None = None) -> list[SampleReport]:
+def sample_runs(
+    req: SampleRequest,
+    *,
+    announce: Callable[[str], None] | None = None,
+    drive: Callable[[Callable], SampleReport] | None = None,
+) -> list[SampleReport]:
     """`bt sample`: for each model, check the request against an existing run (before loading),
     load the model and run `run_sample` into its run directory."""
     say = announce or (lambda line: None)
@@ -221,11 +292,15 @@ def sample_runs(req: SampleRequest, *, announce: Callable[[str], None] | None = 
         ident = model_identity(name)
         aliases.append(ident.alias)
         run_dir = run_dir_for(req, cohort_name, ident.alias)
-        refuse_changed_run(run_dir, request_identity(ident, rows, req.protocol, digest, "plain",
-                                                     req.hidden_stride, run_kind="sample"))
+        refuse_changed_run(
+            run_dir,
+            request_identity(
+                ident, rows, req.protocol, digest, "plain", req.hidden_stride, run_kind="sample"
+            ),
+        )
         planned.append((name, run_dir))
     reports = []
-    for (name, run_dir), alias in zip(planned, aliases):
+    for (name, run_dir), alias in zip(planned, aliases, strict=True):
         large = large_run_line(_plan_one(req, rows, alias, cohort_name))
         if large:  # said before the model loads
             say(large)
@@ -234,21 +309,39 @@ def sample_runs(req: SampleRequest, *, announce: Callable[[str], None] | None = 
     return reports
 
 
-def _sample_one(req: SampleRequest, name: str, run_dir: Path, rows: list[dict], digest: str,
-                cohort_name: str, say: Callable[[str], None],
-                drive: Callable[[Callable], SampleReport] | None) -> SampleReport:
+def _sample_one(
+    req: SampleRequest,
+    name: str,
+    run_dir: Path,
+    rows: list[dict],
+    digest: str,
+    cohort_name: str,
+    say: Callable[[str], None],
+    drive: Callable[[Callable], SampleReport] | None,
+) -> SampleReport:
     """Load one model and run (or hand `drive`) its attempts, holding the run's lock."""
     loaded = run_alias(run_dir, load_model(name))  # one model, one name per run
     base_cells(loaded, rows, req.protocol, "plain")
-    say(f"[bold]{loaded.alias}[/]: {req.attempts} attempt{'' if req.attempts == 1 else 's'} x "
-        f"{len(rows)} problem{'' if len(rows) == 1 else 's'} of {cohort_name} -> {run_dir}")
+    say(
+        f"[bold]{loaded.alias}[/]: {req.attempts} attempt{'' if req.attempts == 1 else 's'} x "
+        f"{len(rows)} problem{'' if len(rows) == 1 else 's'} of {cohort_name} -> {run_dir}"
+    )
 
     def run(on_start=None, on_sample=None):
-        return run_sample(loaded=loaded, rows=rows, cohort=cohort_name, digest=digest,
-                          run_dir=run_dir, attempts=req.attempts, protocol=req.protocol,
-                          engine=req.engine, seeds=req.seeds,
-                          hidden_stride=req.hidden_stride, on_start=on_start,
-                          on_sample=on_sample)
+        return run_sample(
+            loaded=loaded,
+            rows=rows,
+            cohort=cohort_name,
+            digest=digest,
+            run_dir=run_dir,
+            attempts=req.attempts,
+            protocol=req.protocol,
+            engine=req.engine,
+            seeds=req.seeds,
+            hidden_stride=req.hidden_stride,
+            on_start=on_start,
+            on_sample=on_sample,
+        )
 
     return drive(run) if drive else run()
 
@@ -288,14 +381,29 @@ def _plan_one(req: SampleRequest, rows: list[dict], alias: str, cohort_name: str
         with RunStore(run_dir, readonly=True) as store:
             have = {(k[0], k[4]) for k in store.existing_keys(KIND)}
             alias = store.manifest().get("model_alias") or alias
-    missing = sum(1 for r in rows for b in range(req.attempts)
-                  if (f"{alias}:{r['id']}", b) not in have)
+    missing = sum(
+        1 for r in rows for b in range(req.attempts) if (f"{alias}:{r['id']}", b) not in have
+    )
     total = len(rows) * req.attempts
-    plan = RunPlan(run_dir, alias, [PhasePlan(
-        "attempts", missing, missing * req.protocol.base_max_tokens,
-        f"{missing:,} of {total:,} attempts to generate")])
-    siblings = list(dict.fromkeys(  # attempts and screens measure alike; base runs last
-        sibling_runs(run_dir) + sibling_runs(req.runs_dir / "attempts" / "_")
-        + sibling_runs(req.runs_dir / "screens" / "_") + sibling_runs(req.runs_dir / "_")))
+    plan = RunPlan(
+        run_dir,
+        alias,
+        [
+            PhasePlan(
+                "attempts",
+                missing,
+                missing * req.protocol.base_max_tokens,
+                f"{missing:,} of {total:,} attempts to generate",
+            )
+        ],
+    )
+    siblings = list(
+        dict.fromkeys(  # attempts and screens measure alike; base runs last
+            sibling_runs(run_dir)
+            + sibling_runs(req.runs_dir / "attempts" / "_")
+            + sibling_runs(req.runs_dir / "screens" / "_")
+            + sibling_runs(req.runs_dir / "_")
+        )
+    )
     rate_for(plan, siblings, KIND, req.engine.batch_size, fallback="base")
     return plan

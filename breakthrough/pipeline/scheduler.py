@@ -81,44 +81,72 @@ class CellState:
     prefix_chars: dict[int, int] = field(default_factory=dict)  # cut -> len(decoded prefix)
 
 
-def branches_for(cell: CellState, protocol: Protocol, kind: str, point: int,
-                 indices: Sequence[int]) -> list[Branch]:
+def branches_for(
+    cell: CellState, protocol: Protocol, kind: str, point: int, indices: Sequence[int]
+) -> list[Branch]:
     """The branches of (kind, anchor t or budget C) at these indices that are not stored yet."""
     out = []
     cid = cell.plan.cell_id
     for b in indices:
         if kind == "probe":
             if (point, protocol.budget, b) not in cell.done:
-                out.append(Branch(f"probe:{point}:{b}", "probe", point, protocol.budget, b,
-                                  probe_seed(cid, point, b), cell.plan.cut(point)))
+                out.append(
+                    Branch(
+                        f"probe:{point}:{b}",
+                        "probe",
+                        point,
+                        protocol.budget,
+                        b,
+                        probe_seed(cid, point, b),
+                        cell.plan.cut(point),
+                    )
+                )
         elif (-1, point, b) not in cell.done:
-            out.append(Branch(f"restart:{point}:{b}", "restart", -1, point, b,
-                              restart_seed(cid, point, b), 0))
+            out.append(
+                Branch(
+                    f"restart:{point}:{b}", "restart", -1, point, b, restart_seed(cid, point, b), 0
+                )
+            )
     return out
 
 
-def cell_steps(cell: CellState, protocol: Protocol, tau: float, topup: tuple[str, ...],
-               panels: Callable[[], tuple[Any, Any]],
-               forced: int | None = None) -> Iterator[tuple[str, list[Branch]]]:
+def cell_steps(
+    cell: CellState,
+    protocol: Protocol,
+    tau: float,
+    topup: tuple[str, ...],
+    panels: Callable[[], tuple[Any, Any]],
+    forced: int | None = None,
+) -> Iterator[tuple[str, list[Branch]]]:
     """The protocol for one cell, step by step; each yielded step's samples are all stored
     before the generator is resumed, so every decision reads complete panels. `forced`: the
     family's forced-close token count (default: the cell's runner's)."""
     p = protocol
-    yield "probes", [b for a in cell.plan.grid for b in branches_for(cell, p, "probe", a, range(p.samples))]
+    yield (
+        "probes",
+        [b for a in cell.plan.grid for b in branches_for(cell, p, "probe", a, range(p.samples))],
+    )
     for _ in range(p.refinement_rounds):  # protocol 4: bisection of the first stable crossing
         probe, _ = panels()
-        rows = list(probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None))
+        rows = list(
+            probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None)
+        )
         mid = bisection_midpoint(rows, tau, p)
         if mid is None:
             break
         yield "refinement", branches_for(cell, p, "probe", mid, range(p.samples))
     # Restarts (section 4), decided on the canonical probe summaries (instant cells: C = B only).
     probe, _ = panels()
-    rows = list(probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None))
+    rows = list(
+        probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None)
+    )
     if forced is None:
         forced = len(cell.runner.forced_ids)
     budgets = [c for c in restart_budgets_of(rows, tau, p) if check_budget(0, c, p, forced)]
-    yield "restarts", [b for c in budgets for b in branches_for(cell, p, "restart", c, range(p.restart_samples))]
+    yield (
+        "restarts",
+        [b for c in budgets for b in branches_for(cell, p, "restart", c, range(p.restart_samples))],
+    )
     if not topup:
         return
     wanted = {TOPUP_RULES[t] for t in topup} | {"bisection"}
@@ -134,8 +162,14 @@ def cell_steps(cell: CellState, protocol: Protocol, tau: float, topup: tuple[str
         yield "topups", todo
 
 
-def cells_with_work(store: RunStore, cells: Sequence[CellPlan], protocol: Protocol, *, tau: float,
-                    topup: tuple[str, ...]) -> list[str]:
+def cells_with_work(
+    store: RunStore,
+    cells: Sequence[CellPlan],
+    protocol: Protocol,
+    *,
+    tau: float,
+    topup: tuple[str, ...],
+) -> list[str]:
     """The ids of the cells whose program (`cell_steps`) still has a branch to generate, read
     from the store alone: no model, no engine. Why: a rerun with nothing left to do must say so
     before it loads any weights.
@@ -158,9 +192,11 @@ def cells_with_work(store: RunStore, cells: Sequence[CellPlan], protocol: Protoc
 
 def _panels_of(store: RunStore, cell_id: str, protocol: Protocol) -> Callable[[], tuple[Any, Any]]:
     """The (probe, restart) panels of one cell as stored now, read when called."""
+
     def read():
         df = store.samples_frame(arrays=False, cell_id=cell_id)
         return probe_panel(df, protocol), restart_panel(df, protocol)
+
     return read
 
 
@@ -179,9 +215,12 @@ class MemoryPlan:
     def line(self) -> str:
         def limit(rows: int) -> str:
             return "--batch-size" if rows >= self.batch_size else "memory"
-        return (f"memory ({self.budget}) admits {self.probe_rows} rows at the deepest anchor "
-                f"({self.probe_tokens:,} tokens; limited by {limit(self.probe_rows)}), "
-                f"{self.restart_rows} at the longest restart (limited by {limit(self.restart_rows)})")
+
+        return (
+            f"memory ({self.budget}) admits {self.probe_rows} rows at the deepest anchor "
+            f"({self.probe_tokens:,} tokens; limited by {limit(self.probe_rows)}), "
+            f"{self.restart_rows} at the longest restart (limited by {limit(self.restart_rows)})"
+        )
 
 
 def memory_plan(engine: Engine, cells: Sequence[CellPlan], protocol: Protocol) -> MemoryPlan | None:
@@ -227,11 +266,23 @@ class SchedulerCounts:
 class RunScheduler:
     """Streams every cell's branches through one `engine.generate` call (see module doc)."""
 
-    def __init__(self, store: RunStore, loaded: Any, engine: Engine, grader: Any,
-                 cells: Sequence[CellPlan], protocol: Protocol, *, tau: float,
-                 topup: tuple[str, ...], on_sample: Callable[[str, int], None] | None = None,
-                 max_active_cells: int = 3, instrument: bool = False, fill: bool = True,
-                 lookahead: int = 8) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        loaded: Any,
+        engine: Engine,
+        grader: Any,
+        cells: Sequence[CellPlan],
+        protocol: Protocol,
+        *,
+        tau: float,
+        topup: tuple[str, ...],
+        on_sample: Callable[[str, int], None] | None = None,
+        max_active_cells: int = 3,
+        instrument: bool = False,
+        fill: bool = True,
+        lookahead: int = 8,
+    ) -> None:
         self.store, self.loaded, self.engine, self.grader = store, loaded, engine, grader
         self.protocol, self.tau, self.topup = protocol, tau, topup
         self.on_sample = on_sample or (lambda phase, n: None)
@@ -277,8 +328,18 @@ class RunScheduler:
         while self._wants_cell():
             plan = self.waiting.popleft()
             done = {k[2:] for k in self.store.existing_keys(cell_id=plan.cell_id)}
-            cell = CellState(plan, BranchRunner(self.engine, self.loaded, plan.prompt, plan.trace,
-                                                self.protocol, plan.shared_prefix()), done)
+            cell = CellState(
+                plan,
+                BranchRunner(
+                    self.engine,
+                    self.loaded,
+                    plan.prompt,
+                    plan.trace,
+                    self.protocol,
+                    plan.shared_prefix(),
+                ),
+                done,
+            )
             cell.steps = self.program(cell)
             self.active.append(cell)
             changed = True
@@ -289,13 +350,16 @@ class RunScheduler:
     def program(self, cell: CellState) -> Iterator[tuple[str, list[Branch]]]:
         """The cell's step program: the protocol's (`cell_steps`); `bt continue --add-budget`
         runs another (pipeline.budget_arm)."""
-        return cell_steps(cell, self.protocol, self.tau, self.topup, self._panels(cell.plan.cell_id))
+        return cell_steps(
+            cell, self.protocol, self.tau, self.topup, self._panels(cell.plan.cell_id)
+        )
 
     def _panels(self, cell_id: str) -> Callable[[], tuple[Any, Any]]:
         return _panels_of(self.store, cell_id, self.protocol)
 
     def _advance(self, cell: CellState) -> None:
         """Run the cell's program to its next step with work to do (or its end)."""
+        assert cell.steps is not None  # the program is set when the cell is admitted
         while cell.outstanding == 0 and not cell.finished:
             try:
                 phase, branches = next(cell.steps)
@@ -410,13 +474,22 @@ class RunScheduler:
             cell.prefix_chars[b.cut] = len(decode(self.loaded.tokenizer, cell.plan.trace[: b.cut]))
         grade = self.grader.grade(text, cell.plan.item, r.finish_reason)
         rec = SampleRecord(
-            cell_id=cell.plan.cell_id, kind=b.kind, anchor=b.anchor, budget=b.budget,
-            branch=b.branch, seed=b.seed, prefix_len=b.cut,
-            token_ids=np.asarray(r.tokens, dtype=np.int32), text=text,
-            finish_reason=r.finish_reason, logprobs=r.logprobs, entropies=r.entropies,
+            cell_id=cell.plan.cell_id,
+            kind=b.kind,
+            anchor=b.anchor,
+            budget=b.budget,
+            branch=b.branch,
+            seed=b.seed,
+            prefix_len=b.cut,
+            token_ids=np.asarray(r.tokens, dtype=np.int32),
+            text=text,
+            finish_reason=r.finish_reason,
+            logprobs=r.logprobs,
+            entropies=r.entropies,
             sampling_entropies=r.sampling_entropies,
             signals=r.signals if self.instrument else None,
-            elapsed_s=r.elapsed_s, peak_mem_mb=r.peak_memory_bytes / 2**20,
+            elapsed_s=r.elapsed_s,
+            peak_mem_mb=r.peak_memory_bytes / 2**20,
             extra={**r.extra, "phase": cell.phase, "prefix_chars": cell.prefix_chars[b.cut]},
         )
         self.store.add_samples([rec], [grade])

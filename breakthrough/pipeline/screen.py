@@ -16,8 +16,14 @@ from pathlib import Path
 
 from breakthrough.errors import BtError
 from breakthrough.models.loading import model_identity
-from breakthrough.pipeline.sample import (SampleReport, SampleRequest, check_request, run_dir_for,
-                                          sample_runs, success_counts)
+from breakthrough.pipeline.sample import (
+    SampleReport,
+    SampleRequest,
+    check_request,
+    run_dir_for,
+    sample_runs,
+    success_counts,
+)
 from breakthrough.tasks.cohorts import cohort_digest, cohorts_dir, load_cohort, write_cohort
 
 SCREEN_SEEDS = (21, 22, 23)  # protocol 6.2, wave-3 screen
@@ -46,7 +52,7 @@ class ScreenResult:
 
 
 def parse_band(text: str) -> tuple[int, int]:
-    """"LO,HI" -> (LO, HI), inclusive, 0 <= LO <= HI."""
+    """ "LO,HI" -> (LO, HI), inclusive, 0 <= LO <= HI."""
     try:
         lo, hi = (int(x) for x in text.split(","))
     except ValueError:
@@ -57,15 +63,16 @@ def parse_band(text: str) -> tuple[int, int]:
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    """"21,22,23" -> (21, 22, 23): distinct non-negative integers."""
+    """ "21,22,23" -> (21, 22, 23): distinct non-negative integers."""
     from breakthrough.protocol import MAX_SEED
 
     parts = [x.strip() for x in text.split(",")]
     try:
         seeds = tuple(int(x) for x in parts)
     except ValueError:
-        raise BtError(f"--seeds: expected comma-separated integers (no empty element), got "
-                      f"{text!r}") from None
+        raise BtError(
+            f"--seeds: expected comma-separated integers (no empty element), got {text!r}"
+        ) from None
     if len(set(seeds)) != len(seeds) or min(seeds) < 0 or max(seeds) > MAX_SEED:
         raise BtError(f"--seeds: expected distinct integers in 0..{MAX_SEED}, got {text!r}")
     return seeds
@@ -82,18 +89,28 @@ def output_path(req: ScreenRequest) -> Path:
     return path
 
 
-def selection_text(row: dict, k: int, n: int, req: ScreenRequest, models: list[str],
-                   source: str, digest: str) -> str:
+def selection_text(
+    row: dict, k: int, n: int, req: ScreenRequest, models: list[str], source: str, digest: str
+) -> str:
     s = req.sample
     lo, hi = req.band
-    return (f"bt cohorts screen (protocol 6.2): {k}/{n} verified successes, in the band [{lo}, {hi}]; "
-            f"seeds {','.join(map(str, s.seeds or ()))} x models {','.join(models)} x "
-            f"{s.protocol.base_max_tokens}-token attempts (protocol sampling); source cohort "
-            f"{source} (digest {digest[:12]}); source selection: {row.get('selection', '(not recorded)')}")
+    return (
+        f"bt cohorts screen (protocol 6.2): {k}/{n} verified successes, in the band [{lo}, {hi}]; "
+        f"seeds {','.join(map(str, s.seeds or ()))} x models {','.join(models)} x "
+        f"{s.protocol.base_max_tokens}-token attempts (protocol sampling); source cohort "
+        f"{source} (digest {digest[:12]}); "
+        f"source selection: {row.get('selection', '(not recorded)')}"
+    )
 
 
-def select_in_band(rows: list[dict], counts: dict[str, tuple[int, int]], req: ScreenRequest,
-                   models: list[str], source: str, digest: str) -> list[dict]:
+def select_in_band(
+    rows: list[dict],
+    counts: dict[str, tuple[int, int]],
+    req: ScreenRequest,
+    models: list[str],
+    source: str,
+    digest: str,
+) -> list[dict]:
     """The rows (in source order) whose verified successes k lie in the band, each with its
     `selection` rewritten to say how, `screen_successes` = k and `screen_attempts` = n."""
     lo, hi = req.band
@@ -101,16 +118,24 @@ def select_in_band(rows: list[dict], counts: dict[str, tuple[int, int]], req: Sc
     for row in rows:
         k, n = counts[row["id"]]
         if lo <= k <= hi:
-            new = {**row, "selection": selection_text(row, k, n, req, models, source, digest),
-                   "screen_successes": k, "screen_attempts": n}
+            new = {
+                **row,
+                "selection": selection_text(row, k, n, req, models, source, digest),
+                "screen_successes": k,
+                "screen_attempts": n,
+            }
             if req.stage:
                 new["stage"] = req.stage
             kept.append(new)
     return kept
 
 
-def screen(req: ScreenRequest, *, announce: Callable[[str], None] | None = None,
-           drive: Callable[[Callable], SampleReport] | None = None) -> ScreenResult:
+def screen(
+    req: ScreenRequest,
+    *,
+    announce: Callable[[str], None] | None = None,
+    drive: Callable[[Callable], SampleReport] | None = None,
+) -> ScreenResult:
     """Run (or resume) the screen's attempts, count verified successes per problem over seeds x
     models, and write the cohort of the problems in the band (`announce`, `drive`: as
     `sample_runs`'s)."""
@@ -125,22 +150,29 @@ def screen(req: ScreenRequest, *, announce: Callable[[str], None] | None = None,
     source = Path(s.cohort).stem
     reports = sample_runs(s, announce=announce, drive=drive)
     if any(r.failed for r in reports):
-        raise BtError("some screen attempts failed on request errors; rerun to retry them "
-                      "(no cohort written)")
+        raise BtError(
+            "some screen attempts failed on request errors; rerun to retry them (no cohort written)"
+        )
     aliases = [model_identity(m).alias for m in s.models]
     counts = success_counts([run_dir_for(s, source, a) for a in aliases], s.attempts)
     expected = s.attempts * len(s.models)
     short = [r["id"] for r in rows if counts.get(r["id"], (0, 0))[1] != expected]
     if short:
-        raise BtError(f"problem {short[0]}: {counts.get(short[0], (0, 0))[1]} of {expected} "
-                      "screen attempts stored; rerun to complete (no cohort written)")
+        raise BtError(
+            f"problem {short[0]}: {counts.get(short[0], (0, 0))[1]} of {expected} "
+            "screen attempts stored; rerun to complete (no cohort written)"
+        )
     kept_rows = select_in_band(rows, counts, req, aliases, source, cohort_digest(all_rows))
     if not kept_rows:
         dist = sorted({k for k, _ in counts.values()})
-        raise BtError(f"no problem has verified successes in [{lo}, {hi}] (successes seen: "
-                      f"{', '.join(map(str, dist))}); no cohort written")
+        raise BtError(
+            f"no problem has verified successes in [{lo}, {hi}] (successes seen: "
+            f"{', '.join(map(str, dist))}); no cohort written"
+        )
     write_cohort(path, kept_rows)
-    return ScreenResult(path=path, kept=[r["id"] for r in kept_rows], counts=counts, reports=reports)
+    return ScreenResult(
+        path=path, kept=[r["id"] for r in kept_rows], counts=counts, reports=reports
+    )
 
 
 def check_screen(req: ScreenRequest) -> None:
@@ -149,12 +181,25 @@ def check_screen(req: ScreenRequest) -> None:
     check_request(s)
     output_path(req)
     if req.band[1] > s.attempts * len(s.models):
-        raise BtError(f"--band: HI={req.band[1]} exceeds the {s.attempts * len(s.models)} attempts "
-                      f"per problem ({s.attempts} seeds x {len(s.models)} models)")
+        raise BtError(
+            f"--band: HI={req.band[1]} exceeds the {s.attempts * len(s.models)} attempts "
+            f"per problem ({s.attempts} seeds x {len(s.models)} models)"
+        )
 
 
-def screen_request(sample: SampleRequest, seeds: tuple[int, ...], band: tuple[int, int], name: str,
-                   out_dir: Path | None, stage: str | None) -> ScreenRequest:
+def screen_request(
+    sample: SampleRequest,
+    seeds: tuple[int, ...],
+    band: tuple[int, int],
+    name: str,
+    out_dir: Path | None,
+    stage: str | None,
+) -> ScreenRequest:
     """The screen's attempts are one per seed, in RUNS/screens."""
-    return ScreenRequest(sample=replace(sample, attempts=len(seeds), seeds=seeds, subdir="screens"),
-                         band=band, name=name, out_dir=out_dir, stage=stage)
+    return ScreenRequest(
+        sample=replace(sample, attempts=len(seeds), seeds=seeds, subdir="screens"),
+        band=band,
+        name=name,
+        out_dir=out_dir,
+        stage=stage,
+    )

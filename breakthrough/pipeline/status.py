@@ -44,15 +44,22 @@ class RunStatus:
     def as_dict(self, run_dir: Path) -> dict:
         """`bt status --json` of this run: its folder, title, one object per cell and the
         counts of the count line."""
-        return {"run": str(run_dir), "title": self.title,
-                "cells": [asdict(c) for c in self.cells], "counts": self.counts()}
+        return {
+            "run": str(run_dir),
+            "title": self.title,
+            "cells": [asdict(c) for c in self.cells],
+            "counts": self.counts(),
+        }
 
     def count_line(self) -> str:
         counts = self.counts()
         shown = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
         left = sum(counts[s] for s in ("no base trace", *STATUSES))
-        unlabelled = (f"; {left} not labelled by `bt classify` until `bt continue` completes "
-                      f"them" if left else "")
+        unlabelled = (
+            f"; {left} not labelled by `bt classify` until `bt continue` completes them"
+            if left
+            else ""
+        )
         return f"{len(self.cells)} cell{'s' if len(self.cells) != 1 else ''}: {shown}{unlabelled}"
 
 
@@ -71,31 +78,49 @@ def run_status(run_dir: Path, tau: float | None = None) -> RunStatus:
     topup = resolve_topup(run_dir, man, None)
     probes, rests = probe_panel(df, protocol), restart_panel(df, protocol)
     plan = plan_next(probes, rests, protocol=protocol, topup=topup.rules)
-    unfinished = unfinished_cells(df, cells, probe_rows=rows_by_cell(probes, "anchor"),
-                                  protocol=protocol).set_index("cell_id")
+    unfinished = unfinished_cells(
+        df, cells, probe_rows=rows_by_cell(probes, "anchor"), protocol=protocol
+    ).set_index("cell_id")
     base = df[df["kind"] == "base"].set_index("cell_id")
     out = []
-    for cell, rt in zip(cells["cell_id"], cells["reasoning_tokens"]):
+    for cell, rt in zip(cells["cell_id"], cells["reasoning_tokens"], strict=True):
         b = base.loc[cell] if cell in base.index else None
         p = probes[probes["cell_id"] == cell]
         r = rests[rests["cell_id"] == cell]
-        nxt = [f"{i.kind}@{i.anchor if i.kind == 'probe' else i.budget}[{i.reason}]"
-               for i in plan if i.cell_id == cell]
+        nxt = [
+            f"{i.kind}@{i.anchor if i.kind == 'probe' else i.budget}[{i.reason}]"
+            for i in plan
+            if i.cell_id == cell
+        ]
         if b is None and not len(p) and not len(r):
             state = "base"
         elif cell in unfinished.index:
             row = unfinished.loc[cell]
-            state = row["status"] if row["status"] != "incomplete" else f"incomplete: {row['missing']}"
+            state = (
+                row["status"] if row["status"] != "incomplete" else f"incomplete: {row['missing']}"
+            )
         else:
             state = ", ".join(nxt) or "done"
-        out.append(CellStatus(
-            cell_id=cell,
-            base="-" if b is None else f"{'solved' if b['correct'] == True else 'unsolved'} ({b['n_tokens']})",  # noqa: E712
-            reasoning="-" if rt is None or rt != rt else str(int(rt)),
-            probes=" ".join(f"{a}:{k}/{n}" for a, k, n in zip(p["anchor"], p["k"], p["n"])) or "-",
-            restarts=" ".join(f"{c}:{k}/{n}" for c, k, n in zip(r["budget"], r["k"], r["n"])) or "-",
-            next=state,
-        ))
-    title = (f"{run_dir} ({man.get('model_alias')}, {man.get('cohort')}; B={protocol.budget}, "
-             f"tau={protocol.tau}; top-ups {topup.describe()})")
+        out.append(
+            CellStatus(
+                cell_id=cell,
+                base="-"
+                if b is None
+                else f"{'solved' if b['correct'] == True else 'unsolved'} ({b['n_tokens']})",  # noqa: E712
+                reasoning="-" if rt is None or rt != rt else str(int(rt)),
+                probes=" ".join(
+                    f"{a}:{k}/{n}" for a, k, n in zip(p["anchor"], p["k"], p["n"], strict=True)
+                )
+                or "-",
+                restarts=" ".join(
+                    f"{c}:{k}/{n}" for c, k, n in zip(r["budget"], r["k"], r["n"], strict=True)
+                )
+                or "-",
+                next=state,
+            )
+        )
+    title = (
+        f"{run_dir} ({man.get('model_alias')}, {man.get('cohort')}; B={protocol.budget}, "
+        f"tau={protocol.tau}; top-ups {topup.describe()})"
+    )
     return RunStatus(title, out)

@@ -49,8 +49,9 @@ def verify_run(run_dir: Path) -> VerifyReport:
             if line != "ok":
                 report.problems.append(f"{store.path}: SQLite integrity: {line}")
         for row in conn.execute("PRAGMA foreign_key_check"):
-            report.problems.append(f"{store.path}: table {row[0]} row {row[1]} names a missing "
-                                   f"{row[2]} row")
+            report.problems.append(
+                f"{store.path}: table {row[0]} row {row[1]} names a missing {row[2]} row"
+            )
         _check_manifest(store, report)
         report.schema = store.schema
         report.samples = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
@@ -58,8 +59,10 @@ def verify_run(run_dir: Path) -> VerifyReport:
         hidden = store.verify_hidden()
         report.hidden_files = hidden.checked
         report.problems += hidden.problems
-        report.problems += [f"{p}: no sample names this file (an orphan; `bt base` or `bt sample` "
-                            "removes it)" for p in hidden.orphans]
+        report.problems += [
+            f"{p}: no sample names this file (an orphan; `bt base` or `bt sample` removes it)"
+            for p in hidden.orphans
+        ]
     return report
 
 
@@ -68,20 +71,27 @@ def _check_rows(store: RunStore, report: VerifyReport) -> None:
     answer, cohort row, prompt) no longer matches its samples' checksums."""
     cells: dict[str, tuple[list[str], int]] = {}
     for damage in store.verify_integrity():
-        own = replace(damage, changed=[f for f in damage.changed if not f.startswith("cell.")],
-                      wrong=[w for w in damage.wrong if not w.startswith("cell.")])
-        of_cell = [*(f for f in damage.changed if f not in own.changed),
-                   *(w for w in damage.wrong if w not in own.wrong)]
+        own = replace(
+            damage,
+            changed=[f for f in damage.changed if not f.startswith("cell.")],
+            wrong=[w for w in damage.wrong if not w.startswith("cell.")],
+        )
+        of_cell = [
+            *(f for f in damage.changed if f not in own.changed),
+            *(w for w in damage.wrong if w not in own.wrong),
+        ]
         if of_cell:
             lines, n = cells.get(damage.cell_id, ([], 0))
             cells[damage.cell_id] = (lines + [x for x in of_cell if x not in lines], n + 1)
         if own.changed or own.wrong or not of_cell:
             report.problems.append(f"{store.path}: {own.describe()}")
     for cell_id, (lines, n) in cells.items():
-        report.problems.append(f"{store.path}: cell {cell_id}: {', '.join(lines)}: does not match "
-                               f"the checksum{'s' if n != 1 else ''} of its {n} sample"
-                               f"{'s' if n != 1 else ''} (its gold answer or cohort row changed "
-                               f"since they were written)")
+        report.problems.append(
+            f"{store.path}: cell {cell_id}: {', '.join(lines)}: does not match "
+            f"the checksum{'s' if n != 1 else ''} of its {n} sample"
+            f"{'s' if n != 1 else ''} (its gold answer or cohort row changed "
+            f"since they were written)"
+        )
 
 
 def _check_manifest(store: RunStore, report: VerifyReport) -> None:
@@ -96,5 +106,6 @@ def _check_manifest(store: RunStore, report: VerifyReport) -> None:
         try:
             Protocol.from_dict(json.loads(raw["protocol"]))
         except (TypeError, ValueError) as exc:
-            report.problems.append(f"{store.path}: manifest key 'protocol' is not a whole "
-                                   f"protocol ({exc})")
+            report.problems.append(
+                f"{store.path}: manifest key 'protocol' is not a whole protocol ({exc})"
+            )

@@ -11,9 +11,10 @@ handling, the JSON report and its printed form.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -62,7 +63,7 @@ def default_out(table: Path) -> Path:
     return table.with_name(f"{stem}.auroc.json")
 
 
-def _binary_label(series: Any, col: str, table: Path) -> Any:
+def _binary_label(series: Any, col: str, table: Path | str) -> Any:
     """Float array: 1.0 success, 0.0 failure, NaN missing. BtError on any other value."""
     s = series
     if pd.api.types.is_bool_dtype(s.dtype):
@@ -78,7 +79,7 @@ def _binary_label(series: Any, col: str, table: Path) -> Any:
             )
         return v
     out = np.full(len(s), np.nan)
-    bad_vals = []
+    bad_vals: list[Any] = []
     for i, x in enumerate(s.tolist()):
         if x is None or (isinstance(x, float) and np.isnan(x)):
             continue
@@ -102,7 +103,7 @@ def _binary_label(series: Any, col: str, table: Path) -> Any:
     return out
 
 
-def _numeric_score(series: Any, col: str, table: Path) -> Any:
+def _numeric_score(series: Any, col: str, table: Path | str) -> Any:
     if pd.api.types.is_bool_dtype(series.dtype) or pd.api.types.is_numeric_dtype(series.dtype):
         return series.astype("float64").to_numpy()
     v = pd.to_numeric(series, errors="coerce")
@@ -174,9 +175,7 @@ def analyse_section(
         )
     if not both:
         section["note"] = "only one outcome in these rows: AUROC undefined"
-    section["scores"] = {
-        name: S.summarize(points[name], boot, name, confidence) for name in scores
-    }
+    section["scores"] = {name: S.summarize(points[name], boot, name, confidence) for name in scores}
     section["loo_reference"] = S.summarize(points[LOO_NAME], boot, LOO_NAME, confidence)
     names = list(scores)
     section["differences"] = {
@@ -206,15 +205,25 @@ class AurocReport:
         for value, sec in rep["by_results"].items():
             out += format_section(f"{rep['by']} = {value}", sec)
         if rep["bootstrap"]:
-            out.append(f"intervals: 95% percentile, {rep['bootstrap']:,} draws resampling "
-                       f"{rep['bootstrap_unit']}")
+            out.append(
+                f"intervals: 95% percentile, {rep['bootstrap']:,} draws resampling "
+                f"{rep['bootstrap_unit']}"
+            )
         return out
 
 
-def decompose_table(df: pd.DataFrame, table: Path | str, *, group: Sequence[str],
-                    score: Sequence[str], label: str, by: str | None = None,
-                    bootstrap: int = 2000, seed: int = DEFAULT_SEED,
-                    drop_singletons: bool = False) -> AurocReport:
+def decompose_table(
+    df: pd.DataFrame,
+    table: Path | str,
+    *,
+    group: Sequence[str],
+    score: Sequence[str],
+    label: str,
+    by: str | None = None,
+    bootstrap: int = 2000,
+    seed: int = DEFAULT_SEED,
+    drop_singletons: bool = False,
+) -> AurocReport:
     """The decomposition of `score` columns (higher = more likely correct) against the binary
     `label` column, groups keyed on (BY, GROUP...), on a table already read (`table` names it in
     messages). BtError, naming the table, on a missing or non-binary/non-numeric column,
@@ -291,7 +300,8 @@ def decompose_table(df: pd.DataFrame, table: Path | str, *, group: Sequence[str]
         warnings.append(
             f"{table}: a single {' x '.join(group)} group: the group-clustered bootstrap redraws "
             "that one group every time, so its intervals are degenerate (they show no "
-            "between-group uncertainty); the between-group AUROC is undefined")
+            "between-group uncertainty); the between-group AUROC is undefined"
+        )
     results: dict[str, Any] = {
         "all": analyse_section(codes, y, svals, bootstrap, seed, cluster=clusters)
     }
@@ -324,16 +334,32 @@ def decompose_table(df: pd.DataFrame, table: Path | str, *, group: Sequence[str]
     return AurocReport(report=report, warnings=warnings)
 
 
-def auroc_table(table: Path | str, *, group: Sequence[str], score: Sequence[str], label: str,
-                by: str | None = None, bootstrap: int = 2000, seed: int | None = None,
-                out: Path | str | None = None, drop_singletons: bool = False) -> AurocReport:
+def auroc_table(
+    table: Path | str,
+    *,
+    group: Sequence[str],
+    score: Sequence[str],
+    label: str,
+    by: str | None = None,
+    bootstrap: int = 2000,
+    seed: int | None = None,
+    out: Path | str | None = None,
+    drop_singletons: bool = False,
+) -> AurocReport:
     """`bt auroc TABLE`: read the table, decompose (`decompose_table`; seed `DEFAULT_SEED` when
     None) and write the JSON report to `out` (default `default_out(table)`) atomically."""
     table = Path(table)
-    result = decompose_table(read_table(table), table, group=group, score=score, label=label,
-                             by=by, bootstrap=bootstrap,
-                             seed=DEFAULT_SEED if seed is None else seed,
-                             drop_singletons=drop_singletons)
+    result = decompose_table(
+        read_table(table),
+        table,
+        group=group,
+        score=score,
+        label=label,
+        by=by,
+        bootstrap=bootstrap,
+        seed=DEFAULT_SEED if seed is None else seed,
+        drop_singletons=drop_singletons,
+    )
     out_path = write_json(Path(out) if out else default_out(table), result.report)
     result.out = out_path
     return result
@@ -367,8 +393,14 @@ def format_section(title: str, sec: dict[str, Any]) -> list[str]:
     widths = [
         max(len(head), *(len(c[i]) for c in cells)) + 2 for i, (_, head) in enumerate(_COLUMNS)
     ]
-    head = "".join(h.ljust(wd) for (_, h), wd in zip(_COLUMNS, widths))
+    head = "".join(h.ljust(wd) for (_, h), wd in zip(_COLUMNS, widths, strict=True))
     echo(("  " + "score".ljust(width) + head).rstrip())
-    for (name, _, _), c in zip(rows, cells):
-        echo(("  " + name.ljust(width) + "".join(x.ljust(wd) for x, wd in zip(c, widths))).rstrip())
+    for (name, _, _), c in zip(rows, cells, strict=True):
+        echo(
+            (
+                "  "
+                + name.ljust(width)
+                + "".join(x.ljust(wd) for x, wd in zip(c, widths, strict=True))
+            ).rstrip()
+        )
     return lines

@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -38,8 +39,17 @@ VERDICTS = {
     "truncated": "truncated",
     "error": "grader error",
 }
-BRANCH_COLUMNS = ["kind", "anchor", "budget", "branch", "extracted", "verdict", "correct",
-                  "finish_reason", "continuation"]
+BRANCH_COLUMNS = [
+    "kind",
+    "anchor",
+    "budget",
+    "branch",
+    "extracted",
+    "verdict",
+    "correct",
+    "finish_reason",
+    "continuation",
+]
 
 
 @dataclass
@@ -50,15 +60,16 @@ class CellDetail:
     answer: str | None = None
     base_text: str | None = None
     cuts: dict[int, int] = field(default_factory=dict)  # anchor → character offset in base_text
-    branches: pd.DataFrame = field(
-        default_factory=lambda: pd.DataFrame(columns=BRANCH_COLUMNS))
+    branches: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=BRANCH_COLUMNS))
 
 
 # Special tokens a tokenizer decodes into a trace's text (ChatML <|im_end|>, <|endoftext|>,
 # Llama-3 <|eot_id|>, Gemma <end_of_turn>, SentencePiece </s>, ...): kept in the store (the
 # text is what was generated), hidden from what a reader sees. <think> and </think> are the
 # reasoning markers, not noise: they stay.
-SPECIAL_TOKENS = re.compile(r"<\|[^<>|\s]{1,64}\|>|<(?:eos|bos|pad|unk|end_of_turn|start_of_turn|/s|s)>")
+SPECIAL_TOKENS = re.compile(
+    r"<\|[^<>|\s]{1,64}\|>|<(?:eos|bos|pad|unk|end_of_turn|start_of_turn|/s|s)>"
+)
 
 
 def shown_text(text: str) -> str:
@@ -175,17 +186,27 @@ def _branch_rows(g: pd.DataFrame, cuts: Mapping[int, int]) -> pd.DataFrame:
         text = "" if missing(r.get("text")) else str(r["text"])
         start = cuts.get(int(r["anchor"]), 0) if r["kind"] == "probe" else 0
         extracted = r.get("grade_extracted")
-        rows.append({"kind": r["kind"], "anchor": int(r["anchor"]) if r["kind"] == "probe"
-                     else None, "budget": int(r["budget"]), "branch": int(r["branch"]),
-                     "extracted": None if missing(extracted) else str(extracted),
-                     "verdict": verdict(r.get("correct"), r.get("grade_status")),
-                     "correct": None if missing(r.get("correct")) else bool(r["correct"]),
-                     "finish_reason": r.get("finish_reason"), "continuation": text[start:]})
+        rows.append(
+            {
+                "kind": r["kind"],
+                "anchor": int(r["anchor"]) if r["kind"] == "probe" else None,
+                "budget": int(r["budget"]),
+                "branch": int(r["branch"]),
+                "extracted": None if missing(extracted) else str(extracted),
+                "verdict": verdict(r.get("correct"), r.get("grade_status")),
+                "correct": None if missing(r.get("correct")) else bool(r["correct"]),
+                "finish_reason": r.get("finish_reason"),
+                "continuation": text[start:],
+            }
+        )
     return pd.DataFrame(rows, columns=BRANCH_COLUMNS)
 
 
-def cell_details(samples: pd.DataFrame, items: Mapping[str, Mapping[str, Any]] | None = None,
-                 answers: Mapping[str, Any] | None = None) -> dict[str, CellDetail]:
+def cell_details(
+    samples: pd.DataFrame,
+    items: Mapping[str, Mapping[str, Any]] | None = None,
+    answers: Mapping[str, Any] | None = None,
+) -> dict[str, CellDetail]:
     """cell_id → CellDetail for every cell in `samples` or `items`. `answers` (cell_id →
     reference answer, e.g. from `RunStore.cells_frame()`) fills in answers the items lack."""
     items = items or {}
@@ -195,18 +216,21 @@ def cell_details(samples: pd.DataFrame, items: Mapping[str, Mapping[str, Any]] |
     for cid in sorted(set(groups) | set(items)):
         item = items.get(cid, {})
         answer = item.get("answer", answers.get(cid))
-        detail = CellDetail(problem=problem_text(item),
-                            answer=None if missing(answer) else str(answer))
+        detail = CellDetail(
+            problem=problem_text(item), answer=None if missing(answer) else str(answer)
+        )
         g = groups.get(cid)
         if g is not None:
             base = g[g["kind"] == "base"]
             if len(base) and not missing(base.iloc[0]["text"]):
                 detail.base_text = str(base.iloc[0]["text"])
                 probes = g[g["kind"] == "probe"]
-                detail.cuts = {int(a): stored_cut(detail.base_text, p)
-                               if stored_cut(detail.base_text, p) is not None
-                               else cut_offset(detail.base_text, [str(t) for t in p["text"].dropna()])
-                               for a, p in probes.groupby("anchor")}
+                detail.cuts = {
+                    int(a): cut
+                    if (cut := stored_cut(detail.base_text, p)) is not None
+                    else cut_offset(detail.base_text, [str(t) for t in p["text"].dropna()])
+                    for a, p in probes.groupby("anchor")
+                }
             detail.branches = _branch_rows(g, detail.cuts)
         out[cid] = detail
     return out

@@ -7,6 +7,7 @@ Per-token arrays become lists in parquet and JSON strings in CSV (CSV has no lis
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 from breakthrough.outputs import make_folder, write_atomic, write_text
@@ -16,8 +17,9 @@ FORMATS = ("parquet", "csv")
 ARRAY_COLUMNS = ("token_ids", "segments", "logprobs", "entropies")
 
 
-def export_run(run: Path | str, out: Path | str | None = None, *, format: str = "parquet",
-               arrays: bool = True) -> list[Path]:
+def export_run(
+    run: Path | str, out: Path | str | None = None, *, format: str = "parquet", arrays: bool = True
+) -> list[Path]:
     """Write RUN's samples.FORMAT, cells.FORMAT and manifest.json under `out` (default
     RUN/export), each table atomically; returns the table paths."""
     if format not in FORMATS:
@@ -35,12 +37,12 @@ def export_run(run: Path | str, out: Path | str | None = None, *, format: str = 
     for name, frame in (("samples", samples), ("cells", cells)):
         path = out / f"{name}.{format}"
         if format == "parquet":
-            write_atomic(path, lambda tmp, f=frame: f.to_parquet(tmp, index=False))
+            write_atomic(path, partial(frame.to_parquet, index=False))
         else:
             frame = frame.copy()
             for col in array_cols if name == "samples" else []:
                 frame[col] = [json.dumps(v) for v in frame[col]]
-            write_atomic(path, lambda tmp, f=frame: f.to_csv(tmp, index=False))
+            write_atomic(path, partial(frame.to_csv, index=False))
         written.append(path)
     write_text(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
     return written

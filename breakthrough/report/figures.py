@@ -16,14 +16,14 @@ for is not drawn: `figure_gaps` says why, and the page shows that line instead.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from breakthrough.plotting import new_figure, save_png
 from breakthrough.classify.regimes import FIGURE_CLASSES, collapse_regime
+from breakthrough.plotting import new_figure, save_png
 
 # One colour per figure class (the collapsed regimes of `regimes.FIGURE_CLASS`, which is where
 # the class names are decided).
@@ -36,8 +36,14 @@ CLASS_COLORS = {
     "unsolved": "#c8c8c8",
 }
 MODEL_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
-FIGURES = ("regime_map", "dose_response", "matched_compute", "topup_resolution", "swimmer",
-           "label_hardening")  # every `bt classify`
+FIGURES = (
+    "regime_map",
+    "dose_response",
+    "matched_compute",
+    "topup_resolution",
+    "swimmer",
+    "label_hardening",
+)  # every `bt classify`
 ARM_FIGURES = ("budget_falsification",)  # runs with a second probe arm (--add-budget)
 NAMED_MAX = 40  # problems named one by one on an axis up to this many (else grouped)
 LINES_NAMED_MAX = 20  # dose-response lines labelled with their problem up to this many
@@ -93,22 +99,28 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     models in the same top-to-bottom order as the strip."""
     models = list(models) if models is not None else model_order(labels)
     named = len(labels["problem_id"].unique()) <= NAMED_MAX if len(labels) else False
-    longest = max((len(str(p)) for p in labels["problem_id"].unique()), default=0) \
-        if named else 0
+    longest = max((len(str(p)) for p in labels["problem_id"].unique()), default=0) if named else 0
     fig = new_figure(11, 2.4 + 0.9 * max(1, len(models)) + 0.06 * longest)
     top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1.2, 1]})
     if labels.empty:
         _empty(top, "no cells")
         _empty(bottom, "")
         return fig
-    cls = labels.assign(cls=labels["regime"].map(collapse_regime),
-                        stage=labels.get("stage", pd.Series("", index=labels.index)).fillna(""))
+    cls = labels.assign(
+        cls=labels["regime"].map(collapse_regime),
+        stage=labels.get("stage", pd.Series("", index=labels.index)).fillna(""),
+    )
     idx = {c: i for i, c in enumerate(FIGURE_CLASSES)}
     wide = cls.pivot_table(index="problem_id", columns="model", values="cls", aggfunc="first")
     stage = cls.groupby("problem_id")["stage"].first()
-    order = sorted(wide.index, key=lambda p: (str(stage[p]),
-                                              *[idx.get(wide.loc[p].get(m), 99)
-                                                for m in reversed(models)], p))
+    order = sorted(
+        wide.index,
+        key=lambda p: (
+            str(stage[p]),
+            *[idx.get(wide.loc[p].get(m), 99) for m in reversed(models)],
+            p,
+        ),
+    )
     mat = np.full((len(models), len(order)), np.nan)
     for i, m in enumerate(models):
         for j, p in enumerate(order):
@@ -118,8 +130,14 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     from matplotlib.colors import ListedColormap
 
     cmap = ListedColormap([CLASS_COLORS[c] for c in FIGURE_CLASSES]).with_extremes(bad="white")
-    top.imshow(np.ma.masked_invalid(mat), aspect="auto", cmap=cmap, vmin=-0.5,
-               vmax=len(FIGURE_CLASSES) - 0.5, interpolation="nearest")
+    top.imshow(
+        np.ma.masked_invalid(mat),
+        aspect="auto",
+        cmap=cmap,
+        vmin=-0.5,
+        vmax=len(FIGURE_CLASSES) - 0.5,
+        interpolation="nearest",
+    )
     top.set_yticks(range(len(models)), models)
     stages = [str(stage[p]) for p in order]
     ticks, names = [], []
@@ -131,19 +149,26 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
             names.append(s or "-")
     if len(order) <= NAMED_MAX:  # every column named by its problem, stages above the strip
         top.set_xticks(range(len(order)), [str(p) for p in order], rotation=90, fontsize=7)
-        for j, name in zip(ticks, names):
-            top.text(j - 0.5, 1.02, name, transform=top.get_xaxis_transform(), fontsize=8,
-                     ha="left", va="bottom", color="#444")
+        for j, name in zip(ticks, names, strict=True):
+            top.text(
+                j - 0.5,
+                1.02,
+                name,
+                transform=top.get_xaxis_transform(),
+                fontsize=8,
+                ha="left",
+                va="bottom",
+                color="#444",
+            )
     else:
         top.set_xticks(ticks, names, rotation=0, ha="left", fontsize=8)
     noun = "problem" if len(order) == 1 else "problems"
-    top.set_title(f"Class per problem and model ({len(order)} {noun}, grouped by stage)",
-                  pad=16)
+    top.set_title(f"Class per problem and model ({len(order)} {noun}, grouped by stage)", pad=16)
     left = np.zeros(len(models))
     for c in FIGURE_CLASSES:
         counts = np.array([(cls[cls["model"] == m]["cls"] == c).sum() for m in models])
         bottom.barh(range(len(models)), counts, left=left, color=CLASS_COLORS[c], label=c)
-        for y, (l0, n) in enumerate(zip(left, counts)):
+        for y, (l0, n) in enumerate(zip(left, counts, strict=True)):
             if n:
                 bottom.text(l0 + n / 2, y, str(int(n)), ha="center", va="center", fontsize=8)
         left += counts
@@ -153,8 +178,13 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     _integer_axis(bottom.xaxis)
     bottom.set_xlabel("cells")
     bottom.set_title("Cells per class and model", fontsize=10)
-    bottom.legend(ncol=len(FIGURE_CLASSES), fontsize=8, loc="upper center",
-                  bbox_to_anchor=(0.5, -0.4), frameon=False)
+    bottom.legend(
+        ncol=len(FIGURE_CLASSES),
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.4),
+        frameon=False,
+    )
     if len(order) <= NAMED_MAX:  # room for the rotated problem names between the panels
         fig.set_layout_engine("constrained")
     else:
@@ -162,9 +192,9 @@ def regime_map(labels: pd.DataFrame, models: Sequence[str] | None = None):
     return fig
 
 
-def dose_cells(labels: pd.DataFrame, budgets: Sequence[int],
-               models: Sequence[str] | None = None
-               ) -> dict[str, tuple[list[int], pd.DataFrame, dict[str, int]]]:
+def dose_cells(
+    labels: pd.DataFrame, budgets: Sequence[int], models: Sequence[str] | None = None
+) -> dict[str, tuple[list[int], pd.DataFrame, dict[str, int]]]:
     """Per model, what the dose-response shows (protocol 9.2): the restart budgets measured
     for it, its non-instant cells measured at every one of them, and how many of its cells
     are left out and why ({"instant": k, "missing a budget": k}); models without such cells
@@ -182,19 +212,27 @@ def dose_cells(labels: pd.DataFrame, budgets: Sequence[int],
         kept = g.dropna(subset=[f"R_{c}" for c in cs])
         if kept.empty:
             continue
-        out[m] = (cs, kept, {"instant": int(len(every) - len(g)),
-                             "missing a budget": int(len(g) - len(kept))})
+        out[m] = (
+            cs,
+            kept,
+            {"instant": int(len(every) - len(g)), "missing a budget": int(len(g) - len(kept))},
+        )
     return out
 
 
 def _restart_columns(frame: pd.DataFrame, budgets: Sequence[int]) -> list[int]:
     """The restart budgets measured for at least one row of frame."""
-    return [c for c in sorted(budgets)
-            if f"R_{c}" in frame.columns and frame[f"R_{c}"].notna().any()]
+    return [
+        c for c in sorted(budgets) if f"R_{c}" in frame.columns and frame[f"R_{c}"].notna().any()
+    ]
 
 
-def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0.75,
-                  models: Sequence[str] | None = None):
+def dose_response(
+    labels: pd.DataFrame,
+    budgets: Sequence[int],
+    tau: float = 0.75,
+    models: Sequence[str] | None = None,
+):
     """Left: R(C) per non-instant cell over the run's restart budgets (lines jittered
     sideways only). Right: share of cells with R(C) ≥ τ per budget and model (per model, the
     cells measured at every budget that model has, as in 9.2)."""
@@ -217,17 +255,36 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0.7
             left.plot(xs, ys, color=colors[m], alpha=0.35, lw=1, marker="o", ms=2.5)
             ends.setdefault((m, round(float(ys[-1]), 3)), []).append(problem_of(row))
         share = [float((g[c] >= tau - 1e-9).mean()) for c in cols]
-        right.plot(x, share, "o-", color=colors[m],
-                   label=f"{m} (n = {len(g)} non-instant cells measured at every budget)")
-        for xi, s in zip(x, share):
-            right.annotate(f"{100 * s:.0f}%", (xi, s), textcoords="offset points",
-                           xytext=(0, 6), ha="center", fontsize=8, color=colors[m])
+        right.plot(
+            x,
+            share,
+            "o-",
+            color=colors[m],
+            label=f"{m} (n = {len(g)} non-instant cells measured at every budget)",
+        )
+        for xi, s in zip(x, share, strict=True):
+            right.annotate(
+                f"{100 * s:.0f}%",
+                (xi, s),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=8,
+                color=colors[m],
+            )
     if n_lines <= LINES_NAMED_MAX:  # each line named by its problem at its end
         last = math.log2(max(max(cs) for cs, _, _ in cells.values())) if cells else 0.0
         for (m, y), names in ends.items():  # one name a line, stacked above the end point
-            left.annotate("\n".join(sorted(names)), (last, y), textcoords="offset points",
-                          xytext=(-6, 4), fontsize=6, ha="right", va="bottom",
-                          color=colors[m])
+            left.annotate(
+                "\n".join(sorted(names)),
+                (last, y),
+                textcoords="offset points",
+                xytext=(-6, 4),
+                fontsize=6,
+                ha="right",
+                va="bottom",
+                color=colors[m],
+            )
     if not drawn:
         _empty(left, "no non-instant cells with restarts")
         _empty(right, "")
@@ -242,8 +299,9 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0.7
         ax.set_xlabel("restart reasoning budget C (tokens)")
         ax.set_ylim(-0.05, 1.15)
     left.axhline(tau, ls="--", color="#444", lw=1)
-    left.text(1.0, tau, f" τ = {tau:g}", transform=left.get_yaxis_transform(), va="center",
-              fontsize=8)
+    left.text(
+        1.0, tau, f" τ = {tau:g}", transform=left.get_yaxis_transform(), va="center", fontsize=8
+    )
     left.set_ylabel("R(C): restart solve rate")
     left.set_title("Restart dose-response per cell")
     right.set_ylabel(f"share of cells with R(C) ≥ {tau:g}")
@@ -266,16 +324,29 @@ def matched_compute(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0
     c_max = max(budgets)
     data = data.sort_values(["terminal_a1_anchor", "terminal_a1_advantage", "cell_id"])
     ys = np.arange(len(data))
-    ax.scatter(data["terminal_a1_matched_restart"], ys, color="#888",
-               label="matched restart R̂(t + B)", zorder=3)
-    ax.scatter(data["terminal_a1_rate"], ys, color="#dd8452", label="pooled prefix rate",
-               zorder=3)
+    ax.scatter(
+        data["terminal_a1_matched_restart"],
+        ys,
+        color="#888",
+        label="matched restart R̂(t + B)",
+        zorder=3,
+    )
+    ax.scatter(data["terminal_a1_rate"], ys, color="#dd8452", label="pooled prefix rate", zorder=3)
     if f"R_{c_max}" in data.columns:
-        ax.scatter(data[f"R_{c_max}"], ys, marker="^", facecolors="none", edgecolors="black",
-                   label=f"R({c_max:,})", zorder=3)
+        ax.scatter(
+            data[f"R_{c_max}"],
+            ys,
+            marker="^",
+            facecolors="none",
+            edgecolors="black",
+            label=f"R({c_max:,})",
+            zorder=3,
+        )
     ax.axvline(tau, ls="--", color="#444", lw=1, label=f"τ = {tau:g}")
-    names = [f"{r.cell_id} (t = {int(r.terminal_a1_anchor):,}){'*' if r.terminal_a1_proxy else ''}"
-             for r in data.itertuples()]
+    names = [
+        f"{r.cell_id} (t = {int(r.terminal_a1_anchor):,}){'*' if r.terminal_a1_proxy else ''}"
+        for r in data.itertuples()
+    ]
     ax.set_yticks(ys, names, fontsize=8)
     ax.set_ylim(-0.6, len(data) - 0.4)
     ax.set_xlim(-0.05, 1.05)
@@ -285,8 +356,12 @@ def matched_compute(labels: pd.DataFrame, budgets: Sequence[int], tau: float = 0
     return fig
 
 
-def topup_resolution(probe_cells: pd.DataFrame, tau: float = 0.75, target: int = 8,
-                     models: Sequence[str] | None = None):
+def topup_resolution(
+    probe_cells: pd.DataFrame,
+    tau: float = 0.75,
+    target: int = 8,
+    models: Sequence[str] | None = None,
+):
     """Per model: histogram of pooled successes over probe cells with `target` graded
     branches; low (≤ target/4), intermediate, high (≥ τ·target) coloured."""
     data = probe_cells[probe_cells["n"] == target] if len(probe_cells) else probe_cells
@@ -299,23 +374,40 @@ def topup_resolution(probe_cells: pd.DataFrame, tau: float = 0.75, target: int =
         return fig
     hi_k = math.ceil(tau * target - 1e-9)
     lo_k = target // 4
-    for ax, m in zip(axes, present):
+    for ax, m in zip(axes, present, strict=False):
         g = data[data["model"] == m]
         k = g["k"].to_numpy(int)
         counts = np.bincount(k, minlength=target + 1)
-        colors = ["#c8c8c8" if i <= lo_k else "#55a868" if i >= hi_k else "#dd8452"
-                  for i in range(target + 1)]
+        colors = [
+            "#c8c8c8" if i <= lo_k else "#55a868" if i >= hi_k else "#dd8452"
+            for i in range(target + 1)
+        ]
         ax.bar(range(target + 1), counts, color=colors)
         for i in np.flatnonzero(counts):  # each bar names its problems (t: the probed anchor)
             rows = g[g["k"].astype(int) == i]
-            names = [f"{problem_of(r)} t={int(r['anchor']):,}" if "anchor" in rows else
-                     problem_of(r) for _, r in rows.iterrows()]
+            names = [
+                f"{problem_of(r)} t={int(r['anchor']):,}" if "anchor" in rows else problem_of(r)
+                for _, r in rows.iterrows()
+            ]
             text = "\n".join(names) if len(names) <= 3 else f"{len(names)} problems"
-            ax.text(i, counts[i] * 0.5, text, rotation=90, ha="center", va="center",
-                    fontsize=7, color="#222")
-        low, mid, high = counts[:lo_k + 1].sum(), counts[lo_k + 1:hi_k].sum(), counts[hi_k:].sum()
-        ax.set_title(f"{m}: ≤{lo_k}: {low}, {lo_k + 1}–{hi_k - 1}: {mid}, ≥{hi_k}: {high}",
-                     fontsize=9)
+            ax.text(
+                i,
+                counts[i] * 0.5,
+                text,
+                rotation=90,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="#222",
+            )
+        low, mid, high = (
+            counts[: lo_k + 1].sum(),
+            counts[lo_k + 1 : hi_k].sum(),
+            counts[hi_k:].sum(),
+        )
+        ax.set_title(
+            f"{m}: ≤{lo_k}: {low}, {lo_k + 1}–{hi_k - 1}: {mid}, ≥{hi_k}: {high}", fontsize=9
+        )
         ax.set_xticks(range(target + 1))
         ax.set_ylim(0, max(1, counts.max()) * 1.1)
         _integer_axis(ax.yaxis)
@@ -342,14 +434,18 @@ def swimmer_range(labels: pd.DataFrame, first_anchor: int | None = None) -> tupl
 def swimmer_drawn(labels: pd.DataFrame) -> pd.Series:
     """The rows the swimmer plot draws: an observed event (an interval) or a censoring anchor
     (an arrow); a row with neither would be an empty line."""
-    event = labels["event_observed"].fillna(False).astype(bool) & \
-        labels["interval_upper"].notna()
-    return event | (~labels["event_observed"].fillna(False).astype(bool)
-                    & labels["censoring_time"].notna())
+    event = labels["event_observed"].fillna(False).astype(bool) & labels["interval_upper"].notna()
+    return event | (
+        ~labels["event_observed"].fillna(False).astype(bool) & labels["censoring_time"].notna()
+    )
 
 
-def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | None = None,
-            first_anchor: int | None = None):
+def swimmer(
+    labels: pd.DataFrame,
+    tau: float = 0.75,
+    models: Sequence[str] | None = None,
+    first_anchor: int | None = None,
+):
     """One row per trajectory: event intervals (lower → upper, log2 axis), censored rows as
     arrows from the first probed anchor (`first_anchor`, default the axis start) to the
     censoring anchor (pink when the final rate is ≥ τ: A1 candidates)."""
@@ -367,12 +463,18 @@ def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | Non
 
     floor, top = swimmer_range(labels, first_anchor)
     start = float(first_anchor) if first_anchor else floor
-    styles = {"instant event": "#4c72b0", "delayed event": "#c44e52",
-              "censored": "#999", f"censored, last p ≥ {tau:g}": "#e377c2"}
-    for ax, m in zip(axes, present):
+    styles = {
+        "instant event": "#4c72b0",
+        "delayed event": "#c44e52",
+        "censored": "#999",
+        f"censored, last p ≥ {tau:g}": "#e377c2",
+    }
+    for ax, m in zip(axes, present, strict=False):
         g = labels[labels["model"] == m].copy()
-        g["_sort"] = g["interval_upper"].astype(float).fillna(1e12) + \
-            g["censoring_time"].astype(float).fillna(0) / 1e6
+        g["_sort"] = (
+            g["interval_upper"].astype(float).fillna(1e12)
+            + g["censoring_time"].astype(float).fillna(0) / 1e6
+        )
         g = g.sort_values(["_sort", "cell_id"])
         g = g[swimmer_drawn(g)]  # a row with no interval and no censoring anchor stays out
         n_inst = n_del = n_cen = 0
@@ -384,22 +486,34 @@ def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | Non
                 instant = bool(r.instant)
                 n_inst += instant
                 n_del += not instant
-                ax.plot([lo, up], [y, y], lw=2,
-                        color=styles["instant event" if instant else "delayed event"])
+                ax.plot(
+                    [lo, up],
+                    [y, y],
+                    lw=2,
+                    color=styles["instant event" if instant else "delayed event"],
+                )
                 ax.plot([up], [y], "|", color="black", ms=5)
             else:
                 n_cen += 1
                 end = float(r.censoring_time) if not pd.isna(r.censoring_time) else start
-                hot = r.final_rate is not None and not pd.isna(r.final_rate) and \
-                    r.final_rate >= tau - 1e-9
+                hot = (
+                    r.final_rate is not None
+                    and not pd.isna(r.final_rate)
+                    and r.final_rate >= tau - 1e-9
+                )
                 color = styles[f"censored, last p ≥ {tau:g}" if hot else "censored"]
-                ax.annotate("", xy=(end, y), xytext=(min(start, end), y),
-                            arrowprops={"arrowstyle": "->", "lw": 1, "color": color})
+                ax.annotate(
+                    "",
+                    xy=(end, y),
+                    xytext=(min(start, end), y),
+                    arrowprops={"arrowstyle": "->", "lw": 1, "color": color},
+                )
                 if end <= start:  # censored at the first anchor: a zero-length arrow, so a dot
                     ax.plot([end], [y], "o", ms=3, color=color)
             lvl = getattr(r, "level", None)
-            names.append(problem_of(r) + (f" L{int(lvl)}" if lvl is not None
-                                          and not pd.isna(lvl) else ""))
+            names.append(
+                problem_of(r) + (f" L{int(lvl)}" if lvl is not None and not pd.isna(lvl) else "")
+            )
         ax.set_xscale("log", base=2)
         ax.set_xlim(floor, top)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
@@ -410,8 +524,14 @@ def swimmer(labels: pd.DataFrame, tau: float = 0.75, models: Sequence[str] | Non
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=c, lw=2, label=name) for name, c in styles.items()]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8,
-               frameon=False, bbox_to_anchor=(0.5, -0.02 - 0.5 / fig.get_figheight()))
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        ncol=len(handles),
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, -0.02 - 0.5 / fig.get_figheight()),
+    )
     return fig
 
 
@@ -421,23 +541,26 @@ def label_hardening(hardening: pd.DataFrame, models: Sequence[str] | None = None
     `classify.hardening.hardening_counts`)."""
     from breakthrough.classify.hardening import AFTER, BEFORE, CATEGORIES
 
-    order = list(models) if models is not None else (
-        sorted(map(str, hardening["model"].unique())) if len(hardening) else [])
+    order = (
+        list(models)
+        if models is not None
+        else (sorted(map(str, hardening["model"].unique())) if len(hardening) else [])
+    )
     present = _present(order, hardening) if len(hardening) else []
     fig = new_figure(3.4 * max(1, len(present)) + 1.6, 3.8)
     axes = np.atleast_1d(fig.subplots(1, max(1, len(present)), squeeze=False)[0])
     if not present:
         _empty(axes[0], "no trajectories")
         return fig
-    colors = dict(zip(CATEGORIES, ("#4c72b0", "#c44e52", "#dd8452", "#c8c8c8")))
+    colors = dict(zip(CATEGORIES, ("#4c72b0", "#c44e52", "#dd8452", "#c8c8c8"), strict=True))
     top = float(hardening[list(CATEGORIES)].sum(axis=1).max())
-    for ax, m in zip(axes, present):
+    for ax, m in zip(axes, present, strict=False):
         g = hardening[hardening["model"] == m].set_index("when")
         bottom = np.zeros(2)
         for c in CATEGORIES:
             vals = np.array([int(g.loc[st, c]) if st in g.index else 0 for st in (BEFORE, AFTER)])
             ax.bar([0, 1], vals, bottom=bottom, color=colors[c], label=c, width=0.6)
-            for x, (b0, v) in enumerate(zip(bottom, vals)):
+            for x, (b0, v) in enumerate(zip(bottom, vals, strict=True)):
                 if v:
                     ax.text(x, b0 + v / 2, str(int(v)), ha="center", va="center", fontsize=8)
             bottom += vals
@@ -446,8 +569,13 @@ def label_hardening(hardening: pd.DataFrame, models: Sequence[str] | None = None
         _integer_axis(ax.yaxis)
         ax.set_title(m, fontsize=9)
     axes[0].set_ylabel("trajectories")
-    axes[-1].legend(*axes[-1].get_legend_handles_labels(), fontsize=8, loc="upper left",
-                    bbox_to_anchor=(1.02, 1.0), frameon=False)
+    axes[-1].legend(
+        *axes[-1].get_legend_handles_labels(),
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        frameon=False,
+    )
     fig.suptitle("Label hardening: trajectory labels before vs after the top-ups", fontsize=10)
     return fig
 
@@ -457,8 +585,11 @@ def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
     (dot), log2 anchor axis, rows "index (L level)" (index: the row of a2.csv, 1-based); a
     trajectory without a crossing at B2 gets a cross at the last anchor the arm probed
     (`last_anchor_2`)."""
-    order = list(models) if models is not None else (
-        sorted(map(str, a2["model"].unique())) if len(a2) else [])
+    order = (
+        list(models)
+        if models is not None
+        else (sorted(map(str, a2["model"].unique())) if len(a2) else [])
+    )
     present = _present(order, a2) if len(a2) else []
     n_max = max([int((a2["model"] == m).sum()) for m in present] or [1])
     fig = new_figure(5.5 * max(1, len(present)) + 1.8, 1.6 + 0.32 * n_max)
@@ -479,21 +610,31 @@ def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
     hi = 2.0 ** (math.ceil(math.log2(max(vals))) + 1) if vals else 1024.0
     b1 = int(a2["budget_1"].iloc[0])
     b2s = sorted({int(b) for b in a2["budget_2"]})
-    for ax, m in zip(axes, present):
+    for ax, m in zip(axes, present, strict=False):
         g = a2[a2["model"] == m]
         ys = np.arange(len(g))
-        for y, r in zip(ys, g.itertuples()):
+        for y, r in zip(ys, g.itertuples(), strict=True):
             if not pd.isna(r.first_crossing_1):
-                ax.scatter([float(r.first_crossing_1)], [y], s=90, facecolors="none",
-                           edgecolors="#1f77b4", linewidths=1.6, zorder=3)
+                ax.scatter(
+                    [float(r.first_crossing_1)],
+                    [y],
+                    s=90,
+                    facecolors="none",
+                    edgecolors="#1f77b4",
+                    linewidths=1.6,
+                    zorder=3,
+                )
             if not pd.isna(r.first_crossing_2):
                 ax.scatter([float(r.first_crossing_2)], [y], s=25, color="#d62728", zorder=4)
             elif not pd.isna(r.last_anchor_2):
-                ax.scatter([float(r.last_anchor_2)], [y], marker="x", s=60, color="#d62728",
-                           zorder=4)
-        names = [(problem_of(r) if "problem_id" in g or "cell_id" in g else str(int(r.index)))
-                 + (f" (L{int(r.level)})" if not pd.isna(r.level) else "")
-                 for r in g.itertuples()]
+                ax.scatter(
+                    [float(r.last_anchor_2)], [y], marker="x", s=60, color="#d62728", zorder=4
+                )
+        names = [
+            (problem_of(r) if "problem_id" in g or "cell_id" in g else str(int(r.index)))
+            + (f" (L{int(r.level)})" if not pd.isna(r.level) else "")
+            for r in g.itertuples()
+        ]
         ax.set_yticks(ys, names, fontsize=8)
         ax.set_ylim(-0.6, len(g) - 0.4)
         ax.invert_yaxis()
@@ -503,15 +644,35 @@ def budget_falsification(a2: pd.DataFrame, models: Sequence[str] | None = None):
         ax.set_xlabel("first τ-crossing anchor t (reasoning tokens)")
         ax.set_title(f"{m}: {len(g)} trajector{'y' if len(g) == 1 else 'ies'}", fontsize=9)
     b2 = ", ".join(f"{b:,}" for b in b2s)
-    handles = [Line2D([], [], marker="o", ls="", markerfacecolor="none", markeredgecolor="#1f77b4",
-                      ms=9, label=f"B = {b1:,}"),
-               Line2D([], [], marker="o", ls="", color="#d62728", ms=5, label=f"B = {b2}"),
-               Line2D([], [], marker="x", ls="", color="#d62728",
-                      label=f"no crossing at B = {b2} (at its last anchor)")]
-    axes[-1].legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                    frameon=False)
-    fig.suptitle("Continuation-budget falsification (A2): first τ-crossing per trajectory",
-                 fontsize=10, y=1.0 + 0.3 / fig.get_figheight())  # above the panel titles
+    handles = [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            ls="",
+            markerfacecolor="none",
+            markeredgecolor="#1f77b4",
+            ms=9,
+            label=f"B = {b1:,}",
+        ),
+        Line2D([], [], marker="o", ls="", color="#d62728", ms=5, label=f"B = {b2}"),
+        Line2D(
+            [],
+            [],
+            marker="x",
+            ls="",
+            color="#d62728",
+            label=f"no crossing at B = {b2} (at its last anchor)",
+        ),
+    ]
+    axes[-1].legend(
+        handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False
+    )
+    fig.suptitle(
+        "Continuation-budget falsification (A2): first τ-crossing per trajectory",
+        fontsize=10,
+        y=1.0 + 0.3 / fig.get_figheight(),
+    )  # above the panel titles
     return fig
 
 
@@ -524,17 +685,25 @@ def shown(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(model=frame["model"].map(model_name))
 
 
-def all_figures(labels: pd.DataFrame, probe_cells: pd.DataFrame, out_dir: str | Path, *,
-                budgets: Sequence[int], tau: float = 0.75, target: int = 8,
-                hardening: pd.DataFrame | None = None,
-                a2: pd.DataFrame | None = None) -> dict[str, Path]:
+def all_figures(
+    labels: pd.DataFrame,
+    probe_cells: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    budgets: Sequence[int],
+    tau: float = 0.75,
+    target: int = 8,
+    hardening: pd.DataFrame | None = None,
+    a2: pd.DataFrame | None = None,
+) -> dict[str, Path]:
     """The report figures as PNGs in out_dir (one model order for all, models under their
     display names); name → path. `budgets`: the restart budgets of the runs (their stored
     protocols); the label-hardening figure is drawn when `hardening` has rows, the A2 budget
     falsification when `a2` has rows (a run with a second probe arm)."""
     out_dir = Path(out_dir)
-    gaps = figure_gaps(labels, probe_cells, budgets=budgets, target=target,
-                       hardening=hardening, a2=a2)
+    gaps = figure_gaps(
+        labels, probe_cells, budgets=budgets, target=target, hardening=hardening, a2=a2
+    )
     labels, probe_cells = shown(labels), shown(probe_cells)
     models = model_order(labels)
     first = int(probe_cells["anchor"].min()) if len(probe_cells) else None
@@ -547,13 +716,22 @@ def all_figures(labels: pd.DataFrame, probe_cells: pd.DataFrame, out_dir: str | 
         "label_hardening": lambda: label_hardening(shown(hardening), models),
         "budget_falsification": lambda: budget_falsification(shown(a2), models),
     }
-    return {name: save(make(), out_dir / f"{name}.png") for name, make in build.items()
-            if name not in gaps}
+    return {
+        name: save(make(), out_dir / f"{name}.png")
+        for name, make in build.items()
+        if name not in gaps
+    }
 
 
-def figure_gaps(labels: pd.DataFrame, probe_cells: pd.DataFrame, *, budgets: Sequence[int],
-                target: int = 8, hardening: pd.DataFrame | None = None,
-                a2: pd.DataFrame | None = None) -> dict[str, str]:
+def figure_gaps(
+    labels: pd.DataFrame,
+    probe_cells: pd.DataFrame,
+    *,
+    budgets: Sequence[int],
+    target: int = 8,
+    hardening: pd.DataFrame | None = None,
+    a2: pd.DataFrame | None = None,
+) -> dict[str, str]:
     """The figures the data cannot fill, name → why ("no data because …" on the page): the
     same tests the builders make before they would draw an empty frame."""
     gaps: dict[str, str] = {}

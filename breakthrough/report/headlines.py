@@ -11,8 +11,9 @@ names what is missing and the command that would produce it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -41,7 +42,7 @@ def _n(v: float) -> str:
 
 
 def _count(n: int, word: str, plural: str | None = None) -> str:
-    """"1 cell", "13 cells" ("1 trajectory", "8 trajectories" with `plural`)."""
+    """ "1 cell", "13 cells" ("1 trajectory", "8 trajectories" with `plural`)."""
     return f"{int(n):,} {word if int(n) == 1 else plural or word + 's'}"
 
 
@@ -66,9 +67,15 @@ def regime_summary(labels: pd.DataFrame) -> Headline | None:
     if labels.empty:
         return None
     models = _models(labels)
-    table = pd.DataFrame({model_name(m): [int((labels[labels["model"] == m]["regime"] == r).sum())
-                                          for r in REGIMES] for m in models},
-                         index=[regime_name(r) for r in REGIMES])
+    table = pd.DataFrame(
+        {
+            model_name(m): [
+                int((labels[labels["model"] == m]["regime"] == r).sum()) for r in REGIMES
+            ]
+            for m in models
+        },
+        index=[regime_name(r) for r in REGIMES],
+    )
     table.loc["total"] = table.sum()
     table = table.reset_index(names="regime")
     n = len(labels)
@@ -78,14 +85,23 @@ def regime_summary(labels: pd.DataFrame) -> Headline | None:
     for m in models:
         g = labels[labels["model"] == m]
         cls = g["regime"].map(collapse_regime)
-        parts.append(f"{model_name(m)}: " + ", ".join(
-            f"{int((cls == c).sum())} {c}" for c in FIGURE_CLASSES if (cls == c).any()))
-    sentences = [f"{_count(n, 'cell')} ({_count(problems, 'problem')} × {len(models)} "
-                 f"model{'s' if len(models) != 1 else ''}); " + "; ".join(parts) + ".",
-                 f"{prefix} of {_count(n, 'cell')} {'is' if prefix == 1 else 'are'} prefix-limited."]
-    return Headline("regimes", "Regime map (9.1)", sentences,
-                    {"cells": n, "problems": int(problems), "prefix_limited": prefix},
-                    {"regime_counts": table}, ("regime_map", "swimmer"))
+        parts.append(
+            f"{model_name(m)}: "
+            + ", ".join(f"{int((cls == c).sum())} {c}" for c in FIGURE_CLASSES if (cls == c).any())
+        )
+    sentences = [
+        f"{_count(n, 'cell')} ({_count(problems, 'problem')} × {len(models)} "
+        f"model{'s' if len(models) != 1 else ''}); " + "; ".join(parts) + ".",
+        f"{prefix} of {_count(n, 'cell')} {'is' if prefix == 1 else 'are'} prefix-limited.",
+    ]
+    return Headline(
+        "regimes",
+        "Regime map (9.1)",
+        sentences,
+        {"cells": n, "problems": int(problems), "prefix_limited": prefix},
+        {"regime_counts": table},
+        ("regime_map", "swimmer"),
+    )
 
 
 def tv_events(labels: pd.DataFrame) -> Headline | None:
@@ -93,26 +109,40 @@ def tv_events(labels: pd.DataFrame) -> Headline | None:
     if labels.empty:
         return None
     ev = labels[~labels["instant"].astype(bool) & labels["t_v"].notna()]
-    cols = [c for c in ("model", "problem_id", "stage", "level", "t_f", "t_v", "max_advantage",
-                        "regime") if c in ev.columns]
-    table = ev[cols].assign(model=ev["model"].map(model_name),
-                            regime=ev["regime"].map(regime_name)).reset_index(drop=True)
-    items = [f"{model_name(r.model)} × {r.problem_id}: T_F = {_fmt_int(r.t_f)}, T_V = "
-             f"{_fmt_int(r.t_v)}, max advantage {r.max_advantage:.3f} → {regime_name(r.regime)}"
-             for r in ev.itertuples()]
-    lead = (f"Non-instant T_V events at the primary δ: {len(ev)}"
-            + (": " + "; ".join(items) + "." if items else "."))
-    return Headline("tv_events", "T_V events (9.1)", [lead], {"events": int(len(ev))},
-                    {"tv_events": table})
+    cols = [
+        c
+        for c in ("model", "problem_id", "stage", "level", "t_f", "t_v", "max_advantage", "regime")
+        if c in ev.columns
+    ]
+    table = (
+        ev[cols]
+        .assign(model=ev["model"].map(model_name), regime=ev["regime"].map(regime_name))
+        .reset_index(drop=True)
+    )
+    items = [
+        f"{model_name(r.model)} × {r.problem_id}: T_F = {_fmt_int(r.t_f)}, T_V = "
+        f"{_fmt_int(r.t_v)}, max advantage {r.max_advantage:.3f} → {regime_name(r.regime)}"
+        for r in ev.itertuples()
+    ]
+    lead = f"Non-instant T_V events at the primary δ: {len(ev)}" + (
+        ": " + "; ".join(items) + "." if items else "."
+    )
+    return Headline(
+        "tv_events", "T_V events (9.1)", [lead], {"events": int(len(ev))}, {"tv_events": table}
+    )
 
 
 def _fmt_int(v: Any) -> str:
-    return "—" if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) \
+    return (
+        "—"
+        if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
         else f"{int(v):,}"
+    )
 
 
-def delta_sensitivity(labels: pd.DataFrame, deltas: Sequence[float],
-                      primary: float) -> Headline | None:
+def delta_sensitivity(
+    labels: pd.DataFrame, deltas: Sequence[float], primary: float
+) -> Headline | None:
     """9.1: T_V(δ) counts over non-instant cells for every δ (standard and conservative R̂), and
     the conservative agreement at the primary δ, per model."""
     if labels.empty:
@@ -123,31 +153,61 @@ def delta_sensitivity(labels: pd.DataFrame, deltas: Sequence[float],
         g = ni[ni["model"] == m]
         for d in deltas:
             k = delta_key(d)
-            rows.append({"model": model_name(m), "delta": d,
-                         "t_v": int(g[f"t_v_{k}"].notna().sum()) if f"t_v_{k}" in g else 0,
-                         "t_v_conservative": int(g[f"t_v_cons_{k}"].notna().sum())
-                         if f"t_v_cons_{k}" in g else 0, "non_instant_cells": int(len(g))})
+            rows.append(
+                {
+                    "model": model_name(m),
+                    "delta": d,
+                    "t_v": int(g[f"t_v_{k}"].notna().sum()) if f"t_v_{k}" in g else 0,
+                    "t_v_conservative": int(g[f"t_v_cons_{k}"].notna().sum())
+                    if f"t_v_cons_{k}" in g
+                    else 0,
+                    "non_instant_cells": int(len(g)),
+                }
+            )
     table = pd.DataFrame(rows)
-    total = {d: int(ni[f"t_v_{delta_key(d)}"].notna().sum()) for d in deltas
-             if f"t_v_{delta_key(d)}" in ni}
+    total = {
+        d: int(ni[f"t_v_{delta_key(d)}"].notna().sum())
+        for d in deltas
+        if f"t_v_{delta_key(d)}" in ni
+    }
     agree = labels["conservative_agrees"].astype(bool)
     dis = labels[~agree]
-    agreement = pd.DataFrame([{"model": model_name(m),
-                               "cells": int((labels["model"] == m).sum()),
-                               "agree": int(agree[labels["model"] == m].sum()),
-                               "disagree": int((~agree[labels["model"] == m]).sum())}
-                              for m in _models(labels)])
-    s1 = (f"δ sensitivity over {_n(len(ni))} non-instant cells: "
-          + ", ".join(f"δ = {d:g} → {n}" for d, n in total.items()) + ".")
-    s2 = (f"Conservative R̂ disagreements at δ = {primary:g}: "
-          + ("none" if dis.empty else ", ".join(f"{model_name(r.model)} × {r.problem_id}"
-                                                  for r in dis.itertuples()))
-          + f" ({int(agree.sum())}/{len(labels)} agree).")
-    return Headline("delta_sensitivity", "δ sensitivity and conservative agreement (9.1)",
-                    [s1, s2], {"t_v_by_delta": {str(d): n for d, n in total.items()},
-                               "conservative_agree": int(agree.sum()),
-                               "cells": int(len(labels))},
-                    {"delta_sensitivity": table, "conservative_agreement": agreement})
+    agreement = pd.DataFrame(
+        [
+            {
+                "model": model_name(m),
+                "cells": int((labels["model"] == m).sum()),
+                "agree": int(agree[labels["model"] == m].sum()),
+                "disagree": int((~agree[labels["model"] == m]).sum()),
+            }
+            for m in _models(labels)
+        ]
+    )
+    s1 = (
+        f"δ sensitivity over {_n(len(ni))} non-instant cells: "
+        + ", ".join(f"δ = {d:g} → {n}" for d, n in total.items())
+        + "."
+    )
+    s2 = (
+        f"Conservative R̂ disagreements at δ = {primary:g}: "
+        + (
+            "none"
+            if dis.empty
+            else ", ".join(f"{model_name(r.model)} × {r.problem_id}" for r in dis.itertuples())
+        )
+        + f" ({int(agree.sum())}/{len(labels)} agree)."
+    )
+    return Headline(
+        "delta_sensitivity",
+        "δ sensitivity and conservative agreement (9.1)",
+        [s1, s2],
+        {
+            "t_v_by_delta": {str(d): n for d, n in total.items()},
+            "conservative_agree": int(agree.sum()),
+            "cells": int(len(labels)),
+        },
+        {"delta_sensitivity": table, "conservative_agreement": agreement},
+    )
 
 
 def cross_model(labels: pd.DataFrame) -> Headline | None:
@@ -162,21 +222,31 @@ def cross_model(labels: pd.DataFrame) -> Headline | None:
         if g["model"].nunique() < 2:
             continue
         compared += 1
-        cls = dict(zip(g["model"], g["regime"].map(lambda r: collapse_regime(r, "agreement"))))
+        cls = dict(
+            zip(g["model"], g["regime"].map(lambda r: collapse_regime(r, "agreement")), strict=True)
+        )
         same = len(set(cls.values())) == 1
-        rows.append({"problem_id": pid, **{model_name(m): c for m, c in sorted(cls.items())},
-                     "agree": same})
+        rows.append(
+            {"problem_id": pid, **{model_name(m): c for m, c in sorted(cls.items())}, "agree": same}
+        )
         if same:
             agree += 1
             c = next(iter(cls.values()))
             per[c] = per.get(c, 0) + 1
     table = pd.DataFrame(rows)
     models = ", ".join(model_name(m) for m in _models(labels))
-    s = (f"Collapsed cross-model agreement ({models}): {agree}/{compared} problem{'s' if compared != 1 else ''}"
-         + (f" ({', '.join(f'{n} {c}' for c, n in sorted(per.items()))})." if per else "."))
-    return Headline("cross_model", "Cross-model agreement (9.1)", [s],
-                    {"agree": agree, "compared": compared},
-                    {"cross_model_agreement": table})
+    s = (
+        f"Collapsed cross-model agreement ({models}): {agree}/{compared} "
+        f"problem{'s' if compared != 1 else ''}"
+        + (f" ({', '.join(f'{n} {c}' for c, n in sorted(per.items()))})." if per else ".")
+    )
+    return Headline(
+        "cross_model",
+        "Cross-model agreement (9.1)",
+        [s],
+        {"agree": agree, "compared": compared},
+        {"cross_model_agreement": table},
+    )
 
 
 # ---------------------------------------------------------------------- 9.2 dose-response
@@ -204,23 +274,43 @@ def dose_response(labels: pd.DataFrame, budgets: Sequence[int], tau: float) -> H
         dec = (np.diff(r, axis=1) < -EPS).any(axis=1)
         above = r >= tau - EPS
         reversal = (above[:, :-1] & ~above[:, 1:]).any(axis=1)
-        for c, k in zip(cs, solved):
-            rows.append({"model": model_name(m), "budget": c, "cells": len(g),
-                         "solved_from_scratch": int(k), "share": round(int(k) / len(g), 4)})
-        out = [_count(n, "instant cell") for n in (n_all - n_ni,) if n] + \
-            [_count(n, "cell") + " missing a restart budget" for n in (n_ni - len(g),) if n]
-        why = (f"n = {len(g)} of {_count(n_all, 'cell')}: the non-instant cells measured at "
-               f"every budget" + (f"; {' and '.join(out)} left out" if out else ""))
+        for c, k in zip(cs, solved, strict=True):
+            rows.append(
+                {
+                    "model": model_name(m),
+                    "budget": c,
+                    "cells": len(g),
+                    "solved_from_scratch": int(k),
+                    "share": round(int(k) / len(g), 4),
+                }
+            )
+        out = [_count(n, "instant cell") for n in (n_all - n_ni,) if n] + [
+            _count(n, "cell") + " missing a restart budget" for n in (n_ni - len(g),) if n
+        ]
+        why = (
+            f"n = {len(g)} of {_count(n_all, 'cell')}: the non-instant cells measured at "
+            f"every budget" + (f"; {' and '.join(out)} left out" if out else "")
+        )
         sentences.append(
-            f"{model_name(m)} ({why}): " + " → ".join(_pct(int(k), len(g)) for k in solved)
-            + " at " + " → ".join(f"{c:,}" for c in cs) + f" ({', '.join(str(int(k)) for k in solved)}"
+            f"{model_name(m)} ({why}): "
+            + " → ".join(_pct(int(k), len(g)) for k in solved)
+            + " at "
+            + " → ".join(f"{c:,}" for c in cs)
+            + f" ({', '.join(str(int(k)) for k in solved)}"
             f" of {len(g)}); {int(dec.sum())} of {_count(len(g), 'curve')} decrease between "
             f"consecutive "
-            f"budgets, {int(reversal.sum())} cross back below τ.")
+            f"budgets, {int(reversal.sum())} cross back below τ."
+        )
     if not rows:
         return None
-    return Headline("dose_response", "Restart dose-response (9.2)", sentences,
-                    {"rows": rows}, {"dose_response": pd.DataFrame(rows)}, ("dose_response",))
+    return Headline(
+        "dose_response",
+        "Restart dose-response (9.2)",
+        sentences,
+        {"rows": rows},
+        {"dose_response": pd.DataFrame(rows)},
+        ("dose_response",),
+    )
 
 
 # -------------------------------------------------------------------- 9.3 matched compute
@@ -243,14 +333,21 @@ def matched_compute(labels: pd.DataFrame, budgets: Sequence[int], tau: float) ->
         adv = g["terminal_a1_advantage"].astype(float)
         inn, bnd = adv[~proxy], adv[proxy]
         r_max = g[rc].astype(float) if rc in g else pd.Series(np.nan, index=g.index)
-        row = {"model": model_name(m), "cells": int(len(g)), "in_grid": int(len(inn)),
-               "in_grid_wins": int((inn > EPS).sum()),
-               "in_grid_median_advantage": None if inn.empty else round(float(inn.median()), 3),
-               "proxies": int(len(bnd)), "proxy_wins": int((bnd > EPS).sum()),
-               "proxy_ties": int((bnd.abs() <= EPS).sum()),
-               "reach_tau_at_c_max": int((r_max >= tau - EPS).sum()),
-               "match_prefix_at_c_max": int((r_max >= g["terminal_a1_rate"].astype(float) - EPS).sum()),
-               "c_max": c_max}
+        row: dict[str, Any] = {
+            "model": model_name(m),
+            "cells": int(len(g)),
+            "in_grid": int(len(inn)),
+            "in_grid_wins": int((inn > EPS).sum()),
+            "in_grid_median_advantage": None if inn.empty else round(float(inn.median()), 3),
+            "proxies": int(len(bnd)),
+            "proxy_wins": int((bnd > EPS).sum()),
+            "proxy_ties": int((bnd.abs() <= EPS).sum()),
+            "reach_tau_at_c_max": int((r_max >= tau - EPS).sum()),
+            "match_prefix_at_c_max": int(
+                (r_max >= g["terminal_a1_rate"].astype(float) - EPS).sum()
+            ),
+            "c_max": c_max,
+        }
         rows.append(row)
         sentences.append(
             f"{model_name(m)}: {_count(row['cells'], 'cell')} with an A1 terminal event; in-grid "
@@ -260,9 +357,16 @@ def matched_compute(labels: pd.DataFrame, budgets: Sequence[int], tau: float) ->
             f"{_count(row['proxy_ties'], 'tie')}; R({c_max:,}) ≥ τ in "
             f"{row['reach_tau_at_c_max']}/"
             f"{row['cells']}; R({c_max:,}) ≥ the prefix's pooled rate in "
-            f"{row['match_prefix_at_c_max']}/{row['cells']}.")
-    return Headline("matched_compute", "Matched compute (9.3)", sentences, {"rows": rows},
-                    {"matched_compute": pd.DataFrame(rows)}, ("matched_compute",))
+            f"{row['match_prefix_at_c_max']}/{row['cells']}."
+        )
+    return Headline(
+        "matched_compute",
+        "Matched compute (9.3)",
+        sentences,
+        {"rows": rows},
+        {"matched_compute": pd.DataFrame(rows)},
+        ("matched_compute",),
+    )
 
 
 # ------------------------------------------------------------- 9.4 / 3.5 top-ups, hardening
@@ -282,12 +386,20 @@ def topup_resolution(resolution: Sequence[Mapping[str, Any]], target: int) -> He
             f"{model_name(r['model'])}: {_count(r['cells'], 'probe cell')} at {target} branches → "
             f"{r['low']} at ≤ {lo}/{target}, {r['intermediate']} intermediate, {r['high']} high "
             f"(≥ τ); the added branches alone give "
-            + "/".join(str(i) for i in range(len(added))) + " successes in "
-            + "/".join(str(r[k]) for k in added) + " cells.")
+            + "/".join(str(i) for i in range(len(added)))
+            + " successes in "
+            + "/".join(str(r[k]) for k in added)
+            + " cells."
+        )
     table = pd.DataFrame(rows).assign(model=lambda f: f["model"].map(model_name))
-    return Headline("topup_resolution", "Top-up resolution (3.5, 9.4)", sentences,
-                    {"rows": rows}, {"topup_resolution": table},
-                    ("topup_resolution",))
+    return Headline(
+        "topup_resolution",
+        "Top-up resolution (3.5, 9.4)",
+        sentences,
+        {"rows": rows},
+        {"topup_resolution": table},
+        ("topup_resolution",),
+    )
 
 
 def label_hardening(hardening: Sequence[Mapping[str, Any]]) -> Headline | None:
@@ -309,10 +421,16 @@ def label_hardening(hardening: Sequence[Mapping[str, Any]]) -> Headline | None:
             f"top-ups; labels changed on {_fmt_int(last.get('changed'))} of "
             f"{_count(last['total'], 'trajectory', 'trajectories')}; "
             f"{_fmt_int(last.get('events_removed'))} events removed, "
-            f"{_fmt_int(last.get('events_added'))} added.")
-    return Headline("label_hardening", "Label hardening (appendix)", sentences, {"rows": rows},
-                    {"label_hardening": frame.assign(model=frame["model"].map(model_name))},
-                    ("label_hardening",))
+            f"{_fmt_int(last.get('events_added'))} added."
+        )
+    return Headline(
+        "label_hardening",
+        "Label hardening (appendix)",
+        sentences,
+        {"rows": rows},
+        {"label_hardening": frame.assign(model=frame["model"].map(model_name))},
+        ("label_hardening",),
+    )
 
 
 def a2(table: pd.DataFrame, verdicts: Mapping[str, Mapping[str, Any]]) -> Headline | None:
@@ -323,14 +441,22 @@ def a2(table: pd.DataFrame, verdicts: Mapping[str, Mapping[str, Any]]) -> Headli
     for b2, v in verdicts.items():
         b1 = v.get("budget_1")
         sentences.append(
-            f"{_count(v['trajectories'], 'trajectory', 'trajectories')} re-probed at B = {int(b2):,} beside "
-            f"B = {_fmt_int(b1)}: {v['earlier_by_2b']}/{v['trajectories']} first crossings "
+            f"{_count(v['trajectories'], 'trajectory', 'trajectories')} re-probed at "
+            f"B = {int(b2):,} beside B = {_fmt_int(b1)}: "
+            f"{v['earlier_by_2b']}/{v['trajectories']} first crossings "
             f"moved earlier by ≥ {2 * int(b1 or 0):,} tokens, {v['no_crossing_at_b2']} without a "
             f"crossing at B = {int(b2):,}; median shift "
-            f"{_signed(v['median_shift_steps'], 1)} anchor steps → {v['verdict']}.")
+            f"{_signed(v['median_shift_steps'], 1)} anchor steps → {v['verdict']}."
+        )
     shown = table.assign(model=table["model"].map(model_name))
-    return Headline("a2", "Continuation-budget falsification (3.6, A2)", sentences,
-                    {"verdicts": dict(verdicts)}, {"a2": shown}, ("budget_falsification",))
+    return Headline(
+        "a2",
+        "Continuation-budget falsification (3.6, A2)",
+        sentences,
+        {"verdicts": dict(verdicts)},
+        {"a2": shown},
+        ("budget_falsification",),
+    )
 
 
 # --------------------------------------------------------------------- 9.5 confirmatory
@@ -341,8 +467,9 @@ def _ci(r: Mapping[str, Any]) -> str:
     return f"[{_signed(lo, 3)}, {_signed(hi, 3)}]"
 
 
-def confirmatory(confirm: Mapping[str, Any] | None,
-                 sweep: Mapping[str, Any] | None) -> Headline | None:
+def confirmatory(
+    confirm: Mapping[str, Any] | None, sweep: Mapping[str, Any] | None
+) -> Headline | None:
     """9.5: ΔAUROC with its CI for both endpoints and variants at the forecast point, and the
     post-hoc sweep (negative point estimates, CIs including 0)."""
     if not confirm:
@@ -350,38 +477,64 @@ def confirmatory(confirm: Mapping[str, Any] | None,
     rows, sentences = [], []
     for r in confirm.get("results", []):
         fit = r.get("status") == "fit"
-        rows.append({"endpoint": r["endpoint"], "variant": r["variant"], "status": r["status"],
-                     "test_rows": r.get("test_rows"), "test_problems": r.get("test_problems"),
-                     "baseline_auroc": r.get("baseline_auroc"), "early_auroc": r.get("early_auroc"),
-                     "delta_auroc": r.get("delta_auroc"), "ci_low": (r.get("ci") or [None])[0],
-                     "ci_high": (r.get("ci") or [None, None])[1], "success": r.get("success")})
+        rows.append(
+            {
+                "endpoint": r["endpoint"],
+                "variant": r["variant"],
+                "status": r["status"],
+                "test_rows": r.get("test_rows"),
+                "test_problems": r.get("test_problems"),
+                "baseline_auroc": r.get("baseline_auroc"),
+                "early_auroc": r.get("early_auroc"),
+                "delta_auroc": r.get("delta_auroc"),
+                "ci_low": (r.get("ci") or [None])[0],
+                "ci_high": (r.get("ci") or [None, None])[1],
+                "success": r.get("success"),
+            }
+        )
         if fit:
             sentences.append(
                 f"{r['endpoint'].capitalize()} ({r['variant']}): ΔAUROC "
                 f"{_signed(r['delta_auroc'], 3)} {_ci(r)} on {r['test_rows']} test rows "
-                f"({_count(r['test_problems'], 'problem')}; baseline {r['baseline_auroc']:.3f}, + early "
-                f"{r['early_auroc']:.3f}) → {'success' if r['success'] else 'no success'}.")
+                f"({_count(r['test_problems'], 'problem')}; baseline {r['baseline_auroc']:.3f}, "
+                f"+ early {r['early_auroc']:.3f}) → {'success' if r['success'] else 'no success'}."
+            )
         else:
-            sentences.append(f"{r['endpoint'].capitalize()} ({r['variant']}): not fit "
-                             f"({r.get('reason')}).")
+            sentences.append(
+                f"{r['endpoint'].capitalize()} ({r['variant']}): not fit ({r.get('reason')})."
+            )
     t = confirm.get("forecast_token")
-    sentences.insert(0, f"Confirmatory early-signal test at forecast token {_fmt_int(t)}: "
-                        f"{confirm.get('cells', {}).get('included', '—')} of "
-                        f"{confirm.get('cells', {}).get('labelled', '—')} labelled cells included.")
+    sentences.insert(
+        0,
+        f"Confirmatory early-signal test at forecast token {_fmt_int(t)}: "
+        f"{confirm.get('cells', {}).get('included', '—')} of "
+        f"{confirm.get('cells', {}).get('labelled', '—')} labelled cells included.",
+    )
     numbers: dict[str, Any] = {"forecast_token": t, "results": rows}
     tables = {"confirmatory": pd.DataFrame(rows)}
     if sweep:
         tables["forecast_sweep"] = pd.DataFrame(sweep.get("rows") or [])
-        n, neg, zero = sweep.get("estimates", 0), sweep.get("negative_estimates", 0), \
-            sweep.get("ci_including_zero", 0)
+        n, neg, zero = (
+            sweep.get("estimates", 0),
+            sweep.get("negative_estimates", 0),
+            sweep.get("ci_including_zero", 0),
+        )
         post = [x for x in sweep.get("forecast_tokens", []) if x != sweep.get("preregistered")]
-        sentences.append(f"Forecast-point sweep over t ∈ {{{', '.join(f'{x:,}' for x in sweep.get('forecast_tokens', []))}}}"
-                         f" (post-hoc: {len(post)} points): {neg} of {n} point estimates negative;"
-                         f" {zero} of {n} CIs include 0.")
+        swept = ", ".join(f"{x:,}" for x in sweep.get("forecast_tokens", []))
+        sentences.append(
+            f"Forecast-point sweep over t ∈ {{{swept}}}"
+            f" (post-hoc: {len(post)} points): {neg} of {n} point estimates negative;"
+            f" {zero} of {n} CIs include 0."
+        )
         numbers["sweep"] = {"estimates": n, "negative": neg, "ci_including_zero": zero}
-    return Headline("confirmatory", "Confirmatory early-signal test (9.5)", sentences, numbers,
-                    tables, ("confirmatory_forest", "prefix_sweep") if sweep else
-                    ("confirmatory_forest",))
+    return Headline(
+        "confirmatory",
+        "Confirmatory early-signal test (9.5)",
+        sentences,
+        numbers,
+        tables,
+        ("confirmatory_forest", "prefix_sweep") if sweep else ("confirmatory_forest",),
+    )
 
 
 # -------------------------------------------------------------------- 9.8 probe dissection
@@ -398,19 +551,44 @@ def probe_dissection(summaries: Mapping[str, Mapping[str, Any]]) -> Headline | N
         for arm, g in table[table["score"] == "probe"].groupby("arm", sort=False):
             g = g.sort_values("t")
             ends = [g.iloc[0]] + ([g.iloc[-1]] if len(g) > 1 else [])
-            parts = [f"t = {int(r['t'])}: pooled {_a(r, 'pooled')}, within (failure-weighted) "
-                     f"{_a(r, 'within_failure_weighted')}" for r in ends]
+            parts = [
+                f"t = {int(r['t'])}: pooled {_a(r, 'pooled')}, within (failure-weighted) "
+                f"{_a(r, 'within_failure_weighted')}"
+                for r in ends
+            ]
             sentences.append(f"{name}, {arm} probe: " + "; ".join(parts) + ".")
-            rows += [{"source": name, "arm": arm, **{k: r.get(k) for k in (
-                "t", "pooled", "pooled_lo", "pooled_hi", "within_failure_weighted",
-                "within_pair_weighted", "rows")}} for r in g.to_dict(orient="records")]
+            rows += [
+                {
+                    "source": name,
+                    "arm": arm,
+                    **{
+                        k: r.get(k)
+                        for k in (
+                            "t",
+                            "pooled",
+                            "pooled_lo",
+                            "pooled_hi",
+                            "within_failure_weighted",
+                            "within_pair_weighted",
+                            "rows",
+                        )
+                    },
+                }
+                for r in g.to_dict(orient="records")
+            ]
         loo = table[table["score"] == "loo"]
         if len(loo):
             sentences.append(f"{name}: LOO pass-rate reference pooled {_a(loo.iloc[0], 'pooled')}.")
     if not sentences:
         return None
-    return Headline("probe_dissection", "Probe dissection (9.8)", sentences, {"rows": rows},
-                    {"probe_dissection": pd.DataFrame(rows)}, ("probe_dissection",))
+    return Headline(
+        "probe_dissection",
+        "Probe dissection (9.8)",
+        sentences,
+        {"rows": rows},
+        {"probe_dissection": pd.DataFrame(rows)},
+        ("probe_dissection",),
+    )
 
 
 def _a(r: Mapping[str, Any], name: str) -> str:

@@ -32,7 +32,8 @@ _SPAN = re.compile(
     r"|\\\((?P<bi>.+?)\\\)"
     r"|(?<![\\$])\$(?P<di>[^\s$](?:[^$]*?[^\s\\$])?)\$(?!\d)"
     r"|(?<![\\$])\$(?P<dw>[^$]*?\\[A-Za-z][^$]*?)\$",  # spaced, but holds a command
-    re.DOTALL)
+    re.DOTALL,
+)
 _ASY = re.compile(r"\[asy\](.*?)\[/asy\]", re.DOTALL)
 _LATEX_HINT = re.compile(r"\\[A-Za-z]+|[\^_{}]")  # a bare answer that is LaTeX
 
@@ -58,19 +59,23 @@ def math_html(text: str | None) -> str:
     text = str(text)
     if _ASY.search(text):  # math around the figures, each figure folded
         parts = _ASY.split(text)  # text, figure source, text, ...
-        return "".join(math_html(t) if i % 2 == 0 else
-                       "<details class='asy'><summary>figure (Asymptote source, not drawn)"
-                       f"</summary><pre>{html.escape(t.strip())}</pre></details>"
-                       for i, t in enumerate(parts))
+        return "".join(
+            math_html(t)
+            if i % 2 == 0
+            else "<details class='asy'><summary>figure (Asymptote source, not drawn)"
+            f"</summary><pre>{html.escape(t.strip())}</pre></details>"
+            for i, t in enumerate(parts)
+        )
     out, pos = [], 0
     for m in _SPAN.finditer(text):
-        display = m.group("dd") is not None or m.group("bd") is not None \
-            or m.group("env") is not None
+        display = (
+            m.group("dd") is not None or m.group("bd") is not None or m.group("env") is not None
+        )
         latex = next(g for g in m.group("dd", "bd", "env", "bi", "di", "dw") if g is not None)
         mathml = latex_to_mathml(latex, display)
         if mathml is None:
             continue  # left as text (escaped below with what surrounds it)
-        out.append(html.escape(text[pos:m.start()]))
+        out.append(html.escape(text[pos : m.start()]))
         out.append(mathml)
         pos = m.end()
     out.append(html.escape(text[pos:]))
@@ -94,6 +99,5 @@ def answer_html(answer: str | None) -> str:
 def has_raw_latex(rendered: str) -> bool:
     """Whether rendered HTML still shows a LaTeX command outside its MathML (what a reader
     would see as raw LaTeX)."""
-    visible = re.sub(r"<math\b.*?</math>|<details\b.*?</details>", "", rendered,
-                     flags=re.DOTALL)
+    visible = re.sub(r"<math\b.*?</math>|<details\b.*?</details>", "", rendered, flags=re.DOTALL)
     return bool(re.search(r"\\[A-Za-z]+", html.unescape(visible)))

@@ -67,14 +67,14 @@ FIELDS: dict[str, tuple[str, str]] = {
     "regime": ("regime", "regime (protocol 5.3)"),
     "regime_class": ("class", "regime class (figures)"),
     "max_advantage": ("max adv", "largest advantage adv(t) = p(t; B) − R̂(t + B)"),
-    "proxy_anchors": ("proxy anchors",
-                      "anchors whose t + B lies beyond the largest restart budget"),
+    "proxy_anchors": (
+        "proxy anchors",
+        "anchors whose t + B lies beyond the largest restart budget",
+    ),
     "t_v": ("T_V", "prefix-value time T_V at the primary δ"),
     "t_v_cons": ("T_V cons", "prefix-value time T_V at the primary δ, conservative R̂"),
-    "conservative_agrees": ("cons agrees",
-                            "conservative R̂ agrees on whether T_V exists"),
-    "terminal_candidate": ("A1 candidate",
-                           "terminal A1 candidate (no T_F event, last anchor ≥ τ)"),
+    "conservative_agrees": ("cons agrees", "conservative R̂ agrees on whether T_V exists"),
+    "terminal_candidate": ("A1 candidate", "terminal A1 candidate (no T_F event, last anchor ≥ τ)"),
     "terminal_a1_anchor": ("A1 anchor", "terminal A1: replicated anchor"),
     "terminal_a1_rate": ("A1 rate", "terminal A1: pooled rate at the replicated anchor"),
     "terminal_a1_matched_restart": ("A1 R̂", "terminal A1: matched restart R̂(t + B)"),
@@ -161,21 +161,39 @@ def model_name(model: object) -> str:
 GLOSSARY: tuple[tuple[str, str], ...] = (
     ("τ", "the solve-rate threshold (0.75): a rate at or above τ counts as solved."),
     ("B", "the continuation budget: reasoning tokens a continuation may add after the cut."),
-    ("p(t; B)", "the share of continuations, cut from the base trace at anchor t (its t-th "
-                "reasoning token) and given B more tokens, that end with a correct answer."),
-    ("T_F", "budget-fit time: the first probed anchor t with p(t; B) ≥ τ that also holds at "
-            "the next probed anchor; from there, B more tokens usually suffice."),
-    ("R(C), R̂", "R(C): the share of restarts from scratch (no prefix) with reasoning budget C "
-                "that are correct; R̂(t + B): R at the same total tokens t + B, interpolated "
-                "in log2 C between the measured budgets."),
-    ("adv", "advantage adv(t) = p(t; B) − R̂(t + B): what the prefix is worth over a restart "
-            "given the same number of tokens."),
+    (
+        "p(t; B)",
+        "the share of continuations, cut from the base trace at anchor t (its t-th "
+        "reasoning token) and given B more tokens, that end with a correct answer.",
+    ),
+    (
+        "T_F",
+        "budget-fit time: the first probed anchor t with p(t; B) ≥ τ that also holds at "
+        "the next probed anchor; from there, B more tokens usually suffice.",
+    ),
+    (
+        "R(C), R̂",
+        "R(C): the share of restarts from scratch (no prefix) with reasoning budget C "
+        "that are correct; R̂(t + B): R at the same total tokens t + B, interpolated "
+        "in log2 C between the measured budgets.",
+    ),
+    (
+        "adv",
+        "advantage adv(t) = p(t; B) − R̂(t + B): what the prefix is worth over a restart "
+        "given the same number of tokens.",
+    ),
     ("δ", "the advantage threshold (0.5 primary; 0.25 and 0.75 as sensitivity checks)."),
-    ("T_V", "prefix-value time T_V(δ): the first probed anchor with p(t; B) ≥ τ and "
-            "adv(t) ≥ δ that also holds at the next probed anchor."),
-    ("regimes", "instant: T_F is reached within the first 16 tokens; budget-limited: a restart "
-                "from scratch reaches τ; prefix-limited: T_V exists (the prefix is worth more "
-                "than restarts); no crossing: T_F exists but adv never reaches δ; terminal: "
-                "only the last anchor reaches τ, confirmed with 8 branches (A1); unsolved: "
-                "none of these."),
+    (
+        "T_V",
+        "prefix-value time T_V(δ): the first probed anchor with p(t; B) ≥ τ and "
+        "adv(t) ≥ δ that also holds at the next probed anchor.",
+    ),
+    (
+        "regimes",
+        "instant: T_F is reached within the first 16 tokens; budget-limited: a restart "
+        "from scratch reaches τ; prefix-limited: T_V exists (the prefix is worth more "
+        "than restarts); no crossing: T_F exists but adv never reaches δ; terminal: "
+        "only the last anchor reaches τ, confirmed with 8 branches (A1); unsolved: "
+        "none of these.",
+    ),
 )

@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -42,17 +43,18 @@ PROBE_SUMMARY, PROBE_FIGURE = "probe_summary.json", "probe_figure.png"
 # Protocol 10's figure list, in its order: name → caption.
 STUDY_FIGURES: dict[str, str] = {
     "regime_map": "Regime map: collapsed class per problem and model, and class counts per model.",
-    "dose_response": "Restart dose-response: R(C) per non-instant cell and the share with R(C) ≥ τ.",
+    "dose_response": "Restart dose-response: R(C) per non-instant cell and the share with "
+    "R(C) ≥ τ.",
     "matched_compute": "Matched compute: pooled prefix rate vs the matched restart R̂(t + B) per "
-                       "A1 terminal cell (* proxy comparisons).",
+    "A1 terminal cell (* proxy comparisons).",
     "topup_resolution": "Top-up resolution: pooled successes of the probe cells at 8 branches.",
     "swimmer": "Swimmer plot: T_F intervals per trajectory; censored rows as arrows.",
     "label_hardening": "Label hardening: trajectory categories before vs after the top-ups.",
     "budget_falsification": "Continuation-budget falsification (A2): first τ-crossing per "
-                            "trajectory at B1 (ring) and B2 (dot).",
+    "trajectory at B1 (ring) and B2 (dot).",
     "probe_dissection": "Probe dissection: pooled vs within-problem AUROC per anchor (bt probe).",
     "prefix_sweep": "Forecast-point sweep: ΔAUROC with its CI per t, primary and secondary "
-                    "(t = 512 starred).",
+    "(t = 512 starred).",
     "confirmatory_forest": "Confirmatory test: test AUROCs and ΔAUROC for both endpoints.",
 }
 
@@ -76,7 +78,9 @@ class StudyReport:
     figures: dict[str, Path]
     tables: list[Path]
     missing: list[Missing] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # `bt classify`'s (skipped runs, unlabelled cells)
+    notes: list[str] = field(
+        default_factory=list
+    )  # `bt classify`'s (skipped runs, unlabelled cells)
 
 
 def default_study_dir(runs: Sequence[Path]) -> Path:
@@ -103,17 +107,21 @@ def _read_json(path: Path) -> dict | None:
         raise BtError(f"{path}: unreadable JSON ({exc})") from None
 
 
-def check_inputs(runs: Sequence[Path], confirm: Path | None,
-                 probes: Sequence[Path] | None) -> list[Path]:
+def check_inputs(
+    runs: Sequence[Path], confirm: Path | None, probes: Sequence[Path] | None
+) -> list[Path]:
     """The run directories, refused before anything is written: no run, a --confirm folder
     without confirm.json, a --probe folder without probe_summary.json."""
     dirs = find_runs(runs, study=True).runs
     if confirm is not None and not (Path(confirm) / "confirm.json").is_file():
-        raise BtError(f"--confirm: {confirm} holds no confirm.json (the output folder of "
-                      f"`bt confirm`)")
+        raise BtError(
+            f"--confirm: {confirm} holds no confirm.json (the output folder of `bt confirm`)"
+        )
     for p in probes or []:
         if not (Path(p) / PROBE_SUMMARY).is_file():
-            raise BtError(f"--probe: {p} holds no {PROBE_SUMMARY} (the output folder of `bt probe`)")
+            raise BtError(
+                f"--probe: {p} holds no {PROBE_SUMMARY} (the output folder of `bt probe`)"
+            )
     return dirs
 
 
@@ -145,9 +153,16 @@ def _a2_targets(dirs: Sequence[Path]) -> dict[Path, int]:
 NO_COMMAND = "none for these runs"
 
 
-def _missing(labels: pd.DataFrame, found: Mapping[str, Any], runs: str,
-             confirm_dir: Path, *, planned: int = 0, restart_budgets: int = 2,
-             a2_targets: Mapping[Path, int] | None = None) -> list[Missing]:
+def _missing(
+    labels: pd.DataFrame,
+    found: Mapping[str, Any],
+    runs: str,
+    confirm_dir: Path,
+    *,
+    planned: int = 0,
+    restart_budgets: int = 2,
+    a2_targets: Mapping[Path, int] | None = None,
+) -> list[Missing]:
     """Every headline or figure the runs hold no data for, why, and the command that, run,
     produces it; where no command can with these runs (their top-ups are stored, they hold no
     such cell), the hint says so and what would (more cells, a new run) instead of naming a
@@ -158,26 +173,50 @@ def _missing(labels: pd.DataFrame, found: Mapping[str, Any], runs: str,
     more = "more problems or models may hold one (bt base --cohort COHORT; bt continue)"
     topup_done = "; the top-ups these runs are owed are stored (`bt status` plans none)"
     if labels.empty:
-        out.append(Missing("labels (every number below)", "no run holds probed cells",
-                           f"bt base …; bt continue {runs}"))
+        out.append(
+            Missing(
+                "labels (every number below)",
+                "no run holds probed cells",
+                f"bt base …; bt continue {runs}",
+            )
+        )
     elif labels["model"].nunique() < 2:
-        out.append(Missing("cross-model agreement (9.1)",
-                           f"the runs hold one model ({model_name(labels['model'].iloc[0])})",
-                           "bt base --cohort COHORT --model gemma4-e4b,ministral3-3b; bt continue; "
-                           "then list both runs"))
+        out.append(
+            Missing(
+                "cross-model agreement (9.1)",
+                f"the runs hold one model ({model_name(labels['model'].iloc[0])})",
+                "bt base --cohort COHORT --model gemma4-e4b,ministral3-3b; bt continue; "
+                "then list both runs",
+            )
+        )
     if "dose_response" not in found and len(labels):
         if restart_budgets < 2:  # a run keeps its restart budgets: another --restarts is refused
-            out.append(Missing("restart dose-response (9.2)", "the runs measure restarts at one "
-                               "budget, and a run keeps the budgets it was continued with",
-                               "a new run: bt base --cohort COHORT --run NEW; bt continue "
-                               "runs/NEW --restarts 1024,2048,4096,8192"))
+            out.append(
+                Missing(
+                    "restart dose-response (9.2)",
+                    "the runs measure restarts at one "
+                    "budget, and a run keeps the budgets it was continued with",
+                    "a new run: bt base --cohort COHORT --run NEW; bt continue "
+                    "runs/NEW --restarts 1024,2048,4096,8192",
+                )
+            )
         else:
-            out.append(Missing("restart dose-response (9.2)", "no non-instant cell has restarts "
-                               "at two budgets", f"{NO_COMMAND}: {more}"))
+            out.append(
+                Missing(
+                    "restart dose-response (9.2)",
+                    "no non-instant cell has restarts at two budgets",
+                    f"{NO_COMMAND}: {more}",
+                )
+            )
     for key, what, why in (
-            ("matched_compute", "matched compute (9.3)", "no cell has an A1 terminal event (a "
-             "censored trajectory whose replicated final anchor reached τ)"),
-            ("topup_resolution", "top-up resolution (3.5, 9.4)", "no probe cell holds 8 branches")):
+        (
+            "matched_compute",
+            "matched compute (9.3)",
+            "no cell has an A1 terminal event (a "
+            "censored trajectory whose replicated final anchor reached τ)",
+        ),
+        ("topup_resolution", "top-up resolution (3.5, 9.4)", "no probe cell holds 8 branches"),
+    ):
         if key in found or not len(labels):
             continue
         if planned:
@@ -187,27 +226,53 @@ def _missing(labels: pd.DataFrame, found: Mapping[str, Any], runs: str,
     if "a2" not in found:
         targets = [str(d) for d, n in (a2_targets or {}).items() if n]
         if targets or a2_targets is None:
-            out.append(Missing("continuation-budget falsification (3.6, A2)",
-                               "no run holds a second probe arm",
-                               f"bt continue {' '.join(targets) or runs} --add-budget 4096"))
+            out.append(
+                Missing(
+                    "continuation-budget falsification (3.6, A2)",
+                    "no run holds a second probe arm",
+                    f"bt continue {' '.join(targets) or runs} --add-budget 4096",
+                )
+            )
         else:
-            out.append(Missing("continuation-budget falsification (3.6, A2)",
-                               "no run holds a second probe arm, and no trajectory is a target "
-                               "(a non-instant T_F event)", f"{NO_COMMAND}: {more}"))
+            out.append(
+                Missing(
+                    "continuation-budget falsification (3.6, A2)",
+                    "no run holds a second probe arm, and no trajectory is a target "
+                    "(a non-instant T_F event)",
+                    f"{NO_COMMAND}: {more}",
+                )
+            )
     if "confirmatory" not in found:
-        out.append(Missing("confirmatory early-signal test (9.5) and its forest figure",
-                           f"no confirm.json in {confirm_dir}",
-                           f"bt signals RUN (each run); bt confirm {runs}"))
+        out.append(
+            Missing(
+                "confirmatory early-signal test (9.5) and its forest figure",
+                f"no confirm.json in {confirm_dir}",
+                f"bt signals RUN (each run); bt confirm {runs}",
+            )
+        )
     if "sweep" not in found:
-        out.append(Missing("forecast-point sweep (9.5, post-hoc)",
-                           f"no sweep.json in {confirm_dir}",
-                           f"bt confirm {runs} --forecast-token 128,256,512,1024,2048"))
+        out.append(
+            Missing(
+                "forecast-point sweep (9.5, post-hoc)",
+                f"no sweep.json in {confirm_dir}",
+                f"bt confirm {runs} --forecast-token 128,256,512,1024,2048",
+            )
+        )
     if "probe_dissection" not in found:
-        out.append(Missing("probe dissection (9.8)", "no bt probe output (RUN/probe)",
-                           "bt probe RUN (or a public dump: bt probe DUMP --model …)"))
-    out.append(Missing("difficulty ceilings (9.6, 9.7)", "computed from public datasets "
-                       "(OpenR1, GPQA), not from runs",
-                       "bt auroc TABLE --group problem --score loo_pass_rate --label correct"))
+        out.append(
+            Missing(
+                "probe dissection (9.8)",
+                "no bt probe output (RUN/probe)",
+                "bt probe RUN (or a public dump: bt probe DUMP --model …)",
+            )
+        )
+    out.append(
+        Missing(
+            "difficulty ceilings (9.6, 9.7)",
+            "computed from public datasets (OpenR1, GPQA), not from runs",
+            "bt auroc TABLE --group problem --score loo_pass_rate --label correct",
+        )
+    )
     return out
 
 
@@ -217,37 +282,58 @@ def _table_rows(frame: pd.DataFrame) -> dict:
     from markupsafe import Markup
 
     cols = list(frame.columns)
-    left = [c in LEFT or frame[c].dtype == object and frame[c].map(
-        lambda v: isinstance(v, str)).any() for c in cols]
-    return {"columns": [(field_name(c), c, lf) for c, lf in zip(cols, left)],
-            "rows": [[(Markup(fmt(v, c)), lf) for c, v, lf in zip(cols, rec, left)]
-                     for rec in frame.itertuples(index=False, name=None)]}
+    left = [
+        c in LEFT or frame[c].dtype == object and frame[c].map(lambda v: isinstance(v, str)).any()
+        for c in cols
+    ]
+    return {
+        "columns": [(field_name(c), c, lf) for c, lf in zip(cols, left, strict=True)],
+        "rows": [
+            [(Markup(fmt(v, c)), lf) for c, v, lf in zip(cols, rec, left, strict=True)]
+            for rec in frame.itertuples(index=False, name=None)
+        ],
+    }
 
 
 def render(path: Path, context: Mapping[str, Any]) -> Path:
     """The page from templates/study.html.j2 (autoescaped)."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)),
-                      autoescape=select_autoescape(("html", "j2")), undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)),
+        autoescape=select_autoescape(("html", "j2")),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["count"] = plural  # "1 cell", "2 cells"
     return write_text(path, env.get_template("study.html.j2").render(**context))
 
 
-def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
-                 confirm: Path | str | None = None, probes: Sequence[Path | str] | None = None,
-                 draws: int = 200, seed: int = 0, cell_pages: bool = True) -> StudyReport:
+def study_report(
+    runs: Sequence[Path | str],
+    out: Path | str | None = None,
+    *,
+    confirm: Path | str | None = None,
+    probes: Sequence[Path | str] | None = None,
+    draws: int = 200,
+    seed: int = 0,
+    cell_pages: bool = True,
+) -> StudyReport:
     """`bt report study RUN...` (see module doc). `confirm`: a `bt confirm` output folder
     (default `default_confirm_dir`, used when it exists); `probes`: `bt probe` output folders
     (default: RUN/probe of each run that has one)."""
     roots = [Path(r) for r in runs]
-    dirs = check_inputs(roots, Path(confirm) if confirm else None,
-                        [Path(p) for p in probes] if probes else None)
+    dirs = check_inputs(
+        roots, Path(confirm) if confirm else None, [Path(p) for p in probes] if probes else None
+    )
     out_dir = Path(out) if out is not None else default_study_dir(roots)
     confirm_dir = Path(confirm) if confirm else default_confirm_dir(roots)
-    probe_dirs = [Path(p) for p in probes] if probes else \
-        [d / "probe" for d in dirs if (d / "probe" / PROBE_SUMMARY).is_file()]
+    probe_dirs = (
+        [Path(p) for p in probes]
+        if probes
+        else [d / "probe" for d in dirs if (d / "probe" / PROBE_SUMMARY).is_file()]
+    )
 
     cl = classify_runs(roots, out_dir / "classify", draws=draws, seed=seed, cell_pages=cell_pages)
     dirs = cl.runs  # the study runs: no `bt sample` run, no output folder (cl.notes says so)
@@ -257,23 +343,31 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
     budgets = sorted({int(c) for r in cl.results.values() for c in r.protocol.restart_budgets})
     confirm_doc = _read_json(confirm_dir / "confirm.json")
     sweep_doc = _read_json(confirm_dir / "sweep.json")
-    probe_docs = {f"{p.parent.name}/{p.name}": d for p in probe_dirs
-                  if (d := _read_json(p / PROBE_SUMMARY))}
+    probe_docs = {
+        f"{p.parent.name}/{p.name}": d for p in probe_dirs if (d := _read_json(p / PROBE_SUMMARY))
+    }
 
-    heads = [h for h in (
-        HL.regime_summary(labels),
-        HL.tv_events(labels),
-        HL.delta_sensitivity(labels, summary.get("deltas", list(protocol.deltas)),
-                             summary.get("primary_delta", protocol.delta)),
-        HL.cross_model(labels),
-        HL.dose_response(labels, budgets, protocol.tau),
-        HL.matched_compute(labels, budgets, protocol.tau),
-        HL.topup_resolution(summary.get("topup_resolution", []), protocol.topup_samples),
-        HL.label_hardening(summary.get("label_hardening", [])),
-        HL.a2(_a2_table(out_dir / "classify"), summary.get("a2", {})),
-        HL.confirmatory(confirm_doc, sweep_doc),
-        HL.probe_dissection(probe_docs),
-    ) if h is not None]
+    heads = [
+        h
+        for h in (
+            HL.regime_summary(labels),
+            HL.tv_events(labels),
+            HL.delta_sensitivity(
+                labels,
+                summary.get("deltas", list(protocol.deltas)),
+                summary.get("primary_delta", protocol.delta),
+            ),
+            HL.cross_model(labels),
+            HL.dose_response(labels, budgets, protocol.tau),
+            HL.matched_compute(labels, budgets, protocol.tau),
+            HL.topup_resolution(summary.get("topup_resolution", []), protocol.topup_samples),
+            HL.label_hardening(summary.get("label_hardening", [])),
+            HL.a2(_a2_table(out_dir / "classify"), summary.get("a2", {})),
+            HL.confirmatory(confirm_doc, sweep_doc),
+            HL.probe_dissection(probe_docs),
+        )
+        if h is not None
+    ]
     found = {h.key for h in heads} | ({"sweep"} if sweep_doc else set())
 
     figures: dict[str, Path] = {}
@@ -300,19 +394,36 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
         for name, frame in h.tables.items():
             if frame is not None and len(frame.columns):
                 tables += write_table(frame, out_dir / "tables" / name)
-    missing = _missing(labels, {**{k: 1 for k in found}}, runs_text, confirm_dir,
-                       planned=cl.plan_items, restart_budgets=len(budgets),
-                       a2_targets=_a2_targets(dirs))
-    doc = {"runs": [str(d) for d in dirs], "protocol": protocol.to_dict(),
-           "headlines": [{"key": h.key, "title": h.title, "sentences": h.sentences,
-                          "numbers": h.numbers, "figures": [f for f in h.figures if f in figures]}
-                         for h in heads],
-           "missing": [m.__dict__ for m in missing]}
+    missing = _missing(
+        labels,
+        {**{k: 1 for k in found}},
+        runs_text,
+        confirm_dir,
+        planned=cl.plan_items,
+        restart_budgets=len(budgets),
+        a2_targets=_a2_targets(dirs),
+    )
+    doc = {
+        "runs": [str(d) for d in dirs],
+        "protocol": protocol.to_dict(),
+        "headlines": [
+            {
+                "key": h.key,
+                "title": h.title,
+                "sentences": h.sentences,
+                "numbers": h.numbers,
+                "figures": [f for f in h.figures if f in figures],
+            }
+            for h in heads
+        ],
+        "missing": [m.__dict__ for m in missing],
+    }
     write_json(out_dir / "headlines.json", doc)
 
     gaps = cl.paths.get("figure_gaps", {})
-    shown_figs = {h.key: [(n, STUDY_FIGURES.get(n, n)) for n in h.figures if n in figures]
-                  for h in heads}
+    shown_figs = {
+        h.key: [(n, STUDY_FIGURES.get(n, n)) for n in h.figures if n in figures] for h in heads
+    }
     used = {n for v in shown_figs.values() for n, _ in v}
     extra = [(n, STUDY_FIGURES.get(n, n.replace("_", " "))) for n in figures if n not in used]
     models = sorted(map(str, labels["model"].unique())) if len(labels) else []
@@ -320,23 +431,49 @@ def study_report(runs: Sequence[Path | str], out: Path | str | None = None, *,
         "title": f"Study report: {plural(len(dirs), 'run')}, {plural(len(models), 'model')}",
         "style": STYLE,
         "glossary": GLOSSARY,
-        "runs": [{"name": n, "cells": r["cells"], "path": str(d)} for (n, r), d in
-                 zip(summary.get("runs", {}).items(), dirs)],
+        "runs": [
+            {"name": n, "cells": r["cells"], "path": str(d)}
+            for (n, r), d in zip(summary.get("runs", {}).items(), dirs, strict=False)
+        ],
         "models": [model_name(m) for m in models],
-        "settings": {"τ": protocol.tau, "B": protocol.budget, "primary δ": protocol.delta,
-                     "restart budgets": ", ".join(f"{c:,}" for c in budgets),
-                     "top-up rule": summary.get("topup")},
-        "headlines": [{"key": h.key, "title": h.title, "sentences": h.sentences,
-                       "tables": [(n, _table_rows(f)) for n, f in h.tables.items()
-                                  if f is not None and len(f.columns)],
-                       "figures": shown_figs[h.key],
-                       "gaps": [(n.replace("_", " "), gaps[n]) for n in h.figures
-                                if n not in figures and n in gaps]} for h in heads],
+        "settings": {
+            "τ": protocol.tau,
+            "B": protocol.budget,
+            "primary δ": protocol.delta,
+            "restart budgets": ", ".join(f"{c:,}" for c in budgets),
+            "top-up rule": summary.get("topup"),
+        },
+        "headlines": [
+            {
+                "key": h.key,
+                "title": h.title,
+                "sentences": h.sentences,
+                "tables": [
+                    (n, _table_rows(f))
+                    for n, f in h.tables.items()
+                    if f is not None and len(f.columns)
+                ],
+                "figures": shown_figs[h.key],
+                "gaps": [
+                    (n.replace("_", " "), gaps[n])
+                    for n in h.figures
+                    if n not in figures and n in gaps
+                ],
+            }
+            for h in heads
+        ],
         "extra_figures": extra,
         "missing": missing,
         "classify_index": os.path.relpath(cl.index, out_dir),
         "tables": [os.path.relpath(p, out_dir) for p in tables],
     }
     index = render(out_dir / "index.html", context)
-    return StudyReport(out_dir=out_dir, index=index, headlines=heads, figures=figures,
-                       tables=tables, missing=missing, notes=cl.notes)
+    return StudyReport(
+        out_dir=out_dir,
+        index=index,
+        headlines=heads,
+        figures=figures,
+        tables=tables,
+        missing=missing,
+        notes=cl.notes,
+    )

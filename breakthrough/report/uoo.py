@@ -9,8 +9,9 @@ regrading their text with the `optimum` grader; tests build it by hand."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from itertools import combinations
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -153,8 +154,8 @@ def leaderboard(
         key = key if isinstance(key, tuple) else (key,)
         k, n = int(g["score"].sum()), len(g)
         lo, hi = proportion_ci(k, n, confidence, method)
-        rows.append({**dict(zip(by, key)), "k": k, "n": n, "score": _rate(k, n), "ci_low": lo,
-                     "ci_high": hi})  # fmt: skip
+        rows.append({**dict(zip(by, key, strict=True)), "k": k, "n": n, "score": _rate(k, n),
+                     "ci_low": lo, "ci_high": hi})  # fmt: skip
     cols = [*by, "k", "n", "score", "ci_low", "ci_high"]
     return pd.DataFrame(rows, columns=cols)
 

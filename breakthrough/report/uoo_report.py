@@ -10,10 +10,11 @@ are the pure functions of `breakthrough.report.uoo`.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -110,12 +111,14 @@ def load_graded(runs: Sequence[Path], cohort: str, variant: str | None) -> pd.Da
     return pd.DataFrame(df)
 
 
-def _leaderboard(df: pd.DataFrame, run_names: list[str], meta: pd.DataFrame,
-                 ci: str) -> TextTable:
+def _leaderboard(df: pd.DataFrame, run_names: list[str], meta: pd.DataFrame, ci: str) -> TextTable:
     lb = leaderboard(df, by=("run",), method=ci)
-    t = TextTable(f"UoO leaderboard (fixed29; {CI_METHODS[ci]} 95% CI)",
-                  ("run", "model", "variant", "k/n", "score", "95% CI", "samples",
-                   "exact count (all)"), left=("run", "model", "variant"), note=RESOLUTION_NOTE)
+    t = TextTable(
+        f"UoO leaderboard (fixed29; {CI_METHODS[ci]} 95% CI)",
+        ("run", "model", "variant", "k/n", "score", "95% CI", "samples", "exact count (all)"),
+        left=("run", "model", "variant"),
+        note=RESOLUTION_NOTE,
+    )
     for r in lb.to_dict("records"):
         d = df[df["run"] == r["run"]]
         m = meta.loc[r["run"]]
@@ -134,8 +137,10 @@ def _leaderboard(df: pd.DataFrame, run_names: list[str], meta: pd.DataFrame,
 def _accuracy(df: pd.DataFrame, run_names: list[str], by: str) -> TextTable:
     acc = check_accuracy(df, ["run", by])
     keys = list(dict.fromkeys(acc[by]))
-    heads = [str(acc.loc[acc[by] == key, "bin_label"].iloc[0]) if by == "bin" else str(key)
-             for key in keys]
+    heads = [
+        str(acc.loc[acc[by] == key, "bin_label"].iloc[0]) if by == "bin" else str(key)
+        for key in keys
+    ]
     t = TextTable(f"Exact-count accuracy by {by}", ("run", *heads), left=("run",))
     for name in run_names:
         sub = acc[acc["run"] == name].set_index(by)
@@ -163,9 +168,20 @@ def _count_errors(df: pd.DataFrame, run_names: list[str]) -> TextTable:
 
 
 def _run_vs_run(df: pd.DataFrame, run_names: list[str]) -> TextTable:
-    t = TextTable("Run vs run (Fisher exact on fixed29 score; exact McNemar on shared items)",
-                  ("A", "B", "Fisher k_A/n_A vs k_B/n_B", "Fisher p", "McNemar score b/c", "p",
-                   "McNemar count b/c", "p"), left=("A", "B"))
+    t = TextTable(
+        "Run vs run (Fisher exact on fixed29 score; exact McNemar on shared items)",
+        (
+            "A",
+            "B",
+            "Fisher k_A/n_A vs k_B/n_B",
+            "Fisher p",
+            "McNemar score b/c",
+            "p",
+            "McNemar count b/c",
+            "p",
+        ),
+        left=("A", "B"),
+    )
     for a, b in combinations(run_names, 2):
         f = fisher_compare(df, a, b, by="run")
         ms = mcnemar_compare(df, a, b, by="run", check="score")
@@ -180,10 +196,24 @@ def _run_vs_run(df: pd.DataFrame, run_names: list[str]) -> TextTable:
 
 def _agreement(df: pd.DataFrame) -> TextTable:
     groups = df.groupby(["model", "variant"], sort=False)["run"].unique()
-    t = TextTable("Run-to-run agreement of claimed counts (repeated runs of one model+variant)",
-                  ("model", "variant", "runs", "items", "identical", "differ", "pairwise agree",
-                   "score mean", "sd", "pass@R", "pass^R", "majority"),
-                  left=("model", "variant"))
+    t = TextTable(
+        "Run-to-run agreement of claimed counts (repeated runs of one model+variant)",
+        (
+            "model",
+            "variant",
+            "runs",
+            "items",
+            "identical",
+            "differ",
+            "pairwise agree",
+            "score mean",
+            "sd",
+            "pass@R",
+            "pass^R",
+            "majority",
+        ),
+        left=("model", "variant"),
+    )
     for (model, var), names in groups.items():
         if len(names) < 2:
             continue
@@ -205,10 +235,13 @@ def uoo_tables(df: pd.DataFrame, ci: str = "wilson") -> list[TextTable]:
         raise ValueError(f"ci must be one of {', '.join(CI_METHODS)}, got {ci!r}")
     df = df.assign(variant=df["variant"].fillna("plain"))
     run_names = list(dict.fromkeys(df["run"]))
-    meta = df.groupby("run", sort=False).agg(model=("model", "first"),
-                                             variant=("variant", "first"))
-    tables = [_leaderboard(df, run_names, meta, ci), _accuracy(df, run_names, "bin"),
-              _accuracy(df, run_names, "kind"), _count_errors(df, run_names)]
+    meta = df.groupby("run", sort=False).agg(model=("model", "first"), variant=("variant", "first"))
+    tables = [
+        _leaderboard(df, run_names, meta, ci),
+        _accuracy(df, run_names, "bin"),
+        _accuracy(df, run_names, "kind"),
+        _count_errors(df, run_names),
+    ]
     if len(run_names) >= 2:
         tables.append(_run_vs_run(df, run_names))
         agreement = _agreement(df)
@@ -217,7 +250,8 @@ def uoo_tables(df: pd.DataFrame, ci: str = "wilson") -> list[TextTable]:
     return tables
 
 
-def uoo_report(runs: Sequence[Path], *, cohort: str = "uoo87", variant: str | None = None,
-               ci: str = "wilson") -> list[TextTable]:
+def uoo_report(
+    runs: Sequence[Path], *, cohort: str = "uoo87", variant: str | None = None, ci: str = "wilson"
+) -> list[TextTable]:
     """`bt report uoo RUN...`: the tables of the runs' regraded samples."""
     return uoo_tables(load_graded(runs, cohort, variant), ci)

@@ -22,7 +22,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise BtError(f"--host/--port: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+        raise BtError(
+            f"--host/--port: cannot listen on {host}:{port} ({exc.strerror or exc})"
+        ) from None
     sock.listen(2048)
     return sock
 
@@ -32,14 +34,25 @@ def check_model_len(max_model_len: int, loaded) -> None:
     a longer limit would accept requests the model cannot attend over."""
     ctx = loaded.config.get("max_position_embeddings")
     if max_model_len and isinstance(ctx, int) and max_model_len > ctx:
-        raise BtError(f"--max-model-len: {max_model_len:,} is beyond {loaded.alias}'s "
-                      f"{ctx:,}-token context (max_position_embeddings); use at most {ctx:,}, "
-                      "or 0 for the whole context")
+        raise BtError(
+            f"--max-model-len: {max_model_len:,} is beyond {loaded.alias}'s "
+            f"{ctx:,}-token context (max_position_embeddings); use at most {ctx:,}, "
+            "or 0 for the whole context"
+        )
 
 
-def serve(model: str, host: str = "127.0.0.1", port: int = 8000, batch_size: int = 8,
-          announce: Callable[[str], None] = print, *, allow_remote: bool = False,
-          api_key: str | None = None, max_queue: int = MAX_QUEUE, max_model_len: int = 0) -> None:
+def serve(
+    model: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    batch_size: int = 8,
+    announce: Callable[[str], None] = print,
+    *,
+    allow_remote: bool = False,
+    api_key: str | None = None,
+    max_queue: int = MAX_QUEUE,
+    max_model_len: int = 0,
+) -> None:
     """Load `model`, listen on host:port and serve until interrupted. `announce(line)` gets the
     URL once the socket listens (before that, connections wait in the backlog), then one line
     per request. Every option is checked, and the socket bound, before the model loads."""
@@ -56,8 +69,10 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, batch_size: int
     if max_queue < 0:
         raise BtError(f"--max-queue: expected 0 or a positive integer, got {max_queue}")
     if not 0 <= max_model_len <= MAX_TOKENS:
-        raise BtError(f"--max-model-len: expected 0 (the model's context) or a positive integer "
-                      f"<= {MAX_TOKENS:,}, got {max_model_len:,}")
+        raise BtError(
+            f"--max-model-len: expected 0 (the model's context) or a positive integer "
+            f"<= {MAX_TOKENS:,}, got {max_model_len:,}"
+        )
     check_access(host, allow_remote, api_key)
     sock = listening_socket(host, port)  # before loading: a taken port fails at once
     try:

@@ -30,11 +30,15 @@ def check_access(host: str, allow_remote: bool, api_key: str | None) -> None:
     if is_loopback(host):
         return
     if not allow_remote:
-        raise BtError(f"--host {host}: other machines could reach this server; pass "
-                      "--allow-remote (with --api-key KEY or BT_SERVE_API_KEY) to listen there")
+        raise BtError(
+            f"--host {host}: other machines could reach this server; pass "
+            "--allow-remote (with --api-key KEY or BT_SERVE_API_KEY) to listen there"
+        )
     if not api_key:
-        raise BtError(f"--host {host} --allow-remote needs an API key: --api-key KEY or "
-                      "BT_SERVE_API_KEY (clients send it with --api-key or BT_API_KEY)")
+        raise BtError(
+            f"--host {host} --allow-remote needs an API key: --api-key KEY or "
+            "BT_SERVE_API_KEY (clients send it with --api-key or BT_API_KEY)"
+        )
 
 
 class BearerAuth:
@@ -50,9 +54,11 @@ class BearerAuth:
             if not hmac.compare_digest(got, self.expected):
                 from starlette.responses import JSONResponse
 
-                resp = JSONResponse(error_body(401, "missing or wrong API key (send "
-                                                    "Authorization: Bearer KEY)"),
-                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                resp = JSONResponse(
+                    error_body(401, "missing or wrong API key (send Authorization: Bearer KEY)"),
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
                 await resp(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
-               405: "MethodNotAllowedError", 413: "PayloadTooLargeError",
-               429: "TooManyRequestsError"}
+ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    413: "PayloadTooLargeError",
+    429: "TooManyRequestsError",
+}
 
 
 class BadRequest(ValueError):
@@ -16,5 +21,9 @@ class BadRequest(ValueError):
 
 def error_body(status: int, message: str) -> dict[str, Any]:
     """The JSON body of an error answer with HTTP status `status`."""
-    return {"object": "error", "message": message,
-            "type": ERROR_TYPES.get(status, "InternalServerError"), "code": status}
+    return {
+        "object": "error",
+        "message": message,
+        "type": ERROR_TYPES.get(status, "InternalServerError"),
+        "code": status,
+    }

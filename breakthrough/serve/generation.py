@@ -11,8 +11,9 @@ import itertools
 import queue
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any
 
 from breakthrough.engine.contract import GenRequest
 
@@ -38,8 +39,9 @@ class Job:
 class MlxServer:
     """The generation thread and what it counts; `submit(job)` returns a Future."""
 
-    def __init__(self, loaded: Any, batch_size: int = 8, kept_states: int = 4096,
-                 max_queue: int = MAX_QUEUE) -> None:
+    def __init__(
+        self, loaded: Any, batch_size: int = 8, kept_states: int = 4096, max_queue: int = MAX_QUEUE
+    ) -> None:
         from breakthrough.engine.mlx_backend import MlxEngine
 
         self.loaded = loaded
@@ -49,8 +51,13 @@ class MlxServer:
         self.refused_busy = 0
         self.cancelled = 0
         self._lock = threading.Lock()
-        self.engine = MlxEngine(loaded.model, loaded.eos_ids, batch_size=batch_size,
-                                kept_states=4 * batch_size, shared_prefixes=max(4, batch_size))
+        self.engine = MlxEngine(
+            loaded.model,
+            loaded.eos_ids,
+            batch_size=batch_size,
+            kept_states=4 * batch_size,
+            shared_prefixes=max(4, batch_size),
+        )
         self.engine.top_logprobs = MAX_TOP
         self.vocab = int(loaded.config.get("vocab_size") or len(loaded.tokenizer))
         self._q: queue.Queue[Job | None] = queue.Queue()
@@ -97,7 +104,9 @@ class MlxServer:
                 return
             if job.score_ids is not None:
                 try:
-                    job.future.set_result(score_prompt(self.engine.model, job.score_ids, job.score_top))
+                    job.future.set_result(
+                        score_prompt(self.engine.model, job.score_ids, job.score_top)
+                    )
                 except Exception as exc:  # noqa: BLE001 - reported to the client as a 500
                     job.future.set_exception(exc)
                 continue
@@ -110,6 +119,7 @@ class MlxServer:
             follows = self._kept.pop(job.client_follows, None) if job.client_follows else None
             jobs[key] = job
             self._inflight += 1
+            assert job.request is not None  # a job scores a prompt (above) or generates
             yield replace(job.request, key=key, follows=follows)
 
     def _loop(self) -> None:
@@ -122,6 +132,7 @@ class MlxServer:
                     if res.finish_reason == "error":  # cancelled: nobody waits for it
                         job.future.set_result(None)
                         continue
+                    assert job.request is not None  # `jobs` holds generation jobs only
                     if job.request.keep_state and job.client_key:
                         self._kept[job.client_key] = res.key
                         while len(self._kept) > self._max_kept:

@@ -64,8 +64,9 @@ def _object(body: Any) -> dict[str, Any]:
     return body
 
 
-def _int(body: dict, name: str, default: int | None, lo: int | None = None,
-         hi: int | None = None) -> int | None:
+def _int(
+    body: dict, name: str, default: int | None, lo: int | None = None, hi: int | None = None
+) -> int | None:
     v = body.get(name, default)
     if v is None:
         return None
@@ -95,7 +96,9 @@ def _bool(body: dict, name: str, default: bool) -> bool:
 
 
 def _ids(v: Any, name: str, vocab: int, allow_empty: bool = False) -> list[int]:
-    if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+    if not isinstance(v, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in v
+    ):
         raise BadRequest(f"{name}: expected a list of token ids")
     if not v and not allow_empty:
         raise BadRequest(f"{name}: empty")
@@ -133,8 +136,10 @@ def _prompt(body: dict, served: Served) -> list[int]:
     if isinstance(prompt, str):
         ids = _encode(served, _text(prompt, "prompt"), _bool(body, "add_special_tokens", True))
     elif isinstance(prompt, list) and prompt and all(isinstance(p, (list, str)) for p in prompt):
-        raise BadRequest(f"prompt: {len(prompt)} prompts in one request; bt serve answers one "
-                         "prompt per request (send one request each)")
+        raise BadRequest(
+            f"prompt: {len(prompt)} prompts in one request; bt serve answers one "
+            "prompt per request (send one request each)"
+        )
     else:
         if served.max_len and isinstance(prompt, list) and len(prompt) >= served.max_len:
             _too_long(len(prompt), served.max_len)  # before reading the ids
@@ -145,8 +150,10 @@ def _prompt(body: dict, served: Served) -> list[int]:
 
 
 def _too_long(n: int, max_len: int) -> None:
-    raise BadRequest(f"prompt: {n:,} tokens do not fit the model's context of {max_len:,} "
-                     "tokens (prompt + max_tokens must fit)")
+    raise BadRequest(
+        f"prompt: {n:,} tokens do not fit the model's context of {max_len:,} "
+        "tokens (prompt + max_tokens must fit)"
+    )
 
 
 def _encode(served: Served, text: str, special: bool) -> list[int]:
@@ -165,26 +172,35 @@ def _messages(body: dict, served: Served, generation_prompt: bool) -> list[int]:
     clean = []
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise BadRequest(f"messages[{i}]: expected {{role, content}} with role one of "
-                             f"{', '.join(ROLES)}")
+            raise BadRequest(
+                f"messages[{i}]: expected {{role, content}} with role one of {', '.join(ROLES)}"
+            )
         content = m.get("content")
         if isinstance(content, list):  # OpenAI content parts: text only
             texts = []
             for j, part in enumerate(content):
-                if (not isinstance(part, dict) or part.get("type") != "text"
-                        or not isinstance(part.get("text"), str)):
-                    raise BadRequest(f"messages[{i}].content[{j}]: only text parts "
-                                     '({"type": "text", "text": ...}) are served')
+                if (
+                    not isinstance(part, dict)
+                    or part.get("type") != "text"
+                    or not isinstance(part.get("text"), str)
+                ):
+                    raise BadRequest(
+                        f"messages[{i}].content[{j}]: only text parts "
+                        '({"type": "text", "text": ...}) are served'
+                    )
                 texts.append(part["text"])
             content = "".join(texts)
         if not isinstance(content, str):
             raise BadRequest(f"messages[{i}].content: expected a string or a list of text parts")
         clean.append({"role": m["role"], "content": content})
     if not getattr(tok, "chat_template", None):
-        raise BadRequest("messages: this model has no chat template; send a prompt to "
-                         "/v1/completions instead")
+        raise BadRequest(
+            "messages: this model has no chat template; send a prompt to /v1/completions instead"
+        )
     try:
-        text = tok.apply_chat_template(clean, tokenize=False, add_generation_prompt=generation_prompt)
+        text = tok.apply_chat_template(
+            clean, tokenize=False, add_generation_prompt=generation_prompt
+        )
     except Exception as exc:  # noqa: BLE001 - the template refused these messages (jinja raise)
         raise BadRequest(f"messages: the chat template refused them: {exc}") from None
     ids = _encode(served, text, _bool(body, "add_special_tokens", False))
@@ -210,12 +226,20 @@ def _stops(body: dict) -> tuple[str, ...]:
 
 
 UNSUPPORTED = (  # fields that would change the answer, accepted only at their neutral value
-    ("n", lambda v: v in (None, 1)), ("best_of", lambda v: v in (None, 1)),
-    ("stream", lambda v: not v), ("echo", lambda v: not v), ("use_beam_search", lambda v: not v),
-    ("ignore_eos", lambda v: not v), ("suffix", lambda v: not v), ("logit_bias", lambda v: not v),
-    ("presence_penalty", lambda v: v in (None, 0)), ("frequency_penalty", lambda v: v in (None, 0)),
-    ("repetition_penalty", lambda v: v in (None, 1)), ("min_tokens", lambda v: v in (None, 0)),
-    ("tools", lambda v: not v), ("response_format", lambda v: v in (None, {"type": "text"})),
+    ("n", lambda v: v in (None, 1)),
+    ("best_of", lambda v: v in (None, 1)),
+    ("stream", lambda v: not v),
+    ("echo", lambda v: not v),
+    ("use_beam_search", lambda v: not v),
+    ("ignore_eos", lambda v: not v),
+    ("suffix", lambda v: not v),
+    ("logit_bias", lambda v: not v),
+    ("presence_penalty", lambda v: v in (None, 0)),
+    ("frequency_penalty", lambda v: v in (None, 0)),
+    ("repetition_penalty", lambda v: v in (None, 1)),
+    ("min_tokens", lambda v: v in (None, 0)),
+    ("tools", lambda v: not v),
+    ("response_format", lambda v: v in (None, {"type": "text"})),
 )
 
 
@@ -226,8 +250,14 @@ def _unsupported(body: dict) -> None:
             raise BadRequest(f"{name}: {body.get(name)!r} is not supported by bt serve")
 
 
-def _generation(body: dict, served: Served, prompt: list[int], max_tokens: int | None,
-                stop_ids: list[tuple[int, ...]], stops: tuple[str, ...]) -> GenRequest:
+def _generation(
+    body: dict,
+    served: Served,
+    prompt: list[int],
+    max_tokens: int | None,
+    stop_ids: list[tuple[int, ...]],
+    stops: tuple[str, ...],
+) -> GenRequest:
     """The GenRequest of a generation body whose prompt and stop ids are read: sampling, seed,
     max_tokens (None: the rest of the context, or 16 where it is unknown) within the context."""
     _unsupported(body)
@@ -237,8 +267,9 @@ def _generation(body: dict, served: Served, prompt: list[int], max_tokens: int |
         top_k=max(0, _int(body, "top_k", 0, -1, None) or 0),
         min_p=_float(body, "min_p", 0.0, 0.0, 1.0),
     )
-    stop_ids = stop_ids + [(t,) for t in _ids(body.get("stop_token_ids") or [], "stop_token_ids",
-                                              served.vocab, True)]
+    stop_ids = stop_ids + [
+        (t,) for t in _ids(body.get("stop_token_ids") or [], "stop_token_ids", served.vocab, True)
+    ]
     if stops:
         strings = served.stop_strings or StopStrings(_tokenizer(served, "stop"))
         for s in stops:
@@ -247,12 +278,19 @@ def _generation(body: dict, served: Served, prompt: list[int], max_tokens: int |
     if max_tokens is None:
         max_tokens = max_len - len(prompt) if max_len else 16
     if max_len and len(prompt) + max_tokens > max_len:
-        raise BadRequest(f"max_tokens: {max_tokens:,} after a {len(prompt):,}-token prompt exceed "
-                         f"the model's context of {max_len:,} tokens (at most {max_len - len(prompt):,})")
+        raise BadRequest(
+            f"max_tokens: {max_tokens:,} after a {len(prompt):,}-token prompt exceed "
+            f"the model's context of {max_len:,} tokens (at most {max_len - len(prompt):,})"
+        )
     seed = _int(body, "seed", None)
-    return GenRequest(key="pending", prompt=prompt, max_tokens=max_tokens,
-                      seed=(secrets.randbits(32) if seed is None else seed) & 0xFFFFFFFF,
-                      stop_sequences=tuple(dict.fromkeys(stop_ids)), sampling=sampling)
+    return GenRequest(
+        key="pending",
+        prompt=prompt,
+        max_tokens=max_tokens,
+        seed=(secrets.randbits(32) if seed is None else seed) & 0xFFFFFFFF,
+        stop_sequences=tuple(dict.fromkeys(stop_ids)),
+        sampling=sampling,
+    )
 
 
 def _max_tokens(body: dict, name: str, default: int | None) -> int | None:
@@ -281,12 +319,18 @@ def parse_completion_request(body: Any, served: Served) -> tuple[Job, Options]:
         if not isinstance(sp, dict) or not isinstance(sp.get("key"), str):
             raise BadRequest("bt.shared_prefix: expected {key, ids, starts}")
         if served.max_len and isinstance(sp.get("ids"), list) and len(sp["ids"]) > served.max_len:
-            raise BadRequest(f"bt.shared_prefix.ids: {len(sp['ids']):,} tokens exceed the model's "
-                             f"context of {served.max_len:,} tokens")
+            raise BadRequest(
+                f"bt.shared_prefix.ids: {len(sp['ids']):,} tokens exceed the model's "
+                f"context of {served.max_len:,} tokens"
+            )
         ids = tuple(_ids(sp.get("ids"), "bt.shared_prefix.ids", served.vocab))
-        shared = SharedPrefix(key=sp["key"], ids=ids,
-                              starts=tuple(_ids(sp.get("starts") or [], "bt.shared_prefix.starts",
-                                                len(ids) + 1, True)))
+        shared = SharedPrefix(
+            key=sp["key"],
+            ids=ids,
+            starts=tuple(
+                _ids(sp.get("starts") or [], "bt.shared_prefix.starts", len(ids) + 1, True)
+            ),
+        )
     client_key = bt.get("key")
     follows = bt.get("follows")
     for name, v in (("bt.key", client_key), ("bt.follows", follows)):
@@ -296,14 +340,20 @@ def parse_completion_request(body: Any, served: Served) -> tuple[Job, Options]:
     req = _generation(body, served, prompt, _max_tokens(body, "max_tokens", 16), stop_ids, stops)
     req = replace(req, shared_prefix=shared, keep_state=bool(bt.get("keep_state")))
     cell = str(bt.get("cell") or (shared.key if shared else ""))
-    job = Job(future=concurrent.futures.Future(), request=req, client_key=client_key,
-              client_follows=follows, cell=cell)
+    job = Job(
+        future=concurrent.futures.Future(),
+        request=req,
+        client_key=client_key,
+        client_follows=follows,
+        cell=cell,
+    )
     opts = Options(
         logprobs=_int(body, "logprobs", None, 0, MAX_TOP),
         as_ids=bool(body.get("return_tokens_as_token_ids")),
         token_ids=bool(body.get("return_token_ids")),
         prompt_logprobs=_int(body, "prompt_logprobs", None, 0, MAX_TOP),
-        stops=stops, include_stop=_bool(body, "include_stop_str_in_output", False),
+        stops=stops,
+        include_stop=_bool(body, "include_stop_str_in_output", False),
         skip_special=_bool(body, "skip_special_tokens", True),
     )
     return job, opts
@@ -327,10 +377,13 @@ def parse_chat_request(body: Any, served: Served) -> tuple[Job, Options]:
     want = _bool(body, "logprobs", False)
     if top is not None and not want:
         raise BadRequest("top_logprobs: needs logprobs: true")
-    opts = Options(logprobs=(top or 0) if want else None,
-                   token_ids=_bool(body, "return_token_ids", False), stops=stops,
-                   include_stop=_bool(body, "include_stop_str_in_output", False),
-                   skip_special=_bool(body, "skip_special_tokens", True))
+    opts = Options(
+        logprobs=(top or 0) if want else None,
+        token_ids=_bool(body, "return_token_ids", False),
+        stops=stops,
+        include_stop=_bool(body, "include_stop_str_in_output", False),
+        skip_special=_bool(body, "skip_special_tokens", True),
+    )
     return Job(future=concurrent.futures.Future(), request=req), opts
 
 
@@ -343,11 +396,18 @@ def parse_tokenize_request(body: Any, served: Served) -> tuple[list[int], bool]:
     if ("prompt" in body) == ("messages" in body):
         raise BadRequest("the body needs one of prompt (text) or messages")
     if "prompt" in body:
-        ids = list(_tokenizer(served, "prompt").encode(
-            _text(body["prompt"], "prompt"), add_special_tokens=_bool(body, "add_special_tokens", True)))
+        ids = list(
+            _tokenizer(served, "prompt").encode(
+                _text(body["prompt"], "prompt"),
+                add_special_tokens=_bool(body, "add_special_tokens", True),
+            )
+        )
     else:
-        ids = _messages(body, Served(served.names, served.vocab, 0, served.tokenizer),
-                        _bool(body, "add_generation_prompt", True))
+        ids = _messages(
+            body,
+            Served(served.names, served.vocab, 0, served.tokenizer),
+            _bool(body, "add_generation_prompt", True),
+        )
     return ids, _bool(body, "return_token_strs", False)
 
 

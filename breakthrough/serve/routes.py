@@ -23,8 +23,13 @@ from breakthrough.models.tokens import decode, token_strings
 from breakthrough.serve.auth import BearerAuth
 from breakthrough.serve.errors import BadRequest, error_body
 from breakthrough.serve.generation import Job, MlxServer
-from breakthrough.serve.parse import (Served, parse_chat_request, parse_completion_request,
-                                      parse_detokenize_request, parse_tokenize_request)
+from breakthrough.serve.parse import (
+    Served,
+    parse_chat_request,
+    parse_completion_request,
+    parse_detokenize_request,
+    parse_tokenize_request,
+)
 from breakthrough.serve.render import render_chat, render_completion
 from breakthrough.serve.stops import StopStrings
 
@@ -49,7 +54,8 @@ def _version(name: str) -> str:
 
 class RequestLog:
     """ASGI middleware: one line per HTTP request through `log`: method, path, status, the
-    prompt and completion tokens a route counted (`request.state.tokens`) and the seconds it took."""
+    prompt and completion tokens a route counted (`request.state.tokens`) and the seconds it
+    took."""
 
     def __init__(self, app: Any, log: Callable[[str], None]) -> None:
         self.app = app
@@ -72,13 +78,23 @@ class RequestLog:
             await self.app(scope, receive, sending)
         finally:
             tokens = state.get("tokens")
-            counted = f"{tokens[0]} prompt + {tokens[1]} completion tokens" if tokens else "no tokens"
-            self.log(f"bt serve: {scope['method']} {scope['path']} {status[0]} {counted} "
-                     f"{time.perf_counter() - t0:.3f}s")
+            counted = (
+                f"{tokens[0]} prompt + {tokens[1]} completion tokens" if tokens else "no tokens"
+            )
+            self.log(
+                f"bt serve: {scope['method']} {scope['path']} {status[0]} {counted} "
+                f"{time.perf_counter() - t0:.3f}s"
+            )
 
 
-def build_app(server: MlxServer, model_name: str, *, api_key: str | None = None,
-              max_model_len: int = 0, log: Callable[[str], None] | None = None):
+def build_app(
+    server: MlxServer,
+    model_name: str,
+    *,
+    api_key: str | None = None,
+    max_model_len: int = 0,
+    log: Callable[[str], None] | None = None,
+):
     """The starlette application around `server`: prompts checked against `max_model_len`
     (0: the model's own context), a bearer token required when `api_key` is given, one line
     per request to `log` when given."""
@@ -92,9 +108,13 @@ def build_app(server: MlxServer, model_name: str, *, api_key: str | None = None,
     loaded = server.loaded
     tokenizer = loaded.tokenizer
     max_len = int(max_model_len or loaded.config.get("max_position_embeddings") or 0)
-    served = Served(names=tuple(dict.fromkeys((model_name, loaded.alias, loaded.model_id))),
-                    vocab=server.vocab, max_len=max_len, tokenizer=tokenizer,
-                    stop_strings=StopStrings(tokenizer))
+    served = Served(
+        names=tuple(dict.fromkeys((model_name, loaded.alias, loaded.model_id))),
+        vocab=server.vocab,
+        max_len=max_len,
+        tokenizer=tokenizer,
+        stop_strings=StopStrings(tokenizer),
+    )
 
     def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse(error_body(status, message), status_code=status, headers=headers)
@@ -129,6 +149,7 @@ def build_app(server: MlxServer, model_name: str, *, api_key: str | None = None,
 
     def handler(parse: Callable[[Any, Served], Any], respond: Callable[..., Any]):
         """A POST route: the body read and parsed (400 / 413 on the way), then `respond`."""
+
         async def route(request: Request):
             try:
                 parsed = parse(await read_json(request), served)
@@ -137,6 +158,7 @@ def build_app(server: MlxServer, model_name: str, *, api_key: str | None = None,
             except BadRequest as exc:
                 return error(400, str(exc))
             return await respond(request, parsed)
+
         return route
 
     async def generate(request: Request, job: Job, prompt_logprobs: int | None) -> Any:
@@ -144,15 +166,22 @@ def build_app(server: MlxServer, model_name: str, *, api_key: str | None = None,
         that ends the request (429 busy, 499 client gone, 400 / 500 failed)."""
         if server.full():
             server.refused_busy += 1
-            return error(429, f"bt serve is busy: {server.accepted} requests accepted (batch "
-                         f"{server.batch_size} + --max-queue {server.max_queue}); retry later",
-                         headers={"Retry-After": "1"})
+            return error(
+                429,
+                f"bt serve is busy: {server.accepted} requests accepted (batch "
+                f"{server.batch_size} + --max-queue {server.max_queue}); retry later",
+                headers={"Retry-After": "1"},
+            )
         server.accepted += 1  # the event loop's thread only: no lock needed
         try:
             scored = None
             if prompt_logprobs is not None:
-                sjob = Job(future=concurrent.futures.Future(), score_ids=list(job.request.prompt),
-                           score_top=prompt_logprobs)
+                assert job.request is not None  # the routes pass generation jobs
+                sjob = Job(
+                    future=concurrent.futures.Future(),
+                    score_ids=list(job.request.prompt),
+                    score_top=prompt_logprobs,
+                )
                 scored = await answer(sjob, request)
             return await answer(job, request), scored
         except _ClientGone:
@@ -186,37 +215,63 @@ def build_app(server: MlxServer, model_name: str, *, api_key: str | None = None,
     async def tokenize(request: Request, parsed) -> Response:
         ids, strs = parsed
         request.state.tokens = (len(ids), 0)
-        return JSONResponse({"count": len(ids), "max_model_len": max_len, "tokens": ids,
-                             "token_strs": token_strings(tokenizer, ids) if strs else None})
+        return JSONResponse(
+            {
+                "count": len(ids),
+                "max_model_len": max_len,
+                "tokens": ids,
+                "token_strs": token_strings(tokenizer, ids) if strs else None,
+            }
+        )
 
     async def detokenize(request: Request, ids: list[int]) -> Response:
         request.state.tokens = (len(ids), 0)
         return JSONResponse({"prompt": decode(tokenizer, ids)})
 
     async def models(request: Request):
-        return JSONResponse({"object": "list", "data": [
-            {"id": model_name, "object": "model", "created": 0, "owned_by": "bt-serve",
-             "root": loaded.model_id, "max_model_len": max_len}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": model_name,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "bt-serve",
+                        "root": loaded.model_id,
+                        "max_model_len": max_len,
+                    }
+                ],
+            }
+        )
 
     async def version(request: Request):
         engine = {k: v for k, v in server.engine.identity().items() if k != "backend"}
-        return JSONResponse({**engine, "version": _version("breakthrough"), "server": "bt-serve",
-                             "model_revision": loaded.revision,
-                             "max_running_requests": server.batch_size})
+        return JSONResponse(
+            {
+                **engine,
+                "version": _version("breakthrough"),
+                "server": "bt-serve",
+                "model_revision": loaded.revision,
+                "max_running_requests": server.batch_size,
+            }
+        )
 
     async def health(request: Request):
         return PlainTextResponse("")
 
     async def metrics(request: Request):
         e = server.engine
-        lines = [f"bt_requests_total {server.requests}",
-                 f"bt_prompt_tokens_total {server.prompt_tokens}",
-                 f"bt_cached_prompt_tokens_total {server.cached_tokens}",
-                 f"bt_prefill_tokens_total {e.prefill_tokens}",
-                 f"bt_generation_tokens_total {e.generated_tokens}",
-                 f"bt_requests_accepted {server.accepted}",
-                 f"bt_requests_refused_busy_total {server.refused_busy}",
-                 f"bt_requests_cancelled_total {server.cancelled}"]
+        lines = [
+            f"bt_requests_total {server.requests}",
+            f"bt_prompt_tokens_total {server.prompt_tokens}",
+            f"bt_cached_prompt_tokens_total {server.cached_tokens}",
+            f"bt_prefill_tokens_total {e.prefill_tokens}",
+            f"bt_generation_tokens_total {e.generated_tokens}",
+            f"bt_requests_accepted {server.accepted}",
+            f"bt_requests_refused_busy_total {server.refused_busy}",
+            f"bt_requests_cancelled_total {server.cancelled}",
+        ]
         return PlainTextResponse("\n".join(lines) + "\n")
 
     async def cells(request: Request):
@@ -224,22 +279,38 @@ def build_app(server: MlxServer, model_name: str, *, api_key: str | None = None,
 
     async def http_error(request: Request, exc: HTTPException):
         if exc.status_code == 404:
-            return error(404, f"{request.url.path}: no such route (bt serve has /v1/completions, "
-                         "/v1/chat/completions, /tokenize, /detokenize, /v1/models, /version, "
-                         "/health, /metrics, /bt/cells)")
+            return error(
+                404,
+                f"{request.url.path}: no such route (bt serve has /v1/completions, "
+                "/v1/chat/completions, /tokenize, /detokenize, /v1/models, /version, "
+                "/health, /metrics, /bt/cells)",
+            )
         if exc.status_code == 405:
-            return error(405, f"{request.method} {request.url.path}: method not allowed",
-                         headers=dict(exc.headers or {}))
+            return error(
+                405,
+                f"{request.method} {request.url.path}: method not allowed",
+                headers=dict(exc.headers or {}),
+            )
         return error(exc.status_code, str(exc.detail))
 
     middleware = [Middleware(RequestLog, log=log)] if log is not None else []
     if api_key:
         middleware.append(Middleware(BearerAuth, api_key=api_key))
-    return Starlette(routes=[
-        Route("/v1/completions", handler(parse_completion_request, completion), methods=["POST"]),
-        Route("/v1/chat/completions", handler(parse_chat_request, chat), methods=["POST"]),
-        Route("/tokenize", handler(parse_tokenize_request, tokenize), methods=["POST"]),
-        Route("/detokenize", handler(parse_detokenize_request, detokenize), methods=["POST"]),
-        Route("/v1/models", models), Route("/version", version), Route("/health", health),
-        Route("/metrics", metrics), Route("/bt/cells", cells),
-    ], middleware=middleware, exception_handlers={HTTPException: http_error})
+    return Starlette(
+        routes=[
+            Route(
+                "/v1/completions", handler(parse_completion_request, completion), methods=["POST"]
+            ),
+            Route("/v1/chat/completions", handler(parse_chat_request, chat), methods=["POST"]),
+            Route("/tokenize", handler(parse_tokenize_request, tokenize), methods=["POST"]),
+            Route("/detokenize", handler(parse_detokenize_request, detokenize), methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/version", version),
+            Route("/health", health),
+            Route("/metrics", metrics),
+            Route("/bt/cells", cells),
+        ],
+        middleware=middleware,
+        # starlette types a handler's exception as Exception; this one is for HTTPException
+        exception_handlers={HTTPException: http_error},  # type: ignore[dict-item]
+    )

@@ -12,8 +12,9 @@ cut are the ones an earlier stop would have produced."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from breakthrough.engine.contract import GenResult
 from breakthrough.models.tokens import decode, encode_text, token_strings
@@ -89,11 +90,20 @@ def find_stop(tokenizer: Any, tokens: Sequence[int], stops: Sequence[str]) -> St
 
 def cut(res: GenResult, n: int) -> GenResult:
     """`res` with only its first `n` tokens (and their statistics): ended by a stop string."""
+
     def head(a: Any) -> Any:
         return None if a is None else a[:n]
 
-    return replace(res, tokens=list(res.tokens[:n]), logprobs=res.logprobs[:n],
-                   entropies=res.entropies[:n], sampling_entropies=head(res.sampling_entropies),
-                   top_ids=head(res.top_ids), top_logprobs=head(res.top_logprobs),
-                   entropy_bounds=head(res.entropy_bounds), signals=None, hidden=None,
-                   finish_reason="stop_sequence")
+    return replace(
+        res,
+        tokens=list(res.tokens[:n]),
+        logprobs=res.logprobs[:n],
+        entropies=res.entropies[:n],
+        sampling_entropies=head(res.sampling_entropies),
+        top_ids=head(res.top_ids),
+        top_logprobs=head(res.top_logprobs),
+        entropy_bounds=head(res.entropy_bounds),
+        signals=None,
+        hidden=None,
+        finish_reason="stop_sequence",
+    )

@@ -1,1 +1,2 @@
-"""The study's second half: per-trajectory signal summaries, hidden-state probes, the confirmatory test."""
+"""The study's second half: per-trajectory signal summaries, hidden-state probes, the confirmatory
+test."""

@@ -9,21 +9,27 @@ forecast point a tick of its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from breakthrough.plotting import new_figure, save_png
-from breakthrough.protocol import (CONFIRM_FORECAST_TOKEN, CONFIRM_SECONDARY_BUDGET,
-                                   CONFIRM_SECONDARY_THRESHOLD)
+from breakthrough.protocol import (
+    CONFIRM_FORECAST_TOKEN,
+    CONFIRM_SECONDARY_BUDGET,
+    CONFIRM_SECONDARY_THRESHOLD,
+)
 from breakthrough.stats import missing
 
 PREREGISTERED = CONFIRM_FORECAST_TOKEN
-ENDPOINT_TITLES = {"primary": "Primary: base-run success",
-                   "secondary": f"Secondary: R({CONFIRM_SECONDARY_BUDGET}) ≥ "
-                                f"{CONFIRM_SECONDARY_THRESHOLD} (non-instant cells)"}
+ENDPOINT_TITLES = {
+    "primary": "Primary: base-run success",
+    "secondary": f"Secondary: R({CONFIRM_SECONDARY_BUDGET}) ≥ "
+    f"{CONFIRM_SECONDARY_THRESHOLD} (non-instant cells)",
+}
 
 
 def _finite(v: Any) -> bool:
@@ -47,13 +53,21 @@ def forest(results: Sequence[Mapping[str, Any]], forecast_token: int):
     ys = np.arange(len(results))
     names = [f"{r['endpoint']} · {r['variant']}" for r in results]
     deltas = []
-    for y, r in zip(ys, results):
+    for y, r in zip(ys, results, strict=True):
         if r["status"] != "fit":
-            right.text(0.02, y, f"not fit: {str(r.get('reason') or '')[:60]}", va="center",
-                       fontsize=7, color="#666", transform=right.get_yaxis_transform())
+            right.text(
+                0.02,
+                y,
+                f"not fit: {str(r.get('reason') or '')[:60]}",
+                va="center",
+                fontsize=7,
+                color="#666",
+                transform=right.get_yaxis_transform(),
+            )
             continue
-        left.scatter([r["baseline_auroc"]], [y], s=50, facecolors="none", edgecolors="#444",
-                     zorder=3)
+        left.scatter(
+            [r["baseline_auroc"]], [y], s=50, facecolors="none", edgecolors="#444", zorder=3
+        )
         left.scatter([r["early_auroc"]], [y], s=30, color="#1f77b4", zorder=3)
         lo, hi = r["ci"]
         ok = _finite(lo) and lo > 0
@@ -62,9 +76,14 @@ def forest(results: Sequence[Mapping[str, Any]], forecast_token: int):
             deltas += [lo, hi]
         right.scatter([r["delta_auroc"]], [y], color="#2ca02c" if ok else "black", zorder=3)
         deltas.append(r["delta_auroc"])
-        right.annotate(f"{r['delta_auroc']:+.3f}  (n = {r['test_rows']})",
-                       (r["delta_auroc"], y), textcoords="offset points", xytext=(0, 7),
-                       ha="center", fontsize=7)
+        right.annotate(
+            f"{r['delta_auroc']:+.3f}  (n = {r['test_rows']})",
+            (r["delta_auroc"], y),
+            textcoords="offset points",
+            xytext=(0, 7),
+            ha="center",
+            fontsize=7,
+        )
     left.set_yticks(ys, names, fontsize=8)
     left.set_ylim(len(results) - 0.5, -0.7)
     left.set_xlim(-0.02, 1.02)
@@ -77,13 +96,23 @@ def forest(results: Sequence[Mapping[str, Any]], forecast_token: int):
     right.set_title(f"ΔAUROC at forecast token {forecast_token:,}", fontsize=9)
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], marker="o", ls="", markerfacecolor="none", markeredgecolor="#444",
-                      label="baseline"),
-               Line2D([], [], marker="o", ls="", color="#1f77b4", label="+ early blocks"),
-               Line2D([], [], color="#2ca02c", lw=2, label="CI above 0 (success)"),
-               Line2D([], [], color="#444", lw=2, label="CI includes 0")]
-    right.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                 frameon=False)
+    handles = [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            ls="",
+            markerfacecolor="none",
+            markeredgecolor="#444",
+            label="baseline",
+        ),
+        Line2D([], [], marker="o", ls="", color="#1f77b4", label="+ early blocks"),
+        Line2D([], [], color="#2ca02c", lw=2, label="CI above 0 (success)"),
+        Line2D([], [], color="#444", lw=2, label="CI includes 0"),
+    ]
+    right.legend(
+        handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False
+    )
     fig.suptitle("Confirmatory early-signal test (protocol 9.5)", fontsize=10)
     return fig
 
@@ -95,10 +124,15 @@ def sweep(table: pd.DataFrame):
     axes = fig.subplots(1, 2, sharey=True)
     ts = [int(t) for t in table["forecast_token"]] if len(table) else []
     x = np.arange(len(ts))
-    vals = [v for e in ENDPOINT_TITLES for c in ("delta", "ci_low", "ci_high")
-            if f"{e}_{c}" in table for v in table[f"{e}_{c}"]]
-    for ax, e in zip(axes, ENDPOINT_TITLES):
-        for xi, (_, r) in zip(x, table.iterrows()):
+    vals = [
+        v
+        for e in ENDPOINT_TITLES
+        for c in ("delta", "ci_low", "ci_high")
+        if f"{e}_{c}" in table
+        for v in table[f"{e}_{c}"]
+    ]
+    for ax, e in zip(axes, ENDPOINT_TITLES, strict=True):
+        for xi, (_, r) in zip(x, table.iterrows(), strict=True):
             d = r.get(f"{e}_delta")
             if not _finite(d):
                 ax.text(xi, 0, "not fit", ha="center", va="bottom", fontsize=7, color="#666")
@@ -107,10 +141,21 @@ def sweep(table: pd.DataFrame):
             if _finite(lo) and _finite(hi):
                 ax.plot([xi, xi], [lo, hi], color="#444", lw=1.5)
             star = int(r["forecast_token"]) == PREREGISTERED
-            ax.scatter([xi], [d], marker="*" if star else "o", s=160 if star else 35,
-                       color="#d62728" if star else "#1f77b4", zorder=3)
-            ax.annotate(f"n = {int(r.get(f'{e}_n') or 0)}", (xi, d), textcoords="offset points",
-                        xytext=(8, -3), fontsize=7)
+            ax.scatter(
+                [xi],
+                [d],
+                marker="*" if star else "o",
+                s=160 if star else 35,
+                color="#d62728" if star else "#1f77b4",
+                zorder=3,
+            )
+            ax.annotate(
+                f"n = {int(r.get(f'{e}_n') or 0)}",
+                (xi, d),
+                textcoords="offset points",
+                xytext=(8, -3),
+                fontsize=7,
+            )
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xticks(x, [f"{t:,}" + ("*" if t == PREREGISTERED else "") for t in ts])
         ax.set_xlim(-0.5, max(0.5, len(ts) - 0.5))
@@ -120,12 +165,22 @@ def sweep(table: pd.DataFrame):
     axes[0].set_ylabel("ΔAUROC (early blocks − baseline), 95% CI")
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], marker="*", ls="", color="#d62728", ms=12,
-                      label=f"t = {PREREGISTERED} (pre-registered)"),
-               Line2D([], [], marker="o", ls="", color="#1f77b4", label="post-hoc t"),
-               Line2D([], [], color="#444", lw=1.5, label="95% CI")]
-    axes[1].legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                   frameon=False)
+    handles = [
+        Line2D(
+            [],
+            [],
+            marker="*",
+            ls="",
+            color="#d62728",
+            ms=12,
+            label=f"t = {PREREGISTERED} (pre-registered)",
+        ),
+        Line2D([], [], marker="o", ls="", color="#1f77b4", label="post-hoc t"),
+        Line2D([], [], color="#444", lw=1.5, label="95% CI"),
+    ]
+    axes[1].legend(
+        handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False
+    )
     fig.suptitle("Forecast-point sweep (post-hoc)", fontsize=10)
     return fig
 

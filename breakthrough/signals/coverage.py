@@ -32,13 +32,20 @@ def coverage_lines(table: Any) -> list[str]:
         n = len(rows)
         tokens = int(np.isfinite(rows[TOKEN_MARK].to_numpy(dtype=float)).sum())
         hidden = int(np.isfinite(rows[HIDDEN_MARK].to_numpy(dtype=float)).sum())
-        line = (f"{kind}: {n:,} trajector{'y' if n == 1 else 'ies'}; protocol 2.2 token signals "
-                f"in {tokens:,}, hidden-state fields in {hidden:,}")
+        line = (
+            f"{kind}: {n:,} trajector{'y' if n == 1 else 'ies'}; protocol 2.2 token signals "
+            f"in {tokens:,}, hidden-state fields in {hidden:,}"
+        )
         if tokens < n:
-            line += (f"; {n - tokens:,} hold log-probs and entropies only (their summaries other "
-                     "than entropy / surprisal are NaN)")
+            line += (
+                f"; {n - tokens:,} hold log-probs and entropies only (their summaries other "
+                "than entropy / surprisal are NaN)"
+            )
             if kind in LIGHT_KINDS:
-                line += "; continuations store the signals with `bt continue --instrument`, in a new run"
+                line += (
+                    "; continuations store the signals with `bt continue --instrument`, "
+                    "in a new run"
+                )
         elif hidden < n:
             line += f"; {n - hidden:,} without hidden states (an HTTP backend, or too short)"
         lines.append(line)

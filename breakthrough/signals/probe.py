@@ -17,9 +17,9 @@ Every AUROC, decomposition and bootstrap is `breakthrough.stats`; the probe is s
 from __future__ import annotations
 
 import warnings
-
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -39,10 +39,22 @@ N_BOOT = 2000
 ARMS = ("hidden", "stream")  # the probe arms, in table order; the LOO row's arm is "loo"
 
 TABLE_COLUMNS = (
-    "arm", "score", "t", "pooled", "pooled_lo", "pooled_hi",
-    "within_failure_weighted", "within_failure_weighted_lo", "within_failure_weighted_hi",
-    "within_pair_weighted", "within_pair_weighted_lo", "within_pair_weighted_hi",
-    "rows", "pooled_rows", "within_rows", "within_problems",
+    "arm",
+    "score",
+    "t",
+    "pooled",
+    "pooled_lo",
+    "pooled_hi",
+    "within_failure_weighted",
+    "within_failure_weighted_lo",
+    "within_failure_weighted_hi",
+    "within_pair_weighted",
+    "within_pair_weighted_lo",
+    "within_pair_weighted_hi",
+    "rows",
+    "pooled_rows",
+    "within_rows",
+    "within_problems",
 )
 
 
@@ -52,18 +64,22 @@ def anchor_vectors(hidden: np.ndarray, anchors: Sequence[int]) -> dict[int, np.n
     out = {}
     for t in anchors:
         if t >= ANCHOR_WINDOW and hidden.shape[0] >= t:
-            out[int(t)] = hidden[t - ANCHOR_WINDOW: t].astype(np.float64).mean(axis=0)
+            out[int(t)] = hidden[t - ANCHOR_WINDOW : t].astype(np.float64).mean(axis=0)
     return out
 
 
-def stream_summaries(entropy: np.ndarray, surprisal: np.ndarray, top1_probability: np.ndarray,
-                     anchors: Sequence[int]) -> dict[int, np.ndarray]:
+def stream_summaries(
+    entropy: np.ndarray, surprisal: np.ndarray, top1_probability: np.ndarray, anchors: Sequence[int]
+) -> dict[int, np.ndarray]:
     """Stream-summary features at each t the trajectory reaches: the 8 `STREAM_SUMMARIES` of its
     per-generated-token streams over the first t tokens (`summaries.summarize` with window t,
     so a slope or a rise means exactly what it means in bt signals); anchors beyond its length
     are left out, as `anchor_vectors` leaves them out."""
-    series = {"entropy": np.asarray(entropy), "surprisal": np.asarray(surprisal),
-              "top1_probability": np.asarray(top1_probability)}
+    series = {
+        "entropy": np.asarray(entropy),
+        "surprisal": np.asarray(surprisal),
+        "top1_probability": np.asarray(top1_probability),
+    }
     n = min(len(v) for v in series.values())
     out = {}
     for t in anchors:
@@ -73,8 +89,9 @@ def stream_summaries(entropy: np.ndarray, surprisal: np.ndarray, top1_probabilit
     return out
 
 
-def _stack(rows: Sequence[Mapping[int, np.ndarray]], n: int, anchors: Sequence[int],
-           what: str) -> dict[int, np.ndarray]:
+def _stack(
+    rows: Sequence[Mapping[int, np.ndarray]], n: int, anchors: Sequence[int], what: str
+) -> dict[int, np.ndarray]:
     """{t: [n, d]} from per-trajectory {t: vector}, NaN rows where a trajectory lacks t."""
     dims = {v.shape[0] for row in rows for v in row.values()}
     if len(dims) > 1:
@@ -106,30 +123,45 @@ class ProbeData:
     streams: dict[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def from_rows(cls, problem_id: Sequence, correct: Sequence[bool],
-                  vectors: Sequence[Mapping[int, np.ndarray]], anchors: Sequence[int],
-                  top1: Sequence[float] | None = None,
-                  streams: Sequence[Mapping[int, np.ndarray]] | None = None) -> ProbeData:
+    def from_rows(
+        cls,
+        problem_id: Sequence,
+        correct: Sequence[bool],
+        vectors: Sequence[Mapping[int, np.ndarray]],
+        anchors: Sequence[int],
+        top1: Sequence[float] | None = None,
+        streams: Sequence[Mapping[int, np.ndarray]] | None = None,
+    ) -> ProbeData:
         """Stack per-trajectory anchor vectors (as `anchor_vectors` returns them) and, when
         given, stream summaries (as `stream_summaries` returns them)."""
         n = len(problem_id)
         if streams is not None and len(streams) != n:
             raise ValueError(f"{len(streams)} stream-summary rows for {n} trajectories")
-        return cls(np.asarray(problem_id, dtype=object), np.asarray(correct, dtype=bool),
-                   _stack(vectors, n, anchors, "anchor vectors"),
-                   np.asarray(top1 if top1 is not None else np.full(n, np.nan), dtype=np.float64),
-                   _stack(streams, n, anchors, "stream summaries") if streams is not None else {})
+        return cls(
+            np.asarray(problem_id, dtype=object),
+            np.asarray(correct, dtype=bool),
+            _stack(vectors, n, anchors, "anchor vectors"),
+            np.asarray(top1 if top1 is not None else np.full(n, np.nan), dtype=np.float64),
+            _stack(streams, n, anchors, "stream summaries") if streams is not None else {},
+        )
 
     def arms(self) -> dict[str, dict[int, np.ndarray]]:
         """The arms that have features, in table order: {arm: {t: [n, d]}}."""
         present = {"hidden": self.features, "stream": self.streams}
-        return {a: present[a] for a in ARMS
-                if any(x.ndim == 2 and x.shape[1] > 0 for x in present[a].values())}
+        return {
+            a: present[a]
+            for a in ARMS
+            if any(x.ndim == 2 and x.shape[1] > 0 for x in present[a].values())
+        }
 
 
-def select_sets(problem_id: np.ndarray, correct: np.ndarray, seed: int = PROBE_SEED,
-                per_problem: int = POOLED_PER_PROBLEM,
-                band: tuple[float, float] = MID_BAND) -> tuple[np.ndarray, np.ndarray]:
+def select_sets(
+    problem_id: np.ndarray,
+    correct: np.ndarray,
+    seed: int = PROBE_SEED,
+    per_problem: int = POOLED_PER_PROBLEM,
+    band: tuple[float, float] = MID_BAND,
+) -> tuple[np.ndarray, np.ndarray]:
     """(pooled mask, within mask): `per_problem` attempts of every problem drawn without
     replacement (numpy default_rng(seed), problems in sorted order), and every attempt of the
     problems whose pass rate lies in the band."""
@@ -138,7 +170,11 @@ def select_sets(problem_id: np.ndarray, correct: np.ndarray, seed: int = PROBE_S
     within = np.zeros(problem_id.size, dtype=bool)
     for p in sorted(set(problem_id.tolist()), key=str):
         rows = np.flatnonzero(problem_id == p)
-        take = rows if rows.size <= per_problem else np.sort(rng.choice(rows, per_problem, replace=False))
+        take = (
+            rows
+            if rows.size <= per_problem
+            else np.sort(rng.choice(rows, per_problem, replace=False))
+        )
         pooled[take] = True
         rate = correct[rows].mean()
         if band[0] <= rate < band[1]:
@@ -146,7 +182,9 @@ def select_sets(problem_id: np.ndarray, correct: np.ndarray, seed: int = PROBE_S
     return pooled, within
 
 
-def oof_scores(x: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int = PROBE_SEED) -> np.ndarray:
+def oof_scores(
+    x: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int = PROBE_SEED
+) -> np.ndarray:
     """Out-of-fold success probabilities of StandardScaler -> PCA -> LogisticRegression, from
     StratifiedGroupKFold folds by problem (a problem's attempts never train the model that scores
     them). A fold whose training rows hold one class scores its rows with that class's rate."""
@@ -183,13 +221,27 @@ def oof_scores(x: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int = PRO
     return out
 
 
-def _decomposition_row(arm: str, score_name: str, t: int | None, group: np.ndarray, y: np.ndarray,
-                       s: np.ndarray, pooled: np.ndarray, within: np.ndarray,
-                       n_boot: int) -> dict:
+def _decomposition_row(
+    arm: str,
+    score_name: str,
+    t: int | None,
+    group: np.ndarray,
+    y: np.ndarray,
+    s: np.ndarray,
+    pooled: np.ndarray,
+    within: np.ndarray,
+    n_boot: int,
+) -> dict:
     """One table row: pooled AUROC on the pooled set, within AUROCs on the within set, CIs."""
-    row: dict = {"arm": arm, "score": score_name, "t": t, "rows": int(y.size),
-                 "pooled_rows": int(pooled.sum()), "within_rows": int(within.sum()),
-                 "within_problems": len(set(group[within].tolist()))}
+    row: dict = {
+        "arm": arm,
+        "score": score_name,
+        "t": t,
+        "rows": int(y.size),
+        "pooled_rows": int(pooled.sum()),
+        "within_rows": int(within.sum()),
+        "within_problems": len(set(group[within].tolist())),
+    }
     for mask, stat_names, seed in (
         (pooled, ("pooled",), PROBE_SEED),
         (within, ("within_failure_weighted", "within_pair_weighted"), WITHIN_BOOT_SEED),
@@ -199,8 +251,13 @@ def _decomposition_row(arm: str, score_name: str, t: int | None, group: np.ndarr
         if not mask.any():
             continue
         point = stats.decompose(group[mask], s[mask], y[mask])
-        boot = (stats.bootstrap_decomposition(group[mask], y[mask], {"s": s[mask]},
-                                              n_boot=n_boot, seed=seed) if n_boot else None)
+        boot = (
+            stats.bootstrap_decomposition(
+                group[mask], y[mask], {"s": s[mask]}, n_boot=n_boot, seed=seed
+            )
+            if n_boot
+            else None
+        )
         for name in stat_names:
             row[name] = getattr(point, name)
             if boot is not None:
@@ -212,14 +269,16 @@ def _decomposition_row(arm: str, score_name: str, t: int | None, group: np.ndarr
 class ProbeTable:
     """The study's table (per arm one row per anchor, then the LOO reference) and the fidelity."""
 
-    table: object  # pandas DataFrame with TABLE_COLUMNS
+    table: Any  # pandas DataFrame with TABLE_COLUMNS
     top1_mean: float
     top1_p10: float
     scores: dict[int, np.ndarray]  # hidden arm: out-of-fold score per anchor (NaN: not scored)
     stream_scores: dict[int, np.ndarray] = field(default_factory=dict)  # the same, stream arm
 
 
-def _scored_rows(arms: Mapping[str, Mapping[int, np.ndarray]], t: int, keep: np.ndarray) -> np.ndarray:
+def _scored_rows(
+    arms: Mapping[str, Mapping[int, np.ndarray]], t: int, keep: np.ndarray
+) -> np.ndarray:
     """The rows every arm scores at t: analysed (pooled or within set) and with finite features
     in each arm, so the arms share rows and therefore folds (the split depends on rows only)."""
     have = keep.copy()
@@ -230,8 +289,9 @@ def _scored_rows(arms: Mapping[str, Mapping[int, np.ndarray]], t: int, keep: np.
     return have
 
 
-def probe_table(data: ProbeData, n_boot: int = N_BOOT,
-                progress: Callable[[str], None] | None = None) -> ProbeTable:
+def probe_table(
+    data: ProbeData, n_boot: int = N_BOOT, progress: Callable[[str], None] | None = None
+) -> ProbeTable:
     """Run each arm's probe at every anchor of `data` and decompose its out-of-fold scores."""
     import pandas as pd
 
@@ -248,26 +308,40 @@ def probe_table(data: ProbeData, n_boot: int = N_BOOT,
         for t in anchors:
             scores[arm][t] = np.full(y.size, np.nan)
             x = feats.get(t)
-            have = (_scored_rows(arms, t, keep) if arm in arms and x is not None
-                    else np.zeros(y.size, dtype=bool))
+            have = (
+                _scored_rows(arms, t, keep)
+                if arm in arms and x is not None
+                else np.zeros(y.size, dtype=bool)
+            )
             if have.sum() < 2 or len(set(pid[have].tolist())) < 2 or np.unique(y[have]).size < 2:
                 if progress:
-                    progress(f"t={t} {arm}: {int(have.sum())} rows reach it, too few to fit a "
-                             "probe; skipped")
+                    progress(
+                        f"t={t} {arm}: {int(have.sum())} rows reach it, too few to fit a "
+                        "probe; skipped"
+                    )
                 continue
+            assert x is not None  # `have` holds no row when the arm has no features at t
             s = oof_scores(x[have], y[have], pid[have])
             scores[arm][t][have] = s
-            rows.append(_decomposition_row(arm, "probe", t, pid[have], y[have], s, pooled[have],
-                                           within[have], n_boot))
+            rows.append(
+                _decomposition_row(
+                    arm, "probe", t, pid[have], y[have], s, pooled[have], within[have], n_boot
+                )
+            )
             if progress:
                 r = rows[-1]
-                progress(f"t={t} {arm}: pooled {r['pooled']:.3f}, "
-                         f"within {r['within_failure_weighted']:.3f}")
+                progress(
+                    f"t={t} {arm}: pooled {r['pooled']:.3f}, "
+                    f"within {r['within_failure_weighted']:.3f}"
+                )
     loo = stats.loo_score(pid, y)
     ok = keep & np.isfinite(loo)
     if ok.any():
-        rows.append(_decomposition_row("loo", "loo", None, pid[ok], y[ok], loo[ok], pooled[ok],
-                                       within[ok], n_boot))
+        rows.append(
+            _decomposition_row(
+                "loo", "loo", None, pid[ok], y[ok], loo[ok], pooled[ok], within[ok], n_boot
+            )
+        )
     table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     table["t"] = table["t"].astype("Int64")
     top1 = data.top1[np.isfinite(data.top1)] if data.top1.size else np.zeros(0)
@@ -291,12 +365,16 @@ def format_table(table) -> list[str]:  # table: pd.DataFrame
         ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and np.isfinite(lo) else ""
         return f"{v:.3f}{ci}"
 
-    head = (f"{'t':>6}  {'arm':<8}{'pooled [95% CI]':<24}{'within, failure-w. [CI]':<26}"
-            f"{'within, pair-w. [CI]':<26}{'rows':>6}")
+    head = (
+        f"{'t':>6}  {'arm':<8}{'pooled [95% CI]':<24}{'within, failure-w. [CI]':<26}"
+        f"{'within, pair-w. [CI]':<26}{'rows':>6}"
+    )
     lines = [head]
     for _, r in table.iterrows():
         t = "LOO" if r["score"] == "loo" else str(int(r["t"]))
-        lines.append(f"{t:>6}  {r['arm']:<8}{cell(r, 'pooled'):<24}"
-                     f"{cell(r, 'within_failure_weighted'):<26}"
-                     f"{cell(r, 'within_pair_weighted'):<26}{int(r['rows']):>6}")
+        lines.append(
+            f"{t:>6}  {r['arm']:<8}{cell(r, 'pooled'):<24}"
+            f"{cell(r, 'within_failure_weighted'):<26}"
+            f"{cell(r, 'within_pair_weighted'):<26}{int(r['rows']):>6}"
+        )
     return lines

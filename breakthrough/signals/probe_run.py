@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -73,14 +74,23 @@ def read_source(path: Path, model: str | None) -> Source:
     notes = [] if model else [f"no --model given: tokenizing and forcing with {OFFLINE_DEFAULT}"]
     name = model or OFFLINE_DEFAULT
     if path.is_file() and path.suffix == ".jsonl":
-        return Source("jsonl", _read_jsonl(path), name, None,
-                      path.with_name(path.stem + ".probe"), notes)
+        return Source(
+            "jsonl", _read_jsonl(path), name, None, path.with_name(path.stem + ".probe"), notes
+        )
     if path.is_dir():
         yamls = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml"))
         if yamls:
-            return Source("math128", _read_math128(yamls), name, None,
-                          path.with_name(path.name + ".probe"), notes)
-        raise BtError(f"{path}: neither a run (no store.sqlite) nor a math128 dump (no .yaml files)")
+            return Source(
+                "math128",
+                _read_math128(yamls),
+                name,
+                None,
+                path.with_name(path.name + ".probe"),
+                notes,
+            )
+        raise BtError(
+            f"{path}: neither a run (no store.sqlite) nor a math128 dump (no .yaml files)"
+        )
     raise BtError(f"{path}: expected a run directory, a .jsonl dump or a folder of .yaml files")
 
 
@@ -103,9 +113,15 @@ def _read_run(run_dir: Path) -> Source:
         prompts = {c: store.cell_prompt(c)[1] for c in graded["cell_id"].unique()}
     finally:
         store.close()
-    trajs = [Trajectory(str(r.cell_id), bool(r.correct), prompts[r.cell_id].tolist(),
-                        np.asarray(r.token_ids).tolist())
-             for r in graded.itertuples()]
+    trajs = [
+        Trajectory(
+            str(r.cell_id),
+            bool(r.correct),
+            prompts[r.cell_id].tolist(),
+            np.asarray(r.token_ids).tolist(),
+        )
+        for r in graded.itertuples()
+    ]
     return Source("run", trajs, man["model_id"], man.get("family"), run_dir / "probe", notes)
 
 
@@ -115,15 +131,29 @@ def _read_jsonl(path: Path) -> list[Trajectory]:
         for i, _, obj in jsonl_records(fh, path):
             if not isinstance(obj, dict):
                 raise BtError(f"{path}:{i}: expected a JSON object")
-            for key, kinds in (("problem_id", (str, int)), ("prompt", (str,)), ("completion", (str,))):
+            for key, kinds in (
+                ("problem_id", (str, int)),
+                ("prompt", (str,)),
+                ("completion", (str,)),
+            ):
                 if not isinstance(obj.get(key), kinds) or isinstance(obj.get(key), bool):
-                    raise BtError(f"{path}:{i}: field '{key}' missing or not a "
-                                  f"{' or '.join(k.__name__ for k in kinds)}")
+                    raise BtError(
+                        f"{path}:{i}: field '{key}' missing or not a "
+                        f"{' or '.join(k.__name__ for k in kinds)}"
+                    )
             correct = obj.get("correct")
             if correct not in (True, False, 0, 1):
-                raise BtError(f"{path}:{i}: field 'correct' must be true/false or 0/1, got {correct!r}")
-            out.append(Trajectory(str(obj["problem_id"]), bool(correct), prompt=obj["prompt"],
-                                  completion=obj["completion"]))
+                raise BtError(
+                    f"{path}:{i}: field 'correct' must be true/false or 0/1, got {correct!r}"
+                )
+            out.append(
+                Trajectory(
+                    str(obj["problem_id"]),
+                    bool(correct),
+                    prompt=obj["prompt"],
+                    completion=obj["completion"],
+                )
+            )
     if not out:
         raise BtError(f"{path}: no trajectories")
     return out
@@ -135,7 +165,8 @@ def _read_math128(files: list[Path]) -> list[Trajectory]:
     from breakthrough.tasks.math.grader import MathGrader
     from breakthrough.tasks.math.source import last_boxed
 
-    jobs, meta = [], []
+    jobs: list[tuple[str, dict[str, Any], str | None]] = []
+    meta: list[tuple[str, str, str]] = []
     for f in files:
         try:
             doc = yaml.safe_load(f.read_text(encoding="utf-8"))
@@ -155,8 +186,10 @@ def _read_math128(files: list[Path]) -> list[Trajectory]:
             meta.append((f.stem, doc["prompt"], s))
     with MathGrader() as grader:
         grades = grader.grade_many(jobs)
-    return [Trajectory(pid, bool(g.correct), prompt=p, completion=s)
-            for (pid, p, s), g in zip(meta, grades)]
+    return [
+        Trajectory(pid, bool(g.correct), prompt=p, completion=s)
+        for (pid, p, s), g in zip(meta, grades, strict=True)
+    ]
 
 
 # --------------------------------------------------------------------------- running
@@ -175,10 +208,16 @@ class ProbeRun:
 
     def lines(self) -> list[str]:
         r = self.result
-        fid = (f"teacher-forcing fidelity: top-1 agreement {r.top1_mean:.3f} (p10 {r.top1_p10:.3f})"
-               if math.isfinite(r.top1_mean) else "teacher-forcing fidelity: n/a")
-        return [f"{self.n_trajectories} trajectories, model {self.model}", fid,
-                *probe.format_table(r.table)]
+        fid = (
+            f"teacher-forcing fidelity: top-1 agreement {r.top1_mean:.3f} (p10 {r.top1_p10:.3f})"
+            if math.isfinite(r.top1_mean)
+            else "teacher-forcing fidelity: n/a"
+        )
+        return [
+            f"{self.n_trajectories} trajectories, model {self.model}",
+            fid,
+            *probe.format_table(r.table),
+        ]
 
 
 def check_out(out: Path) -> None:
@@ -192,9 +231,16 @@ def check_out(out: Path) -> None:
         raise BtError(f"--out: {parent} is not writable")
 
 
-def run_probe(path: Path, *, model: str | None = None, anchors: Sequence[int] = probe.DEFAULT_ANCHORS,
-              max_tokens: int = 512, bootstrap: int = probe.N_BOOT, out: Path | None = None,
-              progress: Callable[[str], None] | None = None) -> ProbeRun:
+def run_probe(
+    path: Path,
+    *,
+    model: str | None = None,
+    anchors: Sequence[int] = probe.DEFAULT_ANCHORS,
+    max_tokens: int = 512,
+    bootstrap: int = probe.N_BOOT,
+    out: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ProbeRun:
     """Read, check, force every trajectory, run the probe, write the outputs."""
     src = read_source(path, model)
     out = out or src.default_out
@@ -209,17 +255,26 @@ def run_probe(path: Path, *, model: str | None = None, anchors: Sequence[int] = 
     vectors, streams, top1 = [], [], []
     for i, t in enumerate(src.trajectories):
         if t.prompt_ids is None:
-            t.prompt_ids, t.generated_ids = tokenize_dump(loaded.tokenizer, t.prompt or "",
-                                                          t.completion or "")
+            t.prompt_ids, t.generated_ids = tokenize_dump(
+                loaded.tokenizer, t.prompt or "", t.completion or ""
+            )
+        assert t.generated_ids is not None  # ids come together: a run has both, a dump neither
         tf = teacher_force(loaded.model, t.prompt_ids, t.generated_ids, max_tokens)
         vectors.append(probe.anchor_vectors(tf.hidden, anchors))
-        streams.append(probe.stream_summaries(tf.entropy, tf.surprisal, tf.top1_probability, anchors))
+        streams.append(
+            probe.stream_summaries(tf.entropy, tf.surprisal, tf.top1_probability, anchors)
+        )
         top1.append(tf.top1_agreement)
         if progress and (i + 1) % 50 == 0:
             progress(f"forced {i + 1}/{len(src.trajectories)} trajectories")
-    data = probe.ProbeData.from_rows([t.problem_id for t in src.trajectories],
-                                     [t.correct for t in src.trajectories], vectors, anchors, top1,
-                                     streams)
+    data = probe.ProbeData.from_rows(
+        [t.problem_id for t in src.trajectories],
+        [t.correct for t in src.trajectories],
+        vectors,
+        anchors,
+        top1,
+        streams,
+    )
     result = probe.probe_table(data, n_boot=bootstrap, progress=progress)
     files = _write(out, result, src, anchors, max_tokens, bootstrap)
     notes = list(src.notes)
@@ -228,26 +283,40 @@ def run_probe(path: Path, *, model: str | None = None, anchors: Sequence[int] = 
     if rarer < probe.N_FOLDS:
         forms = ("success", "successes") if sum(outcomes) == rarer else ("failure", "failures")
         kind = forms[rarer != 1]
-        notes.append(f"only {rarer} {kind} among "
-                     f"{len(outcomes)} trajectories (fewer than the {probe.N_FOLDS} folds): a fold "
-                     "whose training rows hold one class scores its rows with that class's rate, "
-                     "so the AUROCs say little")
+        notes.append(
+            f"only {rarer} {kind} among "
+            f"{len(outcomes)} trajectories (fewer than the {probe.N_FOLDS} folds): a fold "
+            "whose training rows hold one class scores its rows with that class's rate, "
+            "so the AUROCs say little"
+        )
     return ProbeRun(result, out, files, notes, len(src.trajectories), src.model)
 
 
-def _write(out: Path, result: probe.ProbeTable, src: Source, anchors: Sequence[int],
-           max_tokens: int, bootstrap: int) -> list[Path]:
+def _write(
+    out: Path,
+    result: probe.ProbeTable,
+    src: Source,
+    anchors: Sequence[int],
+    max_tokens: int,
+    bootstrap: int,
+) -> list[Path]:
     make_folder(out)
     paths = [out / name for name in OUTPUT_FILES]
     write_atomic(paths[0], lambda tmp: result.table.to_csv(tmp, index=False))
     write_atomic(paths[1], lambda tmp: result.table.to_parquet(tmp, index=False))
     summary = {
-        "source": src.kind, "model": src.model, "trajectories": len(src.trajectories),
-        "anchors": list(map(int, anchors)), "max_tokens": max_tokens, "bootstrap": bootstrap,
+        "source": src.kind,
+        "model": src.model,
+        "trajectories": len(src.trajectories),
+        "anchors": list(map(int, anchors)),
+        "max_tokens": max_tokens,
+        "bootstrap": bootstrap,
         "seeds": {"folds_pca_pooled": probe.PROBE_SEED, "within_bootstrap": probe.WITHIN_BOOT_SEED},
-        "pooled_per_problem": probe.POOLED_PER_PROBLEM, "mid_band": list(probe.MID_BAND),
+        "pooled_per_problem": probe.POOLED_PER_PROBLEM,
+        "mid_band": list(probe.MID_BAND),
         "stream_features": list(probe.STREAM_SUMMARIES),
-        "top1_agreement_mean": _finite(result.top1_mean), "top1_agreement_p10": _finite(result.top1_p10),
+        "top1_agreement_mean": _finite(result.top1_mean),
+        "top1_agreement_p10": _finite(result.top1_p10),
         "table": json.loads(result.table.to_json(orient="records")),
     }
     write_json(paths[2], summary)
@@ -272,22 +341,31 @@ def _figure(table, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     arms = [a for a in probe.ARMS if (table["arm"] == a).any()] or ["hidden"]
-    fig, axes = plt.subplots(1, len(arms), figsize=(6.4 * len(arms), 4.0), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(arms), figsize=(6.4 * len(arms), 4.0), sharey=True, squeeze=False
+    )
     loo = table[table["score"] == "loo"]
-    for arm, ax in zip(arms, axes[0]):
+    for arm, ax in zip(arms, axes[0], strict=True):
         rows = table[(table["score"] == "probe") & (table["arm"] == arm)]
         t = rows["t"].astype(float).to_numpy()
-        for name, label, style in (("pooled", "pooled", "-"),
-                                   ("within_failure_weighted", "within, failure-weighted", "-"),
-                                   ("within_pair_weighted", "within, pair-weighted", "--")):
+        for name, label, style in (
+            ("pooled", "pooled", "-"),
+            ("within_failure_weighted", "within, failure-weighted", "-"),
+            ("within_pair_weighted", "within, pair-weighted", "--"),
+        ):
             if len(rows):
                 (line,) = ax.plot(t, rows[name].astype(float), style, marker="o", label=label)
-                ax.fill_between(t, rows[f"{name}_lo"].astype(float),
-                                rows[f"{name}_hi"].astype(float), color=line.get_color(), alpha=0.15)
+                ax.fill_between(
+                    t,
+                    rows[f"{name}_lo"].astype(float),
+                    rows[f"{name}_hi"].astype(float),
+                    color=line.get_color(),
+                    alpha=0.15,
+                )
         if len(loo) and math.isfinite(loo["pooled"].iloc[0]):
-            ax.axhline(loo["pooled"].iloc[0], color="grey", linestyle=":",
-                       label="LOO pass rate, pooled")
+            ax.axhline(
+                loo["pooled"].iloc[0], color="grey", linestyle=":", label="LOO pass rate, pooled"
+            )
         ax.axhline(0.5, color="black", linewidth=0.6)
         if len(rows):
             ax.set_xscale("log", base=2)
@@ -299,8 +377,16 @@ def _figure(table, path: Path) -> None:
         if ax.get_legend_handles_labels()[0]:  # nothing drawn (no defined AUROC): no legend
             ax.legend(fontsize=8, loc="lower left")
         else:
-            ax.text(0.5, 0.5, "no defined AUROC (one outcome class)", ha="center",
-                    va="center", transform=ax.transAxes, fontsize=9, color="grey")
+            ax.text(
+                0.5,
+                0.5,
+                "no defined AUROC (one outcome class)",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                fontsize=9,
+                color="grey",
+            )
     axes[0][0].set_ylabel("AUROC")
     fig.tight_layout()
     try:

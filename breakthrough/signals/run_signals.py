@@ -18,11 +18,30 @@ import numpy as np
 
 from breakthrough.errors import BtError
 from breakthrough.outputs import write_atomic
-from breakthrough.signals.summaries import DEFAULT_WINDOW, FROZEN_SUMMARIES, STREAM_SUMMARIES, summarize
+from breakthrough.signals.summaries import (
+    DEFAULT_WINDOW,
+    FROZEN_SUMMARIES,
+    STREAM_SUMMARIES,
+    summarize,
+)
 from breakthrough.store import RunStore
 
-ID_COLUMNS = ("sample_id", "cell_id", "problem_id", "model", "level", "kind", "anchor", "budget",
-              "branch", "seed", "n_tokens", "observed_token_count", "finish_reason", "correct")
+ID_COLUMNS = (
+    "sample_id",
+    "cell_id",
+    "problem_id",
+    "model",
+    "level",
+    "kind",
+    "anchor",
+    "budget",
+    "branch",
+    "seed",
+    "n_tokens",
+    "observed_token_count",
+    "finish_reason",
+    "correct",
+)
 OUTPUT_NAME = "signals.parquet"
 
 
@@ -36,7 +55,9 @@ def trajectory_series(row) -> dict[str, np.ndarray]:
     return series
 
 
-def run_signals(run: Path | str, out: Path | str | None = None, *, window: int = DEFAULT_WINDOW) -> tuple[Path, int]:
+def run_signals(
+    run: Path | str, out: Path | str | None = None, *, window: int = DEFAULT_WINDOW
+) -> tuple[Path, int]:
     """Write the summaries of every trajectory of RUN to `out` (default RUN/signals.parquet),
     atomically; returns (path, rows)."""
     import pandas as pd
@@ -46,7 +67,9 @@ def run_signals(run: Path | str, out: Path | str | None = None, *, window: int =
     with RunStore(run, readonly=True) as store:
         frame = store.samples_frame(signals=True)
     rows = summary_rows(frame, window)
-    table = pd.DataFrame(rows, columns=[*ID_COLUMNS, "window", *FROZEN_SUMMARIES, *STREAM_SUMMARIES])
+    table = pd.DataFrame(
+        rows, columns=[*ID_COLUMNS, "window", *FROZEN_SUMMARIES, *STREAM_SUMMARIES]
+    )
     path = Path(out) if out else Path(run) / OUTPUT_NAME
     write_atomic(path, lambda tmp: table.to_parquet(tmp, index=False))
     return path, len(table)

@@ -139,10 +139,13 @@ def spectral_summaries(y: np.ndarray) -> tuple[float, float, float]:
     return entropy, float(np.sum(f * p)), float(np.sum(p[f <= LOW_FREQUENCY + 1e-12]))
 
 
-def summarize(series: Mapping[str, np.ndarray | None], window: int = DEFAULT_WINDOW) -> dict[str, float]:
+def summarize(
+    series: Mapping[str, np.ndarray | None], window: int = DEFAULT_WINDOW
+) -> dict[str, float]:
     """The 15 frozen (9.5) and 8 stream (9.8) summaries of one trajectory's per-token series
     (keys: protocol 2.2 names: normalized_entropy, entropy, surprisal, top1_probability, ...;
     an absent key makes its summaries NaN), over its first `window` tokens."""
+
     def pts(name: str) -> tuple[np.ndarray, np.ndarray]:
         return _points(series.get(name), window)
 
@@ -157,9 +160,29 @@ def summarize(series: Mapping[str, np.ndarray | None], window: int = DEFAULT_WIN
     e_x, ent = pts("entropy")
     t_x, top1 = pts("top1_probability")
     spec = spectral_summaries(js)
-    frozen = (mean(ne), mean(s), mean(margin), std(ne), robust_slope(ne_x, ne), max_rise(s_x, s),
-              mean(js), std(js), robust_slope(kl_x, kl), mean(l2), mean(cos),
-              robust_slope(hn_x, hn), *spec)
-    stream = (mean(ent), std(ent), ols_slope(e_x, ent), mean(s), max_rise(s_x, s),
-              mean(top1), std(top1), ols_slope(t_x, top1))
-    return dict(zip(FROZEN_SUMMARIES + STREAM_SUMMARIES, frozen + stream))
+    frozen = (
+        mean(ne),
+        mean(s),
+        mean(margin),
+        std(ne),
+        robust_slope(ne_x, ne),
+        max_rise(s_x, s),
+        mean(js),
+        std(js),
+        robust_slope(kl_x, kl),
+        mean(l2),
+        mean(cos),
+        robust_slope(hn_x, hn),
+        *spec,
+    )
+    stream = (
+        mean(ent),
+        std(ent),
+        ols_slope(e_x, ent),
+        mean(s),
+        max_rise(s_x, s),
+        mean(top1),
+        std(top1),
+        ols_slope(t_x, top1),
+    )
+    return dict(zip(FROZEN_SUMMARIES + STREAM_SUMMARIES, frozen + stream, strict=True))

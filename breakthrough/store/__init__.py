@@ -39,17 +39,53 @@ from __future__ import annotations
 from breakthrough.store.checksums import CHECKED_FIELDS, RowDamage
 from breakthrough.store.core import RunStore, check_writable
 from breakthrough.store.hidden import HiddenCheck
-from breakthrough.store.identity import (IDENTITY_FIELDS, IDENTITY_OPTIONS, MANIFEST_REQUIRED,
-                                         MANIFEST_SCHEMA, identity_option, manifest_problems)
-from breakthrough.store.records import (COVERAGE, HIDDEN_DIR, OLDEST_SCHEMA, SCHEMA_VERSION,
-                                        STORE_FILE, SampleRecord)
-from breakthrough.store.runs import (OUTPUT_MARKERS, FoundRuns, find_runs, is_run_dir, run_dirs,
-                                     run_names)
+from breakthrough.store.identity import (
+    IDENTITY_FIELDS,
+    IDENTITY_OPTIONS,
+    MANIFEST_REQUIRED,
+    MANIFEST_SCHEMA,
+    identity_option,
+    manifest_problems,
+)
+from breakthrough.store.records import (
+    COVERAGE,
+    HIDDEN_DIR,
+    OLDEST_SCHEMA,
+    SCHEMA_VERSION,
+    STORE_FILE,
+    SampleRecord,
+)
+from breakthrough.store.runs import (
+    OUTPUT_MARKERS,
+    FoundRuns,
+    find_runs,
+    is_run_dir,
+    run_dirs,
+    run_names,
+)
 
 __all__ = [
-    "CHECKED_FIELDS", "COVERAGE", "HIDDEN_DIR", "IDENTITY_FIELDS", "IDENTITY_OPTIONS",
-    "MANIFEST_REQUIRED", "MANIFEST_SCHEMA", "OLDEST_SCHEMA", "OUTPUT_MARKERS", "SCHEMA_VERSION",
-    "STORE_FILE", "FoundRuns", "HiddenCheck", "RowDamage", "RunStore", "SampleRecord",
-    "check_writable", "find_runs", "identity_option", "is_run_dir", "manifest_problems",
-    "run_dirs", "run_names",
+    "CHECKED_FIELDS",
+    "COVERAGE",
+    "HIDDEN_DIR",
+    "IDENTITY_FIELDS",
+    "IDENTITY_OPTIONS",
+    "MANIFEST_REQUIRED",
+    "MANIFEST_SCHEMA",
+    "OLDEST_SCHEMA",
+    "OUTPUT_MARKERS",
+    "SCHEMA_VERSION",
+    "STORE_FILE",
+    "FoundRuns",
+    "HiddenCheck",
+    "RowDamage",
+    "RunStore",
+    "SampleRecord",
+    "check_writable",
+    "find_runs",
+    "identity_option",
+    "is_run_dir",
+    "manifest_problems",
+    "run_dirs",
+    "run_names",
 ]

@@ -65,9 +65,12 @@ CHECKED_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 _FIELD = {name: i for i, (name, _, _) in enumerate(CHECKED_FIELDS)}
 _DIGEST = 16  # hex characters per field: a schema-3 checksum is 16 x len(CHECKED_FIELDS)
 # the tables besides samples the fields come from (absent from a store made before them: NULL)
-_JOINS = {"c": ("cells", "c.cell_id = s.cell_id"), "g": ("grades", "g.sample_id = s.sample_id"),
-          "sig": ("signals", "sig.sample_id = s.sample_id"),
-          "h": ("hidden_vectors", "h.sample_id = s.sample_id")}
+_JOINS = {
+    "c": ("cells", "c.cell_id = s.cell_id"),
+    "g": ("grades", "g.sample_id = s.sample_id"),
+    "sig": ("signals", "sig.sample_id = s.sample_id"),
+    "h": ("hidden_vectors", "h.sample_id = s.sample_id"),
+}
 
 
 def _checked_sql(tables: set[str]) -> str:
@@ -77,12 +80,20 @@ def _checked_sql(tables: set[str]) -> str:
     cols = []
     for _, expr, _ in CHECKED_FIELDS:
         alias = expr.split(".")[0]
-        cols.append("NULL, NULL" if alias != "s" and _JOINS[alias][0] not in tables
-                    else f"typeof({expr}), CAST({expr} AS BLOB)")
-    joins = "".join(f" LEFT JOIN {table} {alias} ON {on}" for alias, (table, on) in _JOINS.items()
-                    if table in tables)
-    return (f"SELECT s.sample_id, typeof(s.checksum), CAST(s.checksum AS BLOB), {', '.join(cols)} "
-            f"FROM samples s{joins}")
+        cols.append(
+            "NULL, NULL"
+            if alias != "s" and _JOINS[alias][0] not in tables
+            else f"typeof({expr}), CAST({expr} AS BLOB)"
+        )
+    joins = "".join(
+        f" LEFT JOIN {table} {alias} ON {on}"
+        for alias, (table, on) in _JOINS.items()
+        if table in tables
+    )
+    return (
+        f"SELECT s.sample_id, typeof(s.checksum), CAST(s.checksum AS BLOB), {', '.join(cols)} "
+        f"FROM samples s{joins}"
+    )
 
 
 @dataclass
@@ -100,16 +111,21 @@ class RowDamage:
     wrong: list[str]
 
     def describe(self) -> str:
-        parts = ([f"{', '.join(self.changed)} changed since it was written"] if self.changed
-                 else []) + self.wrong
+        parts = (
+            [f"{', '.join(self.changed)} changed since it was written"] if self.changed else []
+        ) + self.wrong
         if not parts:
-            parts = ["its token ids, text, finish reason, seed or prefix length changed since it "
-                     "was written"]
+            parts = [
+                "its token ids, text, finish reason, seed or prefix length changed since it "
+                "was written"
+            ]
         return f"sample {self.sample_id} ({self.where}): {'; '.join(parts)}"
 
 
 def _field_digest(storage: str | None, data: bytes | None) -> str:
-    return hashlib.sha256(b"%s:%s" % ((storage or "null").encode(), data or b"")).hexdigest()[:_DIGEST]
+    return hashlib.sha256(b"%s:%s" % ((storage or "null").encode(), data or b"")).hexdigest()[
+        :_DIGEST
+    ]
 
 
 def _checksum(values: Sequence[Any], schema: int) -> str:
@@ -117,8 +133,9 @@ def _checksum(values: Sequence[Any], schema: int) -> str:
     field): 3, the field digests in order; 2, what stores made before issue 29 hold (a sha256
     of token ids, text, finish reason, seed and prefix length; the same bytes as then)."""
     if schema >= 3:
-        return "".join(_field_digest(values[2 * i], values[2 * i + 1])
-                       for i in range(len(CHECKED_FIELDS)))
+        return "".join(
+            _field_digest(values[2 * i], values[2 * i + 1]) for i in range(len(CHECKED_FIELDS))
+        )
     blob = lambda name: values[2 * _FIELD[name] + 1] or b""  # noqa: E731
     h = hashlib.sha256(blob("token_ids"))
     h.update(blob("text"))
@@ -153,21 +170,29 @@ def _row_damage(row: Sequence[Any], schema: int | None) -> RowDamage | None:
     elif len(stored) != len(expected):
         wrong.append("its checksum is not a schema-3 checksum")
     else:
-        changed = [name for i, (name, _, _) in enumerate(CHECKED_FIELDS) if name not in mistyped
-                   and stored[i * _DIGEST:(i + 1) * _DIGEST] != expected[i * _DIGEST:(i + 1) * _DIGEST]]
+        changed = [
+            name
+            for i, (name, _, _) in enumerate(CHECKED_FIELDS)
+            if name not in mistyped
+            and stored[i * _DIGEST : (i + 1) * _DIGEST] != expected[i * _DIGEST : (i + 1) * _DIGEST]
+        ]
         if not changed and not wrong:
             return None
         for group in ("signals", "hidden_vectors", "grade"):  # a whole sidecar row gone: one word
             names = [n for n, _, _ in CHECKED_FIELDS if n.startswith(group + ".")]
-            if (all((values[2 * _FIELD[n]] or "null") == "null" for n in names)
-                    and set(names) & set(changed)):
+            if all((values[2 * _FIELD[n]] or "null") == "null" for n in names) and set(names) & set(
+                changed
+            ):
                 changed = [n for n in changed if n not in names]
                 wrong.append(f"its {group} row was removed")
     text = lambda name: (values[2 * _FIELD[name] + 1] or b"").decode("utf-8", "replace")  # noqa: E731
-    where = (f"{text('cell_id')} {text('kind')} anchor {text('anchor')} budget {text('budget')} "
-             f"branch {text('branch')}")
-    return RowDamage(sample_id=int(row[0]), where=where, cell_id=text("cell_id"), changed=changed,
-                     wrong=wrong)
+    where = (
+        f"{text('cell_id')} {text('kind')} anchor {text('anchor')} budget {text('budget')} "
+        f"branch {text('branch')}"
+    )
+    return RowDamage(
+        sample_id=int(row[0]), where=where, cell_id=text("cell_id"), changed=changed, wrong=wrong
+    )
 
 
 def _utf8(data: bytes | None) -> bool:

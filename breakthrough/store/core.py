@@ -23,10 +23,21 @@ from breakthrough.protocol import Protocol
 from breakthrough.store.checksums import RowDamage, _checked_sql, _checksum, _row_damage
 from breakthrough.store.frames import Frames
 from breakthrough.store.hidden import HiddenVectors, _hidden_payload
-from breakthrough.store.identity import (MANIFEST_SCHEMA, _schema_number, check_identity,
-                                         manifest_problems)
-from breakthrough.store.records import (HIDDEN_DIR, SCHEMA_VERSION, STORE_FILE, SampleRecord, _pack,
-                                        _short, _unpack)
+from breakthrough.store.identity import (
+    MANIFEST_SCHEMA,
+    _schema_number,
+    check_identity,
+    manifest_problems,
+)
+from breakthrough.store.records import (
+    HIDDEN_DIR,
+    SCHEMA_VERSION,
+    STORE_FILE,
+    SampleRecord,
+    _pack,
+    _short,
+    _unpack,
+)
 from breakthrough.tasks.grade import Grade
 
 _SCHEMA = """
@@ -117,8 +128,14 @@ class RunStore(HiddenVectors, Frames):
     line naming its key, before anything is read or written; `check_manifest=False` (`bt
     verify`, which lists every problem itself) opens it anyway."""
 
-    def __init__(self, run_dir: str | Path, *, create: bool = False, readonly: bool = False,
-                 check_manifest: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        create: bool = False,
+        readonly: bool = False,
+        check_manifest: bool = True,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / STORE_FILE
         self.readonly = readonly
@@ -126,9 +143,13 @@ class RunStore(HiddenVectors, Frames):
         # the store's schema: what its checksums cover (None: its manifest cannot say)
         self.schema: int | None = int(SCHEMA_VERSION)
         if not self.path.exists() and (readonly or not create):
-            raise BtError(f"{self.run_dir}: not a run directory (no {STORE_FILE}); run `bt base` first")
+            raise BtError(
+                f"{self.run_dir}: not a run directory (no {STORE_FILE}); run `bt base` first"
+            )
         if self.path.exists() and not (create and self.path.stat().st_size == 0):
-            _check_file(self.path)  # (an empty file is only a new store to `bt base`, which makes it)
+            _check_file(
+                self.path
+            )  # (an empty file is only a new store to `bt base`, which makes it)
         # a store this call makes (no file, or an empty one): removed again, with the folder when
         # it made that too, if it cannot be made whole (`discard_new`)
         self.created = not readonly and (not self.path.exists() or self.path.stat().st_size == 0)
@@ -137,8 +158,9 @@ class RunStore(HiddenVectors, Frames):
             if not readonly:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
             if readonly:
-                self.conn = sqlite3.connect(_readonly_uri(self.path), uri=True, timeout=60,
-                                            isolation_level=None)
+                self.conn = sqlite3.connect(
+                    _readonly_uri(self.path), uri=True, timeout=60, isolation_level=None
+                )
                 self.conn.execute("PRAGMA query_only=ON")
             else:
                 self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
@@ -146,8 +168,10 @@ class RunStore(HiddenVectors, Frames):
             tables = self._tables()
             missing = {"manifest", "cells", "samples", "grades"} - tables
             if tables and missing:  # another application's database: never add bt's tables to it
-                raise BtError(f"{self.path}: not a bt run store (it holds other tables: "
-                              f"{', '.join(sorted(tables)[:5])}); bt writes only into its own stores")
+                raise BtError(
+                    f"{self.path}: not a bt run store (it holds other tables: "
+                    f"{', '.join(sorted(tables)[:5])}); bt writes only into its own stores"
+                )
             if "manifest" in tables:
                 self._check_manifest(check_manifest)
             if not readonly:
@@ -165,12 +189,14 @@ class RunStore(HiddenVectors, Frames):
                 raise _read_error(self.path, exc) from None
             if isinstance(exc, OSError) or _is_write_failure(exc):
                 raise _write_error(self.path, exc) from None
-            raise BtError(f"{self.path}: not a readable run store ({exc}); it is damaged or "
-                          f"truncated") from None
+            raise BtError(
+                f"{self.path}: not a readable run store ({exc}); it is damaged or truncated"
+            ) from None
         except sqlite3.DatabaseError as exc:
             self.discard_new()
-            raise BtError(f"{self.path}: not a readable run store ({exc}); it is damaged or "
-                          f"truncated") from None
+            raise BtError(
+                f"{self.path}: not a readable run store ({exc}); it is damaged or truncated"
+            ) from None
         except BaseException:
             self.discard_new()
             raise
@@ -210,19 +236,25 @@ class RunStore(HiddenVectors, Frames):
         Sets `schema` (an empty manifest: the schema its first write will record)."""
         raw = self.raw_manifest()
         try:
-            version = _schema_number(json.loads(raw["schema_version"])) if raw else int(SCHEMA_VERSION)
+            version = (
+                _schema_number(json.loads(raw["schema_version"])) if raw else int(SCHEMA_VERSION)
+            )
         except (KeyError, ValueError):
             version = None
         if version is not None and version > int(SCHEMA_VERSION):
-            raise BtError(f"{self.path}: made by a newer bt (store schema {version}, this bt reads "
-                          f"schema {SCHEMA_VERSION}); upgrade bt (pip install -U breakthrough)")
+            raise BtError(
+                f"{self.path}: made by a newer bt (store schema {version}, this bt reads "
+                f"schema {SCHEMA_VERSION}); upgrade bt (pip install -U breakthrough)"
+            )
         problems = manifest_problems(raw)
         self.schema = None if any(k == "schema_version" for k, _ in problems) else version
         if problems and refuse:
             key, problem = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise BtError(f"{self.path}: damaged manifest: key {key!r}: {problem}{more}; the run "
-                          f"cannot be trusted: restore the store from a copy")
+            raise BtError(
+                f"{self.path}: damaged manifest: key {key!r}: {problem}{more}; the run "
+                f"cannot be trusted: restore the store from a copy"
+            )
 
     def _check_header(self) -> None:
         """A file that is not SQLite, or one cut short, fails here before anything is written
@@ -234,7 +266,9 @@ class RunStore(HiddenVectors, Frames):
                 raise sqlite3.DatabaseError(row[0] if row else "quick_check failed")
 
     def _tables(self) -> set[str]:
-        return {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        return {
+            r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
 
     def _close_quietly(self) -> None:
         conn = getattr(self, "conn", None)
@@ -247,7 +281,7 @@ class RunStore(HiddenVectors, Frames):
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "RunStore":
+    def __enter__(self) -> RunStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -270,8 +304,12 @@ class RunStore(HiddenVectors, Frames):
                 pass  # SQLite already rolled back (e.g. a full disk)
             if isinstance(exc, sqlite3.OperationalError) and _is_write_failure(exc):
                 raise _write_error(self.path, exc) from None
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EFBIG,
-                                                          errno.EDQUOT):
+            if isinstance(exc, OSError) and exc.errno in (
+                errno.ENOSPC,
+                errno.EROFS,
+                errno.EFBIG,
+                errno.EDQUOT,
+            ):
                 raise _write_error(self.path, exc) from None
             raise
 
@@ -284,8 +322,10 @@ class RunStore(HiddenVectors, Frames):
             try:
                 out[key] = json.loads(value)
             except (ValueError, TypeError):
-                raise BtError(f"{self.path}: damaged manifest: key {key!r} is not valid JSON "
-                              f"({_short(value)[:40]!r}); restore the store from a copy") from None
+                raise BtError(
+                    f"{self.path}: damaged manifest: key {key!r} is not valid JSON "
+                    f"({_short(value)[:40]!r}); restore the store from a copy"
+                ) from None
         return out
 
     def ensure_manifest(self, wanted: dict[str, Any]) -> None:
@@ -303,7 +343,7 @@ class RunStore(HiddenVectors, Frames):
         check_identity(self.run_dir, wanted, self.manifest() if have is None else have)
 
     def run_kind(self) -> str:
-        """"base" (a `bt base` run, continued by `bt continue`: a study run) or "sample" (a
+        """ "base" (a `bt base` run, continued by `bt continue`: a study run) or "sample" (a
         `bt sample` run of independent attempts; one made before `run_kind` was recorded holds
         the `attempts` entry)."""
         man = self.manifest()
@@ -315,18 +355,23 @@ class RunStore(HiddenVectors, Frames):
         with the way to fix it (never re-inferred from samples)."""
         man = self.manifest()
         if not man:
-            raise BtError(f"{self.path}: the manifest is empty: the run was never started, or its "
-                          f"store is damaged; rerun `bt base` (or restore the store from a copy)")
+            raise BtError(
+                f"{self.path}: the manifest is empty: the run was never started, or its "
+                f"store is damaged; rerun `bt base` (or restore the store from a copy)"
+            )
         if not isinstance(man.get("protocol"), dict):
-            raise BtError(f"{self.path}: damaged manifest: key 'protocol' is "
-                          f"{'missing' if 'protocol' not in man else 'not a protocol object'}; "
-                          f"restore the store from a copy")
+            raise BtError(
+                f"{self.path}: damaged manifest: key 'protocol' is "
+                f"{'missing' if 'protocol' not in man else 'not a protocol object'}; "
+                f"restore the store from a copy"
+            )
         try:
             return Protocol.from_dict(man.get("protocol"))
         except (TypeError, ValueError) as exc:
             raise BtError(
-                f"{self.run_dir}: the manifest holds no complete protocol ({exc}); it was made by an "
-                f"older bt: rerun `bt continue {self.run_dir}` with the run's settings to record it"
+                f"{self.run_dir}: the manifest holds no complete protocol ({exc}); it was made "
+                f"by an older bt: rerun `bt continue {self.run_dir}` with the run's settings "
+                "to record it"
             ) from None
 
     def update_manifest(self, values: dict[str, Any]) -> None:
@@ -337,8 +382,10 @@ class RunStore(HiddenVectors, Frames):
         for key, value in values.items():
             problem = MANIFEST_SCHEMA[key](value) if key in MANIFEST_SCHEMA else None
             if problem:
-                raise BtError(f"{self.path}: manifest key {key!r} would hold a wrong value "
-                              f"({problem}); nothing was written")
+                raise BtError(
+                    f"{self.path}: manifest key {key!r} would hold a wrong value "
+                    f"({problem}); nothing was written"
+                )
         with self.transaction() as c:
             if c.execute("SELECT 1 FROM manifest LIMIT 1").fetchone() is None:
                 values = {"schema_version": str(self.schema or SCHEMA_VERSION), **values}
@@ -388,7 +435,7 @@ class RunStore(HiddenVectors, Frames):
         rows = self.conn.execute(
             "SELECT cell_id, kind, anchor, budget, branch FROM samples s" + where, params
         )
-        return {tuple(r) for r in rows}  # type: ignore[misc]
+        return {tuple(r) for r in rows}
 
     @staticmethod
     def _where(**filters: str | None) -> tuple[str, tuple]:
@@ -448,20 +495,27 @@ class RunStore(HiddenVectors, Frames):
                 if cur.rowcount == 0:
                     continue
                 inserted += 1
-                written.append(int(cur.lastrowid))
+                sid = cur.lastrowid
+                assert sid is not None  # the id of the row this INSERT just wrote
+                written.append(sid)
                 if rec.signals:
                     names = sorted(rec.signals)
                     data = np.stack([np.asarray(rec.signals[k], dtype="<f4") for k in names])
-                    c.execute("INSERT INTO signals(sample_id, names, data) VALUES (?,?,?)",
-                              (cur.lastrowid, json.dumps(names), data.tobytes()))
+                    c.execute(
+                        "INSERT INTO signals(sample_id, names, data) VALUES (?,?,?)",
+                        (sid, json.dumps(names), data.tobytes()),
+                    )
                 if payload is not None:
-                    self._write_hidden(c, int(cur.lastrowid), rec, payload)
+                    self._write_hidden(c, sid, rec, payload)
                 if grade is not None:
-                    self._write_grade(c, cur.lastrowid, grade)
+                    self._write_grade(c, sid, grade)
             for cell_id, n in (reasoning_tokens or {}).items():
                 # set once, with the cell's base trace: its samples' checksums cover it
-                c.execute("UPDATE cells SET reasoning_tokens=? WHERE cell_id=? AND "
-                          "reasoning_tokens IS NULL", (n, cell_id))
+                c.execute(
+                    "UPDATE cells SET reasoning_tokens=? WHERE cell_id=? AND "
+                    "reasoning_tokens IS NULL",
+                    (n, cell_id),
+                )
             self._seal(c, written)
         self._verified.update(written)  # committed by this object: no need to hash them again
         return inserted
@@ -471,12 +525,14 @@ class RunStore(HiddenVectors, Frames):
         from what the store now holds, read back by the query every check uses: what is
         checked later is exactly what was sealed."""
         for rows in self._checked_rows(ids, c):
-            c.executemany("UPDATE samples SET checksum=? WHERE sample_id=?",
-                          [(_checksum(r[3:], self.schema or int(SCHEMA_VERSION)), r[0])
-                           for r in rows])
+            c.executemany(
+                "UPDATE samples SET checksum=? WHERE sample_id=?",
+                [(_checksum(r[3:], self.schema or int(SCHEMA_VERSION)), r[0]) for r in rows],
+            )
 
-    def _checked_rows(self, ids: Sequence[int] | None = None,
-                      conn: sqlite3.Connection | None = None) -> Iterator[list[tuple]]:
+    def _checked_rows(
+        self, ids: Sequence[int] | None = None, conn: sqlite3.Connection | None = None
+    ) -> Iterator[list[tuple]]:
         """`_checked_sql` rows of samples `ids` (all samples when None), in chunks."""
         conn = conn or self.conn
         sql = _checked_sql(self._tables())
@@ -487,9 +543,11 @@ class RunStore(HiddenVectors, Frames):
             return
         ids = list(ids)
         for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            yield conn.execute(f"{sql} WHERE s.sample_id IN ({','.join('?' * len(chunk))})",
-                               chunk).fetchall()
+            chunk = ids[i : i + 500]
+            yield conn.execute(
+                f"{sql} WHERE s.sample_id IN ({','.join('?' * len(chunk))})", chunk
+            ).fetchall()
+
     @staticmethod
     def _write_grade(c: sqlite3.Connection, sample_id: int, g: Grade) -> None:
         c.execute(
@@ -512,16 +570,23 @@ class RunStore(HiddenVectors, Frames):
         """Record a request a remote backend gave up on (GenResult.finish_reason "error"): the
         cell's sample stays missing, so a rerun retries it; the row says what happened."""
         with self.transaction() as c:
-            c.execute("INSERT INTO errors (cell_id, request, endpoint, message, created_at) "
-                      "VALUES (?, ?, ?, ?, ?)", (cell_id, request, endpoint, message, time.time()))
+            c.execute(
+                "INSERT INTO errors (cell_id, request, endpoint, message, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (cell_id, request, endpoint, message, time.time()),
+            )
 
     def errors(self) -> list[dict[str, Any]]:
         """Stored request errors, oldest first (none in a store made before the table existed)."""
         if "errors" not in self._tables():
             return []
-        rows = self.conn.execute("SELECT cell_id, request, endpoint, message, created_at FROM errors "
-                                 "ORDER BY error_id").fetchall()
-        return [dict(zip(("cell_id", "request", "endpoint", "message", "created_at"), r)) for r in rows]
+        rows = self.conn.execute(
+            "SELECT cell_id, request, endpoint, message, created_at FROM errors ORDER BY error_id"
+        ).fetchall()
+        return [
+            dict(zip(("cell_id", "request", "endpoint", "message", "created_at"), r, strict=True))
+            for r in rows
+        ]
 
     def set_grades(self, pairs: Sequence[tuple[int, Grade]]) -> None:
         """Store (or replace) grades for existing samples in one transaction (`bt grade`), and
@@ -539,23 +604,39 @@ class RunStore(HiddenVectors, Frames):
         sample with `include_graded`, for a regrade)."""
         where = "" if include_graded else " WHERE s.sample_id NOT IN (SELECT sample_id FROM grades)"
         self.check_where(where)  # a grade of a changed row would look like a real result
-        return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
-            "SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s" + where
-            + " ORDER BY s.sample_id")]
+        return [
+            tuple(r)
+            for r in self.conn.execute(
+                "SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s"
+                + where
+                + " ORDER BY s.sample_id"
+            )
+        ]
 
     def items(self) -> dict[str, dict[str, Any]]:
         """cell_id -> the cohort row the cell was made from (what graders judge against)."""
-        return {cid: json.loads(item) for cid, item in self.conn.execute("SELECT cell_id, item FROM cells")}
+        return {
+            cid: json.loads(item)
+            for cid, item in self.conn.execute("SELECT cell_id, item FROM cells")
+        }
 
     def verify_integrity(self) -> list[RowDamage]:
         """Every sample row that does not match its checksum (empty when the store is whole)."""
-        return [d for rows in self._checked_rows() for r in rows
-                if (d := _row_damage(r, self.schema)) is not None]
+        return [
+            d
+            for rows in self._checked_rows()
+            for r in rows
+            if (d := _row_damage(r, self.schema)) is not None
+        ]
 
     def check_where(self, where: str = "", params: tuple = ()) -> None:
         """`_check_ids` of the samples `where` selects (a WHERE clause on samples as `s`)."""
-        self._check_ids([int(r[0]) for r in self.conn.execute(
-            "SELECT s.sample_id FROM samples s" + where, params)])
+        self._check_ids(
+            [
+                int(r[0])
+                for r in self.conn.execute("SELECT s.sample_id FROM samples s" + where, params)
+            ]
+        )
 
     def _check_ids(self, ids: Iterable[int]) -> None:
         """Refuse, in one line, sample rows `ids` that do not match their checksums: every
@@ -573,9 +654,11 @@ class RunStore(HiddenVectors, Frames):
                     bad.append(damage)
         if bad:
             more = f" (and {len(bad) - 1:,} more rows)" if len(bad) > 1 else ""
-            raise BtError(f"{self.path}: {bad[0].describe()}: it does not match its checksum"
-                          f"{more}; the store is damaged: `bt verify {self.run_dir}` lists what, "
-                          f"restore it from a copy")
+            raise BtError(
+                f"{self.path}: {bad[0].describe()}: it does not match its checksum"
+                f"{more}; the store is damaged: `bt verify {self.run_dir}` lists what, "
+                f"restore it from a copy"
+            )
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -587,7 +670,9 @@ def _check_file(path: Path) -> None:
     than the page count its header records (a truncated copy)."""
     size = path.stat().st_size
     if size == 0:
-        raise BtError(f"{path}: empty file (0 bytes), not a run store; remove it and rerun `bt base`")
+        raise BtError(
+            f"{path}: empty file (0 bytes), not a run store; remove it and rerun `bt base`"
+        )
     with open(path, "rb") as fh:
         head = fh.read(100)
     if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
@@ -600,8 +685,10 @@ def _check_file(path: Path) -> None:
     if wal.exists() and wal.stat().st_size:  # a checkpoint cut short: the WAL still holds the pages
         return  # (SQLite recovers it; its own checks run when the store is read)
     if size % page or (header_valid and size < pages * page):
-        raise BtError(f"{path}: truncated run store ({size:,} bytes, its header records "
-                      f"{pages * page:,}); restore it from a copy")
+        raise BtError(
+            f"{path}: truncated run store ({size:,} bytes, its header records "
+            f"{pages * page:,}); restore it from a copy"
+        )
 
 
 def check_writable(run_dir: Path) -> None:
@@ -630,24 +717,41 @@ def _read_error(path: Path, exc: BaseException) -> BtError:
     """One line for a store a reader cannot open (a folder it cannot write whose -wal file
     still holds commits: SQLite needs a -shm file beside it to read them)."""
     wal = path.with_name(path.name + "-wal")
-    why = (f"{wal.name} holds commits not yet in {path.name} and its folder cannot be written"
-           if wal.exists() and wal.stat().st_size else "its folder or file cannot be read")
-    return BtError(f"{path}: cannot read the run store ({exc}): {why}; make the folder "
-                   f"writable, or read a copy of the run folder")
+    why = (
+        f"{wal.name} holds commits not yet in {path.name} and its folder cannot be written"
+        if wal.exists() and wal.stat().st_size
+        else "its folder or file cannot be read"
+    )
+    return BtError(
+        f"{path}: cannot read the run store ({exc}): {why}; make the folder "
+        f"writable, or read a copy of the run folder"
+    )
 
 
 def _is_write_failure(exc: sqlite3.OperationalError) -> bool:
     """SQLite's words for a store it cannot write (full disk, read-only or immutable file,
     I/O error), as opposed to a damaged one."""
     text = str(exc).lower()
-    return any(w in text for w in ("readonly", "read-only", "full", "disk i/o", "unable to open",
-                                   "locked", "permission"))
+    return any(
+        w in text
+        for w in (
+            "readonly",
+            "read-only",
+            "full",
+            "disk i/o",
+            "unable to open",
+            "locked",
+            "permission",
+        )
+    )
 
 
 def _write_error(path: Path, exc: BaseException) -> BtError:
     """One line for a store that cannot be written: what SQLite or the OS said, and that the
     batch in progress was not written (a transaction is all or nothing)."""
     what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return BtError(f"{path}: cannot write the run store ({what}): the disk is full or the file "
-                   f"or its folder is read-only; nothing of the unfinished batch was kept, free "
-                   f"space or fix the permissions and rerun to resume")
+    return BtError(
+        f"{path}: cannot write the run store ({what}): the disk is full or the file "
+        f"or its folder is read-only; nothing of the unfinished batch was kept, free "
+        f"space or fix the permissions and rerun to resume"
+    )

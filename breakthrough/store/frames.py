@@ -19,6 +19,7 @@ class Frames:
     conn: sqlite3.Connection
 
     if TYPE_CHECKING:
+
         def _tables(self) -> set[str]: ...
         def check_where(self, where: str = "", params: tuple = ()) -> None: ...
         @staticmethod
@@ -34,7 +35,11 @@ class Frames:
         )
 
     def samples_frame(
-        self, *, arrays: bool = True, kind: str | None = None, cell_id: str | None = None,
+        self,
+        *,
+        arrays: bool = True,
+        kind: str | None = None,
+        cell_id: str | None = None,
         signals: bool = False,
     ):  # -> pd.DataFrame
         """One row per sample joined with its cell and grade (columns in docs/architecture.md).
@@ -51,7 +56,10 @@ class Frames:
         )
         if arrays:
             cols += ", s.token_ids, s.segments, s.logprobs, s.entropies, s.sampling_entropies"
-        sql = f"SELECT {cols} FROM samples s JOIN cells c USING(cell_id) LEFT JOIN grades g USING(sample_id)"
+        sql = (
+            f"SELECT {cols} FROM samples s JOIN cells c USING(cell_id) "
+            "LEFT JOIN grades g USING(sample_id)"
+        )
         where, params = self._where(kind=kind, cell_id=cell_id)
         self.check_where(where, params)  # the rows this frame holds, before anything uses them
         df = pd.read_sql_query(sql + where + " ORDER BY s.sample_id", self.conn, params=params)

@@ -31,13 +31,19 @@ def _hidden_payload(rec: SampleRecord) -> bytes | None:
     vectors = np.ascontiguousarray(rec.hidden[1], dtype="<f2")
     where = f"hidden vectors of {rec.cell_id} {rec.kind} branch {rec.branch}"
     if index.ndim != 1 or vectors.ndim != 2 or len(index) != len(vectors):
-        raise BtError(f"{where}: expected indices [m] and vectors [m, d], got {index.shape} and "
-                      f"{vectors.shape}")
+        raise BtError(
+            f"{where}: expected indices [m] and vectors [m, d], got {index.shape} and "
+            f"{vectors.shape}"
+        )
     if not isinstance(rec.hidden_stride, (int, np.integer)) or rec.hidden_stride < 1:
-        raise BtError(f"{where}: hidden_stride must be a positive integer, got {rec.hidden_stride!r}")
+        raise BtError(
+            f"{where}: hidden_stride must be a positive integer, got {rec.hidden_stride!r}"
+        )
     if len(index) and (index.min() < 0 or index.max() >= len(rec.token_ids)):
-        raise BtError(f"{where}: token index {int(index.max())} outside the {len(rec.token_ids)} "
-                      "generated tokens")
+        raise BtError(
+            f"{where}: token index {int(index.max())} outside the {len(rec.token_ids)} "
+            "generated tokens"
+        )
     buf = io.BytesIO()
     np.savez(buf, token_index=index, hidden=vectors)
     return buf.getvalue()
@@ -75,30 +81,46 @@ class HiddenVectors:
     conn: sqlite3.Connection
 
     if TYPE_CHECKING:
+
         def _tables(self) -> set[str]: ...
         def transaction(self) -> AbstractContextManager[sqlite3.Connection]: ...
 
-    def _write_hidden(self, c: sqlite3.Connection, sample_id: int, rec: SampleRecord,
-                      payload: bytes) -> None:
+    def _write_hidden(
+        self, c: sqlite3.Connection, sample_id: int, rec: SampleRecord, payload: bytes
+    ) -> None:
         """The sample's hidden-vector file, durable before its row (and the sample) commit:
         a kill after this leaves at worst an orphan file, never a row without its file."""
         rel = f"{HIDDEN_DIR}/{sample_id}.npz"
         _write_atomic(self.run_dir / rel, payload)
         vectors = rec.hidden[1]  # type: ignore[index]
-        c.execute("INSERT INTO hidden_vectors(sample_id, path, rows, dim, stride, bytes,"
-                  " sha256) VALUES (?,?,?,?,?,?,?)",
-                  (sample_id, rel, int(vectors.shape[0]), int(vectors.shape[1]),
-                   int(rec.hidden_stride), len(payload), hashlib.sha256(payload).hexdigest()))
+        c.execute(
+            "INSERT INTO hidden_vectors(sample_id, path, rows, dim, stride, bytes,"
+            " sha256) VALUES (?,?,?,?,?,?,?)",
+            (
+                sample_id,
+                rel,
+                int(vectors.shape[0]),
+                int(vectors.shape[1]),
+                int(rec.hidden_stride),
+                len(payload),
+                hashlib.sha256(payload).hexdigest(),
+            ),
+        )
 
-    def _hidden_index(self, sample_id: int | None = None) -> dict[int, tuple[str, int, int, int, int, str]]:
+    def _hidden_index(
+        self, sample_id: int | None = None
+    ) -> dict[int, tuple[str, int, int, int, int, str]]:
         """sample id -> (path, rows, dim, stride, bytes, sha256) of every stored file, or of
         `sample_id`'s (none in a store made before the table existed)."""
         if "hidden_vectors" not in self._tables():
             return {}
         sql = "SELECT sample_id, path, rows, dim, stride, bytes, sha256 FROM hidden_vectors"
-        rows = (self.conn.execute(sql + " ORDER BY sample_id") if sample_id is None
-                else self.conn.execute(sql + " WHERE sample_id=?", (int(sample_id),)))
-        return {int(r[0]): tuple(r[1:]) for r in rows}  # type: ignore[misc]
+        rows = (
+            self.conn.execute(sql + " ORDER BY sample_id")
+            if sample_id is None
+            else self.conn.execute(sql + " WHERE sample_id=?", (int(sample_id),))
+        )
+        return {int(r[0]): tuple(r[1:]) for r in rows}
 
     def hidden_table(self):  # -> pd.DataFrame
         """One row per sample with stored hidden vectors: sample_id, path (relative to the run
@@ -120,13 +142,17 @@ class HiddenVectors:
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise BtError(f"{path}: hidden vectors of sample {sample_id} cannot be read "
-                          f"({exc.strerror or exc})") from None
+            raise BtError(
+                f"{path}: hidden vectors of sample {sample_id} cannot be read "
+                f"({exc.strerror or exc})"
+            ) from None
         if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-            raise BtError(f"{path}: hidden vectors of sample {sample_id} do not match their "
-                          f"recorded checksum ({len(data):,} bytes, recorded {size:,}, sha256 "
-                          f"{hashlib.sha256(data).hexdigest()[:12]} vs {sha[:12]}); the file is "
-                          "damaged")
+            raise BtError(
+                f"{path}: hidden vectors of sample {sample_id} do not match their "
+                f"recorded checksum ({len(data):,} bytes, recorded {size:,}, sha256 "
+                f"{hashlib.sha256(data).hexdigest()[:12]} vs {sha[:12]}); the file is "
+                "damaged"
+            )
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             index, vectors = npz["token_index"], npz["hidden"]
         if vectors.shape != (rows, dim) or index.shape != (rows,):
@@ -152,16 +178,22 @@ class HiddenVectors:
                 continue
             data = path.read_bytes()
             if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-                problems.append(f"{path}: does not match its recorded size and sha256 "
-                                f"(hidden vectors of sample {sid})")
-        return HiddenCheck(checked=len(index), problems=problems, orphans=self._hidden_orphans(index))
+                problems.append(
+                    f"{path}: does not match its recorded size and sha256 "
+                    f"(hidden vectors of sample {sid})"
+                )
+        return HiddenCheck(
+            checked=len(index), problems=problems, orphans=self._hidden_orphans(index)
+        )
 
     def remove_orphan_hidden(self) -> list[Path]:
         """Remove the files under hidden/ that no committed row names (left by a kill between a
         file's rename and its sample's commit). Done holding the store's write lock: files are
         only written under it, so no other writer can be between its rename and its commit."""
         if self.readonly:
-            raise BtError(f"{self.path}: opened read-only; cannot remove orphan hidden-vector files")
+            raise BtError(
+                f"{self.path}: opened read-only; cannot remove orphan hidden-vector files"
+            )
         with self.transaction():
             orphans = self._hidden_orphans(self._hidden_index())
             for path in orphans:

@@ -35,12 +35,19 @@ IDENTITY_FIELDS = (
 # The option a user types to set each identity field (a refusal names it first, then the
 # stored setting): `--cohort demo` into an arith run is a --cohort refusal, not "task_family".
 IDENTITY_OPTIONS = {
-    "model_id": "--model", "model_revision": "--model", "model_digest": "--model",
-    "family": "--model", "task_family": "--cohort", "cohort_digest": "--cohort",
-    "continue_answer_budget": "--answer-budget", "hidden_stride": "--hidden-stride",
-    "continuation.signals": "--instrument", "continuation.kv_bits": "--kv-bits",
+    "model_id": "--model",
+    "model_revision": "--model",
+    "model_digest": "--model",
+    "family": "--model",
+    "task_family": "--cohort",
+    "cohort_digest": "--cohort",
+    "continue_answer_budget": "--answer-budget",
+    "hidden_stride": "--hidden-stride",
+    "continuation.signals": "--instrument",
+    "continuation.kv_bits": "--kv-bits",
     "engine.backend": "--backend",
-    "engine.server": "--endpoint", "engine.server_version": "--endpoint",
+    "engine.server": "--endpoint",
+    "engine.server_version": "--endpoint",
     "engine.model": "--endpoint",
 }
 
@@ -61,10 +68,14 @@ def _schema_number(value: Any) -> int | None:
         return None
 
 
-def _expect(kind: type | tuple[type, ...], what: str, ok: Callable[[Any], bool] = bool
-            ) -> Callable[[Any], str | None]:
-    return lambda v: (None if isinstance(v, kind) and not isinstance(v, bool) and ok(v)
-                      else f"expected {what}, got {_short(v)[:60]}")
+def _expect(
+    kind: type | tuple[type, ...], what: str, ok: Callable[[Any], bool] = bool
+) -> Callable[[Any], str | None]:
+    return lambda v: (
+        None
+        if isinstance(v, kind) and not isinstance(v, bool) and ok(v)
+        else f"expected {what}, got {_short(v)[:60]}"
+    )
 
 
 def _protocol_problem(value: Any) -> str | None:
@@ -85,17 +96,33 @@ _OBJECT = _expect(dict, "an object", lambda v: True)
 # it holds) and never computed with. Keys not listed are documentation and are only JSON.
 MANIFEST_SCHEMA: dict[str, Callable[[Any], str | None]] = {
     "schema_version": lambda v: (
-        None if OLDEST_SCHEMA <= (_schema_number(v) or 0) <= int(SCHEMA_VERSION)
-        else f"expected a schema number {OLDEST_SCHEMA}..{SCHEMA_VERSION}, got {_short(v)[:60]}"),
-    "run_kind": lambda v: None if v in ("base", "sample") else f"expected base or sample, got {v!r}",
-    "model_id": _NAME, "model_revision": _TEXT, "model_digest": _NAME, "model_alias": _NAME,
-    "family": _NAME, "task_family": _NAME, "protocol_digest": _NAME, "cohort": _NAME,
-    "cohort_digest": _NAME, "prompt_version": _NAME, "platform": _TEXT,
+        None
+        if OLDEST_SCHEMA <= (_schema_number(v) or 0) <= int(SCHEMA_VERSION)
+        else f"expected a schema number {OLDEST_SCHEMA}..{SCHEMA_VERSION}, got {_short(v)[:60]}"
+    ),
+    "run_kind": lambda v: (
+        None if v in ("base", "sample") else f"expected base or sample, got {v!r}"
+    ),
+    "model_id": _NAME,
+    "model_revision": _TEXT,
+    "model_digest": _NAME,
+    "model_alias": _NAME,
+    "family": _NAME,
+    "task_family": _NAME,
+    "protocol_digest": _NAME,
+    "cohort": _NAME,
+    "cohort_digest": _NAME,
+    "prompt_version": _NAME,
+    "platform": _TEXT,
     "protocol": _protocol_problem,
     "continue_answer_budget": _expect(int, "a positive integer", lambda v: v > 0),
     "hidden_stride": _expect(int, "an integer >= 0", lambda v: v >= 0),
-    "engine": _OBJECT, "continuation": _OBJECT, "packages": _OBJECT, "throughput": _OBJECT,
-    "attempts": _OBJECT, "topup": _NAME,
+    "engine": _OBJECT,
+    "continuation": _OBJECT,
+    "packages": _OBJECT,
+    "throughput": _OBJECT,
+    "attempts": _OBJECT,
+    "topup": _NAME,
     "probe_arms": _expect(list, "a list of objects", lambda v: all(isinstance(a, dict) for a in v)),
 }
 # What every run's manifest holds from its first write (`bt base`, `bt sample`) on.
@@ -128,7 +155,9 @@ def check_identity(run_dir: Path, wanted: dict[str, Any], have: dict[str, Any]) 
     if "model_digest" in have and "model_digest" in wanted:
         same_weights = have["model_digest"] == wanted["model_digest"]
     else:  # a run made before model_digest: its revision
-        same_weights = "model_revision" in have and have.get("model_revision") == wanted.get("model_revision")
+        same_weights = "model_revision" in have and have.get("model_revision") == wanted.get(
+            "model_revision"
+        )
     by_digest = "model_digest" in have and "model_digest" in wanted
     for key in IDENTITY_FIELDS:
         if key == "model_id" and same_weights:
@@ -139,8 +168,11 @@ def check_identity(run_dir: Path, wanted: dict[str, Any], have: dict[str, Any]) 
             name, was, now = _first_difference(key, have[key], wanted[key])
             if key == "protocol_digest":
                 name, was, now = _protocol_difference(have, wanted) or (name, was, now)
-            why = (" (another network: its weights, config or tokenizer files differ)"
-                   if key == "model_digest" else "")
+            why = (
+                " (another network: its weights, config or tokenizer files differ)"
+                if key == "model_digest"
+                else ""
+            )
             option = identity_option(name)
             raise BtError(
                 f"{run_dir}: {option + ': ' if option else ''}"
@@ -150,7 +182,9 @@ def check_identity(run_dir: Path, wanted: dict[str, Any], have: dict[str, Any]) 
             )
 
 
-def _protocol_difference(have: dict[str, Any], wanted: dict[str, Any]) -> tuple[str, Any, Any] | None:
+def _protocol_difference(
+    have: dict[str, Any], wanted: dict[str, Any]
+) -> tuple[str, Any, Any] | None:
     """The first differing constant of the protocols' identities (what `protocol_digest` is a
     digest of), when both manifests hold a whole protocol."""
     try:

@@ -16,8 +16,10 @@ STORE_FILE = "store.sqlite"
 # rather than calling every row of it damaged.
 SCHEMA_VERSION = "3"
 OLDEST_SCHEMA = 2
-COVERAGE = {2: "token ids, text, finish reason, seed and prefix length only",
-            3: "every field a label or signal is computed from"}
+COVERAGE = {
+    2: "token ids, text, finish reason, seed and prefix length only",
+    3: "every field a label or signal is computed from",
+}
 HIDDEN_DIR = "hidden"  # RUN/hidden/<sample_id>.npz: the hidden-vector files
 
 

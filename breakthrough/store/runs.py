@@ -26,9 +26,14 @@ def run_names(dirs: Sequence[str | Path]) -> list[str]:
 
 
 # The files that mark a folder as the output of an analysis command (never a run: no store).
-OUTPUT_MARKERS = (("labels.parquet", "bt classify output"), ("headlines.json", "bt report study output"),
-                  ("confirm.json", "bt confirm output"), ("sweep.json", "bt confirm output"),
-                  ("probe_summary.json", "bt probe output"), ("index.html", "a report"))
+OUTPUT_MARKERS = (
+    ("labels.parquet", "bt classify output"),
+    ("headlines.json", "bt report study output"),
+    ("confirm.json", "bt confirm output"),
+    ("sweep.json", "bt confirm output"),
+    ("probe_summary.json", "bt probe output"),
+    ("index.html", "a report"),
+)
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -78,23 +83,29 @@ def find_runs(paths: Sequence[str | Path], *, study: bool = False) -> FoundRuns:
         if key not in seen:
             seen.add(key)
             unique.append(run)
-    skipped = []
+    skipped: list[Path] = []
     if study:
-        kept = []
+        kept: list[Path] = []
         for d in unique:
             with RunStore(d, readonly=True) as store:
                 (kept if store.run_kind() == "base" else skipped).append(d)
         if skipped and not kept:
-            raise BtError(f"{', '.join(map(str, skipped))}: `bt sample` run"
-                          f"{'s' if len(skipped) > 1 else ''} (independent attempts), not a study "
-                          f"run of `bt base` + `bt continue`; nothing to label")
+            raise BtError(
+                f"{', '.join(map(str, skipped))}: `bt sample` run"
+                f"{'s' if len(skipped) > 1 else ''} (independent attempts), not a study "
+                f"run of `bt base` + `bt continue`; nothing to label"
+            )
         unique = kept
     if not unique:
-        raise BtError(f"no run directories (with {STORE_FILE}) under {', '.join(map(str, paths))}"
-                      + (f" ({'; '.join(notes)})" if notes else ""))
+        raise BtError(
+            f"no run directories (with {STORE_FILE}) under {', '.join(map(str, paths))}"
+            + (f" ({'; '.join(notes)})" if notes else "")
+        )
     if skipped:
-        notes.append(f"skipped {len(skipped)} `bt sample` run{'s' if len(skipped) > 1 else ''} "
-                     f"(independent attempts, not a study run): {', '.join(map(str, skipped))}")
+        notes.append(
+            f"skipped {len(skipped)} `bt sample` run{'s' if len(skipped) > 1 else ''} "
+            f"(independent attempts, not a study run): {', '.join(map(str, skipped))}"
+        )
     return FoundRuns(unique, notes)
 
 

@@ -8,8 +8,9 @@ A cohort is a JSONL file, one row (JSON object) per problem, named by its file s
    repository's top-level `cohorts/` copied in by setup.py), or that `cohorts/` folder itself
    when bt runs from a source checkout (an editable install).
 `$BT_COHORTS_DIR` replaces the whole search path (an isolated directory for tests and scripts).
-`load_cohort` also takes a path to a `.jsonl` file. Every row is validated against the common fields and the fields of its family;
-any fault is a `BtError` whose message starts with `FILE:LINE:` and names the field.
+`load_cohort` also takes a path to a `.jsonl` file. Every row is validated against the common fields
+and the fields of its family; any fault is a `BtError` whose message starts with `FILE:LINE:` and
+names the field.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import json
 import math
 import os
 from collections import Counter
-from importlib import resources
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,13 @@ def find_cohort_file(relative: str | Path) -> Path | None:
 
 def _searched() -> str:
     """`DIR: a, b; DIR2: c` for an error that says where a name was looked for."""
-    return "; ".join(f"{d}: {', '.join(x.stem for x in _cohort_files(d)) or 'none'}"
-                     for d in cohort_search_dirs()) or f"{cohorts_dir()}: none"
+    return (
+        "; ".join(
+            f"{d}: {', '.join(x.stem for x in _cohort_files(d)) or 'none'}"
+            for d in cohort_search_dirs()
+        )
+        or f"{cohorts_dir()}: none"
+    )
 
 
 def cohort_path(name_or_path: str | Path) -> Path:
@@ -178,10 +184,17 @@ def validate_row(row: object, where: str) -> dict:
         if isinstance(family, str):
             faults.append(f"field 'family' must be one of {', '.join(FAMILIES)}, got {family!r}")
         raise BtError(f"{where}: " + "; ".join(faults))
-    ok = {field: check(field, types, tname,
-                       None if field in FAMILY_OPTIONAL.get(family, ())
-                       else f" (required for family '{family}')")
-          for field, (types, tname) in FAMILY_FIELDS[family].items()}
+    ok = {
+        field: check(
+            field,
+            types,
+            tname,
+            None
+            if field in FAMILY_OPTIONAL.get(family, ())
+            else f" (required for family '{family}')",
+        )
+        for field, (types, tname) in FAMILY_FIELDS[family].items()
+    }
     for field, (types, tname) in OPTIONAL_FIELDS.items():
         check(field, types, tname, None)
     if family == "math":
@@ -194,8 +207,9 @@ def validate_row(row: object, where: str) -> dict:
         if ok["answer"] and not row["answer"].strip():
             faults.append("field 'answer' is empty (no answer to grade against)")
     elif family == "arith":
-        if ok["operands"] and not (len(row["operands"]) == 2
-                                   and all(_type_ok(x, (int,)) for x in row["operands"])):
+        if ok["operands"] and not (
+            len(row["operands"]) == 2 and all(_type_ok(x, (int,)) for x in row["operands"])
+        ):
             faults.append(f"field 'operands' must be two integers, got {row['operands']!r}")
     else:
         if ok["optimum"] and not math.isfinite(row["optimum"]):
@@ -227,8 +241,8 @@ def parse_cohort_text(text: str, source: str) -> list[dict]:
     """Parse and validate JSONL text; `source` names the file in error messages."""
     rows: list[dict] = []
     seen: dict[str, int] = {}
-    for n, where, row in jsonl_records(text.split("\n"), source):
-        validate_row(row, where)
+    for n, where, value in jsonl_records(text.split("\n"), source):
+        row = validate_row(value, where)
         if row["id"] in seen:
             raise BtError(f"{where}: field 'id' duplicates line {seen[row['id']]}: {row['id']!r}")
         seen[row["id"]] = n
@@ -279,7 +293,9 @@ class CohortInfo:
     standins: int
     stages: tuple[str, ...]  # in order of first appearance
     digest: str
-    error: str | None = None  # set (and the counts empty) when list_cohorts(strict=False) hit a bad file
+    error: str | None = (
+        None  # set (and the counts empty) when list_cohorts(strict=False) hit a bad file
+    )
 
 
 def _ordered_unique(values) -> tuple[str, ...]:
@@ -334,10 +350,12 @@ def list_cohorts(directory: Path | None = None, strict: bool = True) -> list[Coh
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Counts used by `bt cohorts show`: by stage, family, level, subject, kind, split, selection."""
+    """Counts used by `bt cohorts show`: by stage, family, level, subject, kind, split,
+    selection."""
+
     def count(key: str) -> dict:
         c = Counter(r[key] for r in rows if key in r)
-        return dict(sorted(c.items(), key=lambda kv: (str(kv[0]))))
+        return dict(sorted(c.items(), key=lambda kv: str(kv[0])))
 
     return {
         "rows": len(rows),

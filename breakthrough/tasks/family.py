@@ -50,13 +50,24 @@ def _math_grader(cache_dir: Path | None) -> Grader:
     return MathGrader(cache_path=cache_dir / "grade_cache.sqlite" if cache_dir else None)
 
 
-FAMILIES: dict[str, TaskFamily] = {f.name: f for f in (
-    TaskFamily("math", _math_message, _math_grader, "MATH problems, graded by math-verify"),
-    TaskFamily("optimum", _optimum_message, lambda cache_dir: OptimumGrader(),
-               "Uniqueness-of-Optimum problems (the UoO study)"),
-    TaskFamily("arith", lambda item, variant: arith_user_message(item),
-               lambda cache_dir: ArithGrader(), "the demonstration family (not the study)"),
-)}
+FAMILIES: dict[str, TaskFamily] = {
+    f.name: f
+    for f in (
+        TaskFamily("math", _math_message, _math_grader, "MATH problems, graded by math-verify"),
+        TaskFamily(
+            "optimum",
+            _optimum_message,
+            lambda cache_dir: OptimumGrader(),
+            "Uniqueness-of-Optimum problems (the UoO study)",
+        ),
+        TaskFamily(
+            "arith",
+            lambda item, variant: arith_user_message(item),
+            lambda cache_dir: ArithGrader(),
+            "the demonstration family (not the study)",
+        ),
+    )
+}
 
 
 def task_family(item: dict[str, Any]) -> str:

@@ -10,6 +10,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from bt_cli import run_bt
+from classify_fixture import write_store
+from panel_builders import R, grid, label, na, panels
 
 from breakthrough.classify import plan as P
 from breakthrough.classify import regimes as C
@@ -17,9 +20,6 @@ from breakthrough.classify.frames import classify_frames
 from breakthrough.classify.panels import probe_panel, restart_panel, rows_by_cell
 from breakthrough.classify.posterior import regime_draws, regime_survival
 from breakthrough.protocol import DEFAULT
-from bt_cli import run_bt
-from classify_fixture import write_store
-from panel_builders import R, grid, label, na, panels
 
 ZERO_R = R(0, 0, 0, 0)
 
@@ -53,9 +53,12 @@ def test_a1_with_a51_topup_is_prefix_limited_as_the_protocol():
 
 def test_bt_planner_produces_the_a1_plus_a51_input():
     # the canonical panel of the example: the default plan asks for exactly the two top-ups
-    items = {(i.anchor, i.reason, i.branches)
-             for i in P.plan_next(*panels({"m:p": {2048: (0, 4), 4096: (2, 4), 8192: (4, 4)}},
-                                          {"m:p": ZERO_R}))}
+    items = {
+        (i.anchor, i.reason, i.branches)
+        for i in P.plan_next(
+            *panels({"m:p": {2048: (0, 4), 4096: (2, 4), 8192: (4, 4)}}, {"m:p": ZERO_R})
+        )
+    }
     assert items == {(4096, "ambiguity", range(4, 8)), (8192, "terminal_a1", range(4, 8))}
 
 
@@ -64,11 +67,13 @@ def test_zero_and_four_of_four_cells_stay_at_four_under_a51():
     row = label({1024: (2, 8, 0), 2048: (6, 8, 4), 4096: (8, 8, 4)}, ZERO_R)
     assert row["t_f"] == 2048  # p̂ = 0, 1, 1
     # under the posterior rule a 4/4 cell is enlarged (P(rate ≥ .75 | 4/4) = .88), so pooled
-    post = label({1024: (2, 8, 0), 2048: (6, 8, 4), 4096: (8, 8, 4)}, ZERO_R,
-                 topup="terminal,posterior")
+    post = label(
+        {1024: (2, 8, 0), 2048: (6, 8, 4), 4096: (8, 8, 4)}, ZERO_R, topup="terminal,posterior"
+    )
     assert post["t_f"] == 2048 and post["max_advantage"] == 1.0
-    post = label({1024: (0, 4), 2048: (5, 8, 4), 4096: (4, 8, 4)}, ZERO_R,
-                 topup="terminal,posterior")
+    post = label(
+        {1024: (0, 4), 2048: (5, 8, 4), 4096: (4, 8, 4)}, ZERO_R, topup="terminal,posterior"
+    )
     assert not post["event_observed"]  # 5/8 and 4/8 pooled
 
 
@@ -83,8 +88,9 @@ def test_candidacy_uses_canonical_labels_not_the_pooled_ones():
     assert not row["terminal_candidate"] and na(row["terminal_a1_anchor"])
     assert not C.terminal_candidate([(4096, 8, 5, 4, 3), (8192, 8, 6, 4, 3)], 0.75)
     # and the plan asks for no A1 replication of a trajectory with a canonical event
-    items = P.plan_next(*panels({"m:p": {4096: (3, 4), 8192: (3, 4)}}, {"m:p": ZERO_R}),
-                        topup="terminal")
+    items = P.plan_next(
+        *panels({"m:p": {4096: (3, 4), 8192: (3, 4)}}, {"m:p": ZERO_R}), topup="terminal"
+    )
     assert all(i.reason != "terminal_a1" for i in items)
 
 
@@ -101,8 +107,13 @@ def test_terminal_event_is_annotated_even_when_a_pooled_event_wins():
 
 def _draws(probes, restarts, draws=400, **kw):
     pp, rp = panels({"m:p": probes}, {"m:p": restarts})
-    return regime_draws("m:p", rows_by_cell(pp, "anchor").get("m:p", []),
-                        rows_by_cell(rp, "budget").get("m:p", []), draws=draws, **kw)
+    return regime_draws(
+        "m:p",
+        rows_by_cell(pp, "anchor").get("m:p", []),
+        rows_by_cell(rp, "budget").get("m:p", []),
+        draws=draws,
+        **kw,
+    )
 
 
 def test_non_candidate_never_draws_terminal():
@@ -129,13 +140,31 @@ def _samples(final: list) -> pd.DataFrame:
     for anchor, oks in {4096: [False] * 4, 8192: final}.items():
         for b, ok in enumerate(oks):
             sid += 1
-            rows.append({"sample_id": sid, "cell_id": "m:p", "kind": "probe", "anchor": anchor,
-                         "budget": 1024, "branch": b, "correct": ok})
+            rows.append(
+                {
+                    "sample_id": sid,
+                    "cell_id": "m:p",
+                    "kind": "probe",
+                    "anchor": anchor,
+                    "budget": 1024,
+                    "branch": b,
+                    "correct": ok,
+                }
+            )
     for c in (1024, 2048, 4096, 8192):
         for b in range(4):
             sid += 1
-            rows.append({"sample_id": sid, "cell_id": "m:p", "kind": "restart", "anchor": -1,
-                         "budget": c, "branch": b, "correct": False})
+            rows.append(
+                {
+                    "sample_id": sid,
+                    "cell_id": "m:p",
+                    "kind": "restart",
+                    "anchor": -1,
+                    "budget": c,
+                    "branch": b,
+                    "correct": False,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -144,8 +173,11 @@ def test_one_ungraded_branch_of_eight_keeps_the_terminal_event():
     full = _samples([y, y, y, y, y, y, n, n])  # 6/8
     gap = _samples([y, y, y, y, y, y, n, np.nan])  # 6 of 7 graded (one grading failed)
     short = _samples([y, y, y, y, y, n, n, np.nan])  # 5 of 7: below τ, as 5/8 or 6/8 would be
-    for frame, regime, rate in ((full, "terminal_A1", 0.75), (gap, "terminal_A1", 6 / 7),
-                                (short, "unsolved_hard", None)):
+    for frame, regime, rate in (
+        (full, "terminal_A1", 0.75),
+        (gap, "terminal_A1", 6 / 7),
+        (short, "unsolved_hard", None),
+    ):
         res = classify_frames(frame, None, draws=2)
         row = res.labels.iloc[0]
         assert row["regime"] == regime
@@ -177,8 +209,9 @@ def test_restart_budgets_come_from_the_canonical_summaries():
     # 32 to 5/8 and removed the event; and the reverse
     instant = [(16, 4, 4, 4, 4), (32, 8, 5, 4, 3), (64, 4, 4, 4, 4)]
     assert P.restart_budgets_of(instant, 0.75) == (1024,)
-    assert not C.label_panels(*panels({"m:p": {16: (4, 4), 32: (5, 8, 3), 64: (4, 4)}}),
-                              topup="terminal,ambiguous").iloc[0]["instant"]
+    assert not C.label_panels(
+        *panels({"m:p": {16: (4, 4), 32: (5, 8, 3), 64: (4, 4)}}), topup="terminal,ambiguous"
+    ).iloc[0]["instant"]
     late = [(16, 8, 6, 4, 2), (32, 4, 4, 4, 4), (64, 4, 4, 4, 4)]
     assert P.restart_budgets_of(late, 0.75) == (1024, 2048, 4096, 8192)
     small = DEFAULT.with_overrides(budget=64, restart_budgets=(64, 128, 256, 512))
@@ -191,17 +224,32 @@ def test_bt_classify_labels_the_a1_example_as_the_protocol(tmp_path):
     # 6/8, 8192: 4/4 + A1 1/4 → prefix_limited (T_V 4096); `--topup terminal` labels on the
     # canonical 4-branch counts as the study's development cohort → unsolved_hard
     y, n = True, False
-    spec = {"m:p": {"probes": {2048: [n] * 4, 4096: [y, y, n, n, y, y, y, y],
-                               8192: [y] * 4 + [y, n, n, n]},
-                    "restarts": {c: [n] * 4 for c in (1024, 2048, 4096, 8192)},
-                    "level": 2, "stage": "supplement"}}
+    spec = {
+        "m:p": {
+            "probes": {2048: [n] * 4, 4096: [y, y, n, n, y, y, y, y], 8192: [y] * 4 + [y, n, n, n]},
+            "restarts": {c: [n] * 4 for c in (1024, 2048, 4096, 8192)},
+            "level": 2,
+            "stage": "supplement",
+        }
+    }
     run = write_store(tmp_path / "run", spec)
-    for topup, regime, t_v in (("terminal,ambiguous", "prefix_limited", 4096),
-                               ("terminal", "unsolved_hard", None)):
-        done = run_bt("classify", run, "--draws", "20", "--no-cell-pages", "--topup", topup,
-                      "-o", tmp_path / topup)
+    for topup, regime, t_v in (
+        ("terminal,ambiguous", "prefix_limited", 4096),
+        ("terminal", "unsolved_hard", None),
+    ):
+        done = run_bt(
+            "classify",
+            run,
+            "--draws",
+            "20",
+            "--no-cell-pages",
+            "--topup",
+            topup,
+            "-o",
+            tmp_path / topup,
+        )
         assert done.returncode == 0, done.stderr
         row = pd.read_csv(tmp_path / topup / "labels.csv").iloc[0]
         assert row["regime"] == regime and row["max_advantage"] == 1.0
-        assert (na(row["t_v"]) if t_v is None else row["t_v"] == t_v)
+        assert na(row["t_v"]) if t_v is None else row["t_v"] == t_v
         assert row["terminal_candidate"] and na(row["terminal_a1_anchor"])  # 5/8: no event

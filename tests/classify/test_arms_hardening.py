@@ -29,7 +29,8 @@ PRIMARY = {
 }
 SECOND = {
     "m:a": {64: (4, 4), 128: (4, 4), 256: (4, 4), 512: (4, 4)},
-    "m:b": {64: (3, 4), 128: (4, 4), 256: (4, 4)} | {a: (4, 4) for a in (512, 1024, 2048, 4096, 8192)},
+    "m:b": {64: (3, 4), 128: (4, 4), 256: (4, 4)}
+    | {a: (4, 4) for a in (512, 1024, 2048, 4096, 8192)},
     "g:c": {64: (0, 4), 128: (2, 4), 256: (4, 4), 512: (4, 4)},
 }
 
@@ -39,13 +40,16 @@ def test_targets_are_non_instant_events_up_to_the_stability_anchor():
     assert arm_targets(pp, TAU, DEFAULT) == {
         "m:a": [64, 128, 256, 512],
         "m:b": [64, 128, 256, 512, 1024, 2048, 4096, 8192],
-        "g:c": [64, 128, 256, 512]}
+        "g:c": [64, 128, 256, 512],
+    }
 
 
 def test_a2_first_crossings_shifts_and_verdict():
     p1, _ = panels(PRIMARY)
     p2, _ = panels(SECOND)
-    t = a2_table(p1, p2, budget_1=1024, budget_2=4096, tau=TAU, levels={"m:b": 3}).set_index("cell_id")
+    t = a2_table(p1, p2, budget_1=1024, budget_2=4096, tau=TAU, levels={"m:b": 3}).set_index(
+        "cell_id"
+    )
     assert t.loc["m:a", "first_crossing_1"] == 256 and t.loc["m:a", "first_crossing_2"] == 64
     assert t.loc["m:a", "shift_tokens"] == -192 and t.loc["m:a", "shift_steps"] == -2
     assert not t.loc["m:a", "earlier_by_2b"]
@@ -54,8 +58,12 @@ def test_a2_first_crossings_shifts_and_verdict():
     assert t.loc["g:c", "shift_tokens"] == 0
     v = a2_verdict(t.reset_index())
     # 1 of 3 earlier by >= 2B, median shift -2 steps: neither frozen outcome
-    assert (v["trajectories"], v["earlier_by_2b"], v["median_shift_steps"], v["verdict"]) == \
-        (3, 1, -2.0, "inconclusive")
+    assert (v["trajectories"], v["earlier_by_2b"], v["median_shift_steps"], v["verdict"]) == (
+        3,
+        1,
+        -2.0,
+        "inconclusive",
+    )
     assert a2_verdict(t.loc[["g:c"]].reset_index())["verdict"] == "construct supported"
     assert a2_verdict(t.loc[["m:b"]].reset_index())["verdict"] == "mechanical confound"
 
@@ -98,9 +106,13 @@ def test_hardening_counts_before_and_after_the_topups():
     restarts = {c: R0 for c in HARD}
     before = _labels(HARD, restarts, "terminal")
     after = _labels(HARD, restarts, "terminal,ambiguous")
-    assert categories(before).to_dict() == {"g:z": "censored", "m:i": "instant",
-                                           "m:j": "interior", "m:x": "interior",
-                                           "m:y": "A1 event"}
+    assert categories(before).to_dict() == {
+        "g:z": "censored",
+        "m:i": "instant",
+        "m:j": "interior",
+        "m:x": "interior",
+        "m:y": "A1 event",
+    }
     assert categories(after)["m:x"] == "censored"
     counts = hardening_counts(before, after).set_index(["model", "when"])
     m_before = counts.loc[("m", "before top-ups")]
@@ -113,14 +125,16 @@ def test_hardening_counts_before_and_after_the_topups():
 
 
 def test_topup_resolution_counts_pooled_and_added_successes():
-    pc = pd.DataFrame([
-        {"model": "m", "n": 8, "k": 2, "k_canon": 1},  # low; added 1
-        {"model": "m", "n": 8, "k": 4, "k_canon": 2},  # intermediate; added 2
-        {"model": "m", "n": 8, "k": 6, "k_canon": 2},  # high; added 4
-        {"model": "m", "n": 8, "k": 7, "k_canon": 3},  # high; added 4
-        {"model": "m", "n": 4, "k": 4, "k_canon": 4},  # not enlarged
-        {"model": "g", "n": 8, "k": 5, "k_canon": 3},  # intermediate; added 2
-    ])
+    pc = pd.DataFrame(
+        [
+            {"model": "m", "n": 8, "k": 2, "k_canon": 1},  # low; added 1
+            {"model": "m", "n": 8, "k": 4, "k_canon": 2},  # intermediate; added 2
+            {"model": "m", "n": 8, "k": 6, "k_canon": 2},  # high; added 4
+            {"model": "m", "n": 8, "k": 7, "k_canon": 3},  # high; added 4
+            {"model": "m", "n": 4, "k": 4, "k_canon": 4},  # not enlarged
+            {"model": "g", "n": 8, "k": 5, "k_canon": 3},  # intermediate; added 2
+        ]
+    )
     t = topup_resolution(pc, tau=0.75, target=8, canonical=4).set_index("model")
     assert list(t.loc["m", ["cells", "low", "intermediate", "high"]]) == [4, 1, 1, 2]
     assert list(t.loc["m", [f"added_{i}" for i in range(5)]]) == [0, 1, 1, 0, 2]

@@ -8,24 +8,25 @@ import sys
 
 import pandas as pd
 import pytest
+from classify_fixture import SMALL, cell_spec, small_spec, write_store
 from typer.testing import CliRunner
 
 from breakthrough.cli import app, main
-from classify_fixture import SMALL, cell_spec, small_spec, write_store
 
 
 def test_bt_classify_end_to_end(tmp_path):
     spec = cell_spec()
     write_store(tmp_path / "runs" / "g", {c: s for c, s in spec.items() if c.startswith("g:")})
     write_store(tmp_path / "runs" / "m", {c: s for c, s in spec.items() if c.startswith("m:")})
-    result = CliRunner().invoke(app, ["classify", str(tmp_path / "runs"), "--draws", "5",
-                                      "--no-cell-pages"])
+    result = CliRunner().invoke(
+        app, ["classify", str(tmp_path / "runs"), "--draws", "5", "--no-cell-pages"]
+    )
     assert result.exit_code == 0, result.output
     assert "prefix_limited" in result.output and "report:" in result.output
     assert "--topup terminal,ambiguous" in result.output
     out = tmp_path / "runs" / "classify"
     table = pd.read_csv(out / "labels.csv")
-    assert dict(zip(table["cell_id"], table["regime"]))["m:p2"] == "terminal_A1"
+    assert dict(zip(table["cell_id"], table["regime"], strict=True))["m:p2"] == "terminal_A1"
     assert set(table["run"]) == {"g", "m"}
     assert (out / "index.html").is_file() and not (out / "g" / "index.html").exists()  # one report
     summary = json.loads((out / "summary.json").read_text())
@@ -35,17 +36,19 @@ def test_bt_classify_end_to_end(tmp_path):
 @pytest.mark.heavy
 def test_bt_classify_reads_the_stored_protocol_and_options_override_it(tmp_path):
     run = write_store(tmp_path / "small", small_spec(), SMALL.with_overrides(tau=0.5))
-    result = CliRunner().invoke(app, ["classify", str(run), "--draws", "2", "--no-cell-pages",
-                                      "--topup", "terminal,posterior"])
+    result = CliRunner().invoke(
+        app,
+        ["classify", str(run), "--draws", "2", "--no-cell-pages", "--topup", "terminal,posterior"],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((run / "classify" / "summary.json").read_text())
     assert summary["budget"] == 64 and summary["tau"] == 0.5  # both from the run
     assert summary["protocol"]["budget_limited_at"] == 256
     assert summary["regime_counts"]["m"]["budget_limited"] == 1
-    assert json.loads((run / "classify" / "plan.json").read_text())["topup"] == \
-        "terminal,posterior"
-    result = CliRunner().invoke(app, ["classify", str(run), "--draws", "2", "--no-cell-pages",
-                                      "--tau", "0.75"])
+    assert json.loads((run / "classify" / "plan.json").read_text())["topup"] == "terminal,posterior"
+    result = CliRunner().invoke(
+        app, ["classify", str(run), "--draws", "2", "--no-cell-pages", "--tau", "0.75"]
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((run / "classify" / "summary.json").read_text())["tau"] == 0.75
 

@@ -15,25 +15,36 @@ import math
 
 import pandas as pd
 import pytest
+from bt_cli import BT, run_bt
+from classify_fixture import frames, write_store
 
 from breakthrough.classify.frames import classify_frames
 from breakthrough.classify.panels import restart_panel, rows_by_cell
-from bt_cli import BT, run_bt
-from classify_fixture import frames, write_store
 
 CELL = "gemma:math_03190"
 
 
 def dev_cell() -> dict:
     y, n = True, False
-    return {CELL: {
-        "probes": {64: [n] * 4, 128: [y, n, n, n], 256: [y, y, n, y], 512: [n, y, y, y],
-                   1024: [y, y, y, n]},
-        "restarts": {1024: [y, n, n, n] + [y, y, n, n],   # 1/4, then 3/8
-                     2048: [y, y, n, n] + [y, y, y, y],   # 2/4, then 6/8
-                     4096: [n, n, n, n] + [y, y, n, n],   # 0/4, then 2/8 (no A5.1 rule enlarges it)
-                     8192: [y, n, y, n] + [n, y, n, y]},  # 2/4, then 4/8
-        "level": 4, "stage": "dev"}}
+    return {
+        CELL: {
+            "probes": {
+                64: [n] * 4,
+                128: [y, n, n, n],
+                256: [y, y, n, y],
+                512: [n, y, y, y],
+                1024: [y, y, y, n],
+            },
+            "restarts": {
+                1024: [y, n, n, n] + [y, y, n, n],  # 1/4, then 3/8
+                2048: [y, y, n, n] + [y, y, y, y],  # 2/4, then 6/8
+                4096: [n, n, n, n] + [y, y, n, n],  # 0/4, then 2/8 (no A5.1 rule enlarges it)
+                8192: [y, n, y, n] + [n, y, n, y],
+            },  # 2/4, then 4/8
+            "level": 4,
+            "stage": "dev",
+        }
+    }
 
 
 def _published(labels: pd.DataFrame, curves: pd.DataFrame) -> None:
@@ -83,8 +94,12 @@ def test_bt_classify_reproduces_the_dev_cell_and_says_it_counts_all_8(tmp_path):
         said = " ".join(proc.stdout.split())
         notes = [line for line in said.split("note: ")[1:] if "restart cell" in line]
         assert len(notes) == 1, said
-        assert notes[0].startswith("1 restart cell holds more than 4 attempts with 0/4 or 4/4 "
-                                   "in the first 4") and "R counts all of them" in notes[0]
+        assert (
+            notes[0].startswith(
+                "1 restart cell holds more than 4 attempts with 0/4 or 4/4 in the first 4"
+            )
+            and "R counts all of them" in notes[0]
+        )
         summary = json.loads((out / "summary.json").read_text())
         assert summary["restart_cells_whole"] == 1
         assert not math.isnan(summary["protocol"]["tau"])

@@ -7,25 +7,30 @@ import json
 
 import pandas as pd
 import pytest
+from classify_fixture import SMALL, frames, small_spec
 
 from breakthrough.classify.frames import classify_frames
 from breakthrough.errors import BtError
-from classify_fixture import SMALL, frames, small_spec
 
 
 def test_classify_frames_labels_plans_summary():
     samples, cells = frames()
     res = classify_frames(samples, cells, draws=20)
-    reg = dict(zip(res.labels["cell_id"], res.labels["regime"]))
-    assert reg == {"g:p1": "prefix_limited", "m:p1": "budget_limited",
-                   "g:p2": "instant_scratch_solvable", "m:p2": "terminal_A1",
-                   "g:p3": "unsolved_hard"}
+    reg = dict(zip(res.labels["cell_id"], res.labels["regime"], strict=True))
+    assert reg == {
+        "g:p1": "prefix_limited",
+        "m:p1": "budget_limited",
+        "g:p2": "instant_scratch_solvable",
+        "m:p2": "terminal_A1",
+        "g:p3": "unsolved_hard",
+    }
     row = res.labels.set_index("cell_id").loc["g:p1"]
     assert row["t_f"] == 128 and row["interval_lower"] == 112 and row["t_v_d050"] == 128
     assert res.labels["regime_survival"].between(0, 1).all()
     assert res.labels.set_index("cell_id").loc["m:p2", "terminal_a1_anchor"] == 8192
-    study = {(i.cell_id, i.kind, i.anchor, i.budget, i.reason)
-             for i in res.plans["terminal,ambiguous"]}
+    study = {
+        (i.cell_id, i.kind, i.anchor, i.budget, i.reason) for i in res.plans["terminal,ambiguous"]
+    }
     assert ("g:p3", "probe", 1024, 1024, "ambiguity") in study
     assert ("g:p3", "probe", 2048, 1024, "ambiguity") in study
     assert ("g:p1", "probe", 112, 1024, "ambiguity") in study
@@ -52,21 +57,36 @@ def test_classify_frames_topup_words_overrides_and_errors():
     assert res.topup == "posterior" and res.plan == res.plans["posterior"]
     assert {r for i in res.plan for r in i.reason.split("+")} <= {"posterior", "bisection"}
     assert res.summary["prior"].startswith("uniform") and res.protocol.prior == "uniform"
-    assert set(res.summary["plans"]) == {"posterior", "terminal,ambiguous",
-                                         "terminal,posterior"}
+    assert set(res.summary["plans"]) == {"posterior", "terminal,ambiguous", "terminal,posterior"}
     # one side of the band overrides the protocol's, the other side is kept
     res = classify_frames(samples, cells, draws=2, band=(0.2, None), tau=0.5)
     assert res.protocol.posterior_band == (0.2, 0.9) and res.summary["tau"] == 0.5
-    for bad, option in (({"topup": "fixed"}, "--topup"), ({"tau": 0}, "--tau"),
-                        ({"prior": "haldane"}, "--prior"), ({"band": (0.9, 0.1)}, "band")):
+    for bad, option in (
+        ({"topup": "fixed"}, "--topup"),
+        ({"tau": 0}, "--tau"),
+        ({"prior": "haldane"}, "--prior"),
+        ({"band": (0.9, 0.1)}, "band"),
+    ):
         with pytest.raises(BtError, match=option):
             classify_frames(samples, cells, draws=2, **bad)
 
 
 def test_classify_frames_cells_without_samples():
     samples, cells = frames()
-    extra = pd.DataFrame([{"cell_id": "g:p9", "problem_id": "p9", "model": "g", "stage": "dev",
-                           "level": 2, "subject": "x", "answer": "1", "reasoning_tokens": 10}])
+    extra = pd.DataFrame(
+        [
+            {
+                "cell_id": "g:p9",
+                "problem_id": "p9",
+                "model": "g",
+                "stage": "dev",
+                "level": 2,
+                "subject": "x",
+                "answer": "1",
+                "reasoning_tokens": 10,
+            }
+        ]
+    )
     res = classify_frames(samples, pd.concat([cells, extra]), draws=5)
     # issue 29, item 9: a cell with no probe and no restart has not run its protocol: no regime
     # (it was `unsolved_hard`), listed apart and counted in the summary
@@ -80,7 +100,7 @@ def test_small_budget_run_classifies_under_its_protocol():
     # B = 64 with restarts 64 … 512: 4B = 256 is the budget-limited budget, B the scratch one
     samples, cells = frames(small_spec(), budget=64)
     res = classify_frames(samples, cells, protocol=SMALL, draws=2)
-    reg = dict(zip(res.labels["cell_id"], res.labels["regime"]))
+    reg = dict(zip(res.labels["cell_id"], res.labels["regime"], strict=True))
     assert reg["m:p1"] == "budget_limited" and reg["g:p2"] == "instant_scratch_solvable"
     assert res.summary["protocol"]["budget_limited_at"] == 256
     assert res.summary["protocol"]["budget"] == 64

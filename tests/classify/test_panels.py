@@ -16,8 +16,17 @@ def _samples():
     def add(kind, anchor, budget, branch, correct, cell="m:p"):
         nonlocal sid
         sid += 1
-        rows.append({"sample_id": sid, "cell_id": cell, "kind": kind, "anchor": anchor,
-                     "budget": budget, "branch": branch, "correct": correct})
+        rows.append(
+            {
+                "sample_id": sid,
+                "cell_id": cell,
+                "kind": kind,
+                "anchor": anchor,
+                "budget": budget,
+                "branch": branch,
+                "correct": correct,
+            }
+        )
 
     add("base", -1, 0, 0, True)
     for b in range(8):
@@ -39,7 +48,8 @@ def test_panels_from_samples():
     ]
     rp = restart_panel(s)
     assert rp.to_dict(orient="records") == [
-        {"cell_id": "m:p", "budget": 2048, "n": 4, "k": 1, "n_canon": 4, "k_canon": 1}]
+        {"cell_id": "m:p", "budget": 2048, "n": 4, "k": 1, "n_canon": 4, "k_canon": 1}
+    ]
     # row order does not matter
     assert probe_panel(s.sample(frac=1, random_state=3)).equals(pp)
     empty = probe_panel(s[s.kind == "base"])

@@ -4,13 +4,14 @@ posterior rule) and the one `--topup` vocabulary of `bt continue` and `bt classi
 from __future__ import annotations
 
 import pytest
+from panel_builders import R, grid, label, panels
 
 from breakthrough.classify import plan as P
 from breakthrough.classify.regimes import budget_fit_time
 from breakthrough.classify.topup import TOPUP_RULES, parse_topup, topup_rules, topup_text
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT, Protocol
-from panel_builders import R, grid, label, panels
+
 
 def plan(probes, restarts=None, **kw):
     pp, rp = panels({"m:p": probes}, {"m:p": restarts} if restarts else None)
@@ -19,8 +20,9 @@ def plan(probes, restarts=None, **kw):
 
 def test_bisection_to_instant_two_rounds():
     p = plan(grid(4, 4, 0, 0, 0, 0, 0, 0))
-    assert [(i.kind, i.anchor, i.reason, i.branches) for i in p] == \
-        [("probe", 32, "bisection", range(0, 4))]
+    assert [(i.kind, i.anchor, i.reason, i.branches) for i in p] == [
+        ("probe", 32, "bisection", range(0, 4))
+    ]
     p = plan(grid(4, 4, 0, 0, 0, 0, 0, 0) | {32: (3, 4)})
     assert [(i.anchor, i.reason) for i in p] == [(16, "bisection")]
     # two rounds done → no more bisection; instant; no ambiguous cells besides 32 at 3/4
@@ -69,8 +71,14 @@ def test_terminal_and_ambiguity_plans():
     # after the top-up, nothing is left
     done = grid(0, 0, 0, 0, 0, 0, 0) | {8192: (5, 8, 4)}
     assert plan(done) == []
-    assert items[0].to_dict() == {"cell_id": "m:p", "kind": "probe", "anchor": 8192,
-                                  "budget": 1024, "branches": [4, 8], "reason": "terminal_a1"}
+    assert items[0].to_dict() == {
+        "cell_id": "m:p",
+        "kind": "probe",
+        "anchor": 8192,
+        "budget": 1024,
+        "branches": [4, 8],
+        "reason": "terminal_a1",
+    }
 
 
 def test_posterior_topup_plan_band():
@@ -79,8 +87,12 @@ def test_posterior_topup_plan_band():
     items = P.plan_next(pp, rp, topup="terminal,posterior", band=(0.1, 0.9))
     got = {(i.kind, i.anchor, i.budget) for i in items}
     # Jeffreys P(rate ≥ .75): 1/4 → .016 (out), 2/4 → .127, 3/4 → .457 (in)
-    assert got == {("probe", 256, 1024), ("probe", 512, 1024), ("restart", -1, 4096),
-                   ("restart", -1, 8192)}
+    assert got == {
+        ("probe", 256, 1024),
+        ("probe", 512, 1024),
+        ("restart", -1, 4096),
+        ("restart", -1, 8192),
+    }
     assert all(i.reason == "posterior" for i in items)
     with pytest.raises(ValueError):
         P.plan_next(pp, rp, topup="sometimes")
@@ -99,23 +111,28 @@ def test_topup_words_are_one_vocabulary():
     assert parse_topup("posterior") == ("posterior",)
     assert parse_topup("terminal,posterior") == ("terminal", "posterior")
     assert parse_topup("none") == ()
-    assert topup_text(()) == "none" and topup_text(("ambiguous", "terminal")) == \
-        "terminal,ambiguous"
+    assert (
+        topup_text(()) == "none" and topup_text(("ambiguous", "terminal")) == "terminal,ambiguous"
+    )
     assert topup_rules(["posterior"]) == ("posterior",)
     for bad in ("fixed", "", "terminal,sometimes", "ambiguous,posterior", "none,terminal"):
         with pytest.raises(BtError) as err:
             parse_topup(bad)
         assert str(err.value).startswith("--topup: ") and "\n" not in str(err.value)
     # every word names the reason of the plan items it asks for
-    assert TOPUP_RULES == {"terminal": "terminal_a1", "ambiguous": "ambiguity",
-                           "posterior": "posterior"}
+    assert TOPUP_RULES == {
+        "terminal": "terminal_a1",
+        "ambiguous": "ambiguity",
+        "posterior": "posterior",
+    }
 
 
 def test_each_topup_word_asks_for_its_rule_only():
     probes = grid(0, 1, 2, 0, 4, 0, 0, 3)  # censored, final 3/4: A1 and A5.1 at 8192
-    reasons = {rules: {r for i in plan(probes, R(1, 0, 4, 3), topup=rules)
-                       for r in i.reason.split("+")}
-               for rules in ("terminal,ambiguous", "terminal", "ambiguous", "posterior", "none")}
+    reasons = {
+        rules: {r for i in plan(probes, R(1, 0, 4, 3), topup=rules) for r in i.reason.split("+")}
+        for rules in ("terminal,ambiguous", "terminal", "ambiguous", "posterior", "none")
+    }
     assert reasons["terminal,ambiguous"] == {"terminal_a1", "ambiguity"}
     assert reasons["terminal"] == {"terminal_a1"}
     assert reasons["ambiguous"] == {"ambiguity"}

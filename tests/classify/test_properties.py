@@ -4,6 +4,8 @@ labels the cell can reach."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pandas as pd
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -15,8 +17,7 @@ from breakthrough.classify.posterior import regime_draws
 
 ANCHORS = (16, 32, 64, 96, 128, 256, 512, 768, 896, 1024, 2048, 4096, 7168, 8192)
 BUDGETS = (1024, 2048, 4096, 8192)
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -39,8 +40,16 @@ def _frame(cells: dict, key: str, which: int) -> pd.DataFrame:
     rows = []
     for cell, traj in cells.items():
         for point, (kc, extra, ke) in traj[which].items():
-            rows.append({"cell_id": cell, key: point, "n": 4 + extra, "k": kc + ke,
-                         "n_canon": 4, "k_canon": kc})
+            rows.append(
+                {
+                    "cell_id": cell,
+                    key: point,
+                    "n": 4 + extra,
+                    "k": kc + ke,
+                    "n_canon": 4,
+                    "k_canon": kc,
+                }
+            )
     return pd.DataFrame(rows, columns=["cell_id", key, "n", "k", "n_canon", "k_canon"])
 
 
@@ -48,8 +57,9 @@ def _panels(cells: dict):
     return _frame(cells, "anchor", 0), _frame(cells, "budget", 1)
 
 
-cohorts = st.dictionaries(st.sampled_from(["a:1", "a:2", "b:1", "b:2", "c:9"]), trajectory(),
-                          min_size=1, max_size=4)
+cohorts = st.dictionaries(
+    st.sampled_from(["a:1", "a:2", "b:1", "b:2", "c:9"]), trajectory(), min_size=1, max_size=4
+)
 
 
 @SETTINGS
@@ -101,7 +111,7 @@ def test_raising_every_rate_never_unsolves(pair):
 def _canonical_event(probes: dict) -> bool:
     """A T_F event on the canonical 4-branch rates, computed here independently."""
     ok = [probes[a][0] / 4 >= 0.75 for a in sorted(probes)]
-    return any(x and y for x, y in zip(ok, ok[1:]))
+    return any(x and y for x, y in pairwise(ok))
 
 
 def reachable(traj) -> set[str]:
@@ -121,24 +131,31 @@ def reachable(traj) -> set[str]:
     if len(probes) < 2:
         out -= {"prefix_limited", "no_crossing_at_primary_delta"}
     final = max(probes) if probes else None
-    candidate = final is not None and not _canonical_event(probes) \
-        and probes[final][0] / 4 >= 0.75
+    candidate = final is not None and not _canonical_event(probes) and probes[final][0] / 4 >= 0.75
     if not (candidate and probes[final][1] > 0):
         out.discard("terminal_A1")
     return out
 
 
 @SETTINGS
-@given(trajectory(), st.sampled_from(("terminal,ambiguous", "terminal", "terminal,posterior")),
-       st.integers(0, 2**16))
+@given(
+    trajectory(),
+    st.sampled_from(("terminal,ambiguous", "terminal", "terminal,posterior")),
+    st.integers(0, 2**16),
+)
 def test_posterior_draws_only_give_reachable_labels(traj, topup, seed):
     pp, rp = _panels({"m:p": traj})
     allowed = reachable(traj)
     observed = C.label_panels(pp, rp, pd.DataFrame({"cell_id": ["m:p"]}), topup=topup)
     assert observed.iloc[0]["regime"] in allowed
-    got = regime_draws("m:p", rows_by_cell(pp, "anchor").get("m:p", []),
-                       rows_by_cell(rp, "budget").get("m:p", []), topup=topup, draws=30,
-                       seed=seed)
+    got = regime_draws(
+        "m:p",
+        rows_by_cell(pp, "anchor").get("m:p", []),
+        rows_by_cell(rp, "budget").get("m:p", []),
+        topup=topup,
+        draws=30,
+        seed=seed,
+    )
     assert set(got) <= allowed, (set(got) - allowed, traj)
 
 
@@ -155,8 +172,9 @@ def test_a1_replication_never_moves_p_hat(traj, ke):
     cells = pd.DataFrame({"cell_id": ["m:p"]})
     a = C.label_panels(*_panels({"m:p": plain}), cells).iloc[0]
     b = C.label_panels(*_panels({"m:p": replicated}), cells).iloc[0]
-    annotation = {"final_n", "regime", "regime_class"} | {k for k in a.index
-                                                          if k.startswith("terminal_a1")}
+    annotation = {"final_n", "regime", "regime_class"} | {
+        k for k in a.index if k.startswith("terminal_a1")
+    }
     for key in a.index.difference(list(annotation)):
         assert (pd.isna(a[key]) and pd.isna(b[key])) or a[key] == b[key], key
     if b["regime"] != "terminal_A1":

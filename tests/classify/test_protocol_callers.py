@@ -60,8 +60,9 @@ def _calls(tree: ast.AST) -> list[tuple[str, str, ast.Call]]:
         f = node.func
         if isinstance(f, ast.Name) and f.id in names:
             out.append((*names[f.id], node))
-        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
-                and f.value.id in modules:
+        elif (
+            isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in modules
+        ):
             out.append((modules[f.value.id], f.attr, node))
     return out
 
@@ -91,9 +92,11 @@ def test_callers_above_classify_pass_the_runs_protocol():
 
 
 def test_the_scan_catches_a_call_without_the_protocol():
-    tree = ast.parse("from breakthrough.classify.regimes import label_panels as lp\n"
-                     "from breakthrough.classify import plan as P\n"
-                     "lp(a, b)\nlp(a, b, c, protocol=p)\nP.plan_next(a, b)\n")
+    tree = ast.parse(
+        "from breakthrough.classify.regimes import label_panels as lp\n"
+        "from breakthrough.classify import plan as P\n"
+        "lp(a, b)\nlp(a, b, c, protocol=p)\nP.plan_next(a, b)\n"
+    )
     wanted = _protocol_functions()
     got = [(n, _passes_protocol(c, wanted[(m, n)])) for m, n, c in _calls(tree)]
     assert sorted(got) == [("label_panels", False), ("label_panels", True), ("plan_next", False)]

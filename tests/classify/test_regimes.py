@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from panel_builders import GRID, R, grid, label, na, panels
 
 from breakthrough.classify import regimes as C
 from breakthrough.classify.summary import summarize
 from breakthrough.protocol import DEFAULT
-from panel_builders import GRID, R, grid, label, na, panels
 
 # ---------------------------------------------------------------------------------------------
 # 5.1 T_F
@@ -87,8 +87,9 @@ def test_proxy_flag_only_beyond_largest_measured_budget():
 def test_interpolation_below_inside_above_in_the_label_table():
     # restarts measured at 2,048 and 4,096 only: t = 64 → x = 1,088 is below (R(2,048)),
     # t = 2,048 → x = 3,072 inside, t = 4,096 → x = 5,120 above (R(4,096), a proxy)
-    pp, rp = panels({"m:p": {64: (4, 4), 2048: (4, 4), 4096: (4, 4)}},
-                    {"m:p": {2048: (1, 4), 4096: (3, 4)}})
+    pp, rp = panels(
+        {"m:p": {64: (4, 4), 2048: (4, 4), 4096: (4, 4)}}, {"m:p": {2048: (1, 4), 4096: (3, 4)}}
+    )
     cur = C.cell_curves(pp, rp).set_index("anchor")
     assert list(cur["position"]) == ["below", "inside", "above"]
     assert cur.loc[64, "r_hat"] == 0.25 and cur.loc[4096, "r_hat"] == 0.75
@@ -130,8 +131,9 @@ def test_conservative_variant_disagrees():
     assert row["t_v"] == 1024 and na(row["t_v_cons"])
     assert not row["conservative_agrees"]
     assert row["regime"] == "prefix_limited"
-    pp, rp = panels({"m:p": {512: (2, 4), 1024: (4, 4), 2048: (4, 4), 4096: (0, 4)}},
-                    {"m:p": restarts})
+    pp, rp = panels(
+        {"m:p": {512: (2, 4), 1024: (4, 4), 2048: (4, 4), 4096: (0, 4)}}, {"m:p": restarts}
+    )
     s = summarize(C.label_panels(pp, rp))
     assert len(s["conservative_disagreements"]) == 1
 
@@ -212,18 +214,46 @@ def test_terminal_annotated_but_budget_limited_wins():
 
 def test_regime_precedence_table():
     tau = 0.75
-    base = dict(event_observed=True, interval_upper=16, restart={1024: 1.0, 4096: 1.0},
-                t_v_primary=64, terminal=False, tau=tau)
+    base = dict(
+        event_observed=True,
+        interval_upper=16,
+        restart={1024: 1.0, 4096: 1.0},
+        t_v_primary=64,
+        terminal=False,
+        tau=tau,
+    )
     assert C.regime_label(**base) == "instant_scratch_solvable"
     assert C.regime_label(**(base | {"interval_upper": 17})) == "budget_limited"
-    assert C.regime_label(**(base | {"interval_upper": 32, "restart": {4096: 0.5}})) \
+    assert (
+        C.regime_label(**(base | {"interval_upper": 32, "restart": {4096: 0.5}}))
         == "prefix_limited"
-    assert C.regime_label(**(base | {"interval_upper": 32, "restart": {}, "t_v_primary": None})) \
+    )
+    assert (
+        C.regime_label(**(base | {"interval_upper": 32, "restart": {}, "t_v_primary": None}))
         == "no_crossing_at_primary_delta"
-    assert C.regime_label(event_observed=False, interval_upper=None, restart={}, t_v_primary=None,
-                          terminal=True, tau=tau) == "terminal_A1"
-    assert C.regime_label(event_observed=False, interval_upper=None, restart={4096: 0.5},
-                          t_v_primary=None, terminal=False, tau=tau) == "unsolved_hard"
+    )
+    assert (
+        C.regime_label(
+            event_observed=False,
+            interval_upper=None,
+            restart={},
+            t_v_primary=None,
+            terminal=True,
+            tau=tau,
+        )
+        == "terminal_A1"
+    )
+    assert (
+        C.regime_label(
+            event_observed=False,
+            interval_upper=None,
+            restart={4096: 0.5},
+            t_v_primary=None,
+            terminal=False,
+            tau=tau,
+        )
+        == "unsolved_hard"
+    )
 
 
 def test_collapse():
@@ -235,19 +265,41 @@ def test_collapse():
 
 def test_figure_classes_are_the_readme_names_in_precedence_order():
     # one name per collapsed class, in the order of 5.3 (and of the README's list)
-    assert C.FIGURE_CLASSES == ("instant", "budget-limited", "prefix-limited", "no-crossing",
-                                "terminal", "unsolved")
+    assert C.FIGURE_CLASSES == (
+        "instant",
+        "budget-limited",
+        "prefix-limited",
+        "no-crossing",
+        "terminal",
+        "unsolved",
+    )
     assert [C.collapse_regime(r) for r in C.REGIMES] == [
-        "instant", "instant", "instant", "budget-limited", "prefix-limited", "no-crossing",
-        "terminal", "unsolved", "unsolved"]
-    assert set(C.AGREEMENT_CLASS.values()) == {"instant", "budget-limited", "prefix-limited",
-                                               "other", "unsolved"}
+        "instant",
+        "instant",
+        "instant",
+        "budget-limited",
+        "prefix-limited",
+        "no-crossing",
+        "terminal",
+        "unsolved",
+        "unsolved",
+    ]
+    assert set(C.AGREEMENT_CLASS.values()) == {
+        "instant",
+        "budget-limited",
+        "prefix-limited",
+        "other",
+        "unsolved",
+    }
 
 
 def test_rule_constants_come_from_the_protocol():
     # the instant bound (16 tokens), the scratch budget (B) and the budget-limited budget (4B)
-    assert (DEFAULT.instant_max_upper, DEFAULT.scratch_budget, DEFAULT.budget_limited_at) == \
-        (16, 1024, 4096)
+    assert (DEFAULT.instant_max_upper, DEFAULT.scratch_budget, DEFAULT.budget_limited_at) == (
+        16,
+        1024,
+        4096,
+    )
     probes = {32: (4, 4), 64: (4, 4), 128: (4, 4)}
     assert not label(probes, {1024: (4, 4)})["instant"]
     wide = DEFAULT.with_overrides(instant_max_upper=32)
@@ -255,9 +307,21 @@ def test_rule_constants_come_from_the_protocol():
     # a small-budget protocol: B = 64 is the scratch budget, R(256) decides budget-limited
     small = DEFAULT.with_overrides(budget=64, restart_budgets=(64, 128, 256, 512))
     assert (small.scratch_budget, small.budget_limited_at) == (64, 256)
-    row = label(grid(0, 0, 0, 0, anchors=(8, 16, 32, 48)),
-                {64: (0, 4), 128: (1, 4), 256: (3, 4), 512: (4, 4)}, protocol=small)
+    row = label(
+        grid(0, 0, 0, 0, anchors=(8, 16, 32, 48)),
+        {64: (0, 4), 128: (1, 4), 256: (3, 4), 512: (4, 4)},
+        protocol=small,
+    )
     assert row["regime"] == "budget_limited"
-    assert C.regime_label(event_observed=True, interval_upper=8, restart={64: 0.75},
-                          t_v_primary=None, terminal=False, tau=0.75,
-                          protocol=small) == "instant_scratch_solvable"
+    assert (
+        C.regime_label(
+            event_observed=True,
+            interval_upper=8,
+            restart={64: 0.75},
+            t_v_primary=None,
+            terminal=False,
+            tau=0.75,
+            protocol=small,
+        )
+        == "instant_scratch_solvable"
+    )

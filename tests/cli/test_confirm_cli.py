@@ -21,8 +21,13 @@ PROBLEMS, TOKENS, SHORT = 30, 80, ("math_003", "math_017")
 
 
 def _grade(ok: bool) -> Grade:
-    return Grade(correct=ok, status="correct" if ok else "wrong", method="numeric",
-                 grader="math", version="t")
+    return Grade(
+        correct=ok,
+        status="correct" if ok else "wrong",
+        method="numeric",
+        grader="math",
+        version="t",
+    )
 
 
 def write_run(run):
@@ -35,32 +40,79 @@ def write_run(run):
     with RunStore(run, create=True) as store:
         # restarts at 4,096 only: the run's protocol says so, so every cell ran its protocol
         # (a cell missing owed restart budgets would get no label: classify.completeness)
-        store.update_manifest({"protocol": DEFAULT.with_overrides(restart_budgets=(4096,)).to_dict(),
-                               "model_id": "tiny", "cohort_digest": "fixture"})
-        store.add_cells([{"cell_id": f"tiny:{p}", "model": "tiny", "prompt_ids": [1, 2, 3],
-                          "item": {"id": p, "family": "math", "stage": "t", "answer": "1",
-                                   "problem": f"Find $x$ if $x + {i} = {2 * i}$.",
-                                   "level": 1 + i % 5, "subject": "Algebra",
-                                   "split": split_of[p]}}
-                         for i, p in enumerate(pids)])
+        store.update_manifest(
+            {
+                "protocol": DEFAULT.with_overrides(restart_budgets=(4096,)).to_dict(),
+                "model_id": "tiny",
+                "cohort_digest": "fixture",
+            }
+        )
+        store.add_cells(
+            [
+                {
+                    "cell_id": f"tiny:{p}",
+                    "model": "tiny",
+                    "prompt_ids": [1, 2, 3],
+                    "item": {
+                        "id": p,
+                        "family": "math",
+                        "stage": "t",
+                        "answer": "1",
+                        "problem": f"Find $x$ if $x + {i} = {2 * i}$.",
+                        "level": 1 + i % 5,
+                        "subject": "Algebra",
+                        "split": split_of[p],
+                    },
+                }
+                for i, p in enumerate(pids)
+            ]
+        )
         for i, p in enumerate(pids):
             n = 40 if p in SHORT else TOKENS
             hard = i % 2 == 1
             lp = -(rng.random(n) * 0.5 + (2.0 if hard else 0.2)).astype(np.float32)
-            sig = {k: rng.random(n).astype(np.float32) for k in (
-                "normalized_entropy", "top1_top2_probability_margin",
-                "successive_js_divergence", "successive_kl_divergence")}
-            recs.append(SampleRecord(cell_id=f"tiny:{p}", kind="base", anchor=-1, budget=0,
-                                     branch=0, seed=11, prefix_len=0,
-                                     token_ids=np.arange(n, dtype=np.int32), text="x",
-                                     finish_reason="eos", logprobs=lp,
-                                     entropies=rng.random(n).astype(np.float32), signals=sig))
+            sig = {
+                k: rng.random(n).astype(np.float32)
+                for k in (
+                    "normalized_entropy",
+                    "top1_top2_probability_margin",
+                    "successive_js_divergence",
+                    "successive_kl_divergence",
+                )
+            }
+            recs.append(
+                SampleRecord(
+                    cell_id=f"tiny:{p}",
+                    kind="base",
+                    anchor=-1,
+                    budget=0,
+                    branch=0,
+                    seed=11,
+                    prefix_len=0,
+                    token_ids=np.arange(n, dtype=np.int32),
+                    text="x",
+                    finish_reason="eos",
+                    logprobs=lp,
+                    entropies=rng.random(n).astype(np.float32),
+                    signals=sig,
+                )
+            )
             grades.append(_grade(not hard))
             for b in range(4):
-                recs.append(SampleRecord(cell_id=f"tiny:{p}", kind="restart", anchor=-1,
-                                         budget=4096, branch=b, seed=b, prefix_len=0,
-                                         token_ids=np.array([1, 2], np.int32), text="x",
-                                         finish_reason="eos"))
+                recs.append(
+                    SampleRecord(
+                        cell_id=f"tiny:{p}",
+                        kind="restart",
+                        anchor=-1,
+                        budget=4096,
+                        branch=b,
+                        seed=b,
+                        prefix_len=0,
+                        token_ids=np.array([1, 2], np.int32),
+                        text="x",
+                        finish_reason="eos",
+                    )
+                )
                 grades.append(_grade(b < (i % 5)))
         store.add_samples(recs, grades, reasoning_tokens={f"tiny:{p}": TOKENS for p in pids})
     return run
@@ -81,10 +133,16 @@ def test_missing_signals_is_one_line_and_writes_nothing(run):
 def test_confirm_on_a_real_run_writes_json_and_csv(run):
     assert run_bt("signals", run, "--window", "64").returncode == 0
     # refusals first: no labels yet, summaries over another window, a bad option
-    assert_one_line_error(run_bt("confirm", run, "--forecast-token", "64"), 2,
-                          "labels.parquet", "bt classify")
-    assert_one_line_error(run_bt("confirm", run), 2, "first 64 tokens",
-                          "--forecast-token 512", "bt signals RUN --window 512")
+    assert_one_line_error(
+        run_bt("confirm", run, "--forecast-token", "64"), 2, "labels.parquet", "bt classify"
+    )
+    assert_one_line_error(
+        run_bt("confirm", run),
+        2,
+        "first 64 tokens",
+        "--forecast-token 512",
+        "bt signals RUN --window 512",
+    )
     assert_one_line_error(run_bt("confirm", run, "--draws", "0"), 2, "--draws")
     assert not (run / "confirm").exists()
 
@@ -101,8 +159,9 @@ def test_confirm_on_a_real_run_writes_json_and_csv(run):
     assert report["excluded"]["short_base_run"] == 2 and report["excluded"]["no_base_run"] == 0
     assert report["endpoints"]["secondary_restart_budget"] == 4096
     results = {(r["endpoint"], r["variant"]): r for r in report["results"]}
-    assert list(results) == [(e, v) for e in ("primary", "secondary")
-                             for v in ("main", "level-free")]
+    assert list(results) == [
+        (e, v) for e in ("primary", "secondary") for v in ("main", "level-free")
+    ]
     primary = results[("primary", "main")]
     assert primary["status"] == "fit", primary["reason"]
     assert primary["test_rows"] == sum(primary["class_counts"]) > 0
@@ -138,15 +197,21 @@ def test_forecast_token_sweep_in_one_call(run):
     for t in (32, 64):
         rep = json.loads((out / f"t_{t}" / "confirm.json").read_text())
         assert rep["forecast_token"] == t
-        prim = next(r for r in rep["results"] if (r["endpoint"], r["variant"]) == ("primary", "main"))
+        prim = next(
+            r for r in rep["results"] if (r["endpoint"], r["variant"]) == ("primary", "main")
+        )
         row = sweep[sweep["forecast_token"] == t].iloc[0]
         assert row["primary_n"] == prim["test_rows"] and row["primary_status"] == prim["status"]
         if prim["status"] == "fit":
             assert row["primary_delta"] == pytest.approx(prim["delta_auroc"])
             assert row["primary_ci_low"] == pytest.approx(prim["ci"][0])
     # the base runs hold 80 tokens (2 hold 40): at t = 64 the 2 short ones are excluded
-    assert json.loads((out / "t_64" / "confirm.json").read_text())["excluded"]["short_base_run"] == 2
-    assert json.loads((out / "t_32" / "confirm.json").read_text())["excluded"]["short_base_run"] == 0
+    assert (
+        json.loads((out / "t_64" / "confirm.json").read_text())["excluded"]["short_base_run"] == 2
+    )
+    assert (
+        json.loads((out / "t_32" / "confirm.json").read_text())["excluded"]["short_base_run"] == 0
+    )
     doc = json.loads((out / "sweep.json").read_text())
     assert doc["forecast_tokens"] == [32, 64] and len(doc["rows"]) == 2
     for fig in ("prefix_sweep", "confirmatory_forest"):
@@ -157,6 +222,8 @@ def test_forecast_token_sweep_in_one_call(run):
     table = pd.read_parquet(path)
     table = table[table["kind"] == "base"].set_index("sample_id").sort_index()
     swept = base_signals(run, 64).set_index("sample_id").sort_index()
-    pd.testing.assert_frame_equal(swept[table.columns.intersection(swept.columns)],
-                                  table[table.columns.intersection(swept.columns)],
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(
+        swept[table.columns.intersection(swept.columns)],
+        table[table.columns.intersection(swept.columns)],
+        check_dtype=False,
+    )

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bt_cli import BT, assert_one_line_error, bt_env, run_bt
 from store_writer import write_run
 
@@ -41,8 +40,11 @@ def test_show_and_install_completion(tmp_path):
 
 def test_completion_answers_command_names():
     """What the installed script asks the console script: the words that complete `bt coh`."""
-    for words, cword, want in (("bt coh", 1, "cohorts"), ("bt cohorts l", 2, "list"),
-                               ("bt models l", 2, "list")):
+    for words, cword, want in (
+        ("bt coh", 1, "cohorts"),
+        ("bt cohorts l", 2, "list"),
+        ("bt models l", 2, "list"),
+    ):
         proc = run_bt(_BT_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=str(cword))
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == [want], (words, proc.stdout)
@@ -52,14 +54,24 @@ def test_completion_answers_command_names():
 
 
 def test_python_dash_m_is_the_same_command_line(tmp_path):
-    version = subprocess.run([sys.executable, "-m", "breakthrough", "--version"],
-                             capture_output=True, text=True, env=bt_env(), timeout=120,
-                             cwd=tmp_path)  # the installed package, not a checkout's folder
+    version = subprocess.run(
+        [sys.executable, "-m", "breakthrough", "--version"],
+        capture_output=True,
+        text=True,
+        env=bt_env(),
+        timeout=120,
+        cwd=tmp_path,
+    )  # the installed package, not a checkout's folder
     assert version.returncode == 0, version.stderr
     assert version.stdout == run_bt("--version").stdout
-    mistake = subprocess.run([sys.executable, "-m", "breakthrough", "status"],
-                             capture_output=True, text=True, env=bt_env(), timeout=120,
-                             cwd=tmp_path)
+    mistake = subprocess.run(
+        [sys.executable, "-m", "breakthrough", "status"],
+        capture_output=True,
+        text=True,
+        env=bt_env(),
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert_one_line_error(mistake, 2, "Missing argument", "bt status")
 
 
@@ -116,8 +128,9 @@ def test_models_list_json(tmp_path):
 # ---- help summaries ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("group", [(), ("cohorts",), ("models",), ("report",)],
-                         ids=lambda g: " ".join(g) or "bt")
+@pytest.mark.parametrize(
+    "group", [(), ("cohorts",), ("models",), ("report",)], ids=lambda g: " ".join(g) or "bt"
+)
 def test_every_command_summary_is_whole_on_one_line(group):
     """At 80 columns no summary is cut ("...") or runs onto a second line, and each is a
     sentence."""
@@ -134,14 +147,24 @@ def test_every_command_summary_is_whole_on_one_line(group):
 # ---- broken pipes ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [("--help",), ("status", "RUN"), ("verify", "RUN"),
-                                  ("cohorts", "list"), ("cohorts", "show", "math500"),
-                                  ("models", "list")], ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--help",),
+        ("status", "RUN"),
+        ("verify", "RUN"),
+        ("cohorts", "list"),
+        ("cohorts", "show", "math500"),
+        ("models", "list"),
+    ],
+    ids=" ".join,
+)
 def test_a_reader_that_stops_early_ends_bt_with_0(args, small_run):
     """`bt status runs/ | head -1`: the reader is gone before bt writes; bt exits 0, silently."""
     argv = [str(small_run) if a == "RUN" else a for a in args]
-    proc = subprocess.Popen([str(BT), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=bt_env(), text=True)
+    proc = subprocess.Popen(
+        [str(BT), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=bt_env(), text=True
+    )
     proc.stdout.close()
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 0, err
@@ -162,7 +185,10 @@ def _cached(hf_home: Path, repo: str) -> None:
 
 def test_models_list_keeps_hub_ids_whole_beside_long_paths(tmp_path):
     hf_home = tmp_path / ("a-long-folder-name-" * 4) / "hf"
-    repos = ["mlx-community/Ministral-3-3B-Reasoning-2512-4bit", "mlx-community/gemma-4-e4b-it-4bit"]
+    repos = [
+        "mlx-community/Ministral-3-3B-Reasoning-2512-4bit",
+        "mlx-community/gemma-4-e4b-it-4bit",
+    ]
     for repo in repos:
         _cached(hf_home, repo)
     proc = run_bt("models", "list", HF_HOME=str(hf_home), COLUMNS="80")
@@ -170,8 +196,10 @@ def test_models_list_keeps_hub_ids_whole_beside_long_paths(tmp_path):
     for repo in [*repos, "mlx-community/Qwen3-4B-4bit"]:
         assert repo in proc.stdout, (repo, proc.stdout)
     assert "…" not in proc.stdout
-    rows = {r["alias"]: r for r in json.loads(run_bt("models", "list", "--json",
-                                                     HF_HOME=str(hf_home)).stdout)}
+    rows = {
+        r["alias"]: r
+        for r in json.loads(run_bt("models", "list", "--json", HF_HOME=str(hf_home)).stdout)
+    }
     assert rows["ministral3-3b"]["local"] is True and rows["qwen3-4b"]["local"] is False
 
 
@@ -179,11 +207,24 @@ def test_models_list_keeps_hub_ids_whole_beside_long_paths(tmp_path):
 
 
 def test_offline_error_names_every_missing_model_with_hf_download(tmp_path):
-    proc = run_bt("base", "--cohort", "demo", "--limit", "1", "--max-tokens", "4",
-                  "--model", "no-org/first,no-org/second", "--runs-dir", tmp_path / "runs",
-                  HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
-    assert_one_line_error(proc, 2, "HF_HUB_OFFLINE", "hf download no-org/first",
-                          "hf download no-org/second")
+    proc = run_bt(
+        "base",
+        "--cohort",
+        "demo",
+        "--limit",
+        "1",
+        "--max-tokens",
+        "4",
+        "--model",
+        "no-org/first,no-org/second",
+        "--runs-dir",
+        tmp_path / "runs",
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(tmp_path / "hf"),
+    )
+    assert_one_line_error(
+        proc, 2, "HF_HUB_OFFLINE", "hf download no-org/first", "hf download no-org/second"
+    )
     assert "huggingface-cli" not in proc.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -196,11 +237,32 @@ def test_online_error_names_every_model_whose_download_failed(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = run_bt("sample", "--cohort", "demo", "--limit", "1", "--attempts", "1",
-                  "--max-tokens", "4", "--model", "no-org/first,no-org/second",
-                  "--runs-dir", tmp_path / "runs", HF_HUB_OFFLINE="0",
-                  HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"),
-                  timeout=180)
-    assert_one_line_error(proc, 2, "download failed", "no-org/first", "no-org/second",
-                          "hf download no-org/first", "hf download no-org/second")
+    proc = run_bt(
+        "sample",
+        "--cohort",
+        "demo",
+        "--limit",
+        "1",
+        "--attempts",
+        "1",
+        "--max-tokens",
+        "4",
+        "--model",
+        "no-org/first,no-org/second",
+        "--runs-dir",
+        tmp_path / "runs",
+        HF_HUB_OFFLINE="0",
+        HF_ENDPOINT=f"http://127.0.0.1:{port}",
+        HF_HOME=str(tmp_path / "hf"),
+        timeout=180,
+    )
+    assert_one_line_error(
+        proc,
+        2,
+        "download failed",
+        "no-org/first",
+        "no-org/second",
+        "hf download no-org/first",
+        "hf download no-org/second",
+    )
     assert not (tmp_path / "runs").exists()

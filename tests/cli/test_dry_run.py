@@ -19,8 +19,19 @@ def _manifest(run) -> dict:
 
 def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_dir):
     runs = tmp_path / "runs"
-    base = ("base", "--cohort", "demo", "--model", tiny_model_dir, "--runs-dir", runs,
-            "--run", "r", "--max-tokens", "24")
+    base = (
+        "base",
+        "--cohort",
+        "demo",
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        runs,
+        "--run",
+        "r",
+        "--max-tokens",
+        "24",
+    )
     first = run_bt(*base, "--dry-run", "--limit", "2")
     assert first.returncode == 0, first.stderr
     assert "2 samples, at most 48 tokens" in first.stdout and "ETA unknown" in first.stdout
@@ -31,7 +42,9 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     rate = _manifest(run)["throughput"]["base"]
     assert rate["generated_tokens"] == 48 and rate["tokens_per_s"] > 0
     rerun = run_bt(*base, "--limit", "2")  # nothing left: said before any model is loaded
-    assert rerun.returncode == 0 and "nothing to do" in " ".join((rerun.stdout + rerun.stderr).split())
+    assert rerun.returncode == 0 and "nothing to do" in " ".join(
+        (rerun.stdout + rerun.stderr).split()
+    )
 
     before = (run / "store.sqlite").read_bytes()
     again = run_bt(*base, "--dry-run", "--limit", "3")
@@ -41,8 +54,20 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     # the measurement had 2 rows in flight, this plan 1: its rate is scaled down, said so
     assert "scaled to the 1 row this plan keeps in flight" in again.stdout, again.stdout
 
-    cont = ("continue", run, "--anchors", "2,4", "--samples", "2", "--budget", "4",
-            "--answer-budget", "4", "--restarts", "4,8")
+    cont = (
+        "continue",
+        run,
+        "--anchors",
+        "2,4",
+        "--samples",
+        "2",
+        "--budget",
+        "4",
+        "--answer-budget",
+        "4",
+        "--restarts",
+        "4,8",
+    )
     plan = run_bt(*cont, "--dry-run")
     assert plan.returncode == 0, plan.stderr
     lines = {line.split()[0]: line for line in plan.stdout.splitlines()[1:] if line.strip()}

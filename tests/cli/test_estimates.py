@@ -46,8 +46,22 @@ def test_one_cell_runs_show_tokens_and_an_eta(tmp_path, tiny_model_dir):
     assert ran.returncode == 0, ran.stderr
     _progress_ok(ran.stderr, "2/2")
 
-    screen = ("cohorts", "screen", "demo", "--name", "scr", "--seeds", "21,22", "--limit", "1",
-              "--band", "0,2", "--out", out, *model)
+    screen = (
+        "cohorts",
+        "screen",
+        "demo",
+        "--name",
+        "scr",
+        "--seeds",
+        "21,22",
+        "--limit",
+        "1",
+        "--band",
+        "0,2",
+        "--out",
+        out,
+        *model,
+    )
     plan = run_bt(*screen, "--dry-run")
     assert plan.returncode == 0, plan.stderr
     said = _flat(plan.stdout)
@@ -64,8 +78,21 @@ def test_a_run_past_a_million_tokens_says_so_before_it_loads_a_model(tmp_path, t
     seeds x 3,072 tokens. The run is held busy, so the command stops at its lock, after the
     line and before any model loads."""
     runs, out = tmp_path / "runs", tmp_path / "cohorts"
-    screen = ("cohorts", "screen", "math500", "--name", "screened", "--band", "1,2", "--model",
-              tiny_model_dir, "--runs-dir", runs, "--out", out)
+    screen = (
+        "cohorts",
+        "screen",
+        "math500",
+        "--name",
+        "screened",
+        "--band",
+        "1,2",
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        runs,
+        "--out",
+        out,
+    )
     plan = run_bt(*screen, "--dry-run")
     assert plan.returncode == 0, plan.stderr
     assert "1,500 samples, at most 4,608,000 tokens" in plan.stdout
@@ -73,12 +100,24 @@ def test_a_run_past_a_million_tokens_says_so_before_it_loads_a_model(tmp_path, t
         busy = run_bt(*screen)
     assert busy.returncode == 2, busy.stderr
     said = _flat(busy.stdout)
-    assert ("math500-tiny-llama: a large run: at most 4,608,000 tokens (1,500 samples); "
-            "ETA unknown") in said, said
+    assert (
+        "math500-tiny-llama: a large run: at most 4,608,000 tokens (1,500 samples); ETA unknown"
+    ) in said, said
     assert not out.exists()
 
-    base = ("base", "--cohort", "math500", "--max-tokens", "4096", "--model", tiny_model_dir,
-            "--runs-dir", runs, "--run", "big")
+    base = (
+        "base",
+        "--cohort",
+        "math500",
+        "--max-tokens",
+        "4096",
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        runs,
+        "--run",
+        "big",
+    )
     with run_lock(runs / "big"):
         busy = run_bt(*base)
     assert busy.returncode == 2, busy.stderr

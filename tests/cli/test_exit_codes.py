@@ -27,7 +27,11 @@ def test_version_and_top_level_usage_error_without_a_doubled_prefix():
     import breakthrough
 
     proc = run_bt("--version")
-    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, f"bt {breakthrough.__version__}", "")
+    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (
+        0,
+        f"bt {breakthrough.__version__}",
+        "",
+    )
     line = assert_one_line_error(run_bt("--nosuch"), 2, "--nosuch")
     assert line.startswith("bt: error: No such option"), line  # not "bt: error: bt: ..."
     line = assert_one_line_error(run_bt("status", "--nosuch"), 2)
@@ -68,8 +72,21 @@ def _wait_for_cells(store, proc, limit_s: float = 120.0) -> None:
 
 def test_sigint_during_generation_exits_130_and_keeps_the_store(tmp_path, tiny_model_dir):
     run = tmp_path / "runs" / "r"
-    args = ("base", "--cohort", "demo", "--model", tiny_model_dir, "--limit", "2",
-            "--max-tokens", "16000", "--runs-dir", tmp_path / "runs", "--run", "r")
+    args = (
+        "base",
+        "--cohort",
+        "demo",
+        "--model",
+        tiny_model_dir,
+        "--limit",
+        "2",
+        "--max-tokens",
+        "16000",
+        "--runs-dir",
+        tmp_path / "runs",
+        "--run",
+        "r",
+    )
     proc = start_bt(*args)
     try:
         _wait_for_cells(run / "store.sqlite", proc)

@@ -8,10 +8,10 @@ import re
 
 import pytest
 import typer.main
+from bt_cli import run_bt
 
 from breakthrough.cli import app
 from breakthrough.commands.options import count
-from bt_cli import run_bt
 
 
 def _commands(group, prefix=()):
@@ -30,8 +30,11 @@ def _description(text: str) -> list[list[str]]:
     """The paragraphs between the usage line and the first section (Arguments/Options)."""
     body = text.split("\n\n", 1)[1]
     body = re.split(r"\n(?:Arguments|Options|Commands):", "\n" + body)[0]
-    return [[line.strip() for line in p.splitlines() if line.strip()]
-            for p in body.split("\n\n") if p.strip()]
+    return [
+        [line.strip() for line in p.splitlines() if line.strip()]
+        for p in body.split("\n\n")
+        if p.strip()
+    ]
 
 
 @pytest.mark.parametrize("path", [(), *COMMANDS], ids=lambda p: " ".join(p) or "bt")

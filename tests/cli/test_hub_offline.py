@@ -11,11 +11,28 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_offline_missing_hub_model_is_one_line_and_writes_nothing(tmp_path):
-    proc = run_bt("base", "--cohort", "demo", "--limit", "1", "--max-tokens", "4",
-                  "--model", "no-such-org/no-such-model", "--runs-dir", tmp_path / "runs",
-                  HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
-    assert_one_line_error(proc, 2, "no-such-org/no-such-model", "HF_HUB_OFFLINE",
-                          "hf download no-such-org/no-such-model")
+    proc = run_bt(
+        "base",
+        "--cohort",
+        "demo",
+        "--limit",
+        "1",
+        "--max-tokens",
+        "4",
+        "--model",
+        "no-such-org/no-such-model",
+        "--runs-dir",
+        tmp_path / "runs",
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(tmp_path / "hf"),
+    )
+    assert_one_line_error(
+        proc,
+        2,
+        "no-such-org/no-such-model",
+        "HF_HUB_OFFLINE",
+        "hf download no-such-org/no-such-model",
+    )
     assert not (tmp_path / "runs").exists()
 
 

@@ -4,7 +4,6 @@ the option, exit 2, nothing written, whatever the value."""
 from __future__ import annotations
 
 import pytest
-
 from bt_cli import run_bt
 
 
@@ -28,5 +27,8 @@ def test_help_says_what_auto_chooses() -> None:
 def test_kv_bits_other_than_4_or_8_is_one_line(tmp_path, value) -> None:
     runs = tmp_path / "runs"
     res = run_bt("continue", "--runs-dir", runs, "--kv-bits", value)
-    assert res.returncode == 2 and res.stderr.strip() == f"bt: error: --kv-bits: expected 4 or 8, got {value}"
+    assert (
+        res.returncode == 2
+        and res.stderr.strip() == f"bt: error: --kv-bits: expected 4 or 8, got {value}"
+    )
     assert not runs.exists()

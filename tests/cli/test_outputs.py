@@ -17,41 +17,69 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from breakthrough.protocol import DEFAULT
 from bt_cli import assert_one_line_error, run_bt
 from classify_fixture import cell_spec, write_store
+
+from breakthrough.protocol import DEFAULT
 
 NO_SPACE = os.strerror(28)  # "No space left on device"
 
 
 def _snapshot(run: Path) -> dict[str, bytes]:
     """Every file of a run but SQLite's -shm index and an empty -wal (readers touch those)."""
-    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
-            if p.is_file() and not p.name.endswith("-shm")
-            and not (p.name.endswith("-wal") and p.stat().st_size == 0)}
+    return {
+        str(p.relative_to(run)): p.read_bytes()
+        for p in sorted(run.rglob("*"))
+        if p.is_file()
+        and not p.name.endswith("-shm")
+        and not (p.name.endswith("-wal") and p.stat().st_size == 0)
+    }
 
 
 @pytest.fixture(scope="module")
 def store_run(tmp_path_factory) -> Path:
     """A store with probes and restarts, written directly (no model)."""
     root = tmp_path_factory.mktemp("outputs")
-    return write_store(root / "r", cell_spec(),
-                       DEFAULT.with_overrides(anchors=(8, 16, 32), samples=2, budget=8))
+    return write_store(
+        root / "r", cell_spec(), DEFAULT.with_overrides(anchors=(8, 16, 32), samples=2, budget=8)
+    )
 
 
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory, tiny_model_dir) -> Path:
     """A base run of the tiny model, ready for `bt continue`."""
     runs = tmp_path_factory.mktemp("outputs-base")
-    proc = run_bt("base", "--cohort", "arith", "--limit", "1", "--max-tokens", "24",
-                  "--model", tiny_model_dir, "--runs-dir", runs, "--run", "base")
+    proc = run_bt(
+        "base",
+        "--cohort",
+        "arith",
+        "--limit",
+        "1",
+        "--max-tokens",
+        "24",
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        runs,
+        "--run",
+        "base",
+    )
     assert proc.returncode == 0, proc.stderr
     return runs / "base"
 
 
-CONTINUE = ("--budget", "4", "--answer-budget", "4", "--anchors", "4,8", "--restarts", "4",
-            "--samples", "2")
+CONTINUE = (
+    "--budget",
+    "4",
+    "--answer-budget",
+    "4",
+    "--anchors",
+    "4,8",
+    "--restarts",
+    "4",
+    "--samples",
+    "2",
+)
 
 
 @pytest.fixture
@@ -72,8 +100,12 @@ def full_disk(tmp_path: Path):
     """A 1 MiB tmpfs filled to the last block (skipped where mounting is not allowed)."""
     mnt = tmp_path / "full"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs needs privileges this machine does not give")
     try:
         yield mnt
@@ -107,11 +139,15 @@ def test_every_output_under_proc_is_one_line(store_run: Path, tmp_path: Path) ->
     before = _snapshot(store_run)
     cases = [
         (("export", store_run, "-o", "/proc/bt-export"), "/proc/bt-export: cannot make the folder"),
-        (("classify", store_run, "--draws", "1", "-o", "/proc/bt-classify"),
-         "/proc/bt-classify: cannot make the folder"),
+        (
+            ("classify", store_run, "--draws", "1", "-o", "/proc/bt-classify"),
+            "/proc/bt-classify: cannot make the folder",
+        ),
         (("report", "study", store_run, "--out", "/proc/bt-study"), "/proc/bt-study"),
-        (("auroc", table, "-g", "g", "-s", "s", "-l", "y", "-b", "0", "-o", "/proc/a.json"),
-         "/proc/a.json: cannot write"),
+        (
+            ("auroc", table, "-g", "g", "-s", "s", "-l", "y", "-b", "0", "-o", "/proc/a.json"),
+            "/proc/a.json: cannot write",
+        ),
     ]
     for args, words in cases:
         assert_one_line_error(run_bt(*args), 2, words)
@@ -122,8 +158,9 @@ def test_every_output_under_proc_is_one_line(store_run: Path, tmp_path: Path) ->
 @pytest.mark.heavy
 def test_export_into_an_immutable_folder_is_one_line(store_run: Path, immutable: Path) -> None:
     proc = run_bt("export", store_run, "-o", immutable)
-    assert_one_line_error(proc, 2, f"{immutable / 'samples.parquet'}: cannot write",
-                          "Operation not permitted")
+    assert_one_line_error(
+        proc, 2, f"{immutable / 'samples.parquet'}: cannot write", "Operation not permitted"
+    )
     proc = run_bt("signals", store_run, "-o", immutable / "s.parquet")
     assert_one_line_error(proc, 2, f"{immutable / 's.parquet'}: cannot write")
     proc = run_bt("classify", store_run, "--draws", "1", "--no-cell-pages", "-o", immutable / "c")
@@ -143,8 +180,9 @@ def test_continue_whose_lock_meets_a_full_disk_is_one_line(base_run: Path, tmp_p
     assert not (run / "run.lock").exists() and not (run / "run.lock").is_symlink()
 
 
-def test_a_full_disk_is_one_line_naming_the_file(base_run: Path, store_run: Path,
-                                                 full_disk: Path) -> None:
+def test_a_full_disk_is_one_line_naming_the_file(
+    base_run: Path, store_run: Path, full_disk: Path
+) -> None:
     run = Path(shutil.copytree(base_run, full_disk / "base"))
     assert run_bt("status", run).returncode == 0  # SQLite's -shm made while there is room
     _fill(full_disk)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import sys
 
-import pytest
-
 import breakthrough.pipeline.base as base_pipeline
 from breakthrough.cli import main
 
@@ -21,10 +19,22 @@ def _bt(monkeypatch, capsys, *args) -> tuple[int, str]:
     return 0, capsys.readouterr().err
 
 
-def test_base_refuses_other_max_tokens_before_loading_the_model(tmp_path, tiny_model_dir,
-                                                                monkeypatch, capsys):
-    args = ("base", "--cohort", "demo", "--model", tiny_model_dir, "--runs-dir", tmp_path,
-            "--run", "r", "--limit", "1")
+def test_base_refuses_other_max_tokens_before_loading_the_model(
+    tmp_path, tiny_model_dir, monkeypatch, capsys
+):
+    args = (
+        "base",
+        "--cohort",
+        "demo",
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        tmp_path,
+        "--run",
+        "r",
+        "--limit",
+        "1",
+    )
     monkeypatch.setattr(sys, "argv", ["bt", *map(str, args), "--max-tokens", "16"])
     main()
     capsys.readouterr()
@@ -38,19 +48,32 @@ def test_base_refuses_other_max_tokens_before_loading_the_model(tmp_path, tiny_m
     assert "protocol.base_max_tokens" in err and "16 vs 48" in err
 
 
-def test_base_with_an_identical_copy_of_the_model_is_the_same_run(tmp_path, tiny_model_dir,
-                                                                   monkeypatch, capsys):
+def test_base_with_an_identical_copy_of_the_model_is_the_same_run(
+    tmp_path, tiny_model_dir, monkeypatch, capsys
+):
     import json
     import shutil
 
     copy = tmp_path / "elsewhere" / tiny_model_dir.name
     shutil.copytree(tiny_model_dir, copy)
-    common = ("base", "--cohort", "demo", "--runs-dir", tmp_path / "runs", "--run", "r",
-              "--limit", "1", "--max-tokens", "8")
+    common = (
+        "base",
+        "--cohort",
+        "demo",
+        "--runs-dir",
+        tmp_path / "runs",
+        "--run",
+        "r",
+        "--limit",
+        "1",
+        "--max-tokens",
+        "8",
+    )
     monkeypatch.setattr(sys, "argv", ["bt", *map(str, common), "--model", str(tiny_model_dir)])
     main()
-    monkeypatch.setattr(sys, "argv", ["bt", *map(str, common), "--model", str(copy),
-                                      "--limit", "2"])
+    monkeypatch.setattr(
+        sys, "argv", ["bt", *map(str, common), "--model", str(copy), "--limit", "2"]
+    )
     main()  # not refused: the same weights
     capsys.readouterr()
     code, err = _bt(monkeypatch, capsys, "export", tmp_path / "runs" / "r", "-f", "csv")
@@ -61,15 +84,31 @@ def test_base_with_an_identical_copy_of_the_model_is_the_same_run(tmp_path, tiny
     assert str(tmp_path) not in text and str(tiny_model_dir.parent) not in text
 
 
-def test_continue_refuses_another_backend_before_writing_or_loading(tmp_path, tiny_model_dir,
-                                                                    monkeypatch, capsys):
+def test_continue_refuses_another_backend_before_writing_or_loading(
+    tmp_path, tiny_model_dir, monkeypatch, capsys
+):
     import json
     import sqlite3
 
     import breakthrough.pipeline.cell_loop as cell_loop
 
-    code, err = _bt(monkeypatch, capsys, "base", "--cohort", "demo", "--model", tiny_model_dir,
-                    "--runs-dir", tmp_path, "--run", "r", "--limit", "1", "--max-tokens", "8")
+    code, err = _bt(
+        monkeypatch,
+        capsys,
+        "base",
+        "--cohort",
+        "demo",
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        tmp_path,
+        "--run",
+        "r",
+        "--limit",
+        "1",
+        "--max-tokens",
+        "8",
+    )
     assert code == 0, err
     run = tmp_path / "r"
     before = (run / "store.sqlite").read_bytes()
@@ -78,11 +117,25 @@ def test_continue_refuses_another_backend_before_writing_or_loading(tmp_path, ti
         raise AssertionError("the model was loaded before the refusal")
 
     monkeypatch.setattr(cell_loop, "load_model", no_loading)
-    code, err = _bt(monkeypatch, capsys, "continue", run, "--backend", "mlx-fresh",
-                    "--anchors", "2", "--samples", "1", "--budget", "4")
+    code, err = _bt(
+        monkeypatch,
+        capsys,
+        "continue",
+        run,
+        "--backend",
+        "mlx-fresh",
+        "--anchors",
+        "2",
+        "--samples",
+        "1",
+        "--budget",
+        "4",
+    )
     assert code == 2 and err.count("\n") == 1, err
     assert "engine.backend='mlx'" in err and "mlx-fresh" in err
     assert (run / "store.sqlite").read_bytes() == before
     with sqlite3.connect(f"file:{run / 'store.sqlite'}?mode=ro", uri=True) as c:
-        stored = json.loads(c.execute("SELECT value FROM manifest WHERE key='protocol'").fetchone()[0])
+        stored = json.loads(
+            c.execute("SELECT value FROM manifest WHERE key='protocol'").fetchone()[0]
+        )
     assert stored["anchors"] != [2]

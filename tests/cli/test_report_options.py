@@ -4,7 +4,6 @@ and posterior bands outside their ranges before reading a run."""
 from __future__ import annotations
 
 import pytest
-
 from bt_cli import assert_one_line_error, run_bt
 from classify_fixture import cell_spec, write_store
 
@@ -25,11 +24,17 @@ def test_auroc_with_several_groups_does_not_warn(tmp_path):
     assert "degenerate" not in proc.stderr
 
 
-@pytest.mark.parametrize("args, option", [
-    (["--delta", "1.5"], "--delta"), (["--delta", "0"], "--delta"), (["--delta", "1"], "--delta"),
-    (["--tau", "1.2"], "--tau"), (["--prior", "flat"], "--prior"),
-    (["--band-lo", "0.9", "--band-hi", "0.1"], "--band-lo"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--delta", "1.5"], "--delta"),
+        (["--delta", "0"], "--delta"),
+        (["--delta", "1"], "--delta"),
+        (["--tau", "1.2"], "--tau"),
+        (["--prior", "flat"], "--prior"),
+        (["--band-lo", "0.9", "--band-hi", "0.1"], "--band-lo"),
+    ],
+)
 def test_classify_refuses_out_of_range_settings(tmp_path, args, option):
     run = write_store(tmp_path / "r", cell_spec())
     assert_one_line_error(run_bt("classify", run, "--draws", "1", *args), 2, option)

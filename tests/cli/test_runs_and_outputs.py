@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bt_cli import assert_one_line_error, bt_env, run_bt
 from classify_fixture import cell_spec, write_store
 from cli.test_confirm_cli import write_run
@@ -25,8 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _notes(text: str) -> list[str]:
-    return [line.strip()[len("note: "):] for line in text.splitlines()
-            if line.strip().startswith("note: ")]
+    return [
+        line.strip()[len("note: ") :]
+        for line in text.splitlines()
+        if line.strip().startswith("note: ")
+    ]
 
 
 def _runs_folder(tmp_path: Path) -> Path:
@@ -75,16 +77,27 @@ def test_status_and_verify_take_runs_star_with_one_note_per_folder(tmp_path):
     assert _notes(proc.stderr) == [f"skipped {runs / 'classify'} (not a run: bt classify output)"]
     assert proc.stdout.count(": intact:") == 3  # the study run and both sample runs
     proc = run_bt("status", runs / "classify")  # no run left: one line, nothing else
-    assert_one_line_error(proc, 2, "no run directories", str(runs / "classify"),
-                          "not a run: bt classify output")
+    assert_one_line_error(
+        proc, 2, "no run directories", str(runs / "classify"), "not a run: bt classify output"
+    )
 
 
 @pytest.mark.heavy
 def test_worked_example_runs_after_the_pipeline(tmp_path):
     runs = _runs_folder(tmp_path)
-    proc = subprocess.run([sys.executable, str(ROOT / "analysis" / "auroc_worked_example.py"),
-                           *[f"{p}/" for p in _star(runs)], "--bootstrap", "0"],
-                          capture_output=True, text=True, env=bt_env(), timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "analysis" / "auroc_worked_example.py"),
+            *[f"{p}/" for p in _star(runs)],
+            "--bootstrap",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env=bt_env(),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     notes = _notes(proc.stdout)
     assert any(n.startswith(f"skipped {runs / 'classify'} (not a run") for n in notes), notes

@@ -11,25 +11,45 @@ import subprocess
 import sys
 
 import pytest
-
 from bt_cli import bt_env, run_bt
 from store_writer import write_run
 
-HEAVY = ("pandas", "scipy", "matplotlib", "mlx", "mlx_lm", "sympy", "numpy", "transformers",
-         "huggingface_hub", "pyarrow")
+HEAVY = (
+    "pandas",
+    "scipy",
+    "matplotlib",
+    "mlx",
+    "mlx_lm",
+    "sympy",
+    "numpy",
+    "transformers",
+    "huggingface_hub",
+    "pyarrow",
+)
 
 
 def _imported(stderr: str) -> set[str]:
     """Every module named by `-X importtime` / PYTHONPROFILEIMPORTTIME output."""
-    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines()
-            if line.startswith("import time:") and "|" in line}
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
 
 
 def test_import_cli_loads_nothing_heavy(tmp_path):
-    code = ("import sys, breakthrough.cli; "
-            f"print(' '.join(m for m in {(*HEAVY, 'rich')!r} if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=bt_env(), timeout=120, cwd=tmp_path)  # the installed package
+    code = (
+        "import sys, breakthrough.cli; "
+        f"print(' '.join(m for m in {(*HEAVY, 'rich')!r} if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=bt_env(),
+        timeout=120,
+        cwd=tmp_path,
+    )  # the installed package
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [], f"import breakthrough.cli loaded {proc.stdout.strip()}"
 
@@ -38,8 +58,9 @@ def _top_level(modules: set[str]) -> set[str]:
     return {m.split(".")[0] for m in modules}
 
 
-@pytest.mark.parametrize("args", [("--version",), ("--help",), ("cohorts", "list"),
-                                  ("models", "list")], ids=" ".join)
+@pytest.mark.parametrize(
+    "args", [("--version",), ("--help",), ("cohorts", "list"), ("models", "list")], ids=" ".join
+)
 def test_light_commands_load_no_heavy_library(args, tmp_path):
     proc = run_bt(*args, PYTHONPROFILEIMPORTTIME="1", HF_HOME=str(tmp_path / "hf"))
     assert proc.returncode == 0, proc.stderr
@@ -55,5 +76,9 @@ def test_status_and_verify_leave_scipy_stats_and_models_alone(tmp_path):
         proc = run_bt(*args, PYTHONPROFILEIMPORTTIME="1")
         assert proc.returncode == 0, proc.stderr
         mods = _imported(proc.stderr)
-        assert "scipy.stats" not in mods and not _top_level(mods) & {"mlx", "mlx_lm", "sympy",
-                                                                      "matplotlib"}, args
+        assert "scipy.stats" not in mods and not _top_level(mods) & {
+            "mlx",
+            "mlx_lm",
+            "sympy",
+            "matplotlib",
+        }, args

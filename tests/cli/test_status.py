@@ -5,10 +5,10 @@ cell id whole on one line."""
 from __future__ import annotations
 
 import numpy as np
-
-from breakthrough.store import RunStore, SampleRecord
 from bt_cli import run_bt
 from classify_fixture import SMALL, small_spec, write_store
+
+from breakthrough.store import RunStore, SampleRecord
 
 
 def _run_with_a_cell_without_base(path):
@@ -16,12 +16,25 @@ def _run_with_a_cell_without_base(path):
     run = write_store(path, spec, SMALL)
     long_id = "g:" + "a-very-long-problem-identifier-" * 3 + "x"
     with RunStore(run) as store:
-        store.add_cells([{"cell_id": long_id, "model": "g", "item": {"id": long_id[2:]},
-                          "prompt_ids": [1]}])
-        store.add_samples([SampleRecord(cell_id="g:p1", kind="base", anchor=-1, budget=0,
-                                        branch=0, seed=11, prefix_len=0,
-                                        token_ids=np.arange(5, dtype=np.int32), text="t",
-                                        finish_reason="length")])
+        store.add_cells(
+            [{"cell_id": long_id, "model": "g", "item": {"id": long_id[2:]}, "prompt_ids": [1]}]
+        )
+        store.add_samples(
+            [
+                SampleRecord(
+                    cell_id="g:p1",
+                    kind="base",
+                    anchor=-1,
+                    budget=0,
+                    branch=0,
+                    seed=11,
+                    prefix_len=0,
+                    token_ids=np.arange(5, dtype=np.int32),
+                    text="t",
+                    finish_reason="length",
+                )
+            ]
+        )
     return run, long_id
 
 

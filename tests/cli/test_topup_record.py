@@ -17,14 +17,24 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from bt_cli import assert_one_line_error, run_bt
 
 from breakthrough.store import RunStore
 from breakthrough.tasks.grade import Grade
-from bt_cli import assert_one_line_error, run_bt
 
 BASE = ("--cohort", "arith", "--limit", "2", "--max-tokens", "24")
-CONTINUE = ("--budget", "4", "--answer-budget", "4", "--anchors", "4,8", "--restarts", "4",
-            "--samples", "2")
+CONTINUE = (
+    "--budget",
+    "4",
+    "--answer-budget",
+    "4",
+    "--anchors",
+    "4,8",
+    "--restarts",
+    "4",
+    "--samples",
+    "2",
+)
 
 
 def _said(proc) -> str:
@@ -38,8 +48,9 @@ def _manifest(run: Path) -> dict:
 
 def _samples(run: Path) -> list[tuple]:
     with sqlite3.connect(f"file:{run / 'store.sqlite'}?mode=ro", uri=True) as c:
-        return c.execute("SELECT cell_id, kind, anchor, budget, branch FROM samples "
-                         "ORDER BY 1, 2, 3, 4, 5").fetchall()
+        return c.execute(
+            "SELECT cell_id, kind, anchor, budget, branch FROM samples ORDER BY 1, 2, 3, 4, 5"
+        ).fetchall()
 
 
 FIRST: dict = {}  # the first continuation's output, for the test of what it said
@@ -55,8 +66,10 @@ def none_run(tmp_path_factory, tiny_model_dir) -> Path:
     assert proc.returncode == 0, proc.stderr
     FIRST.update(said=_said(proc), manifest=_manifest(run))
     with RunStore(run) as store:  # a restart cell at 1 of 2: the ambiguous rule enlarges it
-        (sid,), = store.conn.execute("SELECT sample_id FROM samples WHERE kind='restart' "
-                                     "AND branch=0 ORDER BY cell_id LIMIT 1").fetchall()
+        ((sid,),) = store.conn.execute(
+            "SELECT sample_id FROM samples WHERE kind='restart' "
+            "AND branch=0 ORDER BY cell_id LIMIT 1"
+        ).fetchall()
         store.set_grades([(sid, Grade(True, "correct", "fixture", "arith", "t"))])
     return run
 
@@ -93,11 +106,15 @@ def test_a_named_rule_is_added_recorded_and_then_the_runs(none_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     said = _said(proc)
     assert "top-ups: ambiguous (the run's none, adding ambiguous)" in said
-    assert "top-ups ambiguous; added top-up rule ambiguous to the run's none (recorded: a plain " \
-           "`bt continue` now runs ambiguous)" in said
+    assert (
+        "top-ups ambiguous; added top-up rule ambiguous to the run's none (recorded: a plain "
+        "`bt continue` now runs ambiguous)" in said
+    )
     added = set(_samples(run)) - before
-    assert added and {(kind, branch) for _, kind, _, _, branch in added} == \
-        {("restart", 2), ("restart", 3)}
+    assert added and {(kind, branch) for _, kind, _, _, branch in added} == {
+        ("restart", 2),
+        ("restart", 3),
+    }
     assert _manifest(run)["topup"] == "ambiguous"
     again = run_bt("continue", run)
     assert again.returncode == 0, again.stderr
@@ -114,10 +131,19 @@ def test_dropping_or_contradicting_the_runs_rules_is_refused(none_run, tmp_path)
     with sqlite3.connect(run / "store.sqlite") as c:
         c.execute("UPDATE manifest SET value='\"ambiguous\"' WHERE key='topup'")
     before = _samples(run), _manifest(run)
-    assert_one_line_error(run_bt("continue", run, "--topup", "none"), 2,
-                          "--topup ambiguous", "stored ambiguous vs asked none", "only added to")
-    assert_one_line_error(run_bt("continue", run, "--topup", "terminal,posterior"), 2,
-                          "stored ambiguous vs asked terminal,posterior", "alternative rules")
+    assert_one_line_error(
+        run_bt("continue", run, "--topup", "none"),
+        2,
+        "--topup ambiguous",
+        "stored ambiguous vs asked none",
+        "only added to",
+    )
+    assert_one_line_error(
+        run_bt("continue", run, "--topup", "terminal,posterior"),
+        2,
+        "stored ambiguous vs asked terminal,posterior",
+        "alternative rules",
+    )
     assert (_samples(run), _manifest(run)) == before
 
 
@@ -128,7 +154,9 @@ def test_a_run_without_a_record_keeps_the_default_and_says_so(none_run, tmp_path
     before = set(_samples(run))
     proc = run_bt("continue", run)
     assert proc.returncode == 0, proc.stderr
-    assert "top-ups: terminal,ambiguous (the default: the run was continued before bt " \
-           "recorded its top-up rules)" in _said(proc)
+    assert (
+        "top-ups: terminal,ambiguous (the default: the run was continued before bt "
+        "recorded its top-up rules)" in _said(proc)
+    )
     assert set(_samples(run)) - before  # today's behaviour: the default ran (ambiguous cell)
     assert _manifest(run)["topup"] == "terminal,ambiguous"

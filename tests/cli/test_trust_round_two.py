@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from bt_cli import assert_one_line_error, run_bt, snapshot
 from store_writer import CELL, as_schema_2, write_run
 
@@ -66,26 +65,53 @@ def _damaged(proc: subprocess.CompletedProcess, *needles: str) -> str:
 PROBE = "(SELECT sample_id FROM samples WHERE kind='probe' AND anchor=4 AND branch=0)"
 # damage -> (SQL, the field `bt verify` names, who the line is about)
 DAMAGE = {
-    "logprobs zeroed": (f"UPDATE samples SET logprobs=zeroblob(length(logprobs)) "
-                        f"WHERE sample_id={PROBE}", "logprobs", "sample 2 "),
-    "entropies zeroed": (f"UPDATE samples SET entropies=zeroblob(length(entropies)) "
-                         f"WHERE sample_id={PROBE}", "entropies", "sample 2 "),
-    "sampling entropies zeroed": (f"UPDATE samples SET sampling_entropies=zeroblob(length("
-                                  f"sampling_entropies)) WHERE sample_id={PROBE}",
-                                  "sampling_entropies", "sample 2 "),
-    "anchor changed": (f"UPDATE samples SET anchor=6 WHERE sample_id={PROBE}", "anchor",
-                       "sample 2 "),
-    "branch changed": (f"UPDATE samples SET branch=7 WHERE sample_id={PROBE}", "branch",
-                       "sample 2 "),
-    "grade flipped": (f"UPDATE grades SET correct=1-correct WHERE sample_id={PROBE}",
-                      "grade.correct", "sample 2 "),
+    "logprobs zeroed": (
+        f"UPDATE samples SET logprobs=zeroblob(length(logprobs)) WHERE sample_id={PROBE}",
+        "logprobs",
+        "sample 2 ",
+    ),
+    "entropies zeroed": (
+        f"UPDATE samples SET entropies=zeroblob(length(entropies)) WHERE sample_id={PROBE}",
+        "entropies",
+        "sample 2 ",
+    ),
+    "sampling entropies zeroed": (
+        f"UPDATE samples SET sampling_entropies=zeroblob(length("
+        f"sampling_entropies)) WHERE sample_id={PROBE}",
+        "sampling_entropies",
+        "sample 2 ",
+    ),
+    "anchor changed": (
+        f"UPDATE samples SET anchor=6 WHERE sample_id={PROBE}",
+        "anchor",
+        "sample 2 ",
+    ),
+    "branch changed": (
+        f"UPDATE samples SET branch=7 WHERE sample_id={PROBE}",
+        "branch",
+        "sample 2 ",
+    ),
+    "grade flipped": (
+        f"UPDATE grades SET correct=1-correct WHERE sample_id={PROBE}",
+        "grade.correct",
+        "sample 2 ",
+    ),
     "gold answer edited": ("UPDATE cells SET answer='81'", "cell.answer", f"cell {CELL}"),
-    "cohort row edited": ("UPDATE cells SET item=replace(item, '\"answer\": 80', '\"answer\": 81')",
-                          "cell.item", f"cell {CELL}"),
-    "signals zeroed": ("UPDATE signals SET data=zeroblob(length(data))", "signals.data",
-                       "sample 1 "),
-    "hidden-vector row edited": ("UPDATE hidden_vectors SET stride=4", "hidden_vectors.stride",
-                                 "sample 1 "),
+    "cohort row edited": (
+        "UPDATE cells SET item=replace(item, '\"answer\": 80', '\"answer\": 81')",
+        "cell.item",
+        f"cell {CELL}",
+    ),
+    "signals zeroed": (
+        "UPDATE signals SET data=zeroblob(length(data))",
+        "signals.data",
+        "sample 1 ",
+    ),
+    "hidden-vector row edited": (
+        "UPDATE hidden_vectors SET stride=4",
+        "hidden_vectors.stride",
+        "sample 1 ",
+    ),
 }
 
 
@@ -97,12 +123,12 @@ def test_1_each_kind_of_damage_is_one_line_naming_the_row_and_field(made, tmp_pa
         _sql(runs[name], sql)
     before = {name: snapshot(run) for name, run in runs.items()}
     verified = _all(*[("verify", run) for run in runs.values()])
-    for (name, (_, field, who)), proc in zip(DAMAGE.items(), verified):
+    for (name, (_, field, who)), proc in zip(DAMAGE.items(), verified, strict=True):
         line = _damaged(proc, who, field)
         assert SCHEMA_3 in proc.stdout, (name, proc.stdout)
         assert "changed since" in line or "does not match" in line, (name, line)
     # a reader refuses the row (or the cell's rows) before computing anything from it
-    for name, proc in zip(DAMAGE, _all(*[("status", run) for run in runs.values()])):
+    for name, proc in zip(DAMAGE, _all(*[("status", run) for run in runs.values()]), strict=True):
         assert_one_line_error(proc, 2, DAMAGE[name][1], "checksum", "bt verify")
     assert {name: snapshot(run) for name, run in runs.items()} == before
 
@@ -132,6 +158,7 @@ def test_1_a_store_with_the_old_checksums_still_verifies_and_keeps_them(made, tm
 
 # ---- 2: a column holding another storage class is damage, not a traceback ---------------------
 
+
 @pytest.mark.heavy
 def test_2_token_ids_holding_text_is_one_line_of_damage(made, tmp_path):
     runs = [_copy(made[v], tmp_path / v) for v in ("v3", "v2")]
@@ -146,6 +173,7 @@ def test_2_token_ids_holding_text_is_one_line_of_damage(made, tmp_path):
 
 
 # ---- 3: an archived run is read --------------------------------------------------------------
+
 
 def _freeze(run: Path) -> None:
     """`run` read-only as an archive is: `chattr -R +i` when root (a root process writes
@@ -175,9 +203,13 @@ def test_3_read_only_commands_read_an_archived_run(made, tmp_path):
     before = snapshot(run)
     _freeze(run)
     try:
-        procs = _all(("verify", run), ("status", run), ("export", run, "-o", out / "export"),
-                     ("classify", run, "--draws", "2", "-o", out / "classify"),
-                     ("report", "study", run, "--out", out / "study"))
+        procs = _all(
+            ("verify", run),
+            ("status", run),
+            ("export", run, "-o", out / "export"),
+            ("classify", run, "--draws", "2", "-o", out / "classify"),
+            ("report", "study", run, "--out", out / "study"),
+        )
         # nothing beside the store: no -wal or -shm (it was read as an immutable file)
         assert sorted(p.relative_to(run) for p in run.rglob("*")) == files
     finally:
@@ -190,8 +222,9 @@ def test_3_read_only_commands_read_an_archived_run(made, tmp_path):
     assert snapshot(run) == before
 
 
-def test_3_a_folder_that_cannot_be_written_is_read_as_an_immutable_file(made, tmp_path,
-                                                                        monkeypatch):
+def test_3_a_folder_that_cannot_be_written_is_read_as_an_immutable_file(
+    made, tmp_path, monkeypatch
+):
     """The rule behind the archived run, on any filesystem and as any user: when the folder
     cannot be written, a reader opens the store with `immutable=1` (so SQLite makes no -shm
     or -wal beside it); otherwise with `mode=ro` (and SQLite adds them, as readers of a WAL
@@ -200,9 +233,11 @@ def test_3_a_folder_that_cannot_be_written_is_read_as_an_immutable_file(made, tm
 
     run = _copy(made["v3"], tmp_path / "run")
     real_access = os.access
-    monkeypatch.setattr(os, "access",
-                        lambda p, mode: False if Path(p) == run and mode == os.W_OK
-                        else real_access(p, mode))
+    monkeypatch.setattr(
+        os,
+        "access",
+        lambda p, mode: False if Path(p) == run and mode == os.W_OK else real_access(p, mode),
+    )
     with RunStore(run, readonly=True) as store:
         assert len(store.samples_frame()) == 7 and store.verify_integrity() == []
     assert sorted(p.name for p in run.iterdir()) == ["hidden", "store.sqlite"]
@@ -215,14 +250,22 @@ def test_3_a_folder_that_cannot_be_written_is_read_as_an_immutable_file(made, tm
 # ---- 4: a damaged manifest is refused on every open ------------------------------------------
 
 MANIFEST_DAMAGE = {
-    "schema_version deleted": ("DELETE FROM manifest WHERE key='schema_version'",
-                               "key 'schema_version'", "missing"),
-    "budget 'four'": ("UPDATE manifest SET value=json_set(value, '$.budget', 'four') "
-                      "WHERE key='protocol'", "key 'protocol'", "budget"),
-    "hidden_stride a string": ("UPDATE manifest SET value='\"8\"' WHERE key='hidden_stride'",
-                               "key 'hidden_stride'", "integer"),
-    "model_id deleted": ("DELETE FROM manifest WHERE key='model_id'", "key 'model_id'",
-                         "missing"),
+    "schema_version deleted": (
+        "DELETE FROM manifest WHERE key='schema_version'",
+        "key 'schema_version'",
+        "missing",
+    ),
+    "budget 'four'": (
+        "UPDATE manifest SET value=json_set(value, '$.budget', 'four') WHERE key='protocol'",
+        "key 'protocol'",
+        "budget",
+    ),
+    "hidden_stride a string": (
+        "UPDATE manifest SET value='\"8\"' WHERE key='hidden_stride'",
+        "key 'hidden_stride'",
+        "integer",
+    ),
+    "model_id deleted": ("DELETE FROM manifest WHERE key='model_id'", "key 'model_id'", "missing"),
 }
 
 
@@ -235,7 +278,7 @@ def test_4_a_damaged_manifest_is_one_line_naming_the_key_and_nothing_is_written(
     before = {name: snapshot(run) for name, run in runs.items()}
     calls = [(cmd, run) for run in runs.values() for cmd in ("verify", "status", "grade", "export")]
     procs = iter(_all(*calls))
-    for name, (_, key, what) in MANIFEST_DAMAGE.items():
+    for _, key, what in MANIFEST_DAMAGE.values():
         _damaged(next(procs), f"manifest {key}", what)
         for _ in ("status", "grade", "export"):
             assert_one_line_error(next(procs), 2, "damaged manifest", key, what)
@@ -247,8 +290,21 @@ def test_4_a_damaged_manifest_is_one_line_naming_the_key_and_nothing_is_written(
 def base_run(tmp_path_factory, tiny_model_dir) -> Path:
     """A `bt base` run of the tiny model, the kind `bt continue` wrote into despite damage."""
     runs = tmp_path_factory.mktemp("trust2-base")
-    proc = run_bt("base", "--cohort", "arith", "--limit", "1", "--max-tokens", "24", "--model",
-                  tiny_model_dir, "--runs-dir", runs, "--run", "base")
+    proc = run_bt(
+        "base",
+        "--cohort",
+        "arith",
+        "--limit",
+        "1",
+        "--max-tokens",
+        "24",
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        runs,
+        "--run",
+        "base",
+    )
     assert proc.returncode == 0, proc.stderr
     return runs / "base"
 
@@ -259,7 +315,19 @@ def test_4_continue_writes_nothing_into_a_damaged_manifest(base_run, tmp_path, d
     run = _copy(base_run, tmp_path / "run")
     _sql(run, sql)
     before = snapshot(run)
-    proc = run_bt("continue", run, "--budget", "4", "--answer-budget", "4", "--anchors", "4,8",
-                  "--restarts", "4", "--samples", "2")
+    proc = run_bt(
+        "continue",
+        run,
+        "--budget",
+        "4",
+        "--answer-budget",
+        "4",
+        "--anchors",
+        "4,8",
+        "--restarts",
+        "4",
+        "--samples",
+        "2",
+    )
     assert_one_line_error(proc, 2, "damaged manifest", key, what)
     assert snapshot(run) == before

@@ -15,20 +15,29 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from bt_cli import assert_one_line_error, run_bt
+from classify_fixture import cell_spec, write_store
 
 from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.grade import Grade
-from bt_cli import assert_one_line_error, run_bt
-from classify_fixture import cell_spec, write_store
 
 ALL = "1024,2048,4096,8192"
 
 
 def _base(cell: str, n: int = 40) -> SampleRecord:
-    return SampleRecord(cell_id=cell, kind="base", anchor=-1, budget=0, branch=0, seed=11,
-                        prefix_len=0, token_ids=np.arange(n, dtype=np.int32), text="t",
-                        finish_reason="length")
+    return SampleRecord(
+        cell_id=cell,
+        kind="base",
+        anchor=-1,
+        budget=0,
+        branch=0,
+        seed=11,
+        prefix_len=0,
+        token_ids=np.arange(n, dtype=np.int32),
+        text="t",
+        finish_reason="length",
+    )
 
 
 def _interrupted_run(path):
@@ -38,11 +47,21 @@ def _interrupted_run(path):
     probes_only = spec["g:p3"] | {"restarts": {}}
     run = write_store(path, {"g:p1": spec["g:p1"], "g:p3": probes_only})
     with RunStore(run) as store:
-        store.add_cells([{"cell_id": "g:p7", "model": "g", "item": {"id": "p7", "answer": "1"},
-                          "prompt_ids": [1, 2]}])
-        store.add_samples([_base(c) for c in ("g:p1", "g:p3", "g:p7")],
-                          [Grade(False, "wrong", "numeric", "math", "t")] * 3,
-                          reasoning_tokens={"g:p1": 9000, "g:p3": 9000, "g:p7": 9000})
+        store.add_cells(
+            [
+                {
+                    "cell_id": "g:p7",
+                    "model": "g",
+                    "item": {"id": "p7", "answer": "1"},
+                    "prompt_ids": [1, 2],
+                }
+            ]
+        )
+        store.add_samples(
+            [_base(c) for c in ("g:p1", "g:p3", "g:p7")],
+            [Grade(False, "wrong", "numeric", "math", "t")] * 3,
+            reasoning_tokens={"g:p1": 9000, "g:p3": 9000, "g:p7": 9000},
+        )
     return run
 
 
@@ -71,16 +90,22 @@ def test_classify_leaves_unfinished_cells_unlabelled_with_one_note(tmp_path):
     assert "(not continued: no regime) │ 1" in said and "(incomplete: no regime) │ 1" in said
     notes = [n for n in _notes(proc.stdout) if "unlabelled" in n]
     assert len(notes) == 1 and notes[0].startswith(
-        "left 2 cells unlabelled (1 not continued, 1 incomplete)"), proc.stdout
+        "left 2 cells unlabelled (1 not continued, 1 incomplete)"
+    ), proc.stdout
 
 
 def test_a_run_never_continued_is_not_labelled_at_all(tmp_path):
     run = tmp_path / "fresh"
     with RunStore(run, create=True) as store:
-        store.update_manifest({"protocol": DEFAULT.to_dict(), "model_id": "tiny",
-                               "cohort_digest": "fixture"})
-        store.add_cells([{"cell_id": f"g:p{i}", "model": "g", "item": {"id": f"p{i}"},
-                          "prompt_ids": [1]} for i in range(3)])
+        store.update_manifest(
+            {"protocol": DEFAULT.to_dict(), "model_id": "tiny", "cohort_digest": "fixture"}
+        )
+        store.add_cells(
+            [
+                {"cell_id": f"g:p{i}", "model": "g", "item": {"id": f"p{i}"}, "prompt_ids": [1]}
+                for i in range(3)
+            ]
+        )
         store.add_samples([_base(f"g:p{i}") for i in range(3)])
     proc = run_bt("classify", run, "--draws", "0", "--no-cell-pages")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
@@ -88,7 +113,8 @@ def test_a_run_never_continued_is_not_labelled_at_all(tmp_path):
     assert not pd.read_csv(run / "classify" / "unfinished.csv")["status"].ne("not continued").any()
     assert "unsolved_hard" not in proc.stdout
     assert [n for n in _notes(proc.stdout) if "unlabelled" in n][0].startswith(
-        "left 3 cells unlabelled (3 not continued)")
+        "left 3 cells unlabelled (3 not continued)"
+    )
 
 
 def test_status_never_says_done_for_a_cell_without_its_restarts(tmp_path):
@@ -109,16 +135,43 @@ def _sample_run(path):
     """A `bt sample` run as bt writes one: run_kind "sample", attempts, no probes, no
     restarts."""
     with RunStore(path, create=True) as store:
-        store.update_manifest({"run_kind": "sample", "protocol": DEFAULT.to_dict(),
-                               "model_id": "tiny", "cohort_digest": "fixture",
-                               "attempts": {"kind": "attempt", "max_tokens": 16}})
-        store.add_cells([{"cell_id": "g:p1", "model": "g", "item": {"id": "p1", "answer": "1"},
-                          "prompt_ids": [1]}])
-        store.add_samples([SampleRecord(cell_id="g:p1", kind="attempt", anchor=-1, budget=16,
-                                        branch=b, seed=b, prefix_len=0,
-                                        token_ids=np.arange(4, dtype=np.int32), text="1",
-                                        finish_reason="eos") for b in range(2)],
-                          [Grade(True, "correct", "numeric", "math", "t")] * 2)
+        store.update_manifest(
+            {
+                "run_kind": "sample",
+                "protocol": DEFAULT.to_dict(),
+                "model_id": "tiny",
+                "cohort_digest": "fixture",
+                "attempts": {"kind": "attempt", "max_tokens": 16},
+            }
+        )
+        store.add_cells(
+            [
+                {
+                    "cell_id": "g:p1",
+                    "model": "g",
+                    "item": {"id": "p1", "answer": "1"},
+                    "prompt_ids": [1],
+                }
+            ]
+        )
+        store.add_samples(
+            [
+                SampleRecord(
+                    cell_id="g:p1",
+                    kind="attempt",
+                    anchor=-1,
+                    budget=16,
+                    branch=b,
+                    seed=b,
+                    prefix_len=0,
+                    token_ids=np.arange(4, dtype=np.int32),
+                    text="1",
+                    finish_reason="eos",
+                )
+                for b in range(2)
+            ],
+            [Grade(True, "correct", "numeric", "math", "t")] * 2,
+        )
     return path
 
 
@@ -127,15 +180,23 @@ def test_classify_and_study_report_skip_a_sample_run_with_one_note(tmp_path):
     runs = tmp_path / "runs"
     write_store(runs / "study", {c: s for c, s in cell_spec().items() if c.startswith("g:")})
     sample = _sample_run(runs / "attempts-g")
-    assert_one_line_error(run_bt("classify", sample, "--draws", "0"), 2, str(sample),
-                          "`bt sample` run", "not a study run")
+    assert_one_line_error(
+        run_bt("classify", sample, "--draws", "0"),
+        2,
+        str(sample),
+        "`bt sample` run",
+        "not a study run",
+    )
     assert not (sample / "classify").exists()
 
     proc = run_bt("classify", runs, "--draws", "0", "--no-cell-pages")
     assert proc.returncode == 0, proc.stderr
     notes = [n for n in _notes(proc.stdout) if "bt sample" in n]
-    assert len(notes) == 1 and notes[0].startswith("skipped 1 `bt sample` run") \
-        and str(sample) in notes[0], proc.stdout
+    assert (
+        len(notes) == 1
+        and notes[0].startswith("skipped 1 `bt sample` run")
+        and str(sample) in notes[0]
+    ), proc.stdout
     labels = pd.read_csv(runs / "classify" / "labels.csv")
     assert set(labels["run"]) == {"study"}
 

@@ -9,10 +9,10 @@ import os
 import sqlite3
 
 import pytest
-
-from breakthrough.protocol import DEFAULT
 from bt_cli import assert_one_line_error, run_bt
 from classify_fixture import cell_spec, write_store
+
+from breakthrough.protocol import DEFAULT
 
 STORED = DEFAULT.with_overrides(anchors=(8, 16, 32), samples=2, budget=8)
 
@@ -22,19 +22,22 @@ def _manifest(run) -> dict:
         return {k: json.loads(v) for k, v in c.execute("SELECT key, value FROM manifest")}
 
 
-@pytest.mark.parametrize("args, option", [
-    (["--tau", "2"], "--tau"),
-    (["--tau", "0"], "--tau"),
-    (["--budget", "0"], "--budget"),
-    (["--answer-budget", "-1"], "--answer-budget"),
-    (["--samples", "0"], "--samples"),
-    (["--anchors", "32,8"], "--anchors"),
-    (["--anchors", "a"], "--anchors"),
-    (["--restarts", "0"], "--restarts"),
-    (["--batch-size", "0"], "--batch-size"),
-    (["--memory-gb", "0"], "--memory-gb"),
-    (["--backend", "gpu"], "--backend"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--tau", "2"], "--tau"),
+        (["--tau", "0"], "--tau"),
+        (["--budget", "0"], "--budget"),
+        (["--answer-budget", "-1"], "--answer-budget"),
+        (["--samples", "0"], "--samples"),
+        (["--anchors", "32,8"], "--anchors"),
+        (["--anchors", "a"], "--anchors"),
+        (["--restarts", "0"], "--restarts"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--memory-gb", "0"], "--memory-gb"),
+        (["--backend", "gpu"], "--backend"),
+    ],
+)
 def test_continue_refuses_bad_options_before_touching_the_store(tmp_path, args, option):
     run = write_store(tmp_path / "r", cell_spec(), STORED)
     before = (run / "store.sqlite").read_bytes()
@@ -45,16 +48,27 @@ def test_continue_refuses_bad_options_before_touching_the_store(tmp_path, args, 
     assert _manifest(run)["protocol"]["samples"] == 2
 
 
-@pytest.mark.parametrize("args, option", [
-    (["--max-tokens", "0"], "--max-tokens"),
-    (["--batch-size", "0"], "--batch-size"),
-    (["--seed", "-3"], "--seed"),
-    (["--backend", "gpu"], "--backend"),
-    (["--limit", "0"], "--limit"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--max-tokens", "0"], "--max-tokens"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--seed", "-3"], "--seed"),
+        (["--backend", "gpu"], "--backend"),
+        (["--limit", "0"], "--limit"),
+    ],
+)
 def test_base_refuses_bad_options_before_writing_anything(tmp_path, args, option):
-    proc = run_bt("base", "--cohort", "demo", "--model", tmp_path / "no-model",
-                  "--runs-dir", tmp_path / "runs", *args)
+    proc = run_bt(
+        "base",
+        "--cohort",
+        "demo",
+        "--model",
+        tmp_path / "no-model",
+        "--runs-dir",
+        tmp_path / "runs",
+        *args,
+    )
     assert_one_line_error(proc, 2, option)
     assert not (tmp_path / "runs").exists()
 
@@ -64,19 +78,31 @@ def _bad_store(tmp_path, kind: str):
     (mid-page, or at a page boundary: only the header's page count tells)."""
     good = write_store(tmp_path / "good", cell_spec(), STORED)
     data = (good / "store.sqlite").read_bytes()
-    content = {"empty": b"", "random": os.urandom(16384),
-               "truncated": data[: len(data) // 2 + 100], "halved": data[: len(data) // 2]}[kind]
+    content = {
+        "empty": b"",
+        "random": os.urandom(16384),
+        "truncated": data[: len(data) // 2 + 100],
+        "halved": data[: len(data) // 2],
+    }[kind]
     (tmp_path / kind).mkdir()
     (tmp_path / kind / "store.sqlite").write_bytes(content)
     return tmp_path / kind
 
 
 # every kind of damage, and every command that opens a store, at least once
-@pytest.mark.parametrize("kind, command", [
-    ("empty", ["status"]), ("empty", ["classify", "--draws", "1"]), ("random", ["export"]),
-    ("random", ["continue"]), ("truncated", ["classify", "--draws", "1"]),
-    ("truncated", ["status"]), ("halved", ["grade"]), ("halved", ["export"]),
-])
+@pytest.mark.parametrize(
+    "kind, command",
+    [
+        ("empty", ["status"]),
+        ("empty", ["classify", "--draws", "1"]),
+        ("random", ["export"]),
+        ("random", ["continue"]),
+        ("truncated", ["classify", "--draws", "1"]),
+        ("truncated", ["status"]),
+        ("halved", ["grade"]),
+        ("halved", ["export"]),
+    ],
+)
 def test_damaged_stores_get_one_line_and_stay_as_they_were(tmp_path, kind, command):
     run = _bad_store(tmp_path, kind)
     before = (run / "store.sqlite").read_bytes()
@@ -101,12 +127,20 @@ def test_write_errors_are_one_line(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     assert_one_line_error(run_bt("export", run, "-o", blocker / "out"), 2, str(blocker))
-    assert_one_line_error(run_bt("classify", run, "--draws", "1", "--no-cell-pages",
-                                 "-o", blocker / "out"), 2, str(blocker))
+    assert_one_line_error(
+        run_bt("classify", run, "--draws", "1", "--no-cell-pages", "-o", blocker / "out"),
+        2,
+        str(blocker),
+    )
     table = tmp_path / "t.csv"
     table.write_text("g,s,y\n" + "".join(f"{i % 3},{i},{i % 2}\n" for i in range(12)))
-    assert_one_line_error(run_bt("auroc", table, "-g", "g", "-s", "s", "-l", "y",
-                                 "-b", "0", "-o", blocker / "o.json"), 2, str(blocker))
+    assert_one_line_error(
+        run_bt(
+            "auroc", table, "-g", "g", "-s", "s", "-l", "y", "-b", "0", "-o", blocker / "o.json"
+        ),
+        2,
+        str(blocker),
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")

@@ -41,8 +41,10 @@ def test_an_arm_with_no_target_says_why_without_loading_a_model(tmp_path, tiny_m
     assert proc.returncode == 0, proc.stderr
     said = _said(proc)
     assert "arm B=16: nothing to do: no trajectory is an A2 target" in said, said
-    assert "of 2 probed at B=1024, 1 never reach p >= τ=0.75 stably (no T_F event) and 1 " \
-           "have an instant one" in said, said
+    assert (
+        "of 2 probed at B=1024, 1 never reach p >= τ=0.75 stably (no T_F event) and 1 "
+        "have an instant one" in said
+    ), said
     assert "(no model loaded)" in said and "0 cells" not in said
     assert (run / "store.sqlite").read_bytes() == before  # nothing written
 
@@ -51,16 +53,30 @@ def test_a_finished_arm_says_so_before_loading_a_model(tmp_path, tiny_model_dir)
     # g:p1 is prefix-limited (T_F = 128, stable at 256): the arm re-probes 64 ... 256; all stored
     run = _run(tmp_path / "run", ("g:p1",), tiny_model_dir)
     with RunStore(run) as store:
-        recs = [SampleRecord(cell_id="g:p1", kind="probe", anchor=a, budget=16, branch=b, seed=b,
-                             prefix_len=0, token_ids=np.array([1], np.int32), text="x",
-                             finish_reason="length")
-                for a in (64, 96, 112, 128, 256) for b in range(4)]
+        recs = [
+            SampleRecord(
+                cell_id="g:p1",
+                kind="probe",
+                anchor=a,
+                budget=16,
+                branch=b,
+                seed=b,
+                prefix_len=0,
+                token_ids=np.array([1], np.int32),
+                text="x",
+                finish_reason="length",
+            )
+            for a in (64, 96, 112, 128, 256)
+            for b in range(4)
+        ]
         store.add_samples(recs, [Grade(False, "wrong", "numeric", "math", "t")] * len(recs))
     proc = run_bt("continue", run, "--add-budget", "16")
     assert proc.returncode == 0, proc.stderr
     said = _said(proc)
-    assert "arm B=16: nothing to do: every probe of the arm is stored (1 target trajectories, " \
-           "5 anchors x 4 branches at B=16) (no model loaded)" in said, said
+    assert (
+        "arm B=16: nothing to do: every probe of the arm is stored (1 target trajectories, "
+        "5 anchors x 4 branches at B=16) (no model loaded)" in said
+    ), said
 
 
 def test_every_missing_hint_of_the_study_page_is_a_command_that_fills_it(tmp_path):
@@ -68,9 +84,12 @@ def test_every_missing_hint_of_the_study_page_is_a_command_that_fills_it(tmp_pat
     no A1 event): `--topup terminal,ambiguous` would do nothing (`nothing to do`), so the page
     says why and names no command; the A2 hint names the run, which holds a target."""
     y, n = True, False
-    done = {"probes": {a: [y] * 4 for a in (128, 256, 512)} | {a: [n] * 4 for a in (64, 96, 112)},
-            "restarts": {c: [n] * 4 for c in (1024, 2048, 4096, 8192)}, "level": 4,
-            "stage": "dev"}
+    done = {
+        "probes": {a: [y] * 4 for a in (128, 256, 512)} | {a: [n] * 4 for a in (64, 96, 112)},
+        "restarts": {c: [n] * 4 for c in (1024, 2048, 4096, 8192)},
+        "level": 4,
+        "stage": "dev",
+    }
     runs = tmp_path / "runs"
     write_store(runs / "a", {"g:p9": done})
     proc = run_bt("report", "study", runs, "--draws", "0", "--no-cell-pages")

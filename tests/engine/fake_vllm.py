@@ -15,7 +15,8 @@ Modes (`fake.mode`, changeable while it runs):
 `shift` moves the prompt scores away from the generation log-probs (a processed-logprobs
 server). `corrupt` (a key of CORRUPTIONS, or None) alters every generation answer but the
 startup probe's (and that one too when `corrupt_probe`), as a tampering proxy would: a value
-that cannot be true of the model. `posts` counts generation POSTs; `auth` records each request's Authorization header."""
+that cannot be true of the model. `posts` counts generation POSTs; `auth` records each request's
+Authorization header."""
 
 from __future__ import annotations
 
@@ -33,7 +34,11 @@ def _score_answer(shift: float) -> dict:
     """prompt_logprobs whose last position agrees (shift 0) with the first generated step."""
     first = COMPLETION["choices"][0]["logprobs"]["top_logprobs"][0]
     last = {k.split(":")[1]: {"logprob": v + shift, "rank": 1} for k, v in first.items()}
-    return {"choices": [{"index": 0, "text": "", "finish_reason": "length", "prompt_logprobs": [None, last]}]}
+    return {
+        "choices": [
+            {"index": 0, "text": "", "finish_reason": "length", "prompt_logprobs": [None, last]}
+        ]
+    }
 
 
 def _alter(answer: dict, how: str) -> dict:
@@ -64,22 +69,35 @@ def _alter(answer: dict, how: str) -> dict:
     return answer
 
 
-CORRUPTIONS = ("token-id", "negative-id", "nan-logprob", "positive-logprob", "top-logprob",
-               "top-id", "count", "cached")
+CORRUPTIONS = (
+    "token-id",
+    "negative-id",
+    "nan-logprob",
+    "positive-logprob",
+    "top-logprob",
+    "top-id",
+    "count",
+    "cached",
+)
 
 
 def _one_token() -> dict:
     """The fixture's completion cut to its first token (the startup probe asks for one)."""
     ch = COMPLETION["choices"][0]
     lp = ch["logprobs"]
-    first = {**ch, "finish_reason": "length", "token_ids": ch.get("token_ids", [])[:1],
-             "logprobs": {k: v[:1] for k, v in lp.items()}}
+    first = {
+        **ch,
+        "finish_reason": "length",
+        "token_ids": ch.get("token_ids", [])[:1],
+        "logprobs": {k: v[:1] for k, v in lp.items()},
+    }
     return {**COMPLETION, "choices": [first]}
 
 
 class FakeVllm:
-    def __init__(self, shift: float = 0.0, mode: str = "ok", hang_s: float = 1.5,
-                 corrupt: str | None = None) -> None:
+    def __init__(
+        self, shift: float = 0.0, mode: str = "ok", hang_s: float = 1.5, corrupt: str | None = None
+    ) -> None:
         self.mode, self.shift, self.hang_s, self.posts = mode, shift, hang_s, 0
         self.corrupt, self.corrupt_probe = corrupt, False
         self.auth: list[str | None] = []
@@ -106,7 +124,12 @@ class FakeVllm:
             def do_GET(self) -> None:
                 fake.auth.append(self.headers.get("Authorization"))
                 if self.path == "/v1/models":
-                    self._send(200, json.dumps({"data": [{"id": "fake-model", "max_model_len": 4096}]}).encode())
+                    self._send(
+                        200,
+                        json.dumps(
+                            {"data": [{"id": "fake-model", "max_model_len": 4096}]}
+                        ).encode(),
+                    )
                 elif self.path == "/version":
                     self._send(200, b'{"version": "0.32.0"}')
                 else:
@@ -140,8 +163,11 @@ class FakeVllm:
                     return self._send(200, b'{"choices": [ {"text": ')
                 if mode == "hang":
                     fake.closed.wait(fake.hang_s)
-                answer = (COMPLETION if fake.corrupt is None or (probe and not fake.corrupt_probe)
-                          else _alter(COMPLETION, fake.corrupt))
+                answer = (
+                    COMPLETION
+                    if fake.corrupt is None or (probe and not fake.corrupt_probe)
+                    else _alter(COMPLETION, fake.corrupt)
+                )
                 if mode == "trickle":
                     return self._trickle(json.dumps(answer).encode())
                 self._send(200, json.dumps(answer).encode())
@@ -155,7 +181,7 @@ class FakeVllm:
                     for i in range(len(body)):
                         if fake.closed.wait(0.2):
                             return
-                        self.wfile.write(body[i:i + 1])
+                        self.wfile.write(body[i : i + 1])
                         self.wfile.flush()
                 except OSError:  # the client gave up and closed the connection
                     return

@@ -40,7 +40,9 @@ class ServeProc:
         """/metrics as {name: value}."""
         req = urllib.request.Request(self.url + "/metrics", headers=headers or {})
         with urllib.request.urlopen(req, timeout=10) as resp:
-            return {k: float(v) for k, v in (line.split() for line in resp.read().decode().splitlines())}
+            return {
+                k: float(v) for k, v in (line.split() for line in resp.read().decode().splitlines())
+            }
 
     def kill(self) -> None:
         """SIGKILL: the server dies mid-request, as a crashed machine would."""
@@ -58,13 +60,31 @@ class ServeProc:
                 self.proc.wait(timeout=10)
 
 
-def _start(model_dir: Path, batch_size: int, extra: tuple[str, ...] = (),
-           env_extra: dict[str, str] | None = None) -> ServeProc:
+def _start(
+    model_dir: Path,
+    batch_size: int,
+    extra: tuple[str, ...] = (),
+    env_extra: dict[str, str] | None = None,
+) -> ServeProc:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    proc = subprocess.Popen([BT, "serve", "--model", str(model_dir), "--port", "0",
-                             "--batch-size", str(batch_size), *extra],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            BT,
+            "serve",
+            "--model",
+            str(model_dir),
+            "--port",
+            "0",
+            "--batch-size",
+            str(batch_size),
+            *extra,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     sel = selectors.DefaultSelector()
     sel.register(proc.stderr, selectors.EVENT_READ)
     deadline = time.monotonic() + START_DEADLINE_S
@@ -75,14 +95,18 @@ def _start(model_dir: Path, batch_size: int, extra: tuple[str, ...] = (),
                 continue
             line = proc.stderr.readline()
             if not line:
-                raise RuntimeError(f"bt serve exited ({proc.wait(timeout=10)}): {''.join(seen)[-2000:]}")
+                raise RuntimeError(
+                    f"bt serve exited ({proc.wait(timeout=10)}): {''.join(seen)[-2000:]}"
+                )
             seen.append(line)
             if line.startswith("bt serve:") and "http://" in line:
                 url = line.split("http://", 1)[1].split(";", 1)[0].split()[0]
                 sp = ServeProc(proc, "http://" + url, seen)
-                threading.Thread(target=lambda: sp.log.extend(proc.stderr), daemon=True).start()
+                threading.Thread(target=sp.log.extend, args=(proc.stderr,), daemon=True).start()
                 return sp
-        raise RuntimeError(f"bt serve did not start within {START_DEADLINE_S:.0f}s: {''.join(seen)[-2000:]}")
+        raise RuntimeError(
+            f"bt serve did not start within {START_DEADLINE_S:.0f}s: {''.join(seen)[-2000:]}"
+        )
     except BaseException:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
@@ -93,8 +117,13 @@ def _start(model_dir: Path, batch_size: int, extra: tuple[str, ...] = (),
 
 
 @contextmanager
-def bt_serve(model_dir: Path, n: int = 1, batch_size: int = 4, extra: tuple[str, ...] = (),
-             env: dict[str, str] | None = None):
+def bt_serve(
+    model_dir: Path,
+    n: int = 1,
+    batch_size: int = 4,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+):
     """`n` bt serve processes of `model_dir` (`extra` options, `env` added to the environment);
     yields their ServeProcs; always stops them."""
     procs: list[ServeProc] = []

@@ -15,9 +15,12 @@ STEPS = 6
 
 
 def _stats(model, specs: list[RowSpec]) -> dict[int, list[StepStats]]:
-    gen = SeededBatchGenerator(model, completion_batch_size=len(specs), prefill_batch_size=len(specs))
-    uids = gen.insert([[1, 2, 3 + i] for i in range(len(specs))], max_tokens=[STEPS] * len(specs),
-                      samplers=specs)
+    gen = SeededBatchGenerator(
+        model, completion_batch_size=len(specs), prefill_batch_size=len(specs)
+    )
+    uids = gen.insert(
+        [[1, 2, 3 + i] for i in range(len(specs))], max_tokens=[STEPS] * len(specs), samplers=specs
+    )
     out: dict[int, list[StepStats]] = {uid: [] for uid in uids}
     try:
         while any(len(v) < STEPS for v in out.values()):
@@ -32,7 +35,9 @@ def _stats(model, specs: list[RowSpec]) -> dict[int, list[StepStats]]:
 def test_each_token_gets_named_statistics(tiny_model, monkeypatch, branch: str) -> None:
     if branch == "accelerator":
         monkeypatch.setattr(batch_step.mx, "default_device", lambda: "accelerator")
-    plain = _stats(tiny_model.model, [RowSpec(1, Sampling()), RowSpec(2, Sampling(temperature=0.0))])
+    plain = _stats(
+        tiny_model.model, [RowSpec(1, Sampling()), RowSpec(2, Sampling(temperature=0.0))]
+    )
     for rows in plain.values():
         assert len(rows) == STEPS
         for s in rows:
@@ -41,8 +46,10 @@ def test_each_token_gets_named_statistics(tiny_model, monkeypatch, branch: str) 
     greedy = list(plain.values())[1]
     assert all(s.sampling_entropy == 0 for s in greedy)  # greedy rows: a point mass
 
-    rich = _stats(tiny_model.model, [RowSpec(3, Sampling(), top=4, instrument=True),
-                                     RowSpec(4, Sampling(), instrument=True)])
+    rich = _stats(
+        tiny_model.model,
+        [RowSpec(3, Sampling(), top=4, instrument=True), RowSpec(4, Sampling(), instrument=True)],
+    )
     for rows in rich.values():
         for s in rows:
             assert len(s.signals) == len(SIGNAL_FIELDS) + len(HIDDEN_FIELDS)

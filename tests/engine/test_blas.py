@@ -25,8 +25,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _state_in_subprocess(**extra: str) -> str:
     code = "from breakthrough.engine import blas; print(blas.blas_name()); print(blas.notice())"
-    out = subprocess.run([PY, "-c", code], env=_env(**extra), capture_output=True, text=True,
-                         timeout=120, check=True)
+    out = subprocess.run(
+        [PY, "-c", code], env=_env(**extra), capture_output=True, text=True, timeout=120, check=True
+    )
     return out.stdout
 
 
@@ -56,10 +57,28 @@ def test_opt_out_keeps_the_bundled_blas_quietly():
 def test_unloadable_choice_falls_back_with_one_line(tmp_path, tiny_model_dir):
     """Through the installed `bt`: a bad BT_BLAS still runs (reference BLAS) and says so once."""
     bad = str(tmp_path / "no-such-blas.so")
-    res = subprocess.run([BT, "base", "--cohort", "demo", "--model", str(tiny_model_dir),
-                          "--limit", "1", "--max-tokens", "4", "--runs-dir", str(tmp_path),
-                          "--run", "b"], env=_env(BT_BLAS=bad), capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [
+            BT,
+            "base",
+            "--cohort",
+            "demo",
+            "--model",
+            str(tiny_model_dir),
+            "--limit",
+            "1",
+            "--max-tokens",
+            "4",
+            "--runs-dir",
+            str(tmp_path),
+            "--run",
+            "b",
+        ],
+        env=_env(BT_BLAS=bad),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if "BLAS" in ln]
     assert len(lines) == 1 and bad in lines[0] and "Traceback" not in res.stderr
@@ -69,15 +88,22 @@ def test_unloadable_choice_falls_back_with_one_line(tmp_path, tiny_model_dir):
         assert store.manifest()["engine"]["blas"] == blas.REFERENCE
 
 
-@pytest.mark.skipif(blas.load_optimised_blas()["blas"] == blas.REFERENCE,
-                    reason="no optimised BLAS on this machine (apt-get install libopenblas0-pthread)")
+@pytest.mark.skipif(
+    blas.load_optimised_blas()["blas"] == blas.REFERENCE,
+    reason="no optimised BLAS on this machine (apt-get install libopenblas0-pthread)",
+)
 def test_libmlx_binds_sgemm_to_the_loaded_blas(tmp_path):
     """The dynamic linker's own record (LD_DEBUG=bindings): libmlx's cblas_sgemm resolves to the
     library bt loaded, not to the reference BLAS the mlx wheel bundles."""
-    code = ("import breakthrough, mlx.core as mx; a = mx.ones((64, 64)); mx.eval(a @ a)")
+    code = "import breakthrough, mlx.core as mx; a = mx.ones((64, 64)); mx.eval(a @ a)"
     log = tmp_path / "ld"
-    subprocess.run([PY, "-c", code], env=_env(LD_DEBUG="bindings", LD_DEBUG_OUTPUT=str(log)),
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [PY, "-c", code],
+        env=_env(LD_DEBUG="bindings", LD_DEBUG_OUTPUT=str(log)),
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     text = "".join(p.read_text(errors="replace") for p in tmp_path.glob("ld*"))
     bound = [ln for ln in text.splitlines() if "libmlx" in ln and "`cblas_sgemm'" in ln]
     assert bound, "libmlx never bound cblas_sgemm"

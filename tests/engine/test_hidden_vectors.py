@@ -72,20 +72,29 @@ def test_alone_equals_in_a_batch_through_a_shared_prefix_and_fresh(architecture_
     eos = _eos(model)
     req = GenRequest("h", PROMPT, MAX_TOKENS, seed=7, hidden_stride=STRIDE)
     alone = _generate(MlxEngine(model, eos, batch_size=1), [req])["h"]
-    others = [GenRequest(f"o{i}", [3 + i] * (4 + 3 * i), 5 + 4 * i, seed=20 + i,
-                         hidden_stride=(0, 2, 5)[i]) for i in range(3)]
+    others = [
+        GenRequest(
+            f"o{i}", [3 + i] * (4 + 3 * i), 5 + 4 * i, seed=20 + i, hidden_stride=(0, 2, 5)[i]
+        )
+        for i in range(3)
+    ]
     batch = _generate(MlxEngine(model, eos, batch_size=4), [others[0], req, *others[1:]])
     shared = SharedPrefix("cell", tuple(PROMPT + [40, 41, 42]), starts=(len(PROMPT),))
-    reused = _generate(MlxEngine(model, eos, batch_size=4),
-                       [GenRequest("h", PROMPT, MAX_TOKENS, seed=7, hidden_stride=STRIDE,
-                                   shared_prefix=shared)])["h"]
+    reused = _generate(
+        MlxEngine(model, eos, batch_size=4),
+        [GenRequest("h", PROMPT, MAX_TOKENS, seed=7, hidden_stride=STRIDE, shared_prefix=shared)],
+    )["h"]
     fresh = _generate(MlxEngine(model, eos, batch_size=4, reuse_prefixes=False), [req])["h"]
     for name, res in (("batch", batch["h"]), ("shared prefix", reused), ("mlx-fresh", fresh)):
         assert res.tokens == alone.tokens, name
         assert res.hidden[0].tolist() == alone.hidden[0].tolist(), name
-        np.testing.assert_allclose(res.hidden[1].astype(np.float32),
-                                   alone.hidden[1].astype(np.float32), rtol=2e-3, atol=2e-3,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            res.hidden[1].astype(np.float32),
+            alone.hidden[1].astype(np.float32),
+            rtol=2e-3,
+            atol=2e-3,
+            err_msg=name,
+        )
     assert batch["o0"].hidden is None  # stride 0: none asked, none returned
     for key, stride in (("o1", 2), ("o2", 5)):
         index, vectors = batch[key].hidden
@@ -103,8 +112,9 @@ def test_accelerator_branch_of_the_step_records_the_same_vectors(architecture_mo
     monkeypatch.setattr(batch_step.mx, "default_device", lambda: "accelerator")
     got = _generate(MlxEngine(model, _eos(model), batch_size=2), [req])["h"]
     assert got.tokens == want.tokens and got.hidden[0].tolist() == want.hidden[0].tolist()
-    np.testing.assert_allclose(got.hidden[1].astype(np.float32), want.hidden[1].astype(np.float32),
-                               rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(
+        got.hidden[1].astype(np.float32), want.hidden[1].astype(np.float32), rtol=2e-3, atol=2e-3
+    )
 
 
 @pytest.mark.parametrize("stride", [-1, 1.5, True])
@@ -114,9 +124,13 @@ def test_a_bad_stride_is_refused_by_every_backend(stride):
 
 
 def test_http_backends_refuse_hidden_vectors_in_one_line():
-    check_request(GenRequest("k", [1, 2], 4, seed=0), set(), hidden_states=False)  # none asked: fine
+    check_request(
+        GenRequest("k", [1, 2], 4, seed=0), set(), hidden_states=False
+    )  # none asked: fine
     with pytest.raises(BtError) as err:
-        check_request(GenRequest("k", [1, 2], 4, seed=0, hidden_stride=8), set(), hidden_states=False)
+        check_request(
+            GenRequest("k", [1, 2], 4, seed=0, hidden_stride=8), set(), hidden_states=False
+        )
     msg = str(err.value)
     assert "\n" not in msg and "HTTP backend cannot return hidden states" in msg
     assert "--hidden-stride 0" in msg

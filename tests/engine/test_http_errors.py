@@ -43,7 +43,9 @@ def _engine(urls, **kw) -> HttpEngine:
 
 
 def _one(engine: HttpEngine):
-    req = GenRequest(key="k", prompt=[1, 504, 1028, 2001, 77, 9], max_tokens=6, seed=11, sampling=Sampling())
+    req = GenRequest(
+        key="k", prompt=[1, 504, 1028, 2001, 77, 9], max_tokens=6, seed=11, sampling=Sampling()
+    )
     (res,) = list(engine.generate([req]))
     return res
 
@@ -51,16 +53,25 @@ def _one(engine: HttpEngine):
 def test_a_healthy_server_is_checked_and_used(fake) -> None:
     eng = _engine([fake.url])
     ident = eng.identity()
-    assert ident["server"] == "vllm" and ident["logprobs"] == "raw" and ident["model"] == "fake-model"
+    assert (
+        ident["server"] == "vllm" and ident["logprobs"] == "raw" and ident["model"] == "fake-model"
+    )
     assert "endpoint" not in json.dumps(ident)  # a resumed run may use another fleet
     res = _one(eng)
     assert res.finish_reason == "length" and len(res.tokens) == 6 and res.error is None
     assert res.endpoint == fake.url
 
 
-@pytest.mark.parametrize("mode, words", [("500", "HTTP 500"), ("malformed", "malformed answer"),
-                                         ("hang", "no answer within 0.5s"), ("busy", "HTTP 429"),
-                                         ("trickle", "no answer within 0.5s")])
+@pytest.mark.parametrize(
+    "mode, words",
+    [
+        ("500", "HTTP 500"),
+        ("malformed", "malformed answer"),
+        ("hang", "no answer within 0.5s"),
+        ("busy", "HTTP 429"),
+        ("trickle", "no answer within 0.5s"),
+    ],
+)
 def test_a_request_that_keeps_failing_yields_an_error_result(fake, mode, words) -> None:
     eng = _engine([fake.url])
     fake.mode, before = mode, fake.posts
@@ -128,16 +139,19 @@ def test_a_source_that_has_nothing_ready_waits_for_a_result(fake) -> None:
         list(eng.generate(stuck()))
 
 
-@pytest.mark.parametrize("how, words", [
-    ("token-id", "token id 10,000,000 is outside the model's vocabulary (0..49,151)"),
-    ("negative-id", "token id -1 is outside"),
-    ("nan-logprob", "log-prob nan is not a finite number <= 0"),
-    ("positive-logprob", "log-prob 5.0 is not a finite number <= 0"),
-    ("top-logprob", "log-prob inf of token id 4875"),
-    ("top-id", "token id 70,000 is outside"),
-    ("count", "6 token ids but 6 tokens / 5 logprobs"),
-    ("cached", "1,000,000,000 cached prompt tokens of a 6-token prompt"),
-])
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("token-id", "token id 10,000,000 is outside the model's vocabulary (0..49,151)"),
+        ("negative-id", "token id -1 is outside"),
+        ("nan-logprob", "log-prob nan is not a finite number <= 0"),
+        ("positive-logprob", "log-prob 5.0 is not a finite number <= 0"),
+        ("top-logprob", "log-prob inf of token id 4875"),
+        ("top-id", "token id 70,000 is outside"),
+        ("count", "6 token ids but 6 tokens / 5 logprobs"),
+        ("cached", "1,000,000,000 cached prompt tokens of a 6-token prompt"),
+    ],
+)
 def test_a_value_that_cannot_be_true_fails_the_request(fake, how, words) -> None:
     """Issue 29, item 5: an answer in the documented format whose values cannot be true of the
     model (a tampering proxy) is retried like a malformed one, then fails the request; nothing
@@ -156,7 +170,9 @@ def test_a_server_whose_probe_answer_cannot_be_true_is_not_used() -> None:
     f = FakeVllm(corrupt="nan-logprob")
     f.corrupt_probe = True
     try:
-        with pytest.raises(BtError, match="no endpoint answers.*log-prob nan is not a finite number"):
+        with pytest.raises(
+            BtError, match="no endpoint answers.*log-prob nan is not a finite number"
+        ):
             _engine([f.url])
     finally:
         f.close()

@@ -17,15 +17,17 @@ from breakthrough.engine.sampling.signals import (
     token_signals,
     token_signals_np,
 )
-
-ALL_FIELDS = SIGNAL_FIELDS + HIDDEN_FIELDS
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.protocol import Sampling
 from breakthrough.tasks.family import user_message
 
+ALL_FIELDS = SIGNAL_FIELDS + HIDDEN_FIELDS
+
 
 def _prompt(tm, i: int = 1):
-    return build_prompt_ids(tm.tokenizer, tm.family, user_message({"problem": f"What is {i} + {3 * i}?"}))
+    return build_prompt_ids(
+        tm.tokenizer, tm.family, user_message({"problem": f"What is {i} + {3 * i}?"})
+    )
 
 
 def _direct(logits: np.ndarray, tokens: list[int]) -> dict[str, np.ndarray]:
@@ -98,7 +100,11 @@ def test_every_field_equals_direct_numpy_from_full_logits(float_or_4bit):
     prompts = [_prompt(tiny_model, i) for i in range(3)]
     reqs = [GenRequest(f"r{i}", p, 12, seed=40 + i) for i, p in enumerate(prompts)]
     reqs.append(GenRequest("g", prompts[0], 12, seed=0, sampling=Sampling(temperature=0.0)))
-    for res, req in zip(sorted(eng.generate(reqs), key=lambda r: r.key), sorted(reqs, key=lambda r: r.key)):
+    for res, req in zip(
+        sorted(eng.generate(reqs), key=lambda r: r.key),
+        sorted(reqs, key=lambda r: r.key),
+        strict=True,
+    ):
         n = len(res.tokens)
         assert n >= 4 and set(res.signals) == set(ALL_FIELDS)
         want = _direct(_full_logits(tiny_model, req.prompt, res.tokens), res.tokens)
@@ -122,9 +128,18 @@ def test_signals_alone_equal_in_a_batch_and_switch_changes_no_token(float_or_4bi
     for name in ALL_FIELDS:
         # (float32 rounding of the logits differs between batch shapes in the last bits; the
         # entropy, exp(entropy) above all, amplifies it to ~4e-4 relative)
-        np.testing.assert_allclose(alone.signals[name], batch["r5"].signals[name], rtol=1e-3,
-                                   atol=1e-5, equal_nan=True, err_msg=name)
-    off = {r.key: r for r in MlxEngine.from_loaded(tiny_model, batch_size=8, instrument=False).generate(reqs)}
+        np.testing.assert_allclose(
+            alone.signals[name],
+            batch["r5"].signals[name],
+            rtol=1e-3,
+            atol=1e-5,
+            equal_nan=True,
+            err_msg=name,
+        )
+    off = {
+        r.key: r
+        for r in MlxEngine.from_loaded(tiny_model, batch_size=8, instrument=False).generate(reqs)
+    }
     for key, res in batch.items():
         assert off[key].signals is None
         assert off[key].tokens == res.tokens
@@ -141,10 +156,15 @@ def test_mlx_and_numpy_definitions_agree():
     prev_rows = [prev_states[0], None, prev_states[2], prev_states[3]]
     want, states = token_signals_np(x, tokens, prev_rows)
     q = np.stack([r[1] - r[2] if r is not None else np.zeros(300, np.float32) for r in prev_rows])
-    got, got_logp = token_signals(mx.array(x), mx.array(tokens.astype(np.uint32)),
-                                  (mx.array(q), mx.array([r is not None for r in prev_rows])))
+    got, got_logp = token_signals(
+        mx.array(x),
+        mx.array(tokens.astype(np.uint32)),
+        (mx.array(q), mx.array([r is not None for r in prev_rows])),
+    )
     np.testing.assert_allclose(np.array(got), want, rtol=1e-4, atol=1e-6, equal_nan=True)
-    np.testing.assert_allclose(np.array(got_logp), np.stack([st[1] - st[2] for st in states]), atol=1e-5)
+    np.testing.assert_allclose(
+        np.array(got_logp), np.stack([st[1] - st[2] for st in states]), atol=1e-5
+    )
     kl = SIGNAL_FIELDS.index("successive_kl_divergence")
     assert np.isnan(want[1, kl]) and np.isfinite(want[0, kl])
 
@@ -162,8 +182,14 @@ def test_signals_travel_through_a_branch_like_logprobs(tiny_model_dir):
     prompt = build_prompt_ids(loaded.tokenizer, loaded.family, "What is 2+2?")
     (base,) = engine.generate([GenRequest(key="b", prompt=prompt, max_tokens=20, seed=11)])
     protocol = DEFAULT.with_overrides(budget=6, answer_budget=4)
-    runner = BranchRunner(engine, loaded, prompt, base.tokens, protocol,
-                          SharedPrefix("cell", tuple(prompt + base.tokens)))
+    runner = BranchRunner(
+        engine,
+        loaded,
+        prompt,
+        base.tokens,
+        protocol,
+        SharedPrefix("cell", tuple(prompt + base.tokens)),
+    )
     got = runner.run([Branch(f"k{c}", "probe", c, 6, 0, 500 + c, c) for c in (2, 10)])
     for res in got:
         assert set(res.signals) == set(ALL_FIELDS)
@@ -172,13 +198,14 @@ def test_signals_travel_through_a_branch_like_logprobs(tiny_model_dir):
         inserted = np.isnan(res.logprobs)
         assert inserted.sum() == res.extra["inserted_tokens"]
         assert np.isnan(res.signals["surprisal"][inserted]).all()
-        np.testing.assert_allclose(res.signals["surprisal"][~inserted], -res.logprobs[~inserted], atol=1e-5)
+        np.testing.assert_allclose(
+            res.signals["surprisal"][~inserted], -res.logprobs[~inserted], atol=1e-5
+        )
 
 
 def test_mlx_graph_path_of_the_step_gives_the_numpy_path_values(tiny_model, monkeypatch):
     """The decode step's accelerator branch (sample_step + token_signals in one MLX graph, used
     on Metal / CUDA) run on this CPU: same tokens and signals as the numpy branch."""
-    import mlx.core as mx
 
     from breakthrough.engine import batch_step
 
@@ -189,8 +216,14 @@ def test_mlx_graph_path_of_the_step_gives_the_numpy_path_values(tiny_model, monk
     for key, res in want.items():
         assert got[key].tokens == res.tokens
         for name in ALL_FIELDS:
-            np.testing.assert_allclose(got[key].signals[name], res.signals[name], rtol=1e-3,
-                                       atol=1e-5, equal_nan=True, err_msg=name)
+            np.testing.assert_allclose(
+                got[key].signals[name],
+                res.signals[name],
+                rtol=1e-3,
+                atol=1e-5,
+                equal_nan=True,
+                err_msg=name,
+            )
 
 
 def test_hidden_fields_mlx_and_numpy_agree():
@@ -201,15 +234,20 @@ def test_hidden_fields_mlx_and_numpy_agree():
     q = rng.normal(size=(3, 64)).astype(np.float32)
     prev = [q[0], None, q[2]]
     want = hidden_signals_np(h, prev)
-    got = hidden_signals(mx.array(h), (mx.array(np.stack([q[0], np.zeros(64, np.float32), q[2]])),
-                                       mx.array([True, False, True])))
+    got = hidden_signals(
+        mx.array(h),
+        (mx.array(np.stack([q[0], np.zeros(64, np.float32), q[2]])), mx.array([True, False, True])),
+    )
     np.testing.assert_allclose(np.array(got), want, rtol=1e-4, atol=1e-6, equal_nan=True)
     assert np.isnan(want[1, 1]) and want[0, 2] == pytest.approx(
-        1 - h[0] @ q[0] / (np.linalg.norm(h[0]) * np.linalg.norm(q[0])), rel=1e-4)
+        1 - h[0] @ q[0] / (np.linalg.norm(h[0]) * np.linalg.norm(q[0])), rel=1e-4
+    )
 
 
 @pytest.mark.parametrize("arch", ["gemma4_text", "ministral3", "qwen3", "qwen3_5"])
-def test_hidden_fields_are_of_the_final_normalised_state_on_study_architectures(architecture_models, arch):
+def test_hidden_fields_are_of_the_final_normalised_state_on_study_architectures(
+    architecture_models, arch
+):
     """protocol 11 (Gemma: state before the final norm in mlx-lm): the recorded hidden norm is
     that of the final-normalised state whose logits drew each token, teacher-forced here."""
     import mlx.core as mx
@@ -219,12 +257,22 @@ def test_hidden_fields_are_of_the_final_normalised_state_on_study_architectures(
     model = architecture_models[arch].model
     prompt = [2, 10, 11, 12, 13]
     (res,) = MlxEngine(model, [1], batch_size=1).generate(
-        [GenRequest("h", prompt, 5, seed=3, sampling=Sampling(temperature=0.0))])
+        [GenRequest("h", prompt, 5, seed=3, sampling=Sampling(temperature=0.0))]
+    )
     lm, inner = text_model(model)
     ids = mx.array([prompt + res.tokens])
-    h = np.array(final_hidden(inner, ids)[0, len(prompt) - 1 : len(prompt) - 1 + len(res.tokens)]
-                 .astype(mx.float32))
+    h = np.array(
+        final_hidden(inner, ids)[0, len(prompt) - 1 : len(prompt) - 1 + len(res.tokens)].astype(
+            mx.float32
+        )
+    )
     want = _direct_hidden(h)
     for name in HIDDEN_FIELDS:
-        np.testing.assert_allclose(res.signals[name], want[name], rtol=2e-3, atol=1e-4,
-                                   equal_nan=True, err_msg=f"{arch} {name}")
+        np.testing.assert_allclose(
+            res.signals[name],
+            want[name],
+            rtol=2e-3,
+            atol=1e-4,
+            equal_nan=True,
+            err_msg=f"{arch} {name}",
+        )

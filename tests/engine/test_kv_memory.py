@@ -75,15 +75,17 @@ def test_shared_batch_cache_hands_attention_the_same_keys_as_batch_kv_cache() ->
     trace = mx.array(rng.standard_normal((1, heads, 40, dim)).astype(np.float32))
     lengths, own = [40, 25, 25, 7], [3, 5, 1, 9]
     rows, plain = [], []
-    for n, m in zip(lengths, own):
+    for n, m in zip(lengths, own, strict=True):
         mine = mx.array(rng.standard_normal((1, heads, m, dim)).astype(np.float32))
         row = SharedRowCache(trace[..., :n, :], trace[..., :n, :] * 2)
         row.reserve(m + 4)
         row.update_and_fetch(mine, mine * 2)
         rows.append(row)
         full = KVCache()
-        full.update_and_fetch(mx.concatenate([trace[..., :n, :], mine], axis=2),
-                              mx.concatenate([trace[..., :n, :] * 2, mine * 2], axis=2))
+        full.update_and_fetch(
+            mx.concatenate([trace[..., :n, :], mine], axis=2),
+            mx.concatenate([trace[..., :n, :] * 2, mine * 2], axis=2),
+        )
         plain.append(full)
     shared, batch = SharedBatchCache(rows), BatchKVCache.merge(plain)
     mask = batch.make_mask(1)  # what the next step's attention sees: its keys after the write
@@ -100,7 +102,7 @@ def test_shared_batch_cache_hands_attention_the_same_keys_as_batch_kv_cache() ->
     # filtering and extending move rows only; a row's own buffer was allocated once
     shared.filter([2, 0])
     assert shared.offset.tolist() == [lengths[2] + own[2] + 1, lengths[0] + own[0] + 1]
-    assert all(r.keys.shape[2] == m + 4 for r, m in zip(rows, own))
+    assert all(r.keys.shape[2] == m + 4 for r, m in zip(rows, own, strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +113,16 @@ def fp32_qwen3():
 
 
 def _probes(trace: list[int], prompt: list[int], anchors, branches: int, max_tokens: int):
-    shared = SharedPrefix("cell", tuple(prompt + trace),
-                          tuple([len(prompt)] + [len(prompt) + a for a in anchors]))
-    return [GenRequest(f"p{a}:{b}", prompt + trace[:a], max_tokens, seed=100 * a + b,
-                       shared_prefix=shared) for a in anchors for b in range(branches)]
+    shared = SharedPrefix(
+        "cell", tuple(prompt + trace), tuple([len(prompt)] + [len(prompt) + a for a in anchors])
+    )
+    return [
+        GenRequest(
+            f"p{a}:{b}", prompt + trace[:a], max_tokens, seed=100 * a + b, shared_prefix=shared
+        )
+        for a in anchors
+        for b in range(branches)
+    ]
 
 
 def test_branches_hold_one_copy_of_their_prefix_and_equal_fresh_prefills(fp32_qwen3) -> None:
@@ -142,8 +150,13 @@ def test_branches_hold_one_copy_of_their_prefix_and_equal_fresh_prefills(fp32_qw
     # a budget that holds the prefix and two rows: admitted two at a time, the same tokens
     longest = len(prompt) + 384 + 5
     row = layout.own_row(5) + layout.step_transient(1, longest)
-    tight = MlxEngine(fp32_qwen3, [511], batch_size=8, share_prefixes=True,
-                      memory_budget_bytes=int(prefix + 2.5 * row))
+    tight = MlxEngine(
+        fp32_qwen3,
+        [511],
+        batch_size=8,
+        share_prefixes=True,
+        memory_budget_bytes=int(prefix + 2.5 * row),
+    )
     assert {r.key: r.tokens for r in tight.generate(reqs)} == shared
     assert tight.admitted_rows_max == 2
 
@@ -159,8 +172,11 @@ def test_quantized_kv_keeps_the_engine_guarantees(fp32_qwen3, bits) -> None:
     trace = [int(t) for t in rng.integers(1, 500, 96)]
     reqs = _probes(trace, prompt, (64, 96), 2, 6)
     runs = {}
-    for name, kwargs in (("shared", {}), ("fresh", {"reuse_prefixes": False}),
-                         ("alone", {"batch_size": 1})):
+    for name, kwargs in (
+        ("shared", {}),
+        ("fresh", {"reuse_prefixes": False}),
+        ("alone", {"batch_size": 1}),
+    ):
         engine = MlxEngine(fp32_qwen3, [511], **{"batch_size": 8, "kv_bits": bits, **kwargs})
         runs[name] = {r.key: r for r in engine.generate(reqs)}
     tokens = {k: {key: r.tokens for key, r in v.items()} for k, v in runs.items()}

@@ -65,7 +65,10 @@ def test_greedy_matches_mlx_lm_generate(tiny_model):
 
     prompt = _prompts(tiny_model, 3)[2]
     ours = _one(MlxEngine.from_loaded(tiny_model), GenRequest("g", prompt, 20, 0, sampling=GREEDY))
-    ref = [r.token for r in stream_generate(tiny_model.model, tiny_model.tokenizer, prompt, max_tokens=20)]
+    ref = [
+        r.token
+        for r in stream_generate(tiny_model.model, tiny_model.tokenizer, prompt, max_tokens=20)
+    ]
     n = min(len(ref), len(ours.tokens))
     assert n >= 10
     assert ours.tokens[:n] == ref[:n]
@@ -133,8 +136,18 @@ def test_reuse_hints_never_change_tokens(float_or_4bit):
         eng = MlxEngine.from_loaded(tiny_model)
         for cut in (len(prompt) + 3, len(full)):
             fresh = _one(fresh_eng, GenRequest("f", full[:cut], 12, seed=9, sampling=sampling))
-            reused = _one(eng, GenRequest("c", full[:cut], 12, seed=9, sampling=sampling,
-                                          shared_prefix=shared, keep_state=True))
+            reused = _one(
+                eng,
+                GenRequest(
+                    "c",
+                    full[:cut],
+                    12,
+                    seed=9,
+                    sampling=sampling,
+                    shared_prefix=shared,
+                    keep_state=True,
+                ),
+            )
             assert reused.tokens == fresh.tokens
             assert reused.cached_tokens == cut - 1 and fresh.cached_tokens == 0
             # Continue the kept live state with two forced ids, then 6 tokens.

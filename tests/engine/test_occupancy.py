@@ -10,8 +10,10 @@ from breakthrough.engine.mlx_backend import MlxEngine
 def test_occupancy_is_token_weighted_rows_over_batch_size(tiny_model) -> None:
     engine = MlxEngine.from_loaded(tiny_model, batch_size=4)
     assert engine.occupancy is None  # no step yet
-    reqs = [GenRequest(key="a", prompt=[1, 2, 3], max_tokens=3, seed=1),
-            GenRequest(key="b", prompt=[4, 5, 6], max_tokens=9, seed=2)]
+    reqs = [
+        GenRequest(key="a", prompt=[1, 2, 3], max_tokens=3, seed=1),
+        GenRequest(key="b", prompt=[4, 5, 6], max_tokens=9, seed=2),
+    ]
     got = {r.key: len(r.tokens) for r in engine.generate(reqs)}
     short, long_ = sorted(got.values())
     # both rows in flight for `short` steps (2 tokens each), then one row alone
@@ -26,7 +28,10 @@ def test_attention_fill_is_real_over_padded_positions(tiny_model) -> None:
     engine = MlxEngine.from_loaded(tiny_model, batch_size=4)
     assert engine.attention_fill is None
     prompts = {"a": [1, 2, 3], "b": [4, 5, 6, 7, 8, 9, 10, 11, 12]}
-    reqs = [GenRequest(key=k, prompt=p, max_tokens=5, seed=i) for i, (k, p) in enumerate(prompts.items())]
+    reqs = [
+        GenRequest(key=k, prompt=p, max_tokens=5, seed=i)
+        for i, (k, p) in enumerate(prompts.items())
+    ]
     made = {r.key: len(r.tokens) for r in engine.generate(reqs)}
     real = padded = 0
     for k in range(max(made.values())):

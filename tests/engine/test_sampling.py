@@ -39,8 +39,14 @@ def test_row_keys_depend_on_seed_and_step_only():
 def test_rows_are_batch_independent_with_mixed_settings():
     """Each row's token and statistics are the same alone and in a mixed batch (other seeds,
     greedy rows, other top-k / top-p / min-p / temperature)."""
-    settings = [Sampling(), GREEDY, Sampling(top_k=5), Sampling(top_p=1.0, top_k=0),
-                Sampling(temperature=1.3, min_p=0.05), Sampling()]
+    settings = [
+        Sampling(),
+        GREEDY,
+        Sampling(top_k=5),
+        Sampling(top_p=1.0, top_k=0),
+        Sampling(temperature=1.3, min_p=0.05),
+        Sampling(),
+    ]
     logits = _logits(len(settings))
     seeds, steps = [11, 12, 13, 14, 15, 16], [0, 3, 9, 2, 1, 0]
     tokens, stats = _draw(logits, seeds, steps, settings)
@@ -69,7 +75,11 @@ def test_statistics_match_numpy():
     s = Sampling(temperature=0.7, top_p=0.9, top_k=12)
     tokens, stats = _draw(logits, [1, 2, 3, 4], [5, 6, 7, 8], [s] * 4)
     x = np.array(logits, dtype=np.float64)
-    lp = x - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)) - x.max(-1, keepdims=True)
+    lp = (
+        x
+        - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        - x.max(-1, keepdims=True)
+    )
     p = np.exp(lp)
     np.testing.assert_allclose(stats[:, 0], lp[np.arange(4), tokens], atol=1e-4)
     np.testing.assert_allclose(stats[:, 1], -(p * lp).sum(-1), atol=1e-4)
@@ -104,8 +114,17 @@ def test_draws_follow_the_sampling_distribution():
     assert np.abs(freq - want).max() < 0.03
 
 
-@pytest.mark.parametrize("top_p,top_k,min_p", [(0.95, 20, 0.0), (0.5, 20, 0.0), (0.95, 0, 0.0),
-                                                (1.0, 5, 0.0), (1.0, 0, 0.1), (0.9, 10, 0.05)])
+@pytest.mark.parametrize(
+    "top_p,top_k,min_p",
+    [
+        (0.95, 20, 0.0),
+        (0.5, 20, 0.0),
+        (0.95, 0, 0.0),
+        (1.0, 5, 0.0),
+        (1.0, 0, 0.1),
+        (0.9, 10, 0.05),
+    ],
+)
 def test_candidate_set_matches_mlx_lm_filters(top_p, top_k, min_p):
     """top-p on the full distribution, then min-p, then top-k: mlx-lm's make_sampler order."""
     import mlx.core as mx
@@ -138,8 +157,15 @@ def test_top_logprobs_are_the_full_distribution_top_k():
     np.testing.assert_allclose(np.array(vals), np.take_along_axis(lp, want, axis=-1), atol=1e-4)
 
 
-@pytest.mark.parametrize("sampling", [Sampling(), GREEDY, Sampling(top_k=0, top_p=0.9),
-                                      Sampling(temperature=1.2, top_k=50, min_p=0.02)])
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        Sampling(),
+        GREEDY,
+        Sampling(top_k=0, top_p=0.9),
+        Sampling(temperature=1.2, top_k=50, min_p=0.02),
+    ],
+)
 def test_numpy_step_equals_mlx_step(sampling):
     """The CPU path (numpy, used on MLX's CPU device) and the MLX path draw the same tokens with
     the same statistics: one definition, two implementations."""
@@ -227,7 +253,9 @@ def test_statistics_reuse_the_draws_exact_mass_exps_bit_for_bit(greedy_rows):
     for r in range(0, n, 2):  # rows whose top token holds ~0.95 of the mass: borderline cuts
         rest = np.exp(x[r].astype(np.float64)).sum()
         x[r, 17 * r] = np.float32(np.log(0.9499 / (1 - 0.9499) * rest))
-    samplings = [Sampling(temperature=0.0)] * greedy_rows + [Sampling(temperature=0.6, top_p=0.95, top_k=k)] * (n - greedy_rows)
+    samplings = [Sampling(temperature=0.0)] * greedy_rows + [
+        Sampling(temperature=0.6, top_p=0.95, top_k=k)
+    ] * (n - greedy_rows)
     settings = D.row_settings_np(samplings, vocab)
     draw = D.draw_np(x, row_keys(range(n), [0] * n), settings)
     assert draw.exps is not None and len(draw.exps[0]) >= 2
@@ -236,8 +264,12 @@ def test_statistics_reuse_the_draws_exact_mass_exps_bit_for_bit(greedy_rows):
         got, full = draw_stats_np(x, draw, settings.k, keep_probs=keep)
         want, want_full = draw_stats_np(x, fresh, settings.k, keep_probs=keep)
         assert np.array_equal(got, want)
-        assert np.array_equal(full.lse, want_full.lse) and np.array_equal(full.entropy, want_full.entropy)
-        assert (full.probs is None) == (not keep) and (not keep or np.array_equal(full.probs, want_full.probs))
+        assert np.array_equal(full.lse, want_full.lse) and np.array_equal(
+            full.entropy, want_full.entropy
+        )
+        assert (full.probs is None) == (not keep) and (
+            not keep or np.array_equal(full.probs, want_full.probs)
+        )
 
 
 def test_uniform_draw_never_reaches_one():
@@ -263,14 +295,16 @@ def test_full_distribution_blocks_equal_float64_and_each_row_alone(rows):
     x = np.asarray(_logits(rows, vocab=49_152, seed=11, scale=3.0))
     full = full_distribution_np(x, keep_probs=True)
     x64 = x.astype(np.float64)
-    lse = np.log(np.exp(x64 - x64.max(-1, keepdims=True)).sum(-1, keepdims=True)) + x64.max(-1, keepdims=True)
+    lse = np.log(np.exp(x64 - x64.max(-1, keepdims=True)).sum(-1, keepdims=True)) + x64.max(
+        -1, keepdims=True
+    )
     p = np.exp(x64 - lse)
     np.testing.assert_allclose(full.lse, lse, rtol=0, atol=2e-5)
     np.testing.assert_allclose(full.entropy, -(p * (x64 - lse)).sum(-1), rtol=1e-5, atol=2e-5)
     np.testing.assert_allclose(full.probs, p, rtol=1e-4, atol=1e-9)
     assert full.probs.shape == x.shape and full.tops == {}
     for r in range(rows):
-        alone = full_distribution_np(x[r:r + 1], keep_probs=True)
+        alone = full_distribution_np(x[r : r + 1], keep_probs=True)
         assert alone.lse[0, 0] == full.lse[r, 0] and alone.entropy[0] == full.entropy[r]
         assert np.array_equal(alone.probs[0], full.probs[r])
     assert full_distribution_np(x).probs is None  # only kept when asked for

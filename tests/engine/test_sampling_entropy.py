@@ -14,8 +14,12 @@ from breakthrough.protocol import Sampling
 def test_sampling_entropy_per_token(tiny_model) -> None:
     eng = MlxEngine.from_loaded(tiny_model, batch_size=4)
     prompt = tiny_model.encode("Count: one two three")
-    reqs = [GenRequest(key="s", prompt=prompt, max_tokens=12, seed=3),
-            GenRequest(key="g", prompt=prompt, max_tokens=12, seed=3, sampling=Sampling(temperature=0.0))]
+    reqs = [
+        GenRequest(key="s", prompt=prompt, max_tokens=12, seed=3),
+        GenRequest(
+            key="g", prompt=prompt, max_tokens=12, seed=3, sampling=Sampling(temperature=0.0)
+        ),
+    ]
     res = {r.key: r for r in eng.generate(reqs)}
     s, g = res["s"], res["g"]
     assert len(s.sampling_entropies) == len(s.tokens) and len(g.sampling_entropies) == len(g.tokens)
@@ -31,8 +35,24 @@ def test_sampling_entropy_is_stored(tmp_path, tiny_model_dir) -> None:
     from breakthrough.cli import app
     from breakthrough.store import RunStore
 
-    res = CliRunner().invoke(app, ["base", "--cohort", "demo", "--model", str(tiny_model_dir), "--limit", "1",
-                                   "--max-tokens", "6", "--runs-dir", str(tmp_path), "--run", "e"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "base",
+            "--cohort",
+            "demo",
+            "--model",
+            str(tiny_model_dir),
+            "--limit",
+            "1",
+            "--max-tokens",
+            "6",
+            "--runs-dir",
+            str(tmp_path),
+            "--run",
+            "e",
+        ],
+    )
     assert res.exit_code == 0, res.output
     with RunStore(tmp_path / "e") as s:
         row = s.samples_frame().iloc[0]

@@ -28,7 +28,9 @@ def _load(name: str):
 
 
 def _req(**kw) -> GenRequest:
-    base = dict(key="k", prompt=[1, 504, 1028, 2001, 77, 9], max_tokens=6, seed=11, sampling=Sampling())
+    base = dict(
+        key="k", prompt=[1, 504, 1028, 2001, 77, 9], max_tokens=6, seed=11, sampling=Sampling()
+    )
     return GenRequest(**{**base, **kw})
 
 
@@ -53,9 +55,14 @@ def test_recorded_vllm_and_sglang_answers_give_the_same_result() -> None:
     for name in ("surprisal", "sampled_token_regret", "top1_probability", "probability_tail_mass"):
         np.testing.assert_array_equal(v.signals[name], s.signals[name])
     np.testing.assert_allclose(v.signals["surprisal"], -v.logprobs, rtol=1e-6)
-    np.testing.assert_allclose(v.signals["top1_probability"], np.exp(v.top_logprobs[:, 0]), rtol=1e-5)
+    np.testing.assert_allclose(
+        v.signals["top1_probability"], np.exp(v.top_logprobs[:, 0]), rtol=1e-5
+    )
     assert (v.signals["sampled_token_regret"] >= 0).all()
-    assert np.isnan(v.signals["successive_js_divergence"]).all() and np.isnan(v.signals["hidden_norm"]).all()
+    assert (
+        np.isnan(v.signals["successive_js_divergence"]).all()
+        and np.isnan(v.signals["hidden_norm"]).all()
+    )
     # Each sampled token's logprob is the one its step's top list gives it (raw, same numbers).
     for i, tok in enumerate(v.tokens):
         row = v.top_ids[i].tolist()
@@ -85,20 +92,49 @@ def test_prompt_scores_parse_alike() -> None:
     v = wire.parse_vllm_prompt_logprobs(_load("vllm_prompt_logprobs.json"))
     s = wire.parse_sglang_prompt_logprobs(_load("sglang_prompt_logprobs.json"))
     assert len(v) == len(s) == 4 and v[0] == {} and s[0] == {}
-    for a, b in zip(v[1:], s[1:]):
+    for a, b in zip(v[1:], s[1:], strict=True):
         assert topk_stats.max_logprob_difference(a, b) == 0.0
     assert v[3][2001] == pytest.approx(-19.16779136657715)
 
 
-@pytest.mark.parametrize("body, what", [
-    ({"choices": []}, "one choice"),
-    ({"choices": [{"finish_reason": "length"}]}, "logprobs"),
-    ({"choices": [{"logprobs": {"tokens": ["hello"], "token_logprobs": [-1.0], "top_logprobs": [{}]},
-                   "finish_reason": "length"}]}, "token id"),
-    ({"choices": [{"logprobs": {"tokens": ["token_id:5"], "token_logprobs": [-1.0, -2.0],
-                                "top_logprobs": [{}]}, "finish_reason": "length"}]}, "logprobs"),
-    ([1, 2], "JSON object"),
-])
+@pytest.mark.parametrize(
+    "body, what",
+    [
+        ({"choices": []}, "one choice"),
+        ({"choices": [{"finish_reason": "length"}]}, "logprobs"),
+        (
+            {
+                "choices": [
+                    {
+                        "logprobs": {
+                            "tokens": ["hello"],
+                            "token_logprobs": [-1.0],
+                            "top_logprobs": [{}],
+                        },
+                        "finish_reason": "length",
+                    }
+                ]
+            },
+            "token id",
+        ),
+        (
+            {
+                "choices": [
+                    {
+                        "logprobs": {
+                            "tokens": ["token_id:5"],
+                            "token_logprobs": [-1.0, -2.0],
+                            "top_logprobs": [{}],
+                        },
+                        "finish_reason": "length",
+                    }
+                ]
+            },
+            "logprobs",
+        ),
+        ([1, 2], "JSON object"),
+    ],
+)
 def test_malformed_vllm_bodies_are_refused(body, what) -> None:
     with pytest.raises(wire.MalformedResponse, match=what):
         wire.parse_vllm(body)
@@ -121,10 +157,19 @@ def test_request_bodies_carry_ids_seed_and_stops() -> None:
     assert v["logprobs"] == 20 and v["return_tokens_as_token_ids"] and not v["skip_special_tokens"]
     assert v["stop_token_ids"] == [2, 7] and v["top_k"] == 20
     assert v["bt"]["stop_sequences"] == [[7], [8, 9]] and v["bt"]["cell"] == "m:p1"
-    assert v["bt"]["follows"] == "m:p1/probe:4:0" and v["bt"]["shared_prefix"]["ids"] == [1, 2, 3, 4]
+    assert v["bt"]["follows"] == "m:p1/probe:4:0" and v["bt"]["shared_prefix"]["ids"] == [
+        1,
+        2,
+        3,
+        4,
+    ]
     s = wire.sglang_body(req, [2])
-    assert s["input_ids"] == list(req.prompt) and s["return_logprob"] and s["top_logprobs_num"] == 20
-    assert s["sampling_params"]["sampling_seed"] == 11 and s["sampling_params"]["stop_token_ids"] == [2, 7]
+    assert (
+        s["input_ids"] == list(req.prompt) and s["return_logprob"] and s["top_logprobs_num"] == 20
+    )
+    assert s["sampling_params"]["sampling_seed"] == 11 and s["sampling_params"][
+        "stop_token_ids"
+    ] == [2, 7]
     assert route_key(_req(key="m:p2")) == "m:p2"
 
 
@@ -154,13 +199,17 @@ def _vllm_sampling_entropy(lp: np.ndarray, s: Sampling) -> float:
 
 @settings(max_examples=60, deadline=None)
 @given(st.floats(0.2, 1.5), st.floats(0.3, 1.0), st.integers(1, 20), st.integers(0, 2**31 - 1))
-def test_sampling_entropy_is_exact_from_the_top20(temp: float, top_p: float, top_k: int, seed: int) -> None:
+def test_sampling_entropy_is_exact_from_the_top20(
+    temp: float, top_p: float, top_k: int, seed: int
+) -> None:
     rng = np.random.default_rng(seed)
     logits = rng.normal(size=500) * 3
     lp = logits - np.logaddexp.reduce(logits)
     s = Sampling(temperature=temp, top_p=top_p, top_k=top_k)
     top20 = np.sort(lp)[::-1][:20]
-    assert topk_stats.sampling_entropy(top20.tolist(), s) == pytest.approx(_vllm_sampling_entropy(lp, s), abs=1e-9)
+    assert topk_stats.sampling_entropy(top20.tolist(), s) == pytest.approx(
+        _vllm_sampling_entropy(lp, s), abs=1e-9
+    )
 
 
 def test_sampling_entropy_is_unknown_without_top_k_and_zero_when_greedy() -> None:
@@ -184,8 +233,15 @@ def test_topk_signals_equal_the_full_distribution_definitions(seed: int) -> None
     tops = -np.sort(-logp, axis=-1)[:, :20]  # each step's top-20, descending (as _top_arrays)
     chosen = [float(logp[j, tokens[j]]) for j in range(6)]
     got = topk_signals(tops, chosen, SIGNAL_FIELDS)
-    exact = ("top1_top2_logit_margin", "top1_top2_probability_margin", "top1_probability",
-             "top5_probability_mass", "probability_tail_mass", "surprisal", "sampled_token_regret")
+    exact = (
+        "top1_top2_logit_margin",
+        "top1_top2_probability_margin",
+        "top1_probability",
+        "top5_probability_mass",
+        "probability_tail_mass",
+        "surprisal",
+        "sampled_token_regret",
+    )
     for name in SIGNAL_FIELDS:
         col = SIGNAL_FIELDS.index(name)
         if name in exact:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 # `dists` and `installed` are the wheel's fixtures: pytest finds them in this module
-from install.test_wheel_install import _user_env, dists, installed
+from install.test_wheel_install import _user_env, dists, installed  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 HEADING = "## The pipeline"
@@ -38,16 +38,25 @@ SHRINK: list[tuple[str, str, str]] = [
     # one problem per cohort and 8-token traces: a CPU decodes SmolLM2 at a few tokens/s
     (r"(bt base --cohort \S+)", r"\1 --limit 1 --max-tokens 8", "one 8-token trace"),
     # B = 4 reasoning + 4 answer tokens, anchors and restarts inside an 8-token trace
-    (r"bt continue --budget 1024", "bt continue --budget 4 --answer-budget 4 --anchors 4,8 "
-     "--restarts 4,8", "make demo's budgets"),
+    (
+        r"bt continue --budget 1024",
+        "bt continue --budget 4 --answer-budget 4 --anchors 4,8 --restarts 4,8",
+        "make demo's budgets",
+    ),
     (r"--add-budget 4096", "--add-budget 8", "the A2 arm at 2B, as the study's 4,096 is 4B"),
     (r"--attempts 8 --max-tokens 4096", "--attempts 2 --max-tokens 16 --limit 2", "attempts"),
-    (r"(bt cohorts screen math500 --name screened) --band 1,2",
-     r"\1 --limit 2 --max-tokens 8 --band 0,3", "SmolLM2 solves no MATH problem: the band "
-     "keeps what it gets (the README's 1-2 of 3 would keep none)"),
+    (
+        r"(bt cohorts screen math500 --name screened) --band 1,2",
+        r"\1 --limit 2 --max-tokens 8 --band 0,3",
+        "SmolLM2 solves no MATH problem: the band "
+        "keeps what it gets (the README's 1-2 of 3 would keep none)",
+    ),
     (r"--anchors 4,8,16,32", "--anchors 4,8", "anchors inside a 16-token attempt"),
-    (r"--forecast-token 128,256,512,1024,2048", "--forecast-token 4,8 --draws 20",
-     "forecast points inside an 8-token trace"),
+    (
+        r"--forecast-token 128,256,512,1024,2048",
+        "--forecast-token 4,8 --draws 20",
+        "forecast points inside an 8-token trace",
+    ),
     (r"python analysis/", f"python {REPO}/analysis/", "the script lives in the clone"),
 ]
 
@@ -61,7 +70,10 @@ EXPECT: dict[str, list[str]] = {
     "bt cohorts screen": ["cohorts/screened.jsonl"],
     "bt signals runs/attempts": [f"runs/attempts/math500-{OFFLINE}/signals.parquet"],
     "bt probe": [f"runs/attempts/math500-{OFFLINE}/probe/probe_summary.json"],
-    "bt signals runs/math89": [f"runs/math89-{OFFLINE}/signals.parquet", "runs/confirm/confirm.json"],
+    "bt signals runs/math89": [
+        f"runs/math89-{OFFLINE}/signals.parquet",
+        "runs/confirm/confirm.json",
+    ],
     "bt confirm runs/*": ["runs/confirm/sweep.json"],
     "bt report study": ["runs/study/index.html", "runs/study/headlines.json"],
 }
@@ -83,8 +95,11 @@ def comments(readme: str) -> dict[str, str]:
     """Each command's README comment (what it says the command does)."""
     section = readme.split(f"\n{HEADING}\n", 1)[1]
     block = re.search(r"```\w*\n(.*?)```", section, re.S).group(1)
-    return {line.split("  #", 1)[0].strip(): line.split("  #", 1)[1].strip()
-            for line in block.splitlines() if "  #" in line}
+    return {
+        line.split("  #", 1)[0].strip(): line.split("  #", 1)[1].strip()
+        for line in block.splitlines()
+        if "  #" in line
+    }
 
 
 def shrink(command: str) -> str:
@@ -100,8 +115,9 @@ def test_pipeline_block_is_found_and_every_line_is_mapped():
     for cmd in cmds:
         shlex.split(cmd)  # a shell line
         assert "gemma4" not in shrink(cmd) and "qwen3" not in shrink(cmd), shrink(cmd)
-    assert all(any(c.startswith(k) for c in cmds) for k in EXPECT), \
-        [k for k in EXPECT if not any(c.startswith(k) for c in cmds)]
+    assert all(any(c.startswith(k) for c in cmds) for k in EXPECT), [
+        k for k in EXPECT if not any(c.startswith(k) for c in cmds)
+    ]
 
 
 def _table(path: Path) -> None:
@@ -114,7 +130,7 @@ def _table(path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_readme_pipeline_runs_as_written(installed, tmp_path):
+def test_the_readme_pipeline_runs_as_written(installed, tmp_path):  # noqa: F811
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     said = comments(readme)
     work = tmp_path / "study"
@@ -122,16 +138,28 @@ def test_the_readme_pipeline_runs_as_written(installed, tmp_path):
     env = _user_env(work)
     env["PATH"] = f"{installed}{os.pathsep}{env['PATH']}"
     env["BT_CACHE_DIR"] = os.environ.get("BT_CACHE_DIR", str(tmp_path / "cache"))
-    prepared = subprocess.run(["bt", "models", "prepare", OFFLINE], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=600)
+    prepared = subprocess.run(
+        ["bt", "models", "prepare", OFFLINE],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert prepared.returncode == 0, prepared.stderr
     _table(work / "table.csv")
     log = []
     for cmd in pipeline_commands(readme):
         run = shrink(cmd)
         t0 = time.monotonic()
-        proc = subprocess.run(["bash", "-o", "pipefail", "-c", run], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", run],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         log.append(f"{time.monotonic() - t0:6.1f}s  {run}")
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, f"{run}\n{out[-3000:]}"
@@ -144,5 +172,7 @@ def test_the_readme_pipeline_runs_as_written(installed, tmp_path):
             for name in re.findall(r"\b([a-z]+\d*)\b(?: \(|,|$)", said[cmd]):
                 assert re.search(rf"│ {name} ", proc.stdout), (name, proc.stdout)
         if "runs/*" in cmd:  # outputs and sample runs under runs/ are never taken for runs
-            assert not re.search(r"bt continue[^\n]*runs/(attempts|screens|classify|study)", out), out
+            assert not re.search(r"bt continue[^\n]*runs/(attempts|screens|classify|study)", out), (
+                out
+            )
     print("\n".join(log))

@@ -34,8 +34,12 @@ def dists(tmp_path_factory) -> dict[str, Path]:
     file missing from the sdist is missing from the wheel too). No build isolation: the build
     backend comes from this environment (requirements/), not from the network."""
     out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out),
-                           str(REPO)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel,) = out.glob("*.whl")
     (sdist,) = out.glob("*.tar.gz")
@@ -46,15 +50,40 @@ def dists(tmp_path_factory) -> dict[str, Path]:
 def installed(tmp_path_factory, dists) -> Path:
     """A fresh venv holding the wheel (non-editable); returns its bin/ folder."""
     venv = tmp_path_factory.mktemp("fresh") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    purelib = Path(subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
+    purelib = Path(
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.strip()
+    )
     (purelib / "_bt_locked_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                           "install", "-q", "--no-deps", "--no-index", str(dists["wheel"])],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(dists["wheel"]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return venv / "bin"
 
@@ -65,9 +94,17 @@ def _user_env(tmp: Path) -> dict[str, str]:
     return {**env, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp.parent / "hf"), "COLUMNS": "200"}
 
 
-def _bt(bindir: Path, cwd: Path, *args: object, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([str(bindir / "bt"), *map(str, args)], cwd=cwd, env=_user_env(cwd),
-                          capture_output=True, text=True, timeout=timeout)
+def _bt(
+    bindir: Path, cwd: Path, *args: object, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(bindir / "bt"), *map(str, args)],
+        cwd=cwd,
+        env=_user_env(cwd),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_wheel_and_sdist_carry_the_builtin_cohorts_and_math_source(dists):
@@ -76,21 +113,35 @@ def test_wheel_and_sdist_carry_the_builtin_cohorts_and_math_source(dists):
     for stem in BUILTIN:
         assert f"breakthrough/builtin_cohorts/{stem}.jsonl" in names
     assert f"breakthrough/builtin_cohorts/{MATH_SOURCE}" in names
-    templates = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "breakthrough" / "report" / "templates").glob("*.j2"))
+    templates = sorted(
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "breakthrough" / "report" / "templates").glob("*.j2")
+    )
     assert templates and set(templates) <= names  # bt report study's page
     with tarfile.open(dists["sdist"]) as sd:
         members = {m.split("/", 1)[1] for m in sd.getnames() if "/" in m}
-    assert {"setup.py", "pyproject.toml", f"cohorts/{MATH_SOURCE}",
-            *(f"cohorts/{s}.jsonl" for s in BUILTIN)} <= members
+    assert {
+        "setup.py",
+        "pyproject.toml",
+        f"cohorts/{MATH_SOURCE}",
+        *(f"cohorts/{s}.jsonl" for s in BUILTIN),
+    } <= members
 
 
 def test_installed_wheel_runs_the_first_day_commands_from_an_empty_directory(installed, tmp_path):
     work = tmp_path / "empty"
     work.mkdir()
-    where = subprocess.run([str(installed / "python"), "-c",
-                            "import breakthrough; print(breakthrough.__file__)"],
-                           cwd=work, env=_user_env(work), capture_output=True, text=True, timeout=120)
-    assert where.stdout.startswith(str(installed.parent)), where  # the wheel's copy, not the checkout
+    where = subprocess.run(
+        [str(installed / "python"), "-c", "import breakthrough; print(breakthrough.__file__)"],
+        cwd=work,
+        env=_user_env(work),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert where.stdout.startswith(str(installed.parent)), (
+        where
+    )  # the wheel's copy, not the checkout
 
     version = _bt(installed, work, "--version")
     assert (version.returncode, version.stdout.strip()) == (0, f"bt {breakthrough.__version__}")
@@ -117,7 +168,8 @@ def test_user_cohorts_in_the_working_directory_beside_the_builtin_ones(installed
     work = tmp_path / "mine"
     (work / "cohorts").mkdir(parents=True)
     (work / "cohorts" / "mine.jsonl").write_text(
-        json.dumps({"id": "p1", "problem": "What is 2 + 3?", "answer": "5"}) + "\n")
+        json.dumps({"id": "p1", "problem": "What is 2 + 3?", "answer": "5"}) + "\n"
+    )
     listed = _bt(installed, work, "cohorts", "list")
     assert listed.returncode == 0, listed.stderr
     mine = next(line for line in listed.stdout.splitlines() if "│ mine " in line)

@@ -63,17 +63,32 @@ ARCHITECTURES: dict[str, Architecture] = {
         name="gemma4_text",
         model_type="gemma4_text",
         config={
-            "hidden_size": 64, "num_hidden_layers": 3, "intermediate_size": 128,
-            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
-            "global_head_dim": 32, "num_kv_shared_layers": 0, "hidden_size_per_layer_input": 8,
+            "hidden_size": 64,
+            "num_hidden_layers": 3,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "head_dim": 16,
+            "global_head_dim": 32,
+            "num_kv_shared_layers": 0,
+            "hidden_size_per_layer_input": 8,
             # a window far below the study's 512 so short test traces rotate the cache
             "sliding_window": 32,
             "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
-            "use_double_wide_mlp": False, "tie_word_embeddings": False,
+            "use_double_wide_mlp": False,
+            "tie_word_embeddings": False,
             "max_position_embeddings": 32768,
         },
-        special_tokens=("<bos>", "<eos>", "<pad>", "<|turn>", "<turn|>", "<|think|>",
-                        "<|channel>", "<channel|>"),
+        special_tokens=(
+            "<bos>",
+            "<eos>",
+            "<pad>",
+            "<|turn>",
+            "<turn|>",
+            "<|think|>",
+            "<|channel>",
+            "<channel|>",
+        ),
         eos_tokens=("<eos>", "<turn|>"),
         bos_token="<bos>",
         template="gemma4.jinja",
@@ -83,17 +98,37 @@ ARCHITECTURES: dict[str, Architecture] = {
         name="ministral3",
         model_type="ministral3",
         config={
-            "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-            "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "rms_norm_eps": 1e-5,
+            "tie_word_embeddings": False,
             "max_position_embeddings": 262144,
-            "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 16.0,
-                                "original_max_position_embeddings": 16384, "beta_fast": 32.0,
-                                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
-                                "llama_4_scaling_beta": 0.1},
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 1000000.0,
+                "factor": 16.0,
+                "original_max_position_embeddings": 16384,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "llama_4_scaling_beta": 0.1,
+            },
         },
-        special_tokens=("<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]",
-                        "[/SYSTEM_PROMPT]", "[THINK]", "[/THINK]"),
+        special_tokens=(
+            "<s>",
+            "</s>",
+            "[INST]",
+            "[/INST]",
+            "[SYSTEM_PROMPT]",
+            "[/SYSTEM_PROMPT]",
+            "[THINK]",
+            "[/THINK]",
+        ),
         eos_tokens=("</s>",),
         bos_token="<s>",
         template="ministral3_reasoning.jinja",
@@ -103,9 +138,15 @@ ARCHITECTURES: dict[str, Architecture] = {
         name="qwen3",
         model_type="qwen3",
         config={
-            "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-            "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 1000000.0,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": False,
+            "rope_theta": 1000000.0,
             "max_position_embeddings": 32768,
         },
         special_tokens=("<think>", "</think>"),  # <|im_start|> / <|im_end|> are in SmolLM2's
@@ -118,12 +159,20 @@ ARCHITECTURES: dict[str, Architecture] = {
         name="qwen3_5",
         model_type="qwen3_5",
         config={
-            "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-            "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 16,
-            "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "linear_num_value_heads": 4,
+            "linear_num_key_heads": 2,
+            "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16,
+            "linear_conv_kernel_dim": 4,
             "full_attention_interval": 2,  # layer 0 linear (ArraysCache), layer 1 full attention
-            "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": False,
             "max_position_embeddings": 32768,
         },
         special_tokens=("<think>", "</think>"),
@@ -143,8 +192,9 @@ def architecture_tokenizer(base_tokenizer: Any, arch: Architecture) -> Any:
 
     tok = copy.deepcopy(base_tokenizer)
     have = set(tok.get_vocab())
-    new = [AddedToken(t, special=True, normalized=False) for t in arch.special_tokens
-           if t not in have]
+    new = [
+        AddedToken(t, special=True, normalized=False) for t in arch.special_tokens if t not in have
+    ]
     if new:
         tok.add_tokens(new, special_tokens=True)
     tok.eos_token = arch.eos_tokens[-1]
@@ -154,8 +204,14 @@ def architecture_tokenizer(base_tokenizer: Any, arch: Architecture) -> Any:
     return tok
 
 
-def write_architecture(out: Path, arch: Architecture, base_tokenizer: Any, *, seed: int = 0,
-                       silence: tuple[str, ...] = ()) -> Path:
+def write_architecture(
+    out: Path,
+    arch: Architecture,
+    base_tokenizer: Any,
+    *,
+    seed: int = 0,
+    silence: tuple[str, ...] = (),
+) -> Path:
     """Write a random-weight mlx-lm folder of `arch` (float32) with its tokenizer. Tokens in
     `silence` get a zero head row (logit 0, never among the top-20 candidates of the random
     head): bench/long_trace.py silences EOS and the close marker so the base trace runs the full
@@ -166,8 +222,12 @@ def write_architecture(out: Path, arch: Architecture, base_tokenizer: Any, *, se
     tok = architecture_tokenizer(base_tokenizer, arch)
     vocab = len(tok)
     eos_ids = [tok.convert_tokens_to_ids(t) for t in arch.eos_tokens]
-    cfg = {"model_type": arch.model_type, **copy.deepcopy(arch.config), "vocab_size": vocab,
-           "eos_token_id": eos_ids if len(eos_ids) > 1 else eos_ids[0]}
+    cfg = {
+        "model_type": arch.model_type,
+        **copy.deepcopy(arch.config),
+        "vocab_size": vocab,
+        "eos_token_id": eos_ids if len(eos_ids) > 1 else eos_ids[0],
+    }
     if arch.model_type == "gemma4_text":
         cfg["vocab_size_per_layer_input"] = vocab
     if arch.bos_token:

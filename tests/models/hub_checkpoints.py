@@ -61,35 +61,102 @@ class HubShape:
 def _gemma4_specials() -> dict[int, tuple[str, bool]]:
     # google/gemma-4-E4B-it tokenizer: <pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4,
     # <|tool_response> 50, <|think|> 98, <|channel> 100, <channel|> 101, <|turn> 105, <turn|> 106
-    named = {0: "<pad>", 1: "<eos>", 2: "<bos>", 3: "<unk>", 4: "<mask>", 46: "<|tool>",
-             47: "<tool|>", 48: "<|tool_call>", 49: "<tool_call|>", 50: "<|tool_response>",
-             51: "<tool_response|>", 98: "<|think|>", 100: "<|channel>", 101: "<channel|>",
-             105: "<|turn>", 106: "<turn|>"}
+    named = {
+        0: "<pad>",
+        1: "<eos>",
+        2: "<bos>",
+        3: "<unk>",
+        4: "<mask>",
+        46: "<|tool>",
+        47: "<tool|>",
+        48: "<|tool_call>",
+        49: "<tool_call|>",
+        50: "<|tool_response>",
+        51: "<tool_response|>",
+        98: "<|think|>",
+        100: "<|channel>",
+        101: "<channel|>",
+        105: "<|turn>",
+        106: "<turn|>",
+    }
     return {i: (named.get(i, f"[unused{i}]"), True) for i in range(107)}
 
 
 def _ministral3_specials() -> dict[int, tuple[str, bool]]:
     # Tekken (mistral-common v13) control tokens at their ids; the rest of the first 1000 ids
     # are <SPECIAL_n> placeholders in the real vocabulary.
-    named = {0: "<unk>", 1: "<s>", 2: "</s>", 3: "[INST]", 4: "[/INST]", 5: "[AVAILABLE_TOOLS]",
-             6: "[/AVAILABLE_TOOLS]", 7: "[TOOL_RESULTS]", 8: "[/TOOL_RESULTS]",
-             9: "[TOOL_CALLS]", 10: "[IMG]", 11: "<pad>", 12: "[IMG_BREAK]", 13: "[IMG_END]",
-             14: "[PREFIX]", 15: "[MIDDLE]", 16: "[SUFFIX]", 17: "[SYSTEM_PROMPT]",
-             18: "[/SYSTEM_PROMPT]", 19: "[TOOL_CONTENT]", 32: "[ARGS]", 33: "[CALL_ID]",
-             34: "[THINK]", 35: "[/THINK]"}
+    named = {
+        0: "<unk>",
+        1: "<s>",
+        2: "</s>",
+        3: "[INST]",
+        4: "[/INST]",
+        5: "[AVAILABLE_TOOLS]",
+        6: "[/AVAILABLE_TOOLS]",
+        7: "[TOOL_RESULTS]",
+        8: "[/TOOL_RESULTS]",
+        9: "[TOOL_CALLS]",
+        10: "[IMG]",
+        11: "<pad>",
+        12: "[IMG_BREAK]",
+        13: "[IMG_END]",
+        14: "[PREFIX]",
+        15: "[MIDDLE]",
+        16: "[SUFFIX]",
+        17: "[SYSTEM_PROMPT]",
+        18: "[/SYSTEM_PROMPT]",
+        19: "[TOOL_CONTENT]",
+        32: "[ARGS]",
+        33: "[CALL_ID]",
+        34: "[THINK]",
+        35: "[/THINK]",
+    }
     return {i: (named.get(i, f"<SPECIAL_{i}>"), True) for i in range(36)}
 
 
-_QWEN3_ADDED = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
-                "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",
-                "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
-                "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
-                "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
-                "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+_QWEN3_ADDED = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
 # Published as added tokens with "special": false (they stay in decoded text).
-_QWEN3_NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
-                      "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
-                      "<tool_response>", "</tool_response>", "<think>", "</think>"}
+_QWEN3_NOT_SPECIAL = {
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+}
 
 
 def _qwen3_specials() -> dict[int, tuple[str, bool]]:
@@ -103,32 +170,62 @@ SHAPES: dict[str, HubShape] = {
         alias="gemma4-e4b",
         repo="mlx-community/gemma-4-e4b-it-4bit",
         wrapper={
-            "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
-            "image_token_id": 258880, "audio_token_id": 258881, "boi_token_id": 255999,
-            "eoi_token_id": 258882, "boa_token_id": 256000, "eoa_token_id": 258883,
-            "initializer_range": 0.02, "tie_word_embeddings": True,
-            "vision_config": {"model_type": "gemma4_vision", "hidden_size": 64,
-                              "num_hidden_layers": 1, "patch_size": 16},
-            "audio_config": {"model_type": "gemma4_audio", "hidden_size": 64,
-                             "num_hidden_layers": 1},
+            "architectures": ["Gemma4ForConditionalGeneration"],
+            "model_type": "gemma4",
+            "image_token_id": 258880,
+            "audio_token_id": 258881,
+            "boi_token_id": 255999,
+            "eoi_token_id": 258882,
+            "boa_token_id": 256000,
+            "eoa_token_id": 258883,
+            "initializer_range": 0.02,
+            "tie_word_embeddings": True,
+            "vision_config": {
+                "model_type": "gemma4_vision",
+                "hidden_size": 64,
+                "num_hidden_layers": 1,
+                "patch_size": 16,
+            },
+            "audio_config": {
+                "model_type": "gemma4_audio",
+                "hidden_size": 64,
+                "num_hidden_layers": 1,
+            },
         },
         text_config={
-            "model_type": "gemma4_text", "hidden_size": 64, "num_hidden_layers": 4,
-            "intermediate_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1,
-            "head_dim": 32, "global_head_dim": 64, "hidden_size_per_layer_input": 64,
+            "model_type": "gemma4_text",
+            "hidden_size": 64,
+            "num_hidden_layers": 4,
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+            "global_head_dim": 64,
+            "hidden_size_per_layer_input": 64,
             # E4B: 42 layers (every 6th full attention, the last one too), the last 18 reuse the
             # K/V of the last earlier layer of their type; here layers 2-3 reuse 0-1's
             "num_kv_shared_layers": 2,
             "layer_types": ["sliding_attention", "full_attention"] * 2,
             "sliding_window": 32,  # E4B: 512; small so a short trace rotates the window
-            "use_double_wide_mlp": False, "attention_k_eq_v": False, "enable_moe_block": False,
-            "final_logit_softcapping": 30.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
-            "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131072,
+            "use_double_wide_mlp": False,
+            "attention_k_eq_v": False,
+            "enable_moe_block": False,
+            "final_logit_softcapping": 30.0,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "max_position_embeddings": 131072,
             "rope_parameters": {
-                "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0,
-                                   "rope_type": "proportional"},
-                "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}},
-            "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1,
+                "full_attention": {
+                    "partial_rotary_factor": 0.25,
+                    "rope_theta": 1000000.0,
+                    "rope_type": "proportional",
+                },
+                "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+            },
+            "pad_token_id": 0,
+            "bos_token_id": 2,
+            "eos_token_id": 1,
         },
         extra_weights=(
             ("vision_tower.encoder.layers.0.self_attn.q_proj.linear", (64, 64), True),
@@ -143,31 +240,63 @@ SHAPES: dict[str, HubShape] = {
             ("embed_audio.embedding_projection", (64, 64), True),
         ),
         specials=_gemma4_specials(),
-        bos="<bos>", eos="<eos>", pad="<pad>",
+        bos="<bos>",
+        eos="<eos>",
+        pad="<pad>",
         config_eos=("<eos>", "<turn|>"),
         template=HUB_FILES / "gemma4_e4b_it.jinja",
-        generation_config={"bos_token_id": 2, "do_sample": True, "eos_token_id": [1, 106, 50],
-                           "pad_token_id": 0, "temperature": 1.0, "top_k": 64, "top_p": 0.95},
+        generation_config={
+            "bos_token_id": 2,
+            "do_sample": True,
+            "eos_token_id": [1, 106, 50],
+            "pad_token_id": 0,
+            "temperature": 1.0,
+            "top_k": 64,
+            "top_p": 0.95,
+        },
     ),
     "ministral3-3b": HubShape(
         alias="ministral3-3b",
         repo="mlx-community/Ministral-3-3B-Reasoning-2512-4bit",
         wrapper={
-            "architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
-            "image_token_index": 10, "multimodal_projector_bias": False,
-            "projector_hidden_act": "gelu", "spatial_merge_size": 2, "vision_feature_layer": -1,
-            "vision_config": {"model_type": "pixtral", "hidden_size": 64, "num_hidden_layers": 1,
-                              "patch_size": 14, "image_size": 1540},
+            "architectures": ["Mistral3ForConditionalGeneration"],
+            "model_type": "mistral3",
+            "image_token_index": 10,
+            "multimodal_projector_bias": False,
+            "projector_hidden_act": "gelu",
+            "spatial_merge_size": 2,
+            "vision_feature_layer": -1,
+            "vision_config": {
+                "model_type": "pixtral",
+                "hidden_size": 64,
+                "num_hidden_layers": 1,
+                "patch_size": 14,
+                "image_size": 1540,
+            },
         },
         text_config={
-            "model_type": "ministral3", "hidden_size": 64, "num_hidden_layers": 2,
-            "intermediate_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1,
-            "head_dim": 32, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
-            "max_position_embeddings": 262144, "sliding_window": None,
-            "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 16.0,
-                                "original_max_position_embeddings": 16384, "beta_fast": 32.0,
-                                "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
-                                "llama_4_scaling_beta": 0.1},
+            "model_type": "ministral3",
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+            "rms_norm_eps": 1e-5,
+            "tie_word_embeddings": True,
+            "max_position_embeddings": 262144,
+            "sliding_window": None,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 1000000.0,
+                "factor": 16.0,
+                "original_max_position_embeddings": 16384,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "llama_4_scaling_beta": 0.1,
+            },
         },
         extra_weights=(
             ("vision_tower.transformer.layers.0.attention.q_proj", (64, 64), True),
@@ -177,11 +306,17 @@ SHAPES: dict[str, HubShape] = {
             ("multi_modal_projector.linear_1", (64, 64), True),
         ),
         specials=_ministral3_specials(),
-        bos="<s>", eos="</s>", pad="<pad>",
+        bos="<s>",
+        eos="</s>",
+        pad="<pad>",
         config_eos=("</s>",),
         template=HUB_FILES / "ministral3_reasoning_2512.jinja",
-        generation_config={"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 11,
-                           "max_length": 262144},
+        generation_config={
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 11,
+            "max_length": 262144,
+        },
         source_repo="mistralai/Ministral-3-3B-Reasoning-2512",
         source_files={"SYSTEM_PROMPT.txt": HUB_FILES / "ministral3_SYSTEM_PROMPT.txt"},
     ),
@@ -189,16 +324,30 @@ SHAPES: dict[str, HubShape] = {
         alias="qwen3-4b",
         repo="mlx-community/Qwen3-4B-4bit",
         text_config={
-            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
-            "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 2,
-            "num_key_value_heads": 1, "head_dim": 64, "rms_norm_eps": 1e-6,
-            "tie_word_embeddings": True, "rope_theta": 1000000.0, "rope_scaling": None,
-            "max_position_embeddings": 40960, "max_window_layers": 36,
-            "use_sliding_window": False, "sliding_window": None, "attention_bias": False,
-            "hidden_act": "silu", "torch_dtype": "bfloat16",
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 64,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+            "rope_theta": 1000000.0,
+            "rope_scaling": None,
+            "max_position_embeddings": 40960,
+            "max_window_layers": 36,
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "attention_bias": False,
+            "hidden_act": "silu",
+            "torch_dtype": "bfloat16",
         },
         specials=_qwen3_specials(),
-        bos=None, eos="<|im_end|>", pad="<|endoftext|>",
+        bos=None,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
         config_eos=("<|im_end|>",),
         template=TEMPLATES / "qwen3.jinja",
         generation_config={"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95},
@@ -236,19 +385,28 @@ def byte_tokenizer(shape: HubShape) -> Any:
         specials = [shape.specials[i][0] for i in order]
     else:  # after the byte alphabet and the merges, in the published order
         specials = []
-    trainer = trainers.BpeTrainer(vocab_size=len(specials) + len(alphabet) + MERGES,
-                                  special_tokens=specials, initial_alphabet=alphabet,
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(specials) + len(alphabet) + MERGES,
+        special_tokens=specials,
+        initial_alphabet=alphabet,
+        show_progress=False,
+    )
     core.train_from_iterator(_CORPUS, trainer)
-    added = [AddedToken(shape.specials[i][0], special=shape.specials[i][1], normalized=False)
-             for i in order]
+    added = [
+        AddedToken(shape.specials[i][0], special=shape.specials[i][1], normalized=False)
+        for i in order
+    ]
     core.add_tokens(added)
     for i in order:
         got = core.token_to_id(shape.specials[i][0])
         assert got == i or not shape.real_ids, (shape.specials[i][0], got, i)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token=shape.eos,
-                                  bos_token=shape.bos, pad_token=shape.pad,
-                                  clean_up_tokenization_spaces=False)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token=shape.eos,
+        bos_token=shape.bos,
+        pad_token=shape.pad,
+        clean_up_tokenization_spaces=False,
+    )
     tok.chat_template = shape.template.read_text()
     return tok
 
@@ -278,8 +436,7 @@ def _extra_tensors(shape: HubShape) -> dict:
         w = mx.random.normal(shp) * 0.02
         if quantized:
             q, scales, biases = mx.quantize(w, group_size=GROUP_SIZE, bits=BITS)
-            out.update({f"{name}.weight": q, f"{name}.scales": scales,
-                        f"{name}.biases": biases})
+            out.update({f"{name}.weight": q, f"{name}.scales": scales, f"{name}.biases": biases})
         else:
             out[name] = w
     return out
@@ -299,11 +456,17 @@ def write_checkpoint(snap: Path, shape: HubShape, *, seed: int = 0) -> Path:
         text["vocab_size_per_layer_input"] = vocab
     eos = [ids(t) for t in shape.config_eos]
     if shape.wrapper is None:
-        cfg = {**text, "eos_token_id": eos[0] if len(eos) == 1 else eos,
-               "bos_token_id": ids(shape.pad)}  # Qwen3: bos_token_id is <|endoftext|>
+        cfg = {
+            **text,
+            "eos_token_id": eos[0] if len(eos) == 1 else eos,
+            "bos_token_id": ids(shape.pad),
+        }  # Qwen3: bos_token_id is <|endoftext|>
     else:
-        cfg = {**copy.deepcopy(shape.wrapper), "text_config": text,
-               "eos_token_id": eos[0] if len(eos) == 1 else eos}
+        cfg = {
+            **copy.deepcopy(shape.wrapper),
+            "text_config": text,
+            "eos_token_id": eos[0] if len(eos) == 1 else eos,
+        }
         # mlx-lm's gemma4 wrapper sets text_config.vocab_size from a top-level vocab_size
         # (default 262,144, the real vocabulary); the tiny vocabulary has to be said there.
         if cfg["model_type"] == "gemma4":
@@ -326,8 +489,13 @@ def write_checkpoint(snap: Path, shape: HubShape, *, seed: int = 0) -> Path:
     tok.save_pretrained(str(snap))
     gen = dict(shape.generation_config)
     if not shape.real_ids:  # Qwen3's ids, renumbered in the tiny vocabulary
-        gen.update({"bos_token_id": ids("<|endoftext|>"), "pad_token_id": ids("<|endoftext|>"),
-                    "eos_token_id": [ids("<|im_end|>"), ids("<|endoftext|>")]})
+        gen.update(
+            {
+                "bos_token_id": ids("<|endoftext|>"),
+                "pad_token_id": ids("<|endoftext|>"),
+                "eos_token_id": [ids("<|im_end|>"), ids("<|endoftext|>")],
+            }
+        )
     (snap / "generation_config.json").write_text(json.dumps(gen, indent=2))
     return snap
 
@@ -353,8 +521,11 @@ def write_hub_cache(hf_home: Path, aliases: tuple[str, ...] = tuple(SHAPES)) -> 
         out[alias] = write_checkpoint(snap, shape)
         _as_blobs(snap)
         if shape.source_repo:
-            src = _snapshot_dir(hf_home, shape.source_repo, hashlib.sha1(
-                f"bt-test:{shape.source_repo}".encode()).hexdigest())
+            src = _snapshot_dir(
+                hf_home,
+                shape.source_repo,
+                hashlib.sha1(f"bt-test:{shape.source_repo}".encode()).hexdigest(),
+            )
             for name, path in shape.source_files.items():
                 (src / name).write_bytes(path.read_bytes())
             _as_blobs(src)

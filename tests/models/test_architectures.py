@@ -8,15 +8,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from models.architectures import ARCHITECTURES, MINISTRAL_SYSTEM_PROMPT
 
 from breakthrough.models.families import FAMILIES, build_prompt_ids
 from breakthrough.models.segments import (
-    FINAL_ANSWER, SOLUTION, SPECIAL, THINKING, anchor_cutoff, reasoning_length, segment_ids,
+    FINAL_ANSWER,
+    SOLUTION,
+    SPECIAL,
+    THINKING,
+    anchor_cutoff,
+    reasoning_length,
+    segment_ids,
 )
 from breakthrough.models.tokens import token_strings
 from breakthrough.protocol import DEFAULT_SYSTEM
 from breakthrough.tasks.family import user_message
-from models.architectures import ARCHITECTURES, MINISTRAL_SYSTEM_PROMPT
 
 MSG = user_message({"problem": "What is 2+2?"})
 SYS = DEFAULT_SYSTEM
@@ -49,8 +55,9 @@ def test_gemma4_prompt(architecture_models) -> None:
     loaded = architecture_models["gemma4_text"]
     assert loaded.family.template_kwargs == {"enable_thinking": True}
     ids, text = _render(loaded)
-    assert text == (f"<bos><|turn>system\n<|think|>{SYS}<turn|>\n<|turn>user\n{MSG}<turn|>\n"
-                    "<|turn>model\n")
+    assert text == (
+        f"<bos><|turn>system\n<|think|>{SYS}<turn|>\n<|turn>user\n{MSG}<turn|>\n<|turn>model\n"
+    )
     tok = loaded.tokenizer
     for marker in ("<bos>", "<|turn>", "<|think|>", "<turn|>"):  # single special tokens
         assert tok.convert_tokens_to_ids(marker) in ids
@@ -58,14 +65,17 @@ def test_gemma4_prompt(architecture_models) -> None:
     assert "<|think|>" not in off and off.endswith("<|turn>model\n")
 
 
-@pytest.mark.parametrize("name,on_tail", [("qwen3", "<|im_start|>assistant\n"),
-                                          ("qwen3_5", "<|im_start|>assistant\n<think>\n")])
+@pytest.mark.parametrize(
+    "name,on_tail",
+    [("qwen3", "<|im_start|>assistant\n"), ("qwen3_5", "<|im_start|>assistant\n<think>\n")],
+)
 def test_qwen_prompts(architecture_models, name, on_tail) -> None:
     loaded = architecture_models[name]
     assert loaded.family.template_kwargs == {"enable_thinking": True}
     ids, text = _render(loaded)
-    assert text == (f"<|im_start|>system\n{SYS}<|im_end|>\n<|im_start|>user\n{MSG}<|im_end|>\n"
-                    + on_tail)
+    assert text == (
+        f"<|im_start|>system\n{SYS}<|im_end|>\n<|im_start|>user\n{MSG}<|im_end|>\n" + on_tail
+    )
     _, off = _render(loaded, thinking=False)
     assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     if name == "qwen3_5":  # the open marker is one special token of the prompt
@@ -81,17 +91,30 @@ def test_ministral3_prompt(architecture_models) -> None:
     tok = loaded.tokenizer
     # The system prompt's [THINK]...[/THINK] went through the closed thinking chunk and comes
     # out as the special tokens, as the reference's 3-chunk system message does.
-    for marker in ("<s>", "[SYSTEM_PROMPT]", "[THINK]", "[/THINK]", "[/SYSTEM_PROMPT]", "[INST]",
-                   "[/INST]"):
+    for marker in (
+        "<s>",
+        "[SYSTEM_PROMPT]",
+        "[THINK]",
+        "[/THINK]",
+        "[/SYSTEM_PROMPT]",
+        "[INST]",
+        "[/INST]",
+    ):
         assert ids.count(tok.convert_tokens_to_ids(marker)) == 1, marker
 
 
 TRACES = {
-    "gemma4_text": ("<|channel>thought\nAdd two and two.<channel|>So \\boxed{4}.<turn|>",
-                    "<|channel>", "<channel|>"),
+    "gemma4_text": (
+        "<|channel>thought\nAdd two and two.<channel|>So \\boxed{4}.<turn|>",
+        "<|channel>",
+        "<channel|>",
+    ),
     "ministral3": ("[THINK]Add two and two.[/THINK]So \\boxed{4}.</s>", "[THINK]", "[/THINK]"),
-    "qwen3": ("<think>\nAdd two and two.\n</think>\n\nSo \\boxed{4}.<|im_end|>", "<think>",
-              "</think>"),
+    "qwen3": (
+        "<think>\nAdd two and two.\n</think>\n\nSo \\boxed{4}.<|im_end|>",
+        "<think>",
+        "</think>",
+    ),
     "qwen3_5": ("\nAdd two and two.\n</think>\n\nSo \\boxed{4}.<|im_end|>", None, "</think>"),
 }
 
@@ -119,15 +142,20 @@ def test_segmentation_on_the_real_marker_tokens(architecture_models, name) -> No
     box = next(i for i in range(len(ids)) if len("".join(strings[: i + 1])) > at)
     assert set(seg[close_at + 1 : box]) <= {SOLUTION} and set(seg[box:]) == {FINAL_ANSWER}
     assert reasoning_length(seg) == len(thinking)
-    assert anchor_cutoff(seg, 1) == thinking[0] and anchor_cutoff(seg, len(thinking)) == close_at - 1
+    assert (
+        anchor_cutoff(seg, 1) == thinking[0] and anchor_cutoff(seg, len(thinking)) == close_at - 1
+    )
 
 
-@pytest.mark.parametrize("name,close,forced", [
-    ("gemma4_text", ["<channel|>"], ["<channel|>"]),
-    ("ministral3", ["[/THINK]"], ["[/THINK]", "\n\n"]),
-    ("qwen3", ["</think>"], [".\n", "</think>", "\n\n"]),
-    ("qwen3_5", ["</think>"], [".\n", "</think>", "\n\n"]),
-])
+@pytest.mark.parametrize(
+    "name,close,forced",
+    [
+        ("gemma4_text", ["<channel|>"], ["<channel|>"]),
+        ("ministral3", ["[/THINK]"], ["[/THINK]", "\n\n"]),
+        ("qwen3", ["</think>"], [".\n", "</think>", "\n\n"]),
+        ("qwen3_5", ["</think>"], [".\n", "</think>", "\n\n"]),
+    ],
+)
 def test_close_and_forced_close_tokens(architecture_models, name, close, forced) -> None:
     """The close marker is one special token (the reasoning phase's stop sequence), and the
     forced close is the family's text as protocol 1.3 gives it, with the marker as that token."""
@@ -137,7 +165,9 @@ def test_close_and_forced_close_tokens(architecture_models, name, close, forced)
     def ids(parts):
         out = []
         for p in parts:
-            out += [tok.convert_tokens_to_ids(p)] if p in tok.get_added_vocab() else loaded.encode(p)
+            out += (
+                [tok.convert_tokens_to_ids(p)] if p in tok.get_added_vocab() else loaded.encode(p)
+            )
         return out
 
     assert loaded.encode(loaded.family.close_marker) == ids(close)
@@ -154,6 +184,9 @@ def test_max_prompt_tokens_at_the_boundary(architecture_models, name) -> None:
     loaded = architecture_models[name]
     ids = build_prompt_ids(loaded.tokenizer, loaded.family, MSG)
     assert build_prompt_ids(loaded.tokenizer, loaded.family, MSG, max_prompt_tokens=len(ids)) == ids
-    with pytest.raises(BtError, match=f"prompt has {len(ids):,} tokens, over the "
-                                      f"--max-prompt-tokens limit of {len(ids) - 1:,}"):
+    with pytest.raises(
+        BtError,
+        match=f"prompt has {len(ids):,} tokens, over the "
+        f"--max-prompt-tokens limit of {len(ids) - 1:,}",
+    ):
         build_prompt_ids(loaded.tokenizer, loaded.family, MSG, max_prompt_tokens=len(ids) - 1)

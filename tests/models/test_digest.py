@@ -18,18 +18,29 @@ def _folder(root, **files):
 
 
 def test_digest_is_the_content_not_the_place_or_the_marker(tmp_path):
-    files = {"config.json": json.dumps({"rms_norm_eps": 1e-5}), "model.safetensors": "W" * 5000,
-             "tokenizer.json": "{}", "chat_template.jinja": "{{ messages }}"}
+    files = {
+        "config.json": json.dumps({"rms_norm_eps": 1e-5}),
+        "model.safetensors": "W" * 5000,
+        "tokenizer.json": "{}",
+        "chat_template.jinja": "{{ messages }}",
+    }
     a = _folder(tmp_path / "a", **files, **{"bt_conversion.json": '{"weights": "q4"}'})
     b = _folder(tmp_path / "elsewhere" / "b", **files, **{"README.md": "notes"})
     (b / ".cache").mkdir()
     (b / ".cache" / "x").write_text("download state")
     assert weights_digest(a) == weights_digest(b)
-    assert [f.name for f in token_files(b)] == ["chat_template.jinja", "config.json",
-                                                "model.safetensors", "tokenizer.json"]
-    for name, text in (("config.json", json.dumps({"rms_norm_eps": 0.5})),
-                       ("model.safetensors", "W" * 2500 + "X" + "W" * 2499),
-                       ("chat_template.jinja", "{{ other }}"), ("generation_config.json", "{}")):
+    assert [f.name for f in token_files(b)] == [
+        "chat_template.jinja",
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+    ]
+    for name, text in (
+        ("config.json", json.dumps({"rms_norm_eps": 0.5})),
+        ("model.safetensors", "W" * 2500 + "X" + "W" * 2499),
+        ("chat_template.jinja", "{{ other }}"),
+        ("generation_config.json", "{}"),
+    ):
         c = _folder(tmp_path / f"c-{name}", **{**files, name: text})
         assert weights_digest(c) != weights_digest(a), name
 

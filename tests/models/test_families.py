@@ -21,7 +21,11 @@ class FakeTok:
 @pytest.mark.parametrize(
     "template,added,family",
     [
-        ("{{ '<|im_start|>' + m['content'] }}{% if enable_thinking %}<think>{% endif %}", (), "qwen"),
+        (
+            "{{ '<|im_start|>' + m['content'] }}{% if enable_thinking %}<think>{% endif %}",
+            (),
+            "qwen",
+        ),
         ("{{ bos }}<|turn>user ... <|channel>thought\n ...<channel|>", (), "gemma4"),
         ("[SYSTEM_PROMPT]{{ s }}[/SYSTEM_PROMPT][INST]{{ u }}[/INST] [THINK]", (), "ministral3"),
         ("{{ '<|im_start|>' + m['role'] }}", (), "plain"),
@@ -44,7 +48,9 @@ def test_build_prompt_ids(smollm2_tokenizer):
     msg = user_message({"problem": "What is 2+3?"})
     ids = build_prompt_ids(tok, FAMILIES["plain"], msg)
     text = tok.decode(ids)
-    assert text.startswith("<|im_start|>system\nYou are a careful mathematical assistant.<|im_end|>")
+    assert text.startswith(
+        "<|im_start|>system\nYou are a careful mathematical assistant.<|im_end|>"
+    )
     assert msg in text and text.endswith("<|im_start|>assistant\n")
     assert ids == tok.encode(text, add_special_tokens=False)
     with pytest.raises(BtError, match="over the --max-prompt-tokens limit of 2,048"):
@@ -53,8 +59,11 @@ def test_build_prompt_ids(smollm2_tokenizer):
 
 def test_ministral_system_prompt_chunks():
     fam = Family(
-        "ministral3", system_message="Be careful.[THINK]plan here[/THINK]Answer.",
-        open_marker="[THINK]", close_marker="[/THINK]", forced_close="[/THINK]\n\n",
+        "ministral3",
+        system_message="Be careful.[THINK]plan here[/THINK]Answer.",
+        open_marker="[THINK]",
+        close_marker="[/THINK]",
+        forced_close="[/THINK]\n\n",
     )
     (sysmsg, user) = fam.messages("hi")
     assert sysmsg["content"] == [

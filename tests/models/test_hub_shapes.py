@@ -11,16 +11,16 @@ import json
 import mlx.nn as nn
 import pandas as pd
 import pytest
-from mlx.utils import tree_flatten
-
 from bt_cli import run_bt
+from mlx.utils import tree_flatten
+from models.hub_checkpoints import HUB_FILES, SHAPES, _revision
+
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import load_model
 from breakthrough.models.segments import FINAL_ANSWER, SOLUTION, SPECIAL, segment_ids
 from breakthrough.models.segments import THINKING as THINKING_CODE
 from breakthrough.protocol import DEFAULT_SYSTEM
 from breakthrough.store import RunStore
-from models.hub_checkpoints import HUB_FILES, SHAPES, _revision
 
 SYSTEM_PROMPT = (HUB_FILES / "ministral3_SYSTEM_PROMPT.txt").read_text()
 QUANT = {"group_size": 64, "bits": 4, "mode": "affine"}
@@ -40,8 +40,15 @@ def test_the_cache_holds_each_repository_as_published(hub_home, alias):
     snap = _snapshot(hub_home, shape.repo)
     assert snap.name == _revision(shape)
     files = {p.name: p for p in snap.iterdir()}
-    assert {"config.json", "model.safetensors", "model.safetensors.index.json", "tokenizer.json",
-            "tokenizer_config.json", "chat_template.jinja", "generation_config.json"} <= set(files)
+    assert {
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    } <= set(files)
     assert all(p.is_symlink() and p.resolve().parent.name == "blobs" for p in files.values())
     cfg = json.loads((snap / "config.json").read_text())
     assert cfg["quantization"] == QUANT and cfg["quantization_config"] == QUANT
@@ -60,12 +67,18 @@ def test_the_cache_holds_each_repository_as_published(hub_home, alias):
             assert (f"{name}.scales" in weights) if quantized else (name in weights)
     # every matrix of the text model is 4-bit (uint32-packed with scales and biases), as
     # mlx-lm's conversion leaves it: norms stay float
-    mats = [k[: -len(".weight")] for k, v in weights.items()
-            if k.startswith(text_prefix) and k.endswith(".weight") and v.dtype == mx.uint32]
+    mats = [
+        k[: -len(".weight")]
+        for k, v in weights.items()
+        if k.startswith(text_prefix) and k.endswith(".weight") and v.dtype == mx.uint32
+    ]
     assert mats and all(f"{m}.scales" in weights and f"{m}.biases" in weights for m in mats)
     assert any("embed_tokens" in m for m in mats)
-    floats = [k for k, v in weights.items() if k.startswith(text_prefix)
-              and k.endswith(".weight") and v.dtype != mx.uint32]
+    floats = [
+        k
+        for k, v in weights.items()
+        if k.startswith(text_prefix) and k.endswith(".weight") and v.dtype != mx.uint32
+    ]
     assert floats and all("norm" in k for k in floats)
     assert (snap / "chat_template.jinja").read_text() == shape.template.read_text()
     if shape.source_repo:
@@ -78,11 +91,17 @@ def test_the_cache_holds_each_repository_as_published(hub_home, alias):
 # generation prompt; Gemma with enable_thinking=True, Ministral with its SYSTEM_PROMPT.txt as three
 # chunks, Qwen3 with enable_thinking=True).
 RENDERED = {
-    "gemma4-e4b": ("<bos><|turn>system\n<|think|>\n" + DEFAULT_SYSTEM + "<turn|>\n"
-                   "<|turn>user\nWhat is 2+2?<turn|>\n<|turn>model\n"),
-    "ministral3-3b": "<s>[SYSTEM_PROMPT]" + SYSTEM_PROMPT + "[/SYSTEM_PROMPT][INST]What is 2+2?[/INST]",
-    "qwen3-4b": ("<|im_start|>system\n" + DEFAULT_SYSTEM + "<|im_end|>\n"
-                 "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"),
+    "gemma4-e4b": (
+        "<bos><|turn>system\n<|think|>\n" + DEFAULT_SYSTEM + "<turn|>\n"
+        "<|turn>user\nWhat is 2+2?<turn|>\n<|turn>model\n"
+    ),
+    "ministral3-3b": "<s>[SYSTEM_PROMPT]"
+    + SYSTEM_PROMPT
+    + "[/SYSTEM_PROMPT][INST]What is 2+2?[/INST]",
+    "qwen3-4b": (
+        "<|im_start|>system\n" + DEFAULT_SYSTEM + "<|im_end|>\n"
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    ),
 }
 FAMILY = {"gemma4-e4b": "gemma4", "ministral3-3b": "ministral3", "qwen3-4b": "qwen"}
 # (open, close) marker ids in the published vocabularies (Qwen3's are renumbered, see SHAPES)
@@ -90,13 +109,18 @@ MARKER_IDS = {"gemma4-e4b": ([100], [101]), "ministral3-3b": ([34], [35])}
 # EOS ids bt stops on: mlx-lm reads generation_config.json's eos_token_id over config.json's
 # (Gemma-4: <eos>, <turn|> and <|tool_response>; Qwen3: <|im_end|> and <|endoftext|>), and the
 # tokenizer's EOS joins them (protocol 1.5)
-EOS = {"gemma4-e4b": {"<eos>", "<turn|>", "<|tool_response>"}, "ministral3-3b": {"</s>"},
-       "qwen3-4b": {"<|im_end|>", "<|endoftext|>"}}
+EOS = {
+    "gemma4-e4b": {"<eos>", "<turn|>", "<|tool_response>"},
+    "ministral3-3b": {"</s>"},
+    "qwen3-4b": {"<|im_end|>", "<|endoftext|>"},
+}
 
 
-TRACE = {"gemma4-e4b": "<|channel>thought\nx=2<channel|>So \\boxed{4}<turn|>",
-         "ministral3-3b": "[THINK]x=2[/THINK]So \\boxed{4}</s>",
-         "qwen3-4b": "<think>\nx=2\n</think>\n\nSo \\boxed{4}<|im_end|>"}
+TRACE = {
+    "gemma4-e4b": "<|channel>thought\nx=2<channel|>So \\boxed{4}<turn|>",
+    "ministral3-3b": "[THINK]x=2[/THINK]So \\boxed{4}</s>",
+    "qwen3-4b": "<think>\nx=2\n</think>\n\nSo \\boxed{4}<|im_end|>",
+}
 THINKING = {"gemma4-e4b": "\nx=2", "ministral3-3b": "x=2", "qwen3-4b": "\nx=2\n"}
 
 
@@ -110,10 +134,17 @@ def test_bt_loads_each_alias_as_the_study_did(hub_models, alias):
     # the wrapper's sanitize dropped every vision / audio tensor; the text model is all 4-bit
     names = [k for k, _ in tree_flatten(loaded.model.parameters())]
     assert not [k for k in names if "vision" in k or "audio" in k or "projector" in k]
-    linear = [m for _, m in loaded.model.named_modules()
-              if isinstance(m, (nn.Linear, nn.Embedding, nn.QuantizedLinear, nn.QuantizedEmbedding))]
-    assert linear and all(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) and m.bits == 4
-                          and m.group_size == 64 for m in linear)
+    linear = [
+        m
+        for _, m in loaded.model.named_modules()
+        if isinstance(m, (nn.Linear, nn.Embedding, nn.QuantizedLinear, nn.QuantizedEmbedding))
+    ]
+    assert linear and all(
+        isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding))
+        and m.bits == 4
+        and m.group_size == 64
+        for m in linear
+    )
     tok = loaded.tokenizer
     # EOS: the union of the tokenizer's and the config's (protocol 1.5) holds the published ones
     assert {tok.convert_tokens_to_ids(t) for t in EOS[alias]} == set(loaded.eos_ids)
@@ -131,7 +162,10 @@ def test_bt_loads_each_alias_as_the_study_did(hub_models, alias):
     seg = segment_ids(tok, trace, fam)
     runs = [int(c) for i, c in enumerate(seg) if i == 0 or c != seg[i - 1]]
     assert runs == [SPECIAL, THINKING_CODE, SPECIAL, SOLUTION, FINAL_ANSWER], seg
-    assert tok.decode([t for t, c in zip(trace, seg) if c == THINKING_CODE]) == THINKING[alias]
+    assert (
+        tok.decode([t for t, c in zip(trace, seg, strict=True) if c == THINKING_CODE])
+        == THINKING[alias]
+    )
 
 
 def test_a_runs_hub_id_finds_ministrals_system_prompt_in_the_source_repo(hub_home, monkeypatch):
@@ -164,10 +198,32 @@ def test_the_readme_first_day_path_on_the_hub_shaped_checkpoints(hub_home, tmp_p
     def bt(*args):
         return _ok(run_bt(*args, cwd=work, timeout=600, **env))
 
-    bt("base", "--cohort", "math89", "--limit", "2", "--model", "gemma4-e4b,ministral3-3b",
-       "--max-tokens", "24")
-    bt("continue", "--anchors", "4,8", "--budget", "4", "--answer-budget", "4", "--restarts", "4",
-       "--samples", "2", "--batch-size", "4")
+    bt(
+        "base",
+        "--cohort",
+        "math89",
+        "--limit",
+        "2",
+        "--model",
+        "gemma4-e4b,ministral3-3b",
+        "--max-tokens",
+        "24",
+    )
+    bt(
+        "continue",
+        "--anchors",
+        "4,8",
+        "--budget",
+        "4",
+        "--answer-budget",
+        "4",
+        "--restarts",
+        "4",
+        "--samples",
+        "2",
+        "--batch-size",
+        "4",
+    )
     bt("classify", "runs/")
     for alias in ("gemma4-e4b", "ministral3-3b"):
         shape = SHAPES[alias]
@@ -182,8 +238,19 @@ def test_the_readme_first_day_path_on_the_hub_shaped_checkpoints(hub_home, tmp_p
     labels = pd.read_csv(work / "runs" / "classify" / "labels.csv")
     assert len(labels) == 4
 
-    bt("sample", "--cohort", "math89", "--limit", "2", "--model", "gemma4-e4b", "--attempts", "3",
-       "--max-tokens", "16")
+    bt(
+        "sample",
+        "--cohort",
+        "math89",
+        "--limit",
+        "2",
+        "--model",
+        "gemma4-e4b",
+        "--attempts",
+        "3",
+        "--max-tokens",
+        "16",
+    )
     attempts = work / "runs" / "attempts" / "math89-gemma4-e4b"
     bt("signals", attempts)
     assert len(pd.read_parquet(attempts / "signals.parquet")) == 6

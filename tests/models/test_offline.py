@@ -53,7 +53,8 @@ def test_offline_model_greedy_reply_is_english(offline_model):
     tok = offline_model.tokenizer
     prompt = tok.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}],
-        tokenize=False, add_generation_prompt=True,
+        tokenize=False,
+        add_generation_prompt=True,
     )
     ids = offline_model.encode(prompt)
     eng = MlxEngine.from_loaded(offline_model)

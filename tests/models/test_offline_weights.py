@@ -35,8 +35,9 @@ def test_a_folder_in_the_other_format_is_not_prepared(tmp_path, monkeypatch):
     folder = om.offline_dir()
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
-    (folder / om.MARKER).write_text(json.dumps({"source_sha256": "0" * 64, "converter_version": "1",
-                                                "weights": "q4"}))
+    (folder / om.MARKER).write_text(
+        json.dumps({"source_sha256": "0" * 64, "converter_version": "1", "weights": "q4"})
+    )
     monkeypatch.setenv("BT_OFFLINE_WEIGHTS", "q4")
     assert om.is_prepared()
     monkeypatch.setenv("BT_OFFLINE_WEIGHTS", "float32")

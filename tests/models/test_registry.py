@@ -1,4 +1,5 @@
-"""The model registry: the study's aliases and the offline default, as `bt models list` shows them."""
+"""The model registry: the study's aliases and the offline default, as `bt models list` shows
+them."""
 
 from __future__ import annotations
 

@@ -19,12 +19,30 @@ from breakthrough.models.segments import (
 )
 from breakthrough.models.tokens import token_strings
 
-T, S, O, F = THINKING, SPECIAL, SOLUTION, FINAL_ANSWER
+T, S, O, F = THINKING, SPECIAL, SOLUTION, FINAL_ANSWER  # noqa: E741 (the labels' initials)
 
 
 def test_segment_qwen_think_style():
-    toks = ["<think>", "\n", "Let", " me", " add", ".", "</", "think", ">", "\n\n", "So", " ",
-            "\\box", "ed{", "5", "}", " done", "<|im_end|>"]
+    toks = [
+        "<think>",
+        "\n",
+        "Let",
+        " me",
+        " add",
+        ".",
+        "</",
+        "think",
+        ">",
+        "\n\n",
+        "So",
+        " ",
+        "\\box",
+        "ed{",
+        "5",
+        "}",
+        " done",
+        "<|im_end|>",
+    ]
     seg = segment_for_family(toks, FAMILIES["qwen"])
     assert seg.dtype == np.uint8
     assert seg.tolist() == [S, T, T, T, T, T, S, S, S, O, O, O, F, F, F, F, F, F]
@@ -69,9 +87,9 @@ def test_segment_ids_with_real_tokenizer(smollm2_tokenizer):
     seg = segment_ids(tok, ids, FAMILIES["qwen"])
     strs = token_strings(tok, ids)
     assert "".join(strs) == text
-    thinking = "".join(s for s, c in zip(strs, seg) if c == T)
+    thinking = "".join(s for s, c in zip(strs, seg, strict=True) if c == T)
     assert thinking == "Add 2 and 3."
-    final = "".join(s for s, c in zip(strs, seg) if c == F)
+    final = "".join(s for s, c in zip(strs, seg, strict=True) if c == F)
     assert final.startswith("\\boxed{") or final.startswith(" \\boxed{")
     cut = anchor_cutoff(seg, 2)
     assert "".join(strs[: cut + 1]).endswith(strs[cut]) and seg[cut] == T

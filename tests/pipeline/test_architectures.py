@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from models.architectures import ARCHITECTURES
 from typer.testing import CliRunner
 
 from breakthrough.cli import app
@@ -23,7 +24,6 @@ from breakthrough.models.families import build_prompt_ids
 from breakthrough.pipeline.branches import Branch, BranchRunner, close_tokens, reference_branch
 from breakthrough.protocol import DEFAULT, Sampling
 from breakthrough.store import RunStore
-from models.architectures import ARCHITECTURES
 
 NAMES = list(ARCHITECTURES)
 
@@ -50,24 +50,29 @@ def traces(architecture_models):
 def test_continuations_equal_fresh_prefill(traces, name, temperature) -> None:
     loaded, prompt, trace = traces(name)
     assert len(trace) == 160
-    protocol = DEFAULT.with_overrides(budget=10, answer_budget=5,
-                                      sampling=Sampling(temperature=temperature))
+    protocol = DEFAULT.with_overrides(
+        budget=10, answer_budget=5, sampling=Sampling(temperature=temperature)
+    )
     cuts = (40, 97, 160)  # snapshot cuts, all past Gemma's 32-token window
     engine = MlxEngine.from_loaded(loaded, batch_size=8)
     fresh = MlxEngine.from_loaded(loaded, batch_size=1, reuse_prefixes=False)
-    shared = SharedPrefix("cell", tuple(prompt + trace),
-                          starts=(len(prompt), *(len(prompt) + c for c in cuts)))
+    shared = SharedPrefix(
+        "cell", tuple(prompt + trace), starts=(len(prompt), *(len(prompt) + c for c in cuts))
+    )
     runner = BranchRunner(engine, loaded, prompt, trace, protocol, shared)
     # 120 is no snapshot (extended from the one at 97); cut 0 is a restart (empty prefix)
-    branches = [Branch(f"k{c}:{i}", "restart" if c == 0 else "probe", c or -1, 10, i,
-                       1000 + 7 * c + i, c) for c in (0, *cuts, 120) for i in range(2)]
+    branches = [
+        Branch(f"k{c}:{i}", "restart" if c == 0 else "probe", c or -1, 10, i, 1000 + 7 * c + i, c)
+        for c in (0, *cuts, 120)
+        for i in range(2)
+    ]
     got = runner.run(branches)
     for res in got:
         b = res.branch
         want = reference_branch(fresh, loaded, prompt, trace[: b.cut], 10, b.seed, protocol)
         assert res.tokens == want, b.key
         assert res.extra["forced_close"] == (res.extra["reasoning_finish"] != "stop_sequence")
-    (_, pc), = engine._prefixes.values()
+    ((_, pc),) = engine._prefixes.values()
     untrimmable = name in ("gemma4_text", "qwen3_5")
     assert pc.plain is (not untrimmable)
     # one prefill of prompt + trace (the last snapshot is the longest cut, minus the fed token)
@@ -96,8 +101,12 @@ def test_snapshots_hold_only_the_untrimmable_layers(traces) -> None:
         for cuts in ((40,), (40, 80, 120, 160)):
             pc = PrefixCache(loaded.model, seq, snapshot_at=[len(prompt) + c - 1 for c in cuts])
             pc.state(len(prompt) + 40)
-            assert all(s[i] is None for s in pc.snapshots.values()
-                       for i, p in enumerate(pc._plain_mask) if p)
+            assert all(
+                s[i] is None
+                for s in pc.snapshots.values()
+                for i, p in enumerate(pc._plain_mask)
+                if p
+            )
             assert 0 < pc.nbytes <= b.prefix_cache(len(seq), len(cuts))
             sizes[len(cuts)] = pc.nbytes
         per_snapshot = (sizes[4] - sizes[1]) / 3
@@ -120,12 +129,14 @@ def test_capacity_holds_a_shared_prefix_once(traces) -> None:
     per_row = b.own_row(row - shared) + b.step_transient(1, row)
     assert b.own_row(row - shared) < b.row(row) / 4  # a probe row no longer pays for its prefix
     budget = int(4 * per + 3 * per_row) + 1  # two prefixes take at most half of it
-    engine = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=budget,
-                                   shared_prefixes=2)
+    engine = MlxEngine.from_loaded(
+        loaded, batch_size=64, memory_budget_bytes=budget, shared_prefixes=2
+    )
     assert engine.capacity(row, shared_tokens=shared) == min(64, int((budget - 2 * per) // per_row))
     assert engine.prefix_slots == 2
-    fresh = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=budget,
-                                  shared_prefixes=2, reuse_prefixes=False)
+    fresh = MlxEngine.from_loaded(
+        loaded, batch_size=64, memory_budget_bytes=budget, shared_prefixes=2, reuse_prefixes=False
+    )
     whole = b.own_row(row) + b.step_transient(1, row)
     assert fresh.capacity(row, shared_tokens=shared) == int(budget // whole)  # nothing shared
     tiny = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(per))
@@ -157,16 +168,45 @@ def test_a_tight_budget_keeps_fewer_prefixes_before_fewer_rows(traces) -> None:
     assert MlxEngine.from_loaded(loaded, reuse_prefixes=False).prefix_slots is None
 
 
-CONTINUE = ["--anchors", "4,8,16,40", "--budget", "4", "--answer-budget", "4", "--restarts", "4,8",
-            "--samples", "2", "--batch-size", "4"]
+CONTINUE = [
+    "--anchors",
+    "4,8,16,40",
+    "--budget",
+    "4",
+    "--answer-budget",
+    "4",
+    "--restarts",
+    "4,8",
+    "--samples",
+    "2",
+    "--batch-size",
+    "4",
+]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_base_continue_classify_end_to_end(tmp_path: Path, architecture_dirs, name) -> None:
     runs = tmp_path / "runs"
-    res = CliRunner().invoke(app, ["base", "--cohort", "demo", "--limit", "1", "--model",
-                                   str(architecture_dirs[name]), "--runs-dir", str(runs), "--run", "r",
-                                   "--max-tokens", "64", "--batch-size", "2"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "base",
+            "--cohort",
+            "demo",
+            "--limit",
+            "1",
+            "--model",
+            str(architecture_dirs[name]),
+            "--runs-dir",
+            str(runs),
+            "--run",
+            "r",
+            "--max-tokens",
+            "64",
+            "--batch-size",
+            "2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     res = CliRunner().invoke(app, ["continue", str(runs / "r"), *CONTINUE])
     assert res.exit_code == 0, res.output
@@ -185,7 +225,6 @@ def test_base_continue_classify_end_to_end(tmp_path: Path, architecture_dirs, na
     assert (runs / "r" / "classify" / "index.html").is_file()
 
 
-
 @pytest.mark.parametrize("name", ["gemma4_text", "qwen3_5"])
 def test_answer_phase_continues_an_untrimmable_live_state(traces, name) -> None:
     """A reasoning phase that stops on its close sequence (natural close: the answer phase
@@ -199,14 +238,27 @@ def test_answer_phase_continues_an_untrimmable_live_state(traces, name) -> None:
     n = free.tokens.index(stop) + 1
     close, forced, _ = close_tokens(loaded)
     engine = MlxEngine.from_loaded(loaded, batch_size=4)
-    for case, answer in (("natural", lambda toks: ctx + toks),
-                         ("eos", lambda toks: ctx + toks[:-1] + forced)):
-        (r,) = engine.generate([GenRequest(key=case, prompt=ctx, max_tokens=10, seed=3,
-                                           stop_sequences=((stop,),), keep_state=True)])
+    for case, answer in (
+        ("natural", lambda toks: ctx + toks),
+        ("eos", lambda toks: ctx + toks[:-1] + forced),
+    ):
+        (r,) = engine.generate(
+            [
+                GenRequest(
+                    key=case,
+                    prompt=ctx,
+                    max_tokens=10,
+                    seed=3,
+                    stop_sequences=((stop,),),
+                    keep_state=True,
+                )
+            ]
+        )
         assert r.finish_reason == "stop_sequence" and r.tokens == free.tokens[:n]
         answer_prompt = answer(list(r.tokens))
-        (a,) = engine.generate([GenRequest(key=case, prompt=answer_prompt, max_tokens=6, seed=9,
-                                           follows=case)])
+        (a,) = engine.generate(
+            [GenRequest(key=case, prompt=answer_prompt, max_tokens=6, seed=9, follows=case)]
+        )
         (want,) = fresh.generate([GenRequest(key="w", prompt=answer_prompt, max_tokens=6, seed=9)])
         assert a.tokens == want.tokens, case
 
@@ -231,13 +283,34 @@ def test_a_memory_budget_below_one_row_is_refused(tmp_path: Path, architecture_d
     import sys
 
     runs = tmp_path / "runs"
-    res = CliRunner().invoke(app, ["base", "--cohort", "demo", "--limit", "1", "--model",
-                                   str(architecture_dirs["gemma4_text"]), "--runs-dir", str(runs),
-                                   "--run", "r", "--max-tokens", "48", "--batch-size", "1"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "base",
+            "--cohort",
+            "demo",
+            "--limit",
+            "1",
+            "--model",
+            str(architecture_dirs["gemma4_text"]),
+            "--runs-dir",
+            str(runs),
+            "--run",
+            "r",
+            "--max-tokens",
+            "48",
+            "--batch-size",
+            "1",
+        ],
+    )
     assert res.exit_code == 0, res.output
     bt = Path(sys.executable).with_name("bt")
-    proc = subprocess.run([str(bt), "continue", str(runs / "r"), *CONTINUE, "--memory-gb", "0.00001"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(bt), "continue", str(runs / "r"), *CONTINUE, "--memory-gb", "0.00001"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "--memory-gb 1e-05 cannot hold one row" in proc.stderr + proc.stdout

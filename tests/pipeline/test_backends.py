@@ -13,13 +13,42 @@ from typer.testing import CliRunner
 from breakthrough.cli import app
 from breakthrough.store import RunStore
 
-CONTINUE = ["--anchors", "4,8,16", "--budget", "4", "--answer-budget", "4", "--restarts", "4,8",
-            "--samples", "2", "--batch-size", "4"]
+CONTINUE = [
+    "--anchors",
+    "4,8,16",
+    "--budget",
+    "4",
+    "--answer-budget",
+    "4",
+    "--restarts",
+    "4,8",
+    "--samples",
+    "2",
+    "--batch-size",
+    "4",
+]
 
 
 def _run(runs: Path, model: Path, name: str, backend: str) -> Path:
-    base = ["base", "--cohort", "demo", "--limit", "2", "--model", str(model), "--runs-dir", str(runs),
-            "--run", name, "--max-tokens", "24", "--batch-size", "2", "--backend", backend]
+    base = [
+        "base",
+        "--cohort",
+        "demo",
+        "--limit",
+        "2",
+        "--model",
+        str(model),
+        "--runs-dir",
+        str(runs),
+        "--run",
+        name,
+        "--max-tokens",
+        "24",
+        "--batch-size",
+        "2",
+        "--backend",
+        backend,
+    ]
     res = CliRunner().invoke(app, base)
     assert res.exit_code == 0, res.output
     res = CliRunner().invoke(app, ["continue", str(runs / name), *CONTINUE, "--backend", backend])
@@ -43,7 +72,7 @@ def test_fresh_prefill_backend_gives_identical_runs(tmp_path: Path, tiny_model_d
     assert len(reuse) == len(fresh) > 2 * 3 * 2
     keys = ["cell_id", "kind", "anchor", "budget", "branch", "seed", "prefix_len", "finish_reason"]
     assert reuse[keys].equals(fresh[keys])
-    for a, b in zip(reuse.itertuples(), fresh.itertuples()):
+    for a, b in zip(reuse.itertuples(), fresh.itertuples(), strict=True):
         assert a.token_ids.tolist() == b.token_ids.tolist(), (a.cell_id, a.kind, a.anchor, a.branch)
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4, equal_nan=True)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bt_cli import assert_one_line_error, run_bt
 
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
@@ -22,7 +23,6 @@ from breakthrough.pipeline.branches import Branch, BranchRunner, check_budget
 from breakthrough.pipeline.cell_loop import plan_cell
 from breakthrough.protocol import DEFAULT, Sampling
 from breakthrough.tasks.family import user_message
-from bt_cli import assert_one_line_error, run_bt
 
 LIMIT = DEFAULT.max_prompt_tokens  # 2,048
 CAP = DEFAULT.total_cap  # 16,384
@@ -35,14 +35,29 @@ B, ANSWER = DEFAULT.budget, DEFAULT.answer_budget  # 1,024, 512
 
 def _row(words: int, pid: str = "p1") -> dict:
     """A math row whose prompt grows by one token per filler word (" cat" is one token)."""
-    return {"id": pid, "family": "math", "stage": "test", "selection": "boundary",
-            "standin": False, "problem": "What is 3+4?" + " cat" * words, "answer": "7",
-            "level": 1, "subject": "Prealgebra", "source_row": 0}
+    return {
+        "id": pid,
+        "family": "math",
+        "stage": "test",
+        "selection": "boundary",
+        "standin": False,
+        "problem": "What is 3+4?" + " cat" * words,
+        "answer": "7",
+        "level": 1,
+        "subject": "Prealgebra",
+        "source_row": 0,
+    }
 
 
 def _prompt_len(model, words: int) -> int:
-    return len(build_prompt_ids(model.tokenizer, model.family, user_message(_row(words), "plain"),
-                                max_prompt_tokens=10 * LIMIT))
+    return len(
+        build_prompt_ids(
+            model.tokenizer,
+            model.family,
+            user_message(_row(words), "plain"),
+            max_prompt_tokens=10 * LIMIT,
+        )
+    )
 
 
 def _words_for(model, tokens: int) -> int:
@@ -58,13 +73,14 @@ def test_prompt_of_exactly_the_limit_is_accepted_one_more_is_refused(tiny_model)
     at = build_prompt_ids(tok, fam, user_message(_row(words), "plain"), max_prompt_tokens=LIMIT)
     assert len(at) == LIMIT
     with pytest.raises(BtError) as err:
-        build_prompt_ids(tok, fam, user_message(_row(words + 1), "plain"),
-                         max_prompt_tokens=LIMIT)
-    assert str(err.value) == (f"prompt has {LIMIT + 1:,} tokens, over the --max-prompt-tokens "
-                              f"limit of {LIMIT:,}")
+        build_prompt_ids(tok, fam, user_message(_row(words + 1), "plain"), max_prompt_tokens=LIMIT)
+    assert str(err.value) == (
+        f"prompt has {LIMIT + 1:,} tokens, over the --max-prompt-tokens limit of {LIMIT:,}"
+    )
     # the limit is the protocol's constant, not a fixed number: one more token is allowed
-    over = build_prompt_ids(tok, fam, user_message(_row(words + 1), "plain"),
-                            max_prompt_tokens=LIMIT + 1)
+    over = build_prompt_ids(
+        tok, fam, user_message(_row(words + 1), "plain"), max_prompt_tokens=LIMIT + 1
+    )
     assert len(over) == LIMIT + 1
 
 
@@ -76,25 +92,60 @@ def _cohort(path: Path, rows: list[dict]) -> Path:
 def test_bt_base_at_the_prompt_limit(tmp_path, tiny_model_dir, tiny_model):
     words = _words_for(tiny_model, LIMIT)
     at = _cohort(tmp_path / "at.jsonl", [_row(words, "p_at")])
-    done = run_bt("base", "--cohort", at, "--model", tiny_model_dir, "--runs-dir",
-                  tmp_path / "runs", "--run", "at", "--max-tokens", "2")
+    done = run_bt(
+        "base",
+        "--cohort",
+        at,
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        tmp_path / "runs",
+        "--run",
+        "at",
+        "--max-tokens",
+        "2",
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "runs" / "at" / "store.sqlite").is_file()
     over = _cohort(tmp_path / "over.jsonl", [_row(words + 1, "p_over")])
-    refused = run_bt("base", "--cohort", over, "--model", tiny_model_dir, "--runs-dir",
-                     tmp_path / "runs", "--run", "over", "--max-tokens", "2")
+    refused = run_bt(
+        "base",
+        "--cohort",
+        over,
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        tmp_path / "runs",
+        "--run",
+        "over",
+        "--max-tokens",
+        "2",
+    )
     # exit 2 and one error line, no traceback (bt base announces the run and starts its
     # progress display on stderr first: see test_refused_prompt_writes_nothing)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr + refused.stdout
     errors = [x for x in refused.stderr.splitlines() if x.startswith("bt: error:")]
-    assert errors == [f"bt: error: problem p_over: prompt has {LIMIT + 1:,} tokens, over the "
-                      f"--max-prompt-tokens limit of {LIMIT:,}"]
+    assert errors == [
+        f"bt: error: problem p_over: prompt has {LIMIT + 1:,} tokens, over the "
+        f"--max-prompt-tokens limit of {LIMIT:,}"
+    ]
 
 
 def test_refused_prompt_writes_nothing(tmp_path, tiny_model_dir, tiny_model):
     over = _cohort(tmp_path / "over.jsonl", [_row(_words_for(tiny_model, LIMIT) + 1, "p_over")])
-    refused = run_bt("base", "--cohort", over, "--model", tiny_model_dir, "--runs-dir",
-                     tmp_path / "runs", "--run", "over", "--max-tokens", "2")
+    refused = run_bt(
+        "base",
+        "--cohort",
+        over,
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        tmp_path / "runs",
+        "--run",
+        "over",
+        "--max-tokens",
+        "2",
+    )
     assert_one_line_error(refused, 2, "p_over", f"over the --max-prompt-tokens limit of {LIMIT:,}")
     assert not (tmp_path / "runs" / "over").exists()
 
@@ -104,8 +155,17 @@ def test_max_prompt_tokens_option_at_the_boundary(tmp_path, tiny_model_dir, tiny
     one line before anything is written."""
     n = _prompt_len(tiny_model, 3)
     cohort = _cohort(tmp_path / "c.jsonl", [_row(3, "p3")])
-    args = ("base", "--cohort", cohort, "--model", tiny_model_dir, "--runs-dir", tmp_path / "runs",
-            "--max-tokens", "2")
+    args = (
+        "base",
+        "--cohort",
+        cohort,
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        tmp_path / "runs",
+        "--max-tokens",
+        "2",
+    )
     refused = run_bt(*args, "--run", "short", "--max-prompt-tokens", str(n - 1))
     assert_one_line_error(refused, 2, "p3", f"over the --max-prompt-tokens limit of {n - 1:,}")
     assert not (tmp_path / "runs" / "short").exists()
@@ -140,8 +200,13 @@ def _base(thinking: int) -> dict:
     return {"segments": segs, "token_ids": list(range(len(segs)))}
 
 
-@pytest.mark.parametrize("last, kept", [(CAP - B - ANSWER - 1, True),  # cut = 14,848: exact
-                                         (CAP - B - ANSWER, False)])  # cut = 14,849: one over
+@pytest.mark.parametrize(
+    "last, kept",
+    [
+        (CAP - B - ANSWER - 1, True),  # cut = 14,848: exact
+        (CAP - B - ANSWER, False),
+    ],
+)  # cut = 14,849: one over
 def test_plan_cell_keeps_the_anchor_that_fits_exactly(last, kept):
     proto = DEFAULT.with_overrides(anchors=(64, 8192, last))
     plan = plan_cell("m:p", {"id": "p"}, [1, 2, 3], _base(CAP), proto)
@@ -169,8 +234,12 @@ def _branch_at_cap(loaded, extra_cap: int = 0):
 
     b, answer, cut = 8, 4, 20
     trace = list(range(100, 160))
-    proto = DEFAULT.with_overrides(budget=b, answer_budget=answer, total_cap=cut + b + answer + extra_cap,
-                                   sampling=Sampling(temperature=0.0))
+    proto = DEFAULT.with_overrides(
+        budget=b,
+        answer_budget=answer,
+        total_cap=cut + b + answer + extra_cap,
+        sampling=Sampling(temperature=0.0),
+    )
     engine = make_engine(EngineSpec(backend="mlx-fresh", batch_size=1), loaded)
     runner = BranchRunner(engine, loaded, [1, 2, 3], trace, proto)
     (res,) = runner.run([Branch("probe:20:0", "probe", 20, b, 0, 7, cut)])
@@ -181,8 +250,11 @@ def test_branch_exactly_at_the_cap_without_forced_tokens(tiny_model):
     # the plain family inserts nothing: prefix + B + reserve is the whole cap
     proto, res = _branch_at_cap(tiny_model)
     assert not res.extra["forced_close"]
-    assert len(res.tokens) == res.branch.cut + res.extra["reasoning_tokens"] \
-        + res.extra["answer_tokens"] <= proto.total_cap
+    assert (
+        len(res.tokens)
+        == res.branch.cut + res.extra["reasoning_tokens"] + res.extra["answer_tokens"]
+        <= proto.total_cap
+    )
 
 
 def test_a_forced_close_needs_room_within_the_cap(qwen_tiny):

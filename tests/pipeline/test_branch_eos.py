@@ -28,6 +28,7 @@ class _Counting:
             for r in reqs:
                 self.keys.append(r.key)
                 yield r
+
         return self.engine.generate(seen(requests))
 
 
@@ -37,8 +38,12 @@ def test_reasoning_eos_ends_a_plain_branch_only(tiny_model_dir, family) -> None:
     prompt = build_prompt_ids(loaded.tokenizer, loaded.family, "What is 2+2?")
     protocol = DEFAULT.with_overrides(budget=10, answer_budget=4)
     probe = MlxEngine.from_loaded(loaded, batch_size=8)
-    firsts = [r.tokens[2] for r in probe.generate(
-        [GenRequest(key=f"s{i}", prompt=prompt, max_tokens=3, seed=100 + i) for i in range(8)])]
+    firsts = [
+        r.tokens[2]
+        for r in probe.generate(
+            [GenRequest(key=f"s{i}", prompt=prompt, max_tokens=3, seed=100 + i) for i in range(8)]
+        )
+    ]
     loaded = replace(loaded, eos_ids=frozenset(loaded.eos_ids | set(firsts)))
     engine = _Counting(MlxEngine.from_loaded(loaded, batch_size=8))
     runner = BranchRunner(engine, loaded, prompt, [], protocol)

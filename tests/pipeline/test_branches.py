@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from breakthrough.pipeline.branches import Branch, BranchRunner, close_reasoning, reference_branch
-from breakthrough.engine.contract import GenRequest
+from breakthrough.engine.contract import GenRequest, SharedPrefix
 from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.models.loading import load_model
-from breakthrough.engine.contract import SharedPrefix
+from breakthrough.pipeline.branches import Branch, BranchRunner, close_reasoning, reference_branch
 from breakthrough.protocol import DEFAULT, Sampling
 
 
@@ -26,14 +25,18 @@ def setup(request, tiny_model_dir):
 @pytest.mark.parametrize("temperature", [0.0, 0.6])
 def test_cut_cache_continuation_equals_fresh_prefill(setup, temperature) -> None:
     loaded, engine, prompt, trace = setup
-    protocol = DEFAULT.with_overrides(budget=12, answer_budget=6,
-                                      sampling=Sampling(temperature=temperature))
+    protocol = DEFAULT.with_overrides(
+        budget=12, answer_budget=6, sampling=Sampling(temperature=temperature)
+    )
     engine = MlxEngine.from_loaded(loaded, batch_size=8)
     fresh = MlxEngine.from_loaded(loaded, batch_size=1, reuse_prefixes=False)
     shared = SharedPrefix("cell", tuple(prompt + trace))
     runner = BranchRunner(engine, loaded, prompt, trace, protocol, shared)
-    branches = [Branch(f"k{c}:{i}", "probe", c, 12, i, 1000 + 7 * c + i, c)
-                for c in (1, 40, 97, 160) for i in range(2)]
+    branches = [
+        Branch(f"k{c}:{i}", "probe", c, 12, i, 1000 + 7 * c + i, c)
+        for c in (1, 40, 97, 160)
+        for i in range(2)
+    ]
     got = runner.run(branches)
     # One prefill of prompt + trace for all 8 branches, then at most the re-fed last prefix token
     # of each reasoning phase and the last reasoning token + forced close of each answer phase.
@@ -67,15 +70,19 @@ def test_snapshot_path_for_untrimmable_caches(setup, monkeypatch) -> None:
     cuts = (40, 97)
     engine = MlxEngine.from_loaded(loaded, batch_size=8)
     fresh = MlxEngine.from_loaded(loaded, batch_size=1, reuse_prefixes=False)
-    shared = SharedPrefix("cell", tuple(prompt + trace), starts=tuple(len(prompt) + c for c in cuts))
+    shared = SharedPrefix(
+        "cell", tuple(prompt + trace), starts=tuple(len(prompt) + c for c in cuts)
+    )
     runner = BranchRunner(engine, loaded, prompt, trace, protocol, shared)
     got = runner.run([Branch(f"s{c}", "probe", c, 6, 0, 5, c) for c in (*cuts, 60)])
-    (_, cache), = engine._prefixes.values()
+    ((_, cache),) = engine._prefixes.values()
     assert cache.plain is False
     assert cache.prefill_tokens == len(prompt) + 96 + (60 - 40)  # 60 extends the snapshot at 40
     for res in got:
         b = res.branch
-        assert res.tokens == reference_branch(fresh, loaded, prompt, trace[: b.cut], 6, b.seed, protocol)
+        assert res.tokens == reference_branch(
+            fresh, loaded, prompt, trace[: b.cut], 6, b.seed, protocol
+        )
 
 
 def test_kv_bytes_per_token_matches_the_config(setup) -> None:
@@ -84,5 +91,7 @@ def test_kv_bytes_per_token_matches_the_config(setup) -> None:
     loaded = setup[0]
     c = loaded.config
     head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    want = c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * head_dim * 4  # float32 tiny model
+    want = (
+        c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * head_dim * 4
+    )  # float32 tiny model
     assert kv_bytes_per_token(loaded.model) == want

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import signal
 import subprocess
@@ -14,9 +13,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from breakthrough.cli import app
-from breakthrough.classify.regimes import label_panels
 from breakthrough.classify.panels import probe_panel, restart_panel
+from breakthrough.classify.regimes import label_panels
+from breakthrough.cli import app
 from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore
 from breakthrough.tasks.grade import Grade
@@ -46,14 +45,24 @@ def test_continue_runs_every_phase(fixture_run: Path) -> None:
     assert a.loc[64, "k"] == 0 and a.loc[128, "k"] == a.loc[128, "n"] == 4
     # B: censored at the final anchor with 4/4 -> terminal replication, branches 4-7.
     assert list(b.index) == [64, 128, 256] and b.loc[256, "n"] == 8 and b.loc[256, "k"] == 8
-    labels = label_panels(probes, restart_panel(df, proto), cells, protocol=proto).set_index("problem_id")
+    labels = label_panels(probes, restart_panel(df, proto), cells, protocol=proto).set_index(
+        "problem_id"
+    )
     assert labels.loc["pA", "regime"] == "prefix_limited"
     assert labels.loc["pB", "regime"] == "terminal_A1"
     rest = df[df["kind"] == "restart"]
     assert sorted(set(rest["budget"])) == [8, 16] and len(rest) == 16
     probe_rows = df[df["kind"] == "probe"]
-    assert (probe_rows["n_tokens"] == probe_rows["prefix_len"] + probe_rows["extra"].map(
-        lambda e: sum(__import__("json").loads(e)[k] for k in ("reasoning_tokens", "inserted_tokens", "answer_tokens")))).all()
+    assert (
+        probe_rows["n_tokens"]
+        == probe_rows["prefix_len"]
+        + probe_rows["extra"].map(
+            lambda e: sum(
+                __import__("json").loads(e)[k]
+                for k in ("reasoning_tokens", "inserted_tokens", "answer_tokens")
+            )
+        )
+    ).all()
     # Rerun: nothing new, said before any model is loaded.
     n = len(df)
     res = CliRunner().invoke(app, ["continue", str(fixture_run), *ARGS])
@@ -65,15 +74,17 @@ def test_continue_runs_every_phase(fixture_run: Path) -> None:
 
 def test_ambiguous_restart_cells_get_attempts_4_to_7(fixture_run: Path, tiny_model_dir) -> None:
     """A restart cell at 2/4 is enlarged to 8 attempts (the study never ran this rule)."""
-    from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
     from breakthrough.models.loading import load_model
+    from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
 
     proto = DEFAULT.with_overrides(budget=8, answer_budget=4, restart_budgets=(8,), anchors=(64,))
     loaded = load_model(str(tiny_model_dir), family="qwen")
     continue_run(fixture_run, loaded, ContinueOptions(protocol=proto, topup=()))
     with RunStore(fixture_run) as s:
-        ids = s.conn.execute("SELECT sample_id FROM samples WHERE kind='restart' AND cell_id LIKE '%:pA'"
-                             " AND branch IN (0, 1)").fetchall()
+        ids = s.conn.execute(
+            "SELECT sample_id FROM samples WHERE kind='restart' AND cell_id LIKE '%:pA'"
+            " AND branch IN (0, 1)"
+        ).fetchall()
         s.set_grades([(i, Grade(True, "correct", "fixture", "math", "t")) for (i,) in ids])
     continue_run(fixture_run, loaded, ContinueOptions(protocol=proto, topup=("ambiguous",)))
     df, _ = _frames(fixture_run)
@@ -86,7 +97,9 @@ def test_continue_killed_and_rerun_equals_uninterrupted(fixture_run: Path, tmp_p
     clean = tmp_path / "clean"
     shutil.copytree(fixture_run, clean)
     cmd = [sys.executable, "-m", "breakthrough.cli", "continue", *ARGS, "--batch-size", "2"]
-    proc = subprocess.Popen([*cmd, str(fixture_run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*cmd, str(fixture_run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 180
     while time.time() < deadline:
         with RunStore(fixture_run) as s:
@@ -98,29 +111,42 @@ def test_continue_killed_and_rerun_equals_uninterrupted(fixture_run: Path, tmp_p
     with RunStore(fixture_run) as s:
         assert s.verify_integrity() == []
     assert subprocess.run([*cmd, str(fixture_run)], capture_output=True).returncode == 0
-    assert subprocess.run([*cmd, "--batch-size", "8", str(clean)], capture_output=True).returncode == 0
+    assert (
+        subprocess.run([*cmd, "--batch-size", "8", str(clean)], capture_output=True).returncode == 0
+    )
     da, _ = _frames(fixture_run)
     db, _ = _frames(clean)
     key = ["cell_id", "kind", "anchor", "budget", "branch"]
     da, db = da.sort_values(key).reset_index(drop=True), db.sort_values(key).reset_index(drop=True)
     assert da[key].equals(db[key])
-    assert all(np.array_equal(x, y) for x, y in zip(da["token_ids"], db["token_ids"]))
+    assert all(np.array_equal(x, y) for x, y in zip(da["token_ids"], db["token_ids"], strict=True))
     assert list(da["correct"]) == list(db["correct"])
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--topup", "sometimes"], "--topup"),
-    (["--restarts", "8,x"], "--restarts"),
-    (["--anchors", "0"], "--anchors"),
-    (["--samples", "0"], "--samples: expected a positive integer"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--topup", "sometimes"], "--topup"),
+        (["--restarts", "8,x"], "--restarts"),
+        (["--anchors", "0"], "--anchors"),
+        (["--samples", "0"], "--samples: expected a positive integer"),
+    ],
+)
 def test_continue_clear_errors(fixture_run: Path, args, msg) -> None:
-    proc = subprocess.run([sys.executable, "-m", "breakthrough.cli", "continue", str(fixture_run), *args],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "breakthrough.cli", "continue", str(fixture_run), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and msg in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_continue_without_runs_is_a_clear_error(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "breakthrough.cli", "continue", "--runs-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "breakthrough.cli", "continue", "--runs-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "no run directories" in proc.stderr

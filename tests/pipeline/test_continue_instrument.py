@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-
 from bt_cli import assert_one_line_error, run_bt
+
 from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline import cell_loop
@@ -29,8 +29,9 @@ def _frame(run: Path):
     return df.sort_values(key).reset_index(drop=True), man
 
 
-def test_continuations_instrument_only_when_asked(fixture_run: Path, tmp_path: Path, tiny_model_dir: Path,
-                                                   monkeypatch) -> None:
+def test_continuations_instrument_only_when_asked(
+    fixture_run: Path, tmp_path: Path, tiny_model_dir: Path, monkeypatch
+) -> None:
     full = tmp_path / "full"
     shutil.copytree(fixture_run, full)
     proto = DEFAULT.with_overrides(**SETTINGS)
@@ -40,7 +41,9 @@ def test_continuations_instrument_only_when_asked(fixture_run: Path, tmp_path: P
     light, light_man = _frame(fixture_run)
     heavy, heavy_man = _frame(full)
     assert len(light) == len(heavy) and (light["kind"] != "base").sum() > 0
-    for a, b in zip(light.itertuples(), heavy.itertuples()):  # the same tokens and statistics
+    for a, b in zip(
+        light.itertuples(), heavy.itertuples(), strict=True
+    ):  # the same tokens and statistics
         assert np.array_equal(a.token_ids, b.token_ids)
         np.testing.assert_array_equal(a.logprobs, b.logprobs)
         np.testing.assert_array_equal(a.entropies, b.entropies)
@@ -55,7 +58,9 @@ def test_continuations_instrument_only_when_asked(fixture_run: Path, tmp_path: P
     # bt signals says what the light run holds and lacks
     said = run_bt("signals", fixture_run)
     assert said.returncode == 0, said.stderr
-    probe_line = next(line for line in said.stdout.splitlines() if line.strip().startswith("probe:"))
+    probe_line = next(
+        line for line in said.stdout.splitlines() if line.strip().startswith("probe:")
+    )
     assert "protocol 2.2 token signals in 0" in probe_line and "--instrument" in probe_line
     full_said = run_bt("signals", full)
     assert "hold log-probs and entropies only" not in full_said.stdout.split("probe:")[1]

@@ -22,8 +22,20 @@ from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.protocol import Sampling
 from breakthrough.store import RunStore
 
-CONTINUE = ["--anchors", "4,8,16", "--budget", "4", "--answer-budget", "4", "--restarts", "4,8",
-            "--samples", "2", "--batch-size", "4"]
+CONTINUE = [
+    "--anchors",
+    "4,8,16",
+    "--budget",
+    "4",
+    "--answer-budget",
+    "4",
+    "--restarts",
+    "4,8",
+    "--samples",
+    "2",
+    "--batch-size",
+    "4",
+]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 
@@ -32,8 +44,24 @@ def _bt(*args: str) -> subprocess.CompletedProcess:
 
 
 def _run(runs: Path, model: Path, name: str, engine: list[str]) -> Path:
-    res = _bt("base", "--cohort", "demo", "--limit", "3", "--model", str(model), "--runs-dir", str(runs),
-              "--run", name, "--max-tokens", "24", "--batch-size", "2", *engine)
+    res = _bt(
+        "base",
+        "--cohort",
+        "demo",
+        "--limit",
+        "3",
+        "--model",
+        str(model),
+        "--runs-dir",
+        str(runs),
+        "--run",
+        name,
+        "--max-tokens",
+        "24",
+        "--batch-size",
+        "2",
+        *engine,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     res = _bt("continue", str(runs / name), *CONTINUE, *engine)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -44,22 +72,30 @@ def _samples(run: Path):
     with RunStore(run) as s:
         df = s.samples_frame()
         man = s.manifest()
-    return df.sort_values(["cell_id", "kind", "anchor", "budget", "branch"]).reset_index(drop=True), man
+    return df.sort_values(["cell_id", "kind", "anchor", "budget", "branch"]).reset_index(
+        drop=True
+    ), man
 
 
 def test_two_bt_serve_endpoints_give_the_local_tokens(tmp_path: Path, tiny_model_dir: Path) -> None:
     local, man_local = _samples(_run(tmp_path, tiny_model_dir, "local", ["--backend", "mlx"]))
     with bt_serve(tiny_model_dir, n=2) as (a, b):
         assert a.url.startswith("http://127.0.0.1:")  # loopback unless asked
-        fleet, man = _samples(_run(tmp_path, tiny_model_dir, "fleet",
-                                   ["--backend", "vllm", "--endpoint", f"{a.url},{b.url}"]))
+        fleet, man = _samples(
+            _run(
+                tmp_path,
+                tiny_model_dir,
+                "fleet",
+                ["--backend", "vllm", "--endpoint", f"{a.url},{b.url}"],
+            )
+        )
         cells_a, cells_b = (set(p.get_json("/bt/cells")["cells"]) for p in (a, b))
         killed = _continue_killing_one(tmp_path, tiny_model_dir, a, b)
     assert man["engine"]["backend"] == "vllm" and man["engine"]["server"] == "bt-serve"
     assert man["engine"]["logprobs"] == "raw" and man["engine"]["token_ids"] == "exact"
     keys = ["cell_id", "kind", "anchor", "budget", "branch", "seed", "prefix_len", "finish_reason"]
     assert len(local) == len(fleet) > 3 * 3 * 2 and local[keys].equals(fleet[keys])
-    for x, y in zip(local.itertuples(), fleet.itertuples()):
+    for x, y in zip(local.itertuples(), fleet.itertuples(), strict=True):
         assert x.token_ids.tolist() == y.token_ids.tolist(), (x.cell_id, x.kind, x.anchor, x.branch)
         # Same ids; the floats may differ in the last bits where the server's batch shape picks
         # other BLAS kernels than the local run's.
@@ -71,7 +107,7 @@ def test_two_bt_serve_endpoints_give_the_local_tokens(tmp_path: Path, tiny_model
     # The run whose server A was SIGKILLed during `bt continue`: the full set, the same tokens.
     assert not killed.duplicated(["cell_id", "kind", "anchor", "budget", "branch"]).any()
     assert local[keys].equals(killed[keys])
-    for x, y in zip(local.itertuples(), killed.itertuples()):
+    for x, y in zip(local.itertuples(), killed.itertuples(), strict=True):
         assert x.token_ids.tolist() == y.token_ids.tolist(), (x.cell_id, x.kind, x.anchor, x.branch)
 
 
@@ -79,16 +115,40 @@ def _continue_killing_one(runs: Path, model: Path, a, b):
     """`bt base` on both servers, then `bt continue` during which A is SIGKILLed as soon as it
     has answered one continuation request (bounded polling); returns the finished samples."""
     engine = ["--backend", "vllm", "--endpoint", f"{a.url},{b.url}"]
-    res = _bt("base", "--cohort", "demo", "--limit", "3", "--model", str(model), "--runs-dir", str(runs),
-              "--run", "killed", "--max-tokens", "24", "--batch-size", "2", *engine)
+    res = _bt(
+        "base",
+        "--cohort",
+        "demo",
+        "--limit",
+        "3",
+        "--model",
+        str(model),
+        "--runs-dir",
+        str(runs),
+        "--run",
+        "killed",
+        "--max-tokens",
+        "24",
+        "--batch-size",
+        "2",
+        *engine,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
+
     def served() -> int:  # continuation requests of the run's cells (not startup probes)
-        return sum(n for cell, n in a.get_json("/bt/cells")["cells"].items() if cell.startswith("tiny"))
+        return sum(
+            n for cell, n in a.get_json("/bt/cells")["cells"].items() if cell.startswith("tiny")
+        )
 
     before = served()
     a_cells_before = set(a.get_json("/bt/cells")["cells"])
-    proc = subprocess.Popen([BT, "continue", str(runs / "killed"), *CONTINUE, *engine],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        [BT, "continue", str(runs / "killed"), *CONTINUE, *engine],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     try:
         for _ in range(6000):  # at most ~5 minutes
             if proc.poll() is not None or served() > before:
@@ -116,10 +176,20 @@ def test_a_server_killed_mid_run_has_its_cells_rerouted(tiny_model, tiny_model_d
         cells = [f"m:p{i}" for i in range(60)]
         mine = [c for c in cells if rendezvous_order([a.url, b.url], c)[0] == a.url][:8]
         other = [c for c in cells if c not in mine][:4]
-        reqs = [GenRequest(key=c, prompt=prompt + [i + 3], max_tokens=16, seed=100 + i, sampling=Sampling())
-                for i, c in enumerate(mine + other)]
-        eng = HttpEngine("vllm", [a.url, b.url], tiny_model.eos_ids, vocab, max_inflight=2,
-                         policy=RetryPolicy(attempts=3, backoff_s=0.05, timeout_s=60))
+        reqs = [
+            GenRequest(
+                key=c, prompt=prompt + [i + 3], max_tokens=16, seed=100 + i, sampling=Sampling()
+            )
+            for i, c in enumerate(mine + other)
+        ]
+        eng = HttpEngine(
+            "vllm",
+            [a.url, b.url],
+            tiny_model.eos_ids,
+            vocab,
+            max_inflight=2,
+            policy=RetryPolicy(attempts=3, backoff_s=0.05, timeout_s=60),
+        )
         got, killed = {}, False
         for res in eng.generate(reqs):
             assert res.key not in got  # nothing duplicated
@@ -128,32 +198,60 @@ def test_a_server_killed_mid_run_has_its_cells_rerouted(tiny_model, tiny_model_d
                 a.kill()  # while its other cells are queued or in flight
                 killed = True
         assert killed and set(got) == {r.key for r in reqs}
-        assert all(r.finish_reason != "error" for r in got.values()), [r.error for r in got.values()]
+        assert all(r.finish_reason != "error" for r in got.values()), [
+            r.error for r in got.values()
+        ]
         moved = [c for c in mine if got[c].endpoint == b.url]
         assert len(moved) >= 8 - 2 - 1  # at most the first result and one more in flight were A's
         assert any(a.url in n for n in eng.notes)
-    local = {r.key: r for r in MlxEngine(tiny_model.model, tiny_model.eos_ids, batch_size=4).generate(reqs)}
+    local = {
+        r.key: r
+        for r in MlxEngine(tiny_model.model, tiny_model.eos_ids, batch_size=4).generate(reqs)
+    }
     for key, res in got.items():
         assert res.tokens == local[key].tokens, key
 
 
 def test_no_endpoint_is_one_line_and_writes_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
-    res = _bt("base", "--cohort", "demo", "--limit", "1", "--model", str(tiny_model_dir), "--runs-dir",
-              str(tmp_path), "--run", "r", "--backend", "vllm", "--endpoint", "http://127.0.0.1:9")
+    res = _bt(
+        "base",
+        "--cohort",
+        "demo",
+        "--limit",
+        "1",
+        "--model",
+        str(tiny_model_dir),
+        "--runs-dir",
+        str(tmp_path),
+        "--run",
+        "r",
+        "--backend",
+        "vllm",
+        "--endpoint",
+        "http://127.0.0.1:9",
+    )
     assert res.returncode == 2 and "no endpoint answers" in res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("bt: error:")]
     assert len(errors) == 1 and "http://127.0.0.1:9" in errors[0] and "Traceback" not in res.stderr
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--backend", "vllm"], "needs --endpoint"),
-    (["--backend", "mlx", "--endpoint", "http://127.0.0.1:9"], "--endpoint applies"),
-    (["--backend", "sglang", "--endpoint", "127.0.0.1:9"], "expected http://HOST:PORT"),
-    (["--backend", "vllm", "--endpoint", "http://127.0.0.1:9", "--max-inflight", "-1"], "--max-inflight"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--backend", "vllm"], "needs --endpoint"),
+        (["--backend", "mlx", "--endpoint", "http://127.0.0.1:9"], "--endpoint applies"),
+        (["--backend", "sglang", "--endpoint", "127.0.0.1:9"], "expected http://HOST:PORT"),
+        (
+            ["--backend", "vllm", "--endpoint", "http://127.0.0.1:9", "--max-inflight", "-1"],
+            "--max-inflight",
+        ),
+    ],
+)
 def test_engine_option_mistakes_are_one_line(tmp_path: Path, args, words) -> None:
-    res = _bt("base", "--cohort", "demo", "--limit", "1", "--runs-dir", str(tmp_path), "--run", "r", *args)
+    res = _bt(
+        "base", "--cohort", "demo", "--limit", "1", "--runs-dir", str(tmp_path), "--run", "r", *args
+    )
     assert res.returncode == 2 and words in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "r").exists()
 
@@ -161,8 +259,14 @@ def test_engine_option_mistakes_are_one_line(tmp_path: Path, args, words) -> Non
 def test_an_error_row_is_stored_and_read_back(tmp_path: Path) -> None:
     with RunStore(tmp_path / "r", create=True) as s:
         assert s.errors() == []
-        s.add_error("m:p1", "probe:64:0", "http://127.0.0.1:9/v1/completions: HTTP 500 after 4 attempts",
-                    "http://127.0.0.1:9")
+        s.add_error(
+            "m:p1",
+            "probe:64:0",
+            "http://127.0.0.1:9/v1/completions: HTTP 500 after 4 attempts",
+            "http://127.0.0.1:9",
+        )
     with RunStore(tmp_path / "r", readonly=True) as s:
         (row,) = s.errors()
-    assert row["cell_id"] == "m:p1" and row["request"] == "probe:64:0" and "HTTP 500" in row["message"]
+    assert (
+        row["cell_id"] == "m:p1" and row["request"] == "probe:64:0" and "HTTP 500" in row["message"]
+    )

@@ -15,12 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bt_cli import BT, bt_env
 
 from breakthrough.cli import main
 from breakthrough.errors import BtError
 from breakthrough.store import RunStore
-
-from bt_cli import BT, bt_env
 
 # A child `bt sample` that SIGKILLs itself right after its first hidden-vector file is renamed
 # into place, before that sample's transaction commits.
@@ -48,7 +47,9 @@ def _bt(monkeypatch, capsys, *args) -> tuple[int, str]:
     return 0, capsys.readouterr().err
 
 
-def _check_stored(run_dir: Path, stride: int, kind: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+def _check_stored(
+    run_dir: Path, stride: int, kind: str
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Every sample of `kind` has one file and one row agreeing with each other and with the
     sample; returns sample id -> (token indices, vectors)."""
     with RunStore(run_dir, readonly=True) as s:
@@ -72,15 +73,32 @@ def _check_stored(run_dir: Path, stride: int, kind: str) -> dict[int, tuple[np.n
         index, vec = vectors[int(sample.sample_id)]
         assert index.tolist() == list(range(0, sample.n_tokens, stride))
         # each vector is the state whose norm the decode step recorded for that token
-        np.testing.assert_allclose(np.linalg.norm(vec.astype(np.float32), axis=1),
-                                   sample.signals["hidden_norm"][index], rtol=2e-3)
+        np.testing.assert_allclose(
+            np.linalg.norm(vec.astype(np.float32), axis=1),
+            sample.signals["hidden_norm"][index],
+            rtol=2e-3,
+        )
     return vectors
 
 
 def test_base_stores_checksummed_vectors_and_a_damaged_file_is_one_line(
-        tmp_path, tiny_model_dir, monkeypatch, capsys):
-    args = ("base", "--cohort", "demo", "--model", tiny_model_dir, "--runs-dir", tmp_path,
-            "--run", "r", "--limit", "2", "--max-tokens", "20")
+    tmp_path, tiny_model_dir, monkeypatch, capsys
+):
+    args = (
+        "base",
+        "--cohort",
+        "demo",
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        tmp_path,
+        "--run",
+        "r",
+        "--limit",
+        "2",
+        "--max-tokens",
+        "20",
+    )
     code, err = _bt(monkeypatch, capsys, *args)
     assert code == 0, err
     run = tmp_path / "r"
@@ -108,9 +126,25 @@ def test_base_stores_checksummed_vectors_and_a_damaged_file_is_one_line(
 
 
 def test_resuming_with_another_stride_is_refused_and_writes_nothing(
-        tmp_path, tiny_model_dir, monkeypatch, capsys):
-    args = ("sample", "--cohort", "demo", "--model", tiny_model_dir, "--runs-dir", tmp_path,
-            "--run", "r", "--limit", "1", "--attempts", "1", "--max-tokens", "10")
+    tmp_path, tiny_model_dir, monkeypatch, capsys
+):
+    args = (
+        "sample",
+        "--cohort",
+        "demo",
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        tmp_path,
+        "--run",
+        "r",
+        "--limit",
+        "1",
+        "--attempts",
+        "1",
+        "--max-tokens",
+        "10",
+    )
     code, err = _bt(monkeypatch, capsys, *args)
     assert code == 0, err
     run = tmp_path / "attempts" / "r"
@@ -122,23 +156,56 @@ def test_resuming_with_another_stride_is_refused_and_writes_nothing(
         assert "hidden_stride" in err and f"8 vs {extra[1]}" in err
         assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     # a backend that cannot return hidden states, asked for them: one line, nothing written
-    code, err = _bt(monkeypatch, capsys, *args, "--run", "h", "--backend", "vllm", "--endpoint",
-                    "http://127.0.0.1:9", "--hidden-stride", "8")
+    code, err = _bt(
+        monkeypatch,
+        capsys,
+        *args,
+        "--run",
+        "h",
+        "--backend",
+        "vllm",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--hidden-stride",
+        "8",
+    )
     assert code == 2 and err.count("\n") == 1 and "cannot return hidden states" in err, err
     code, err = _bt(monkeypatch, capsys, *args, "--run", "n", "--hidden-stride", "-1")
     assert code == 2 and err.count("\n") == 1 and "--hidden-stride" in err, err
     assert sorted(p.name for p in (tmp_path / "attempts").iterdir()) == ["r"]
 
 
-def test_sample_killed_after_a_rename_and_mid_run_then_rerun_is_whole(tmp_path, tiny_model_dir,
-                                                                      monkeypatch, capsys):
-    args = ["sample", "--cohort", "demo", "--model", str(tiny_model_dir), "--runs-dir",
-            str(tmp_path), "--run", "k", "--attempts", "3", "--max-tokens", "24", "--limit", "3",
-            "--batch-size", "1"]
+def test_sample_killed_after_a_rename_and_mid_run_then_rerun_is_whole(
+    tmp_path, tiny_model_dir, monkeypatch, capsys
+):
+    args = [
+        "sample",
+        "--cohort",
+        "demo",
+        "--model",
+        str(tiny_model_dir),
+        "--runs-dir",
+        str(tmp_path),
+        "--run",
+        "k",
+        "--attempts",
+        "3",
+        "--max-tokens",
+        "24",
+        "--limit",
+        "3",
+        "--batch-size",
+        "1",
+    ]
     run = tmp_path / "attempts" / "k"
     # 1. killed between the first file's rename and its sample's commit: an orphan file
-    proc = subprocess.run([sys.executable, "-c", KILL_AFTER_RENAME, *args], capture_output=True,
-                          text=True, env=bt_env(), timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_AFTER_RENAME, *args],
+        capture_output=True,
+        text=True,
+        env=bt_env(),
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     with RunStore(run, readonly=True) as s:
         assert not s.existing_keys("attempt")
@@ -146,8 +213,9 @@ def test_sample_killed_after_a_rename_and_mid_run_then_rerun_is_whole(tmp_path, 
     assert check.checked == 0 and [p.name for p in check.orphans] == ["1.npz"]
 
     # 2. a rerun SIGKILLed once at least two attempts are committed
-    proc = subprocess.Popen([str(BT), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=bt_env())
+    proc = subprocess.Popen(
+        [str(BT), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=bt_env()
+    )
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         try:
@@ -179,9 +247,12 @@ def test_sample_killed_after_a_rename_and_mid_run_then_rerun_is_whole(tmp_path, 
         np.testing.assert_array_equal(vectors[sid][1], vec)
     with RunStore(tmp_path / "attempts" / "clean", readonly=True) as s:
         ref = s.samples_frame(arrays=False, kind="attempt")
-        ref_vectors = {(r.cell_id, r.branch): s.hidden_vectors(r.sample_id) for r in ref.itertuples()}
+        ref_vectors = {
+            (r.cell_id, r.branch): s.hidden_vectors(r.sample_id) for r in ref.itertuples()
+        }
     for r in df.itertuples():
         index, vec = ref_vectors[(r.cell_id, r.branch)]
         np.testing.assert_array_equal(vectors[r.sample_id][0], index)
-        np.testing.assert_allclose(vectors[r.sample_id][1].astype(np.float32),
-                                   vec.astype(np.float32), rtol=2e-3, atol=2e-3)
+        np.testing.assert_allclose(
+            vectors[r.sample_id][1].astype(np.float32), vec.astype(np.float32), rtol=2e-3, atol=2e-3
+        )

@@ -43,10 +43,35 @@ def fake():
     f.close()
 
 
-def _base(tmp_path: Path, model: Path, url: str, *extra: object, **env: str) -> subprocess.CompletedProcess:
-    return run_bt("base", "--cohort", "demo", "--limit", "1", "--model", model, "--runs-dir", tmp_path,
-                  "--run", "r", "--max-tokens", "24", "--backend", "vllm", "--endpoint", url,
-                  "--request-timeout", "1", "--retries", "1", *extra, timeout=BOUND_S, **env)
+def _base(
+    tmp_path: Path, model: Path, url: str, *extra: object, **env: str
+) -> subprocess.CompletedProcess:
+    return run_bt(
+        "base",
+        "--cohort",
+        "demo",
+        "--limit",
+        "1",
+        "--model",
+        model,
+        "--runs-dir",
+        tmp_path,
+        "--run",
+        "r",
+        "--max-tokens",
+        "24",
+        "--backend",
+        "vllm",
+        "--endpoint",
+        url,
+        "--request-timeout",
+        "1",
+        "--retries",
+        "1",
+        *extra,
+        timeout=BOUND_S,
+        **env,
+    )
 
 
 def _error_line(proc: subprocess.CompletedProcess) -> str:
@@ -81,8 +106,9 @@ def test_a_silent_endpoint_ends_bt_base_in_one_line(tmp_path: Path, tiny_model_d
     assert not (tmp_path / "r").exists()  # nothing written
 
 
-def test_continue_and_sample_exit_3_when_requests_fail(tmp_path: Path, tiny_model_dir: Path,
-                                                     fake: FakeVllm) -> None:
+def test_continue_and_sample_exit_3_when_requests_fail(
+    tmp_path: Path, tiny_model_dir: Path, fake: FakeVllm
+) -> None:
     proc = _base(tmp_path, tiny_model_dir, fake.url, BT_API_KEY="sekret-21")
     assert proc.returncode == 0, proc.stderr
     # The key went out as a bearer token on every request, and nowhere else.
@@ -91,16 +117,56 @@ def test_continue_and_sample_exit_3_when_requests_fail(tmp_path: Path, tiny_mode
     assert b"sekret-21" not in (tmp_path / "r" / "store.sqlite").read_bytes()
     # The server answers its startup probes, then no request: the cells fail, exit 3.
     fake.mode = "silent-after-probe"
-    engine = ["--backend", "vllm", "--endpoint", fake.url, "--request-timeout", "1", "--retries", "0"]
-    proc = run_bt("continue", tmp_path / "r", "--anchors", "4", "--budget", "8", "--answer-budget", "8",
-                  "--restarts", "8", "--samples", "1", *engine, timeout=BOUND_S)
+    engine = [
+        "--backend",
+        "vllm",
+        "--endpoint",
+        fake.url,
+        "--request-timeout",
+        "1",
+        "--retries",
+        "0",
+    ]
+    proc = run_bt(
+        "continue",
+        tmp_path / "r",
+        "--anchors",
+        "4",
+        "--budget",
+        "8",
+        "--answer-budget",
+        "8",
+        "--restarts",
+        "8",
+        "--samples",
+        "1",
+        *engine,
+        timeout=BOUND_S,
+    )
     assert proc.returncode == EXIT_FAILURES == 3, proc.stderr
     assert "1 cell stopped on request errors" in proc.stderr and "rerun" in proc.stderr
     assert "Traceback" not in proc.stderr
     with RunStore(tmp_path / "r", readonly=True) as s:
         assert any("no answer within 1s" in e["message"] for e in s.errors())
-    proc = run_bt("sample", "--cohort", "demo", "--attempts", "1", "--limit", "1", "--model", tiny_model_dir,
-                  "--runs-dir", tmp_path, "--run", "s", "--max-tokens", "24", *engine, timeout=BOUND_S)
+    proc = run_bt(
+        "sample",
+        "--cohort",
+        "demo",
+        "--attempts",
+        "1",
+        "--limit",
+        "1",
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        tmp_path,
+        "--run",
+        "s",
+        "--max-tokens",
+        "24",
+        *engine,
+        timeout=BOUND_S,
+    )
     assert proc.returncode == EXIT_FAILURES, proc.stderr
     assert "1 failed on request errors" in proc.stdout and "Traceback" not in proc.stderr
 
@@ -114,16 +180,41 @@ def _until(cond, what: str, tries: int = 1200, pause: float = 0.05):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_bt_base_exits_3_when_its_bt_serve_is_killed_mid_run(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_bt_base_exits_3_when_its_bt_serve_is_killed_mid_run(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
     with bt_serve(tiny_model_dir, batch_size=1) as (srv,):
-        proc = start_bt("base", "--cohort", "demo", "--limit", "3", "--model", tiny_model_dir,
-                        "--runs-dir", tmp_path, "--run", "r", "--max-tokens", "4000", "--backend", "vllm",
-                        "--endpoint", srv.url, "--max-inflight", "1", "--retries", "1",
-                        "--request-timeout", "60")
+        proc = start_bt(
+            "base",
+            "--cohort",
+            "demo",
+            "--limit",
+            "3",
+            "--model",
+            tiny_model_dir,
+            "--runs-dir",
+            tmp_path,
+            "--run",
+            "r",
+            "--max-tokens",
+            "4000",
+            "--backend",
+            "vllm",
+            "--endpoint",
+            srv.url,
+            "--max-inflight",
+            "1",
+            "--retries",
+            "1",
+            "--request-timeout",
+            "60",
+        )
         try:
             # The startup probe generated 1 token; more means a cell is being generated.
-            _until(lambda: proc.poll() is not None or srv.metrics()["bt_generation_tokens_total"] >= 3,
-                   "a cell to start")
+            _until(
+                lambda: proc.poll() is not None or srv.metrics()["bt_generation_tokens_total"] >= 3,
+                "a cell to start",
+            )
             srv.kill()  # SIGKILL, mid-cell
             out, err = proc.communicate(timeout=BOUND_S)
         finally:
@@ -137,40 +228,73 @@ def test_bt_base_exits_3_when_its_bt_serve_is_killed_mid_run(tmp_path: Path, tin
     assert done < 3 and len(errors) == 3 - done and srv.url in errors[0]["message"]
 
 
-@pytest.mark.parametrize("command, args, words", [
-    ("base", ["--request-timeout", "0"], "--request-timeout"),
-    ("continue", ["--request-timeout", "nan"], "--request-timeout"),
-    ("sample", ["--retries", "-1"], "--retries"),
-])
-def test_out_of_range_options_are_one_line(tmp_path: Path, command: str, args: list[str], words: str) -> None:
-    head = {"base": ["base", "--cohort", "demo", "--runs-dir", tmp_path, "--run", "r"],
-            "sample": ["sample", "--cohort", "demo", "--attempts", "1", "--runs-dir", tmp_path, "--run", "r"],
-            "continue": ["continue", tmp_path / "r"]}[command]
+@pytest.mark.parametrize(
+    "command, args, words",
+    [
+        ("base", ["--request-timeout", "0"], "--request-timeout"),
+        ("continue", ["--request-timeout", "nan"], "--request-timeout"),
+        ("sample", ["--retries", "-1"], "--retries"),
+    ],
+)
+def test_out_of_range_options_are_one_line(
+    tmp_path: Path, command: str, args: list[str], words: str
+) -> None:
+    head = {
+        "base": ["base", "--cohort", "demo", "--runs-dir", tmp_path, "--run", "r"],
+        "sample": [
+            "sample",
+            "--cohort",
+            "demo",
+            "--attempts",
+            "1",
+            "--runs-dir",
+            tmp_path,
+            "--run",
+            "r",
+        ],
+        "continue": ["continue", tmp_path / "r"],
+    }[command]
     proc = run_bt(*head, "--backend", "vllm", "--endpoint", "http://127.0.0.1:9", *args, timeout=60)
     assert_one_line_error(proc, 2, words)
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("args, words", [
-    ({"request_timeout": 1e9}, "--request-timeout"), ({"request_timeout": -1.0}, "--request-timeout"),
-    ({"retries": 1000}, "--retries"), ({"api_key": "two words"}, "--api-key"),
-    ({"api_key": "tab\there"}, "--api-key"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ({"request_timeout": 1e9}, "--request-timeout"),
+        ({"request_timeout": -1.0}, "--request-timeout"),
+        ({"retries": 1000}, "--retries"),
+        ({"api_key": "two words"}, "--api-key"),
+        ({"api_key": "tab\there"}, "--api-key"),
+    ],
+)
 def test_http_options_are_checked(args: dict, words: str) -> None:
     """The options are refused by `http_options` (the command's parsing) and by `EngineSpec`
     itself (the one home of each value's rule), with the same line."""
-    base = dict(backend="vllm", endpoint="http://127.0.0.1:9", max_inflight=0,
-                accept_processed_logprobs=False, request_timeout=REQUEST_TIMEOUT_S, retries=RETRIES)
+    base = dict(
+        backend="vllm",
+        endpoint="http://127.0.0.1:9",
+        max_inflight=0,
+        accept_processed_logprobs=False,
+        request_timeout=REQUEST_TIMEOUT_S,
+        retries=RETRIES,
+    )
     with pytest.raises(BtError, match=words) as parsed:
         http_options(**{**base, **args})
     fields = {"request_timeout": "request_timeout_s"}
     with pytest.raises(BtError) as made:
-        EngineSpec(backend="vllm", endpoints=("http://127.0.0.1:9",),
-                   **{fields.get(k, k): v for k, v in args.items()})
+        EngineSpec(
+            backend="vllm",
+            endpoints=("http://127.0.0.1:9",),
+            **{fields.get(k, k): v for k, v in args.items()},
+        )
     assert str(made.value) == str(parsed.value)
     ok = http_options(**{**base, "request_timeout": 2.5, "retries": 0}, api_key="k")
     assert (ok["request_timeout_s"], ok["retries"], ok["api_key"]) == (2.5, 0, "k")
-    assert http_options(**{**base, "backend": "mlx", "endpoint": None}, api_key="k")["api_key"] is None
+    assert (
+        http_options(**{**base, "backend": "mlx", "endpoint": None}, api_key="k")["api_key"] is None
+    )
     assert "sekret" not in repr(EngineSpec(api_key="sekret"))  # never shown
 
 
@@ -180,7 +304,10 @@ def test_the_options_have_help() -> None:
     cmd = typer.main.get_command(app)
     for name in ("base", "continue", "sample"):
         params = {p.opts[0]: p for p in cmd.commands[name].params if p.opts[0].startswith("--")}
-        assert params["--request-timeout"].default == 600.0 and "deadline" in params["--request-timeout"].help
+        assert (
+            params["--request-timeout"].default == 600.0
+            and "deadline" in params["--request-timeout"].help
+        )
         assert params["--retries"].default == 2 and "deadline" in params["--retries"].help
         assert params["--api-key"].envvar == "BT_API_KEY" and "Bearer" in params["--api-key"].help
         assert params["--api-key"].show_default is False

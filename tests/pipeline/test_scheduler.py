@@ -25,25 +25,31 @@ def _samples(run: Path):
     return df.sort_values(key).reset_index(drop=True), key
 
 
-def test_interleaving_cells_changes_nothing(fixture_run: Path, tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_interleaving_cells_changes_nothing(
+    fixture_run: Path, tmp_path: Path, tiny_model_dir: Path
+) -> None:
     other = tmp_path / "other"
     shutil.copytree(fixture_run, other)
-    proto = DEFAULT.with_overrides(budget=8, answer_budget=4, restart_budgets=(8, 16), anchors=(64, 128, 256))
+    proto = DEFAULT.with_overrides(
+        budget=8, answer_budget=4, restart_budgets=(8, 16), anchors=(64, 128, 256)
+    )
     loaded = load_model(str(tiny_model_dir), family="qwen")
     # cell by cell (one cell at a time, no admission to fill the batch) vs interleaved (cells
     # admitted to fill the batch, probes before restarts, restarts longest first)
-    one = continue_run(fixture_run, loaded, ContinueOptions(protocol=proto, max_active_cells=1,
-                                                            fill_batch=False))
+    one = continue_run(
+        fixture_run, loaded, ContinueOptions(protocol=proto, max_active_cells=1, fill_batch=False)
+    )
     many = continue_run(other, loaded, ContinueOptions(protocol=proto, max_active_cells=3))
     assert one.samples == many.samples and one.cells == many.cells == 2
     a, key = _samples(fixture_run)
     b, _ = _samples(other)
     assert a[key].equals(b[key])
-    assert all(np.array_equal(x, y) for x, y in zip(a["token_ids"], b["token_ids"]))
+    assert all(np.array_equal(x, y) for x, y in zip(a["token_ids"], b["token_ids"], strict=True))
 
 
 def test_probes_go_longest_context_first_and_done_cells_free_their_prefix(
-        fixture_run: Path, tiny_model_dir: Path, monkeypatch) -> None:
+    fixture_run: Path, tiny_model_dir: Path, monkeypatch
+) -> None:
     """Issue 22: mlx-lm pads a batch's rows to its longest, so the scheduler hands the engine
     the queued probes of all admitted cells longest context first (similar rows in flight
     together), and a cell whose probes are done releases its shared-prefix cache."""
@@ -72,14 +78,21 @@ def test_probes_go_longest_context_first_and_done_cells_free_their_prefix(
                     if req is not None:
                         pulled.append(req)
                     yield req
+
             return self.inner.generate(tap())
 
-    monkeypatch.setattr(cell_loop, "make_engine", lambda spec, loaded: Recording(real_make(spec, loaded)))
-    proto = DEFAULT.with_overrides(budget=8, answer_budget=4, restart_budgets=(8,), anchors=(64, 128, 256),
-                                   refinement_rounds=0)
+    monkeypatch.setattr(
+        cell_loop, "make_engine", lambda spec, loaded: Recording(real_make(spec, loaded))
+    )
+    proto = DEFAULT.with_overrides(
+        budget=8, answer_budget=4, restart_budgets=(8,), anchors=(64, 128, 256), refinement_rounds=0
+    )
     loaded = load_model(str(tiny_model_dir), family="qwen")
-    report = continue_run(fixture_run, loaded, ContinueOptions(
-        protocol=proto, topup=(), engine=EngineSpec(batch_size=32)))
+    report = continue_run(
+        fixture_run,
+        loaded,
+        ContinueOptions(protocol=proto, topup=(), engine=EngineSpec(batch_size=32)),
+    )
     assert report.cells == 2
     probes = [r for r in pulled if "|probe:" in r.key and not r.key.endswith("|answer")]
     cells = {r.key.split("|")[0] for r in probes}
@@ -95,9 +108,27 @@ def test_probes_go_longest_context_first_and_done_cells_free_their_prefix(
 def test_samples_are_committed_as_their_rows_finish(fixture_run: Path) -> None:
     """Short restarts (C=4) are stored while long ones (C=160) of the same cell are still in
     flight; before, a batch committed only when its longest row was done."""
-    cmd = [sys.executable, "-m", "breakthrough.cli", "continue", str(fixture_run), "--anchors", "64",
-           "--budget", "4", "--answer-budget", "4", "--restarts", "4,160", "--samples", "4",
-           "--topup", "none", "--batch-size", "16"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "breakthrough.cli",
+        "continue",
+        str(fixture_run),
+        "--anchors",
+        "64",
+        "--budget",
+        "4",
+        "--answer-budget",
+        "4",
+        "--restarts",
+        "4,160",
+        "--samples",
+        "4",
+        "--topup",
+        "none",
+        "--batch-size",
+        "16",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seen = None
     try:
@@ -106,7 +137,8 @@ def test_samples_are_committed_as_their_rows_finish(fixture_run: Path) -> None:
             with RunStore(fixture_run) as s:
                 rows = s.conn.execute(
                     "SELECT cells.cell_id, budget FROM samples JOIN cells USING (cell_id) "
-                    "WHERE kind='restart'").fetchall()
+                    "WHERE kind='restart'"
+                ).fetchall()
             short = {c for c, b in rows if b == 4}
             for cell in short:
                 n_short = sum(1 for c, b in rows if c == cell and b == 4)

@@ -24,9 +24,30 @@ from breakthrough.store import RunStore
 
 
 def _base(runs: Path, model: Path, url: str) -> subprocess.CompletedProcess:
-    return run_bt("base", "--cohort", "demo", "--limit", "1", "--model", model, "--runs-dir", runs,
-                  "--run", "r", "--max-tokens", "24", "--backend", "vllm", "--endpoint", url,
-                  "--request-timeout", "5", "--retries", "1", timeout=180)
+    return run_bt(
+        "base",
+        "--cohort",
+        "demo",
+        "--limit",
+        "1",
+        "--model",
+        model,
+        "--runs-dir",
+        runs,
+        "--run",
+        "r",
+        "--max-tokens",
+        "24",
+        "--backend",
+        "vllm",
+        "--endpoint",
+        url,
+        "--request-timeout",
+        "5",
+        "--retries",
+        "1",
+        timeout=180,
+    )
 
 
 def _samples(run: Path) -> int:
@@ -34,26 +55,38 @@ def _samples(run: Path) -> int:
         return c.execute("SELECT count(*) FROM samples").fetchone()[0]
 
 
-@pytest.mark.parametrize("how, words", [
-    ("token-id", "token id 10,000,000 is outside the model's vocabulary"),
-    ("nan-logprob", "log-prob nan is not a finite number <= 0"),
-    ("positive-logprob", "log-prob 5.0 is not a finite number <= 0"),
-    ("count", "6 token ids but 6 tokens / 5 logprobs"),
-])
-def test_an_altered_answer_fails_the_cell_and_a_rerun_retries_it(tmp_path: Path, tiny_model_dir: Path,
-                                                                  how: str, words: str) -> None:
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("token-id", "token id 10,000,000 is outside the model's vocabulary"),
+        ("nan-logprob", "log-prob nan is not a finite number <= 0"),
+        ("positive-logprob", "log-prob 5.0 is not a finite number <= 0"),
+        ("count", "6 token ids but 6 tokens / 5 logprobs"),
+    ],
+)
+def test_an_altered_answer_fails_the_cell_and_a_rerun_retries_it(
+    tmp_path: Path, tiny_model_dir: Path, how: str, words: str
+) -> None:
     fake = FakeVllm(corrupt=how)
     try:
         proc = _base(tmp_path, tiny_model_dir, fake.url)
         assert proc.returncode == EXIT_FAILURES == 3, proc.stderr
         assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
-        assert "failed on request errors" in proc.stdout + proc.stderr and "rerun" in proc.stdout + proc.stderr
+        assert (
+            "failed on request errors" in proc.stdout + proc.stderr
+            and "rerun" in proc.stdout + proc.stderr
+        )
         run = tmp_path / "r"
         assert _samples(run) == 0  # nothing of the altered answer is stored
         with RunStore(run, readonly=True) as s:
             errors = s.errors()
-        assert len(errors) == 1 and words in errors[0]["message"] and fake.url in errors[0]["message"]
-        assert "malformed answer" in errors[0]["message"] and "after 2 attempts" in errors[0]["message"]
+        assert (
+            len(errors) == 1 and words in errors[0]["message"] and fake.url in errors[0]["message"]
+        )
+        assert (
+            "malformed answer" in errors[0]["message"]
+            and "after 2 attempts" in errors[0]["message"]
+        )
         fake.corrupt = None  # the proxy is gone: a rerun retries the failed cell
         proc = _base(tmp_path, tiny_model_dir, fake.url)
         assert proc.returncode == 0, proc.stderr

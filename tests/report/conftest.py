@@ -9,16 +9,23 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from continue_fixture import make_run
+from typer.testing import CliRunner
 
 BT = Path(sys.executable).parent / "bt"
 # pA: box after ~100 reasoning tokens (crossing at 112 after bisection); pB: box after ~200 of
 # ~260 (only the last anchor 256 holds it: censored, A1 top-up). B = 8, restarts at 8 and 16.
 LAYOUT = {"pA": (100, 200), "pB": (200, 50)}
-CONTINUE = ["--budget", "8", "--answer-budget", "4", "--restarts", "8,16",
-            "--anchors", "64,128,256"]
+CONTINUE = [
+    "--budget",
+    "8",
+    "--answer-budget",
+    "4",
+    "--restarts",
+    "8,16",
+    "--anchors",
+    "64,128,256",
+]
 
 
 @pytest.fixture(scope="session")
@@ -30,8 +37,9 @@ def classified(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path]:
 
     res = CliRunner().invoke(app, ["continue", str(run), *CONTINUE])
     assert res.exit_code == 0, res.output
-    done = subprocess.run([str(BT), "classify", str(run), "--draws", "5"], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [str(BT), "classify", str(run), "--draws", "5"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     return run, run / "classify"
 

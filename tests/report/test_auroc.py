@@ -38,8 +38,20 @@ def _worked_example() -> pd.DataFrame:
 def test_worked_example_csv(app, tmp_path):
     path = tmp_path / "ex.csv"
     _worked_example().to_csv(path, index=False)
-    res = _run(app, path, "--group", "problem_id", "--score", "q", "--score", "noise",
-               "--label", "correct", "--bootstrap", "50")
+    res = _run(
+        app,
+        path,
+        "--group",
+        "problem_id",
+        "--score",
+        "q",
+        "--score",
+        "noise",
+        "--label",
+        "correct",
+        "--bootstrap",
+        "50",
+    )
     assert res.exit_code == 0, res.output
     assert "discordant pairs 16: within groups 6, between 10" in res.output
     report = json.loads((tmp_path / "ex.auroc.json").read_text())
@@ -75,16 +87,48 @@ def test_parquet_by_and_out(app, tmp_path):
     path = tmp_path / "t.parquet"
     df.to_parquet(path)
     out = tmp_path / "sub" / "r.json"
-    res = _run(app, path, "-g", "problem_id", "-s", "score", "-l", "correct", "--by", "model",
-               "-b", "40", "--seed", "3", "--out", out)
+    res = _run(
+        app,
+        path,
+        "-g",
+        "problem_id",
+        "-s",
+        "score",
+        "-l",
+        "correct",
+        "--by",
+        "model",
+        "-b",
+        "40",
+        "--seed",
+        "3",
+        "--out",
+        out,
+    )
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())
     assert set(report["by_results"]) == {"m1", "m2"}
     assert report["bootstrap_unit"] == "problem_id"
     assert report["results"]["all"]["n_groups"] == 40  # (model, problem) cells
     assert sum(s["n_rows"] for s in report["by_results"].values()) == n
-    again = _run(app, path, "-g", "problem_id", "-s", "score", "-l", "correct", "--by", "model",
-                 "-b", "40", "--seed", "3", "--out", out)
+    again = _run(
+        app,
+        path,
+        "-g",
+        "problem_id",
+        "-s",
+        "score",
+        "-l",
+        "correct",
+        "--by",
+        "model",
+        "-b",
+        "40",
+        "--seed",
+        "3",
+        "--out",
+        out,
+    )
     assert again.exit_code == 0 and json.loads(out.read_text()) == report  # seeded
 
 
@@ -98,8 +142,9 @@ def test_report_functions_without_the_cli(tmp_path):
     assert res.lines()[1] == "  discordant pairs 16: within groups 6, between 10"
     df = _worked_example()
     df.loc[0, "q"] = np.nan
-    again = decompose_table(df, "frame", group=["problem_id"], score=["q"], label="correct",
-                            bootstrap=0)
+    again = decompose_table(
+        df, "frame", group=["problem_id"], score=["q"], label="correct", bootstrap=0
+    )
     assert again.warnings == ["frame: dropped 1 of 8 rows (1 missing 'q')"]
     with pytest.raises(BtError, match="--score: column given twice"):
         decompose_table(df, "frame", group=["problem_id"], score=["q", "q"], label="correct")
@@ -131,13 +176,18 @@ def test_non_binary_label(app, tmp_path):
 
 
 def test_single_row_groups(app, tmp_path):
-    df = pd.concat([_worked_example(), pd.DataFrame(
-        {"problem_id": ["Z"], "correct": [True], "q": [0.5], "noise": [0.0]})])
+    df = pd.concat(
+        [
+            _worked_example(),
+            pd.DataFrame({"problem_id": ["Z"], "correct": [True], "q": [0.5], "noise": [0.0]}),
+        ]
+    )
     msg = _error(app, tmp_path, df, "-g", "problem_id", "-s", "q", "-l", "correct")
     assert "single row" in msg and "Z" in msg and "--drop-singletons" in msg
     path = tmp_path / "bad.csv"
-    res = _run(app, path, "-g", "problem_id", "-s", "q", "-l", "correct", "-b", "0",
-               "--drop-singletons")
+    res = _run(
+        app, path, "-g", "problem_id", "-s", "q", "-l", "correct", "-b", "0", "--drop-singletons"
+    )
     assert res.exit_code == 0, res.output
     report = json.loads((tmp_path / "bad.auroc.json").read_text())
     assert report["rows_dropped_single_row_groups"] == 1
@@ -149,8 +199,9 @@ def test_missing_values_dropped_and_other_errors(app, tmp_path):
     df["correct"] = df["correct"].astype(object)
     df.loc[0, "correct"] = None
     df.loc[1, "q"] = np.nan
-    extra = pd.DataFrame({"problem_id": ["A"] * 2, "correct": [True, False], "q": [0.75] * 2,
-                          "noise": [0.0, 0.0]})
+    extra = pd.DataFrame(
+        {"problem_id": ["A"] * 2, "correct": [True, False], "q": [0.75] * 2, "noise": [0.0, 0.0]}
+    )
     path = tmp_path / "na.csv"
     pd.concat([df, extra]).to_csv(path, index=False)
     res = _run(app, path, "-g", "problem_id", "-s", "q", "-l", "correct", "-b", "0")
@@ -160,8 +211,17 @@ def test_missing_values_dropped_and_other_errors(app, tmp_path):
     one_class = _worked_example().assign(correct=True)
     msg = _error(app, tmp_path, one_class, "-g", "problem_id", "-s", "q", "-l", "correct")
     assert "only correct rows" in msg
-    msg = _error(app, tmp_path, _worked_example().assign(q="high"), "-g", "problem_id",
-                 "-s", "q", "-l", "correct")
+    msg = _error(
+        app,
+        tmp_path,
+        _worked_example().assign(q="high"),
+        "-g",
+        "problem_id",
+        "-s",
+        "q",
+        "-l",
+        "correct",
+    )
     assert "not numeric" in msg
     res = _run(app, tmp_path / "nope.csv", "-g", "a", "-s", "b", "-l", "c")
     assert isinstance(res.exception, BtError) and "no such file" in str(res.exception)
@@ -191,8 +251,8 @@ def test_analysis_worked_example(capsys):
 
 
 def test_analysis_on_a_run(tmp_path, capsys):
-    from breakthrough.tasks.grade import Grade
     from breakthrough.store import RunStore, SampleRecord
+    from breakthrough.tasks.grade import Grade
 
     mod = _load_analysis()
     rng = np.random.default_rng(7)
@@ -200,20 +260,39 @@ def test_analysis_on_a_run(tmp_path, capsys):
     for model in ("m1", "m2"):
         run = tmp_path / model
         store = RunStore(run, create=True)
-        cells = [{"cell_id": f"{model}:p{i}", "model": model, "item": {"id": f"p{i}"},
-                  "prompt_ids": [1]} for i in range(12)]
+        cells = [
+            {"cell_id": f"{model}:p{i}", "model": model, "item": {"id": f"p{i}"}, "prompt_ids": [1]}
+            for i in range(12)
+        ]
         store.add_cells(cells)
         recs, grades = [], []
         for i, cell in enumerate(cells):
             n = 300 if i else 100  # p0 is short: excluded at --tokens 256
             ok = bool(rng.random() < 0.5)
-            recs.append(SampleRecord(
-                cell_id=cell["cell_id"], kind="base", anchor=-1, budget=0, branch=0, seed=11,
-                prefix_len=0, token_ids=np.arange(n, dtype=np.int32), text="x",
-                finish_reason="eos",
-                entropies=(rng.random(n) + (0.0 if ok else 0.3)).astype(np.float32)))
-            grades.append(Grade(correct=ok, status="correct" if ok else "wrong",
-                                method="numeric", grader="math", version="1"))
+            recs.append(
+                SampleRecord(
+                    cell_id=cell["cell_id"],
+                    kind="base",
+                    anchor=-1,
+                    budget=0,
+                    branch=0,
+                    seed=11,
+                    prefix_len=0,
+                    token_ids=np.arange(n, dtype=np.int32),
+                    text="x",
+                    finish_reason="eos",
+                    entropies=(rng.random(n) + (0.0 if ok else 0.3)).astype(np.float32),
+                )
+            )
+            grades.append(
+                Grade(
+                    correct=ok,
+                    status="correct" if ok else "wrong",
+                    method="numeric",
+                    grader="math",
+                    version="1",
+                )
+            )
         store.add_samples(recs, grades)
         store.close()
         runs.append(str(run))

@@ -35,8 +35,10 @@ def test_the_arm_reprobes_the_targets_at_b2_with_the_same_seeds(classified, stud
     seeds2 = arm.set_index(["anchor", "branch"])["seed"]
     assert (seeds2 == seeds1.loc[seeds2.index]).all()
     # the box is in the prefix or not: p(t) is the same at both budgets
-    assert (arm.groupby("anchor")["correct"].mean()
-            == pa[pa["anchor"].isin(want)].groupby("anchor")["correct"].mean()).all()
+    assert (
+        arm.groupby("anchor")["correct"].mean()
+        == pa[pa["anchor"].isin(want)].groupby("anchor")["correct"].mean()
+    ).all()
     assert len(after[after["budget"] == 8]) == len(before)
     assert man["protocol"] == man0["protocol"] and man["protocol"]["budget"] == 8
     arms = {a["budget"]: a for a in man["probe_arms"]}

@@ -15,6 +15,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
+from classify_fixture import SMALL, cell_spec, frames, small_spec, write_store
 
 from breakthrough.classify.frames import classify_frames
 from breakthrough.classify.regimes import FIGURE_CLASSES
@@ -24,11 +25,12 @@ from breakthrough.report.cell_figure import cell_svg
 from breakthrough.report.classify_outputs import classify_runs, write_outputs
 from breakthrough.report.names import field_name
 from breakthrough.store import RunStore
-from classify_fixture import SMALL, cell_spec, frames, small_spec, write_store
+
 
 def slug(cell_id: str) -> str:
-    return "{}-{:08d}".format(re.sub(r"[^A-Za-z0-9_.-]+", "_", cell_id),
-                              zlib.crc32(cell_id.encode()) % 10**8)
+    return "{}-{:08d}".format(
+        re.sub(r"[^A-Za-z0-9_.-]+", "_", cell_id), zlib.crc32(cell_id.encode()) % 10**8
+    )
 
 
 class Tables(HTMLParser):
@@ -88,9 +90,13 @@ def test_cell_page_shows_problem_answer_and_the_trace_cut_at_every_anchor(classi
     cuts = re.findall(r"<mark class='cut[^']*' id='cut-(\d+)'", trace)
     assert sorted(map(int, cuts)) == [64, 96, 112, 128, 256]
     # the box sits between anchors 96 and 112: before the cut at 112, after the one at 96
-    before = {int(a): trace[:m.start()] for a, m in
-              ((int(m.group(1)), m) for m in re.finditer(r"<mark class='cut[^']*' id='cut-(\d+)'",
-                                                       trace))}
+    before = {
+        int(a): trace[: m.start()]
+        for a, m in (
+            (int(m.group(1)), m)
+            for m in re.finditer(r"<mark class='cut[^']*' id='cut-(\d+)'", trace)
+        )
+    }
     assert "boxed{7}" not in before[96] and "boxed{7}" in before[112]
     assert re.search(r"id='cut-112'[^>]*>✂ t=112 · 4/4</mark>", trace)
 
@@ -114,12 +120,12 @@ def test_cut_points_are_where_the_continuations_leave_the_base_text(classified, 
     for cid, g in samples.groupby("cell_id"):
         base = g[g["kind"] == "base"].iloc[0]
         for anchor, p in g[g["kind"] == "probe"].groupby("anchor"):
-            prefix = decode(tiny_model.tokenizer, base["token_ids"][:int(p["prefix_len"].iloc[0])])
+            prefix = decode(tiny_model.tokenizer, base["token_ids"][: int(p["prefix_len"].iloc[0])])
             assert details[cid].cuts[anchor] == len(prefix), (cid, anchor)  # stored: exact
             cut = estimated[cid].cuts[anchor]  # older runs: estimated from the texts
             assert base["text"].startswith(prefix) and cut >= len(prefix), (cid, anchor)
-            shared = base["text"][len(prefix):cut]
-            assert all(t[len(prefix):].startswith(shared) for t in p["text"]), (cid, anchor)
+            shared = base["text"][len(prefix) : cut]
+            assert all(t[len(prefix) :].startswith(shared) for t in p["text"]), (cid, anchor)
             exact += cut == len(prefix)
     assert exact >= 1
     assert cut_offset("abcdef", []) == 0 and cut_offset("abcdef", ["abcX", "abQ"]) == 2
@@ -151,7 +157,7 @@ def test_cell_page_labels_have_human_names(classified):
     labels = page.table("labels")[1:]
     raw = {r[2] for r in labels}
     assert {"t_f", "interval_lower", "R_8", "R_16", "t_v_d050"} <= raw
-    for name, _value, column in labels:
+    for name, _value, _column in labels:
         # no raw field name (snake_case) left; T_F and T_V are the protocol's own symbols
         assert "_" not in name.replace("T_F", "").replace("T_V", ""), name
     named = {r[2]: r[0] for r in labels}
@@ -167,8 +173,16 @@ def test_cell_plot_is_large_with_a_full_legend(classified):
     root = ET.fromstring(svg)
     assert int(root.get("width")) >= 900 and int(root.get("height")) >= 400
     text = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
-    for needle in ("p(t; B = 8)", "R̂(t + B)", "R̂ conservative", "adv(t)", "τ = 0.75",
-                   "δ = 0.5", "T_F interval (96, 112]", "T_V(δ) = 112"):
+    for needle in (
+        "p(t; B = 8)",
+        "R̂(t + B)",
+        "R̂ conservative",
+        "adv(t)",
+        "τ = 0.75",
+        "δ = 0.5",
+        "T_F interval (96, 112]",
+        "T_V(δ) = 112",
+    ):
         assert needle in text, needle
     for cls in ("tf-band", "tau", "delta", "tv", "series-p", "series-r_hat", "series-adv"):
         assert root.find(f".//*[@class='{cls}']") is not None, cls
@@ -183,8 +197,11 @@ def test_cell_svg_y_range_follows_the_data():
         row = res.labels.set_index("cell_id").loc[cid].to_dict() | {"cell_id": cid}
         curve = res.curves[res.curves["cell_id"] == cid]
         root = ET.fromstring(cell_svg(curve, row))
-        ticks = [float(t.text) for t in root.iter("{http://www.w3.org/2000/svg}text")
-                 if t.get("text-anchor") == "end"]
+        ticks = [
+            float(t.text)
+            for t in root.iter("{http://www.w3.org/2000/svg}text")
+            if t.get("text-anchor") == "end"
+        ]
         assert max(ticks) == 1 and min(ticks) == min(0.0, np.floor(curve["adv"].min() * 4) / 4)
     ET.fromstring(cell_svg(curve.iloc[0:0], row))
 
@@ -196,8 +213,11 @@ def test_cell_svg_y_range_follows_the_data():
 def test_one_report_per_call_with_the_cells_table_first(classified):
     out = classified[1]
     pages = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html"))
-    assert pages == ["cells/" + slug("tiny-llama:pA") + ".html",
-                     "cells/" + slug("tiny-llama:pB") + ".html", "index.html"]
+    assert pages == [
+        "cells/" + slug("tiny-llama:pA") + ".html",
+        "cells/" + slug("tiny-llama:pB") + ".html",
+        "index.html",
+    ]
     page = Tables((out / "index.html").read_text())
     # the glossary, then the cells table first (issue 30)
     assert page.order[:4] == ["h1:bt classify: fx", "h2:Glossary", "h2:Cells", "table:cells"]
@@ -206,13 +226,15 @@ def test_one_report_per_call_with_the_cells_table_first(classified):
     assert [h for h in head if h.startswith("R(")] == ["R(8)", "R(16)"]
     assert "R(1,024)" not in (out / "index.html").read_text()
     assert {r[0] for r in rows} == {"tiny-llama:pA", "tiny-llama:pB"}
-    assert head[4] == "regime" and {r[4] for r in rows} == {"prefix-limited",
-                                                            "terminal (A1 replication)"}
+    assert head[4] == "regime" and {r[4] for r in rows} == {
+        "prefix-limited",
+        "terminal (A1 replication)",
+    }
     # the run index names the problem of each cell (issue 23)
     assert head[1] == "problem" and {r[1] for r in rows} == {"What is 3+4?"}
     html = (out / "index.html").read_text()
     assert f"href='cells/{slug('tiny-llama:pA')}.html'" in html
-    assert f"href='../index.html'" in _cell(classified, "pA")
+    assert "href='../index.html'" in _cell(classified, "pA")
 
 
 def test_write_outputs(tmp_path):
@@ -220,8 +242,17 @@ def test_write_outputs(tmp_path):
     res = classify_frames(samples, cells, draws=5)
     paths = write_outputs({"run1": res}, tmp_path / "out")
     out = tmp_path / "out"
-    for name in ("labels.parquet", "labels.csv", "summary.json", "plan.json", "plan.csv",
-                 "probe_cells.csv", "restart_cells.csv", "curves.csv", "index.html"):
+    for name in (
+        "labels.parquet",
+        "labels.csv",
+        "summary.json",
+        "plan.json",
+        "plan.csv",
+        "probe_cells.csv",
+        "restart_cells.csv",
+        "curves.csv",
+        "index.html",
+    ):
         assert (out / name).is_file(), name
     assert not (out / "run1").exists()
     for fig in F.FIGURES:
@@ -230,11 +261,32 @@ def test_write_outputs(tmp_path):
     page = (out / "cells" / f"{slug('g:p1')}.html").read_text()
     assert "<svg" in page and "prefix-limited" in page
     table = pd.read_parquet(out / "labels.parquet")
-    need = {"model", "stage", "problem_id", "level", "t_f", "event_observed", "interval_lower",
-            "interval_upper", "instant", "regime", "regime_class", "R_1024", "R_2048",
-            "R_4096", "R_8192", "max_advantage", "t_v_d025", "t_v_d050", "t_v_d075",
-            "t_v_cons_d050", "conservative_agrees", "terminal_a1_anchor",
-            "terminal_a1_advantage", "run"}
+    need = {
+        "model",
+        "stage",
+        "problem_id",
+        "level",
+        "t_f",
+        "event_observed",
+        "interval_lower",
+        "interval_upper",
+        "instant",
+        "regime",
+        "regime_class",
+        "R_1024",
+        "R_2048",
+        "R_4096",
+        "R_8192",
+        "max_advantage",
+        "t_v_d025",
+        "t_v_d050",
+        "t_v_d075",
+        "t_v_cons_d050",
+        "conservative_agrees",
+        "terminal_a1_anchor",
+        "terminal_a1_advantage",
+        "run",
+    }
     assert need <= set(table.columns)
     assert set(table["regime_class"]) <= set(FIGURE_CLASSES)
     summary = json.loads((out / "summary.json").read_text())
@@ -252,8 +304,9 @@ def test_write_outputs(tmp_path):
 def test_several_runs_share_one_report(tmp_path):
     """Two runs (one at the study's budgets, one small): one index with a table per run, R(C)
     columns for every restart budget of either, cell pages per run."""
-    write_store(tmp_path / "runs" / "big",
-                {c: s for c, s in cell_spec().items() if c.startswith("g:")})
+    write_store(
+        tmp_path / "runs" / "big", {c: s for c, s in cell_spec().items() if c.startswith("g:")}
+    )
     write_store(tmp_path / "runs" / "small", small_spec(), SMALL)
     classify_runs([tmp_path / "runs"], draws=2)
     out = tmp_path / "runs" / "classify"
@@ -261,8 +314,16 @@ def test_several_runs_share_one_report(tmp_path):
     page = Tables((out / "index.html").read_text())
     cells = [rows for c, rows in page.tables if c == "cells"]
     assert len(cells) == 2
-    assert [h for h in cells[0][0] if h.startswith("R(")] == \
-        ["R(64)", "R(128)", "R(256)", "R(512)", "R(1,024)", "R(2,048)", "R(4,096)", "R(8,192)"]
+    assert [h for h in cells[0][0] if h.startswith("R(")] == [
+        "R(64)",
+        "R(128)",
+        "R(256)",
+        "R(512)",
+        "R(1,024)",
+        "R(2,048)",
+        "R(4,096)",
+        "R(8,192)",
+    ]
     assert (out / "cells" / "big" / f"{slug('g:p1')}.html").is_file()
     assert (out / "cells" / "small" / f"{slug('g:p1')}.html").is_file()
 
@@ -307,10 +368,12 @@ def test_swimmer_range_follows_the_anchors(labelled, classified):
 
 
 def test_legends_do_not_cover_the_data(labelled):
-    figs = [F.regime_map(labelled.labels), F.dose_response(labelled.labels, (1024, 2048, 4096,
-                                                                              8192)),
-            F.matched_compute(labelled.labels, (1024, 2048, 4096, 8192)),
-            F.swimmer(labelled.labels)]
+    figs = [
+        F.regime_map(labelled.labels),
+        F.dose_response(labelled.labels, (1024, 2048, 4096, 8192)),
+        F.matched_compute(labelled.labels, (1024, 2048, 4096, 8192)),
+        F.swimmer(labelled.labels),
+    ]
     for fig in figs:
         r = _drawn(fig)
         legends = [a.get_legend() for a in fig.axes if a.get_legend()] + list(fig.legends)
@@ -318,7 +381,7 @@ def test_legends_do_not_cover_the_data(labelled):
         for leg in legends:
             box = leg.get_window_extent(r)
             for ax in fig.axes:
-                assert not box.overlaps(ax.get_window_extent(r)), (fig.axes[0].get_title())
+                assert not box.overlaps(ax.get_window_extent(r)), fig.axes[0].get_title()
 
 
 def test_one_model_order_and_colour_across_panels(labelled):
@@ -330,8 +393,10 @@ def test_one_model_order_and_colour_across_panels(labelled):
 
     def top_to_bottom(ax):
         pairs = [(t.get_position()[1], t.get_text()) for t in ax.get_yticklabels()]
-        return [name for _, name in sorted(pairs, key=lambda p: p[0],
-                                           reverse=not ax.yaxis_inverted())]
+        return [
+            name for _, name in sorted(pairs, key=lambda p: p[0], reverse=not ax.yaxis_inverted())
+        ]
+
     assert top_to_bottom(top) == top_to_bottom(bottom) == models
     colors = F.model_colors(models)
     fig = F.dose_response(labelled.labels, (1024, 2048, 4096, 8192))
@@ -341,8 +406,9 @@ def test_one_model_order_and_colour_across_panels(labelled):
     for line in right.get_lines():
         model = line.get_label().split(" ")[0]
         assert line.get_color() == colors[model]
-    only_m = F.dose_response(labelled.labels[labelled.labels["model"] == "m"],
-                             (1024, 2048, 4096, 8192), models=models)
+    only_m = F.dose_response(
+        labelled.labels[labelled.labels["model"] == "m"], (1024, 2048, 4096, 8192), models=models
+    )
     assert only_m.axes[1].get_lines()[0].get_color() == colors["m"]
     titles = [ax.get_title().split(":")[0] for ax in F.swimmer(labelled.labels).axes]
     assert titles == models
@@ -351,8 +417,7 @@ def test_one_model_order_and_colour_across_panels(labelled):
 def test_restart_rates_are_drawn_at_their_value(labelled):
     """m:p1 has R(8,192) = 1 and R(1,024) = 0: its line ends at exactly 1 and starts at 0."""
     fig = F.dose_response(labelled.labels, (1024, 2048, 4096, 8192))
-    ys = [tuple(line.get_ydata()) for line in fig.axes[0].get_lines()
-          if len(line.get_ydata()) == 4]
+    ys = [tuple(line.get_ydata()) for line in fig.axes[0].get_lines() if len(line.get_ydata()) == 4]
     assert (0.0, 0.25, 0.75, 1.0) in ys
     assert all(0.0 <= y <= 1.0 for line in ys for y in line)
 
@@ -370,7 +435,26 @@ def test_every_figure_class_has_a_colour():
 
 def test_every_label_column_has_a_human_name(labelled):
     cols = [*labelled.labels.columns, *labelled.curves.columns, *labelled.restart_cells.columns]
-    unnamed = [c for c in cols if field_name(c) == c and field_name(c, long=True) == c
-               and c not in ("model", "stage", "level", "subject", "instant", "run", "n",
-                             "proxy", "rate", "kind", "budget", "position", "reason")]
+    unnamed = [
+        c
+        for c in cols
+        if field_name(c) == c
+        and field_name(c, long=True) == c
+        and c
+        not in (
+            "model",
+            "stage",
+            "level",
+            "subject",
+            "instant",
+            "run",
+            "n",
+            "proxy",
+            "rate",
+            "kind",
+            "budget",
+            "position",
+            "reason",
+        )
+    ]
     assert unnamed == []

@@ -12,9 +12,18 @@ from breakthrough.report.cell_details import CellDetail, problem_line, shown_tex
 
 
 def _censored(cell, final, rate, model="m"):
-    return {"cell_id": cell, "model": model, "event_observed": False, "instant": False,
-            "interval_lower": final, "interval_upper": None, "censoring_time": final,
-            "final_anchor": final, "final_rate": rate, "level": 2}
+    return {
+        "cell_id": cell,
+        "model": model,
+        "event_observed": False,
+        "instant": False,
+        "interval_lower": final,
+        "interval_upper": None,
+        "censoring_time": final,
+        "final_anchor": final,
+        "final_rate": rate,
+        "level": 2,
+    }
 
 
 def test_swimmer_starts_at_the_first_anchor_and_arrows_start_there():
@@ -40,9 +49,21 @@ def test_special_tokens_are_hidden_from_the_displayed_trace():
     page = H._trace_html(detail, curve, 0.75)
     assert "im_end" not in page and "endoftext" not in page
     assert "&lt;think&gt;" in page and "t=64" in page
-    branches = pd.DataFrame([{"kind": "probe", "anchor": 64, "budget": 8, "branch": 0,
-                              "extracted": "7", "verdict": "correct", "correct": True,
-                              "finish_reason": "eos", "continuation": "done<|im_end|>"}])
+    branches = pd.DataFrame(
+        [
+            {
+                "kind": "probe",
+                "anchor": 64,
+                "budget": 8,
+                "branch": 0,
+                "extracted": "7",
+                "verdict": "correct",
+                "correct": True,
+                "finish_reason": "eos",
+                "continuation": "done<|im_end|>",
+            }
+        ]
+    )
     assert "im_end" not in H._branches_html(branches)
 
 

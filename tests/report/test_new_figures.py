@@ -22,11 +22,19 @@ def _outside(fig) -> None:
 def test_label_hardening_bars_hold_the_counts():
     # the reference figure's hard-coded counts (protocol 10), now an input
     rows = []
-    for m, before, after in (("ministral3-3b", (7, 8, 13, 21), (7, 4, 12, 26)),
-                             ("gemma4-e4b", (10, 5, 0, 34), (9, 5, 0, 35))):
+    for m, before, after in (
+        ("ministral3-3b", (7, 8, 13, 21), (7, 4, 12, 26)),
+        ("gemma4-e4b", (10, 5, 0, 34), (9, 5, 0, 35)),
+    ):
         for when, c in (("before top-ups", before), ("after top-ups", after)):
-            rows.append({"model": m, "when": when, **dict(zip(
-                ("instant", "interior", "A1 event", "censored"), c)), "total": sum(c)})
+            rows.append(
+                {
+                    "model": m,
+                    "when": when,
+                    **dict(zip(("instant", "interior", "A1 event", "censored"), c, strict=True)),
+                    "total": sum(c),
+                }
+            )
     fig = F.label_hardening(F.shown(pd.DataFrame(rows)))
     assert [ax.get_title() for ax in fig.axes] == ["Gemma-4 E4B", "Ministral-3 3B"]
     ministral = fig.axes[1]
@@ -40,13 +48,35 @@ def test_label_hardening_bars_hold_the_counts():
 
 
 def test_budget_falsification_rings_dots_and_rows():
-    a2 = pd.DataFrame([
-        {"model": "gemma4-e4b", "level": 4, "budget_1": 1024, "budget_2": 4096,
-         "first_crossing_1": 256, "first_crossing_2": 256},
-        {"model": "ministral3-3b", "level": 2, "budget_1": 1024, "budget_2": 4096,
-         "first_crossing_1": 768, "first_crossing_2": 16},
-        {"model": "ministral3-3b", "level": 5, "budget_1": 1024, "budget_2": 4096,
-         "first_crossing_1": 512, "first_crossing_2": None, "last_anchor_2": 1024}])
+    a2 = pd.DataFrame(
+        [
+            {
+                "model": "gemma4-e4b",
+                "level": 4,
+                "budget_1": 1024,
+                "budget_2": 4096,
+                "first_crossing_1": 256,
+                "first_crossing_2": 256,
+            },
+            {
+                "model": "ministral3-3b",
+                "level": 2,
+                "budget_1": 1024,
+                "budget_2": 4096,
+                "first_crossing_1": 768,
+                "first_crossing_2": 16,
+            },
+            {
+                "model": "ministral3-3b",
+                "level": 5,
+                "budget_1": 1024,
+                "budget_2": 4096,
+                "first_crossing_1": 512,
+                "first_crossing_2": None,
+                "last_anchor_2": 1024,
+            },
+        ]
+    )
     fig = F.budget_falsification(F.shown(a2))
     gemma, ministral = fig.axes[:2]
     assert [t.get_text() for t in gemma.get_yticklabels()] == ["1 (L4)"]

@@ -17,18 +17,21 @@ from breakthrough.report.cell_details import CellDetail, is_cut_off, problem_lin
 from breakthrough.report.mathtext import answer_html, has_raw_latex, math_html
 from breakthrough.report.names import GLOSSARY
 
-PROBLEM = (r"If $f(x) = \frac{3x-2}{x-2}$, what is the value of $f(-2) + f(-1) + f(0)$? "
-           r"Express your answer as a common fraction. Also compute \(\sqrt{2}^2\) and"
-           r" \[\sum_{i=1}^{n} i.\]")
+PROBLEM = (
+    r"If $f(x) = \frac{3x-2}{x-2}$, what is the value of $f(-2) + f(-1) + f(0)$? "
+    r"Express your answer as a common fraction. Also compute \(\sqrt{2}^2\) and"
+    r" \[\sum_{i=1}^{n} i.\]"
+)
 
 
 def test_problem_statements_show_math_as_mathml_never_raw_latex():
     page = math_html(PROBLEM)
-    assert page.count("<math") == 4 and "display=\"block\"" in page
+    assert page.count("<math") == 4 and 'display="block"' in page
     assert "<mfrac>" in page and "<msqrt>" in page
     assert not has_raw_latex(page)
     assert "<script" not in page and "http" not in page.replace(
-        'xmlns="http://www.w3.org/1998/Math/MathML"', "")  # nothing fetched
+        'xmlns="http://www.w3.org/1998/Math/MathML"', ""
+    )  # nothing fetched
     # money is not math; text around math is escaped
     assert math_html("It costs $5 and $10 <b>.") == "It costs $5 and $10 &lt;b&gt;."
     # an unclosed span (a cut problem, a cut-off answer) stays text, escaped, never lost
@@ -37,20 +40,24 @@ def test_problem_statements_show_math_as_mathml_never_raw_latex():
 
 def test_math_as_math_problems_write_it():
     """What MATH problems hold besides $…$: bare environments, spaced spans, Asymptote."""
-    env = math_html("Given that \\begin{align*} \\frac{1}{x}+y&=5,\\\\ x+y&=4 "
-                    "\\end{align*} compute")
-    assert env.count("<math") == 1 and "display=\"block\"" in env and not has_raw_latex(env)
+    env = math_html(
+        "Given that \\begin{align*} \\frac{1}{x}+y&=5,\\\\ x+y&=4 \\end{align*} compute"
+    )
+    assert env.count("<math") == 1 and 'display="block"' in env and not has_raw_latex(env)
     spaced = math_html(r"Simplify $ \sqrt{x \sqrt{x}}. $ Express it.")
     assert spaced.count("<math") == 1 and not has_raw_latex(spaced)
-    asy = math_html(r"The graph of $y=f(x)$ is shown. [asy] draw((0,0)--(1,1)); [/asy] "
-                    r"Find $f(1)$.")
+    asy = math_html(
+        r"The graph of $y=f(x)$ is shown. [asy] draw((0,0)--(1,1)); [/asy] "
+        r"Find $f(1)$."
+    )
     assert asy.count("<math") == 2 and "<details class='asy'>" in asy
     assert "draw((0,0)--(1,1));" in asy and not has_raw_latex(asy)  # folded, not lost
 
 
 def test_answers_bare_latex_is_converted_and_a_fragment_is_not():
     assert answer_html(r"\frac{14}{3}").startswith("<math") and "<mfrac>" in answer_html(
-        r"\frac{14}{3}")
+        r"\frac{14}{3}"
+    )
     assert answer_html("7") == "7"
     assert answer_html(r"\boxed{(5,") == r"\boxed{(5,"  # a fragment: shown as text
 
@@ -67,12 +74,24 @@ def test_the_run_index_line_never_cuts_a_formula_in_half():
 def test_a_cut_off_answer_has_one_rendering():
     assert is_cut_off(r"\(\boxed{(5,", "length") and is_cut_off(None, "answer_reserve")
     assert not is_cut_off("7", "length") and not is_cut_off(None, "eos")
-    branches = pd.DataFrame([
-        {"kind": "probe", "anchor": 64, "budget": 8, "branch": b, "extracted": ex,
-         "verdict": v, "correct": False, "finish_reason": "length",
-         "continuation": "so the pair is \\(\\boxed{(5,"}
-        for b, (ex, v) in enumerate([(r"\(\boxed{(5,", "malformed answer"),
-                                     (None, "no answer")])])
+    branches = pd.DataFrame(
+        [
+            {
+                "kind": "probe",
+                "anchor": 64,
+                "budget": 8,
+                "branch": b,
+                "extracted": ex,
+                "verdict": v,
+                "correct": False,
+                "finish_reason": "length",
+                "continuation": "so the pair is \\(\\boxed{(5,",
+            }
+            for b, (ex, v) in enumerate(
+                [(r"\(\boxed{(5,", "malformed answer"), (None, "no answer")]
+            )
+        ]
+    )
     page = H._branches_html(branches)
     assert page.count("— (cut off)") == 2 and page.count("no answer (cut off)") == 2
     assert r"\boxed{(5," not in page.split("<td class='text'>")[0]  # not as an answer
@@ -82,8 +101,9 @@ def test_a_cut_off_answer_has_one_rendering():
 def test_cell_page_problem_and_answer_as_math(tmp_path):
     detail = CellDetail(problem=PROBLEM, answer=r"\frac{14}{3}")
     row = {"cell_id": "m:p1", "regime": "prefix_limited", "t_f": 128, "t_v": 128}
-    path = H.write_cell_page(tmp_path / "c.html", row=row, curve=pd.DataFrame(), svg="<svg/>",
-                             detail=detail)
+    path = H.write_cell_page(
+        tmp_path / "c.html", row=row, curve=pd.DataFrame(), svg="<svg/>", detail=detail
+    )
     text = path.read_text()
     facts = text.split("<dl class='facts'>")[1].split("</dl>")[0]
     assert facts.count("<math") == 5 and not has_raw_latex(facts)
@@ -110,20 +130,45 @@ def test_tables_sit_in_a_scrolling_box():
 
 
 def _labels(rows):
-    base = {"model": "m", "stage": "s", "level": 2, "instant": False, "event_observed": True,
-            "interval_lower": 64.0, "interval_upper": 128.0, "censoring_time": np.nan,
-            "final_anchor": 256, "final_rate": 1.0, "regime": "prefix_limited",
-            "terminal_a1_anchor": np.nan, "R_8": 0.0, "R_16": 0.5}
+    base = {
+        "model": "m",
+        "stage": "s",
+        "level": 2,
+        "instant": False,
+        "event_observed": True,
+        "interval_lower": 64.0,
+        "interval_upper": 128.0,
+        "censoring_time": np.nan,
+        "final_anchor": 256,
+        "final_rate": 1.0,
+        "regime": "prefix_limited",
+        "terminal_a1_anchor": np.nan,
+        "R_8": 0.0,
+        "R_16": 0.5,
+    }
     return pd.DataFrame([{**base, **r} for r in rows])
 
 
 def test_swimmer_rows_are_named_by_problem_and_empty_rows_are_not_drawn():
-    labels = _labels([
-        {"cell_id": "m:pA", "problem_id": "pA"},
-        {"cell_id": "m:pB", "problem_id": "pB", "event_observed": False,
-         "interval_upper": np.nan, "censoring_time": 256.0},
-        {"cell_id": "m:pC", "problem_id": "pC", "event_observed": False,
-         "interval_upper": np.nan, "censoring_time": np.nan}])  # nothing to draw
+    labels = _labels(
+        [
+            {"cell_id": "m:pA", "problem_id": "pA"},
+            {
+                "cell_id": "m:pB",
+                "problem_id": "pB",
+                "event_observed": False,
+                "interval_upper": np.nan,
+                "censoring_time": 256.0,
+            },
+            {
+                "cell_id": "m:pC",
+                "problem_id": "pC",
+                "event_observed": False,
+                "interval_upper": np.nan,
+                "censoring_time": np.nan,
+            },
+        ]
+    )  # nothing to draw
     fig = F.swimmer(labels, first_anchor=64)
     ax = fig.axes[0]
     assert sorted(t.get_text() for t in ax.get_yticklabels()) == ["pA L2", "pB L2"]
@@ -131,13 +176,18 @@ def test_swimmer_rows_are_named_by_problem_and_empty_rows_are_not_drawn():
     # censored at the first anchor: a dot where the arrow would have no length
     first = labels.assign(censoring_time=[np.nan, 64.0, np.nan])
     ax = F.swimmer(first, first_anchor=64).axes[0]
-    assert any(list(line.get_xdata()) == [64.0] and line.get_marker() == "o"
-               for line in ax.get_lines())
+    assert any(
+        list(line.get_xdata()) == [64.0] and line.get_marker() == "o" for line in ax.get_lines()
+    )
 
 
 def test_regime_map_names_its_panels_and_problems():
-    labels = _labels([{"cell_id": "m:pA", "problem_id": "pA"},
-                      {"cell_id": "m:pB", "problem_id": "pB", "regime": "unsolved_hard"}])
+    labels = _labels(
+        [
+            {"cell_id": "m:pA", "problem_id": "pA"},
+            {"cell_id": "m:pB", "problem_id": "pB", "regime": "unsolved_hard"},
+        ]
+    )
     top, bottom = F.regime_map(labels).axes[:2]
     assert top.get_title().startswith("Class per problem and model (2 problems")
     assert bottom.get_title() == "Cells per class and model"  # not a second, unnamed bar
@@ -145,27 +195,47 @@ def test_regime_map_names_its_panels_and_problems():
 
 
 def test_dose_response_names_its_lines_and_says_what_n_counts():
-    labels = _labels([{"cell_id": "m:pA", "problem_id": "pA"},
-                      {"cell_id": "m:pB", "problem_id": "pB", "R_16": 1.0},
-                      {"cell_id": "m:pC", "problem_id": "pC", "instant": True}])
+    labels = _labels(
+        [
+            {"cell_id": "m:pA", "problem_id": "pA"},
+            {"cell_id": "m:pB", "problem_id": "pB", "R_16": 1.0},
+            {"cell_id": "m:pC", "problem_id": "pC", "instant": True},
+        ]
+    )
     fig = F.dose_response(labels, (8, 16))
     left, right = fig.axes[:2]
-    assert sorted(t.get_text() for t in left.texts if t.get_text().startswith("p")) == \
-        ["pA", "pB"]
-    assert [t.get_text() for t in right.get_legend().get_texts()] == \
-        ["m (n = 2 non-instant cells measured at every budget)"]
+    assert sorted(t.get_text() for t in left.texts if t.get_text().startswith("p")) == ["pA", "pB"]
+    assert [t.get_text() for t in right.get_legend().get_texts()] == [
+        "m (n = 2 non-instant cells measured at every budget)"
+    ]
     cells = F.dose_cells(labels, (8, 16))
     assert len(cells["m"][1]) == 2 and cells["m"][2] == {"instant": 1, "missing a budget": 0}
 
 
 def test_topup_bars_and_a2_rows_name_their_problems():
-    probe = pd.DataFrame([{"cell_id": "m:pA", "model": "m", "anchor": 256, "n": 8, "k": 8},
-                          {"cell_id": "m:pB", "model": "m", "anchor": 128, "n": 8, "k": 1}])
+    probe = pd.DataFrame(
+        [
+            {"cell_id": "m:pA", "model": "m", "anchor": 256, "n": 8, "k": 8},
+            {"cell_id": "m:pB", "model": "m", "anchor": 128, "n": 8, "k": 1},
+        ]
+    )
     ax = F.topup_resolution(probe, target=8).axes[0]
     assert sorted(t.get_text() for t in ax.texts) == ["pA t=256", "pB t=128"]
-    a2 = pd.DataFrame([{"cell_id": "m:pA", "model": "m", "problem_id": "pA", "level": 3,
-                        "budget_1": 8, "budget_2": 32, "first_crossing_1": 112,
-                        "first_crossing_2": 112, "last_anchor_2": 128}])
+    a2 = pd.DataFrame(
+        [
+            {
+                "cell_id": "m:pA",
+                "model": "m",
+                "problem_id": "pA",
+                "level": 3,
+                "budget_1": 8,
+                "budget_2": 32,
+                "first_crossing_1": 112,
+                "first_crossing_2": 112,
+                "last_anchor_2": 128,
+            }
+        ]
+    )
     ax = F.budget_falsification(a2).axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["pA (L3)"]
 
@@ -176,12 +246,22 @@ def test_a_figure_without_data_is_one_line_not_an_empty_frame(tmp_path):
     figs = F.all_figures(labels, probe, tmp_path, budgets=(8, 16), target=8)
     gaps = F.figure_gaps(labels, probe, budgets=(8, 16), target=8)
     assert set(figs) == {"regime_map", "dose_response", "swimmer"}
-    assert set(gaps) == {"matched_compute", "topup_resolution", "label_hardening",
-                         "budget_falsification"}
+    assert set(gaps) == {
+        "matched_compute",
+        "topup_resolution",
+        "label_hardening",
+        "budget_falsification",
+    }
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"{n}.png" for n in figs)
-    page = H.write_report(tmp_path / "index.html", title="t", labels=labels,
-                          restart_budgets=(8, 16), figures=figs, summary={},
-                          figure_gaps=gaps).read_text()
+    page = H.write_report(
+        tmp_path / "index.html",
+        title="t",
+        labels=labels,
+        restart_budgets=(8, 16),
+        figures=figs,
+        summary={},
+        figure_gaps=gaps,
+    ).read_text()
     assert "matched compute: no data because no cell has an A1 terminal event." in page
     assert page.count("<p class='no-data'>") == 4 and page.count("<img") == 3
     empty = F.figure_gaps(labels.iloc[:0], probe.iloc[:0], budgets=(8, 16))
@@ -191,7 +271,18 @@ def test_a_figure_without_data_is_one_line_not_an_empty_frame(tmp_path):
 def test_counts_take_the_right_plural():
     assert H.plural(1, "cell") == "1 cell" and H.plural(2, "cell") == "2 cells"
     assert H.plural(1, "trajectory", "trajectories") == "1 trajectory"
-    block = H._summary_block({"a2": {"32": {"trajectories": 1, "earlier_by_2b": 0,
-                                            "no_crossing_at_b2": 0, "median_shift_steps": 0,
-                                            "verdict": "v", "rule": "r"}}})
+    block = H._summary_block(
+        {
+            "a2": {
+                "32": {
+                    "trajectories": 1,
+                    "earlier_by_2b": 0,
+                    "no_crossing_at_b2": 0,
+                    "median_shift_steps": 0,
+                    "verdict": "v",
+                    "rule": "r",
+                }
+            }
+        }
+    )
     assert "1 trajectory re-probed" in block and not re.search(r"\b1 trajectories", block)

@@ -25,16 +25,26 @@ import pytest
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (test extra)")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None,
-                                reason="needs Debian's chromium (apt-get install -y chromium)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y chromium)"
+)
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def slug(cell_id: str) -> str:
-    return "{}-{:08d}".format(re.sub(r"[^A-Za-z0-9_.-]+", "_", cell_id),
-                              zlib.crc32(cell_id.encode()) % 10**8)
+    return "{}-{:08d}".format(
+        re.sub(r"[^A-Za-z0-9_.-]+", "_", cell_id), zlib.crc32(cell_id.encode()) % 10**8
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +62,22 @@ def study_server(studied):
 
 def _serve(report):
     """A loopback http.server over `report` (yields its URL; stopped by its PID)."""
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind",
-                             "127.0.0.1", "--directory", str(report)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-u",
+            "-m",
+            "http.server",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(report),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         port = None
@@ -76,8 +99,12 @@ def browser(tmp_path_factory):
     """A headless Chromium with a fresh profile (under the test's temporary folder)."""
     with sync_api.sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 1400, "height": 1000})
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1400, "height": 1000},
+        )
         try:
             yield ctx
         finally:
@@ -89,12 +116,16 @@ def _open(ctx, url: str):
     it produced."""
     page = ctx.new_page()
     problems: list[str] = []
-    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
-            if m.type == "error" else None)
+    page.on(
+        "console",
+        lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+    )
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
-    page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}")
-            if r.status >= 400 else None)
+    page.on(
+        "response",
+        lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None,
+    )
     response = page.goto(url, wait_until="load")
     assert response is not None and response.ok, url
     return page, problems
@@ -239,12 +270,18 @@ def test_math_is_drawn_as_mathml_without_raw_latex(browser, tmp_path):
     from breakthrough.report.cell_details import CellDetail
     from breakthrough.report.html import write_cell_page
 
-    problem = (r"If $f(x) = \frac{3x-2}{x-2}$, what is $f(-2) + f(0)$? Give "
-               r"\(\sqrt{2}^2\) and \[\sum_{i=1}^{n} i.\]")
+    problem = (
+        r"If $f(x) = \frac{3x-2}{x-2}$, what is $f(-2) + f(0)$? Give "
+        r"\(\sqrt{2}^2\) and \[\sum_{i=1}^{n} i.\]"
+    )
     folder = tmp_path / "site"
-    write_cell_page(folder / "cell.html", row={"cell_id": "m:p1", "regime": "prefix_limited"},
-                    curve=pd.DataFrame(), svg="<svg class='cell-plot'></svg>",
-                    detail=CellDetail(problem=problem, answer=r"\frac{14}{3}"))
+    write_cell_page(
+        folder / "cell.html",
+        row={"cell_id": "m:p1", "regime": "prefix_limited"},
+        curve=pd.DataFrame(),
+        svg="<svg class='cell-plot'></svg>",
+        detail=CellDetail(problem=problem, answer=r"\frac{14}{3}"),
+    )
     server = _serve(folder)
     url = next(server)
     try:

@@ -65,8 +65,17 @@ def frame() -> pd.DataFrame:
         _row("A", "i4", "knapsack", "b3_5", False, score=1, count=4, truth=4),
         _row("B", "i1", "qubo", "b1", True, score=1, count=1, truth=1, variant="explicit"),
         _row("B", "i2", "qubo", "b51p", True, score=1, count=96, truth=96, variant="explicit"),
-        _row("B", "i3", "knapsack", "b3_5", True, count=None, truth=4, optimal=False,
-             variant="explicit"),
+        _row(
+            "B",
+            "i3",
+            "knapsack",
+            "b3_5",
+            True,
+            count=None,
+            truth=4,
+            optimal=False,
+            variant="explicit",
+        ),
         _row("B", "i4", "knapsack", "b3_5", False, count=8, truth=4, variant="explicit"),
     ]
     return pd.DataFrame(rows, columns=list(GRADED_COLUMNS))
@@ -152,7 +161,7 @@ def test_graded_frame_regrades_text() -> None:
         {
             "problem_id": [item["id"], item["id"], "math/1"],
             "text": [
-                '{"solution": %s, "objective": -1, "unique": true, "num_optima": 1}' % sol,
+                f'{{"solution": {sol}, "objective": -1, "unique": true, "num_optima": 1}}',
                 "<think>no answer",
                 "42",
             ],
@@ -176,18 +185,33 @@ def _fake_run(run_dir, items, answers, variant=None):
     store = RunStore(run_dir, create=True)
     try:
         if variant:
-            store.ensure_manifest({"prompt_version": f"v1/{variant}", "model_id": "fake",
-                                   "cohort_digest": "fake", "protocol": DEFAULT.to_dict()})
+            store.ensure_manifest(
+                {
+                    "prompt_version": f"v1/{variant}",
+                    "model_id": "fake",
+                    "cohort_digest": "fake",
+                    "protocol": DEFAULT.to_dict(),
+                }
+            )
         store.add_cells(
-            [{"cell_id": f"fake:{it['id']}", "model": "fake", "item": it, "prompt_ids": [1]}
-             for it in items]  # fmt: skip
+            [
+                {"cell_id": f"fake:{it['id']}", "model": "fake", "item": it, "prompt_ids": [1]}
+                for it in items
+            ]  # fmt: skip
         )
         store.add_samples(
             [
                 SampleRecord(
-                    cell_id=f"fake:{it['id']}", kind="base", anchor=-1, budget=0, branch=0,
-                    seed=11, prefix_len=0, token_ids=np.array([1, 2], np.int32),
-                    text=answers(it), finish_reason="stop",
+                    cell_id=f"fake:{it['id']}",
+                    kind="base",
+                    anchor=-1,
+                    budget=0,
+                    branch=0,
+                    seed=11,
+                    prefix_len=0,
+                    token_ids=np.array([1, 2], np.int32),
+                    text=answers(it),
+                    finish_reason="stop",
                 )  # fmt: skip
                 for it in items
             ]
@@ -212,19 +236,37 @@ def test_bt_report_uoo_cli(tmp_path) -> None:
     ]
 
     def right(it):
-        return "ok\n" + _json.dumps({"solution": it["example_optimum"], "objective": it["optimum"],
-                                     "unique": it["n_optima"] == 1, "num_optima": it["n_optima"]})
+        return "ok\n" + _json.dumps(
+            {
+                "solution": it["example_optimum"],
+                "objective": it["optimum"],
+                "unique": it["n_optima"] == 1,
+                "num_optima": it["n_optima"],
+            }
+        )
 
     def one(it):
-        return _json.dumps({"solution": it["example_optimum"], "objective": it["optimum"],
-                            "unique": True, "num_optima": 1})
+        return _json.dumps(
+            {
+                "solution": it["example_optimum"],
+                "objective": it["optimum"],
+                "unique": True,
+                "num_optima": 1,
+            }
+        )
 
     _fake_run(tmp_path / "runA", rows, right)
     _fake_run(tmp_path / "runB", rows, one, variant="explicit")
     _fake_run(tmp_path / "runC", rows[:5], one, variant="explicit")
     res = CliRunner().invoke(
-        app, ["report", "uoo", str(tmp_path / "runA"), str(tmp_path / "runB"),
-              str(tmp_path / "runC")],  # fmt: skip
+        app,
+        [
+            "report",
+            "uoo",
+            str(tmp_path / "runA"),
+            str(tmp_path / "runB"),
+            str(tmp_path / "runC"),
+        ],  # fmt: skip
     )
     assert res.exit_code == 0, res.output
     out = res.output

@@ -20,8 +20,10 @@ from breakthrough.serve.parse import Served, parse_chat_request, parse_completio
 from breakthrough.serve.stops import SEQUENCES_PER_STOP, StopStrings, find_stop
 
 PROMPT_TEXT = "The capital of France is"
-MESSAGES = [{"role": "system", "content": "Answer briefly."},
-            {"role": "user", "content": "What is 2 + 3?"}]
+MESSAGES = [
+    {"role": "system", "content": "Answer briefly."},
+    {"role": "user", "content": "What is 2 + 3?"},
+]
 CONTEXT = 8192  # the tiny model's max_position_embeddings
 
 
@@ -53,13 +55,18 @@ def test_tokenize_and_detokenize_have_vllms_shapes(client, tiny_model) -> None:
     tok = tiny_model.tokenizer
     got = _post(client, "/tokenize", {"prompt": PROMPT_TEXT, "return_token_strs": True})
     ids = tok.encode(PROMPT_TEXT, add_special_tokens=True)
-    assert got == {"count": len(ids), "max_model_len": CONTEXT, "tokens": ids,
-                   "token_strs": [decode(tok, [t]) for t in ids]}
+    assert got == {
+        "count": len(ids),
+        "max_model_len": CONTEXT,
+        "tokens": ids,
+        "token_strs": [decode(tok, [t]) for t in ids],
+    }
     chat = _post(client, "/tokenize", {"messages": MESSAGES})
     assert chat["tokens"] == _chat_ids(tok, MESSAGES) and chat["token_strs"] is None
     assert _post(client, "/detokenize", {"tokens": ids}) == {"prompt": PROMPT_TEXT}
-    assert _post(client, "/detokenize", {"tokens": chat["tokens"]})["prompt"] == \
-        tok.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+    assert _post(client, "/detokenize", {"tokens": chat["tokens"]})[
+        "prompt"
+    ] == tok.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
 
 
 def test_a_text_prompt_is_tokenized_by_the_server(client, tiny_model) -> None:
@@ -84,8 +91,12 @@ def _stop_in(pieces: list[str], full: str, within: bool) -> str:
     for i in range(len(pieces) // 3, len(pieces) - 1):
         a, b = pieces[i], pieces[i + 1]
         cand = a if within else a[-1:] + b[:1]
-        if (len(cand) >= (4 if within else 2) and cand.isprintable() and "\ufffd" not in cand
-                and full.find(cand) > 0):
+        if (
+            len(cand) >= (4 if within else 2)
+            and cand.isprintable()
+            and "\ufffd" not in cand
+            and full.find(cand) > 0
+        ):
             return cand
     pytest.skip("no usable stop string in this sample")
 
@@ -93,8 +104,15 @@ def _stop_in(pieces: list[str], full: str, within: bool) -> str:
 @pytest.mark.parametrize("within", [True, False], ids=["inside-a-token", "across-tokens"])
 def test_stop_strings_cut_the_text_and_the_tokens(server, client, tiny_model, within: bool) -> None:
     tok = tiny_model.tokenizer
-    common = {"prompt": PROMPT_TEXT, "max_tokens": 48, "seed": 21, "temperature": 1.0,
-              "return_token_ids": True, "skip_special_tokens": False, "logprobs": 2}
+    common = {
+        "prompt": PROMPT_TEXT,
+        "max_tokens": 48,
+        "seed": 21,
+        "temperature": 1.0,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+        "logprobs": 2,
+    }
     free = _post(client, "/v1/completions", common)["choices"][0]
     ids = free["token_ids"]
     full = decode(tok, ids)
@@ -107,42 +125,69 @@ def test_stop_strings_cut_the_text_and_the_tokens(server, client, tiny_model, wi
         assert generated < len(ids), (generated, len(ids))
     assert cut["finish_reason"] == "stop" and cut["stop_reason"] == stop
     assert cut["token_ids"] == ids[:k]  # the same tokens up to where the text first holds it
-    assert cut["text"] == full[:full.find(stop)]
+    assert cut["text"] == full[: full.find(stop)]
     assert len(cut["logprobs"]["token_logprobs"]) == k == len(cut["bt"]["entropies"])
-    kept = _post(client, "/v1/completions", {**common, "stop": [stop, "\x00never"],
-                                              "include_stop_str_in_output": True})["choices"][0]
-    assert kept["text"] == full[:full.find(stop) + len(stop)] and kept["token_ids"] == ids[:k]
+    kept = _post(
+        client,
+        "/v1/completions",
+        {**common, "stop": [stop, "\x00never"], "include_stop_str_in_output": True},
+    )["choices"][0]
+    assert kept["text"] == full[: full.find(stop) + len(stop)] and kept["token_ids"] == ids[:k]
 
 
 def test_chat_completions_use_the_chat_template(client, tiny_model) -> None:
     tok = tiny_model.tokenizer
     prompt = _chat_ids(tok, MESSAGES)
-    body = {"model": None, "messages": MESSAGES, "max_completion_tokens": 6, "seed": 8,
-            "temperature": 0.7, "logprobs": True, "top_logprobs": 3, "return_token_ids": True}
+    body = {
+        "model": None,
+        "messages": MESSAGES,
+        "max_completion_tokens": 6,
+        "seed": 8,
+        "temperature": 0.7,
+        "logprobs": True,
+        "top_logprobs": 3,
+        "return_token_ids": True,
+    }
     got = _post(client, "/v1/chat/completions", body)
     ch = got["choices"][0]
     assert got["object"] == "chat.completion" and got["prompt_token_ids"] == prompt
-    plain = _post(client, "/v1/completions", {"prompt": prompt, "max_tokens": 6, "seed": 8,
-                                              "temperature": 0.7, "return_token_ids": True})
+    plain = _post(
+        client,
+        "/v1/completions",
+        {
+            "prompt": prompt,
+            "max_tokens": 6,
+            "seed": 8,
+            "temperature": 0.7,
+            "return_token_ids": True,
+        },
+    )
     assert ch["token_ids"] == plain["choices"][0]["token_ids"]
-    assert ch["message"] == {"role": "assistant",
-                             "content": tok.decode(ch["token_ids"], skip_special_tokens=True)}
-    assert ch["finish_reason"] in ("stop", "length") and got["usage"]["prompt_tokens"] == len(prompt)
+    assert ch["message"] == {
+        "role": "assistant",
+        "content": tok.decode(ch["token_ids"], skip_special_tokens=True),
+    }
+    assert ch["finish_reason"] in ("stop", "length") and got["usage"]["prompt_tokens"] == len(
+        prompt
+    )
     lp = ch["logprobs"]["content"]
     assert len(lp) == len(ch["token_ids"]) and all(len(t["top_logprobs"]) == 3 for t in lp)
 
 
 def test_every_request_is_one_log_line(server, client) -> None:
     n = len(server.log)
-    _post(client, "/v1/completions", {"prompt": PROMPT_TEXT, "max_tokens": 3, "seed": 1,
-                                      "temperature": 0})
+    _post(
+        client,
+        "/v1/completions",
+        {"prompt": PROMPT_TEXT, "max_tokens": 3, "seed": 1, "temperature": 0},
+    )
     client.get("/health")
     client.post("/v1/completions", content=b"null", headers={"Content-Type": "application/json"})
     for _ in range(100):  # the log is read on a thread: bounded wait for the three lines
         if len(server.log) >= n + 3:
             break
         time.sleep(0.05)
-    lines = server.log[n:n + 3]
+    lines = server.log[n : n + 3]
     assert lines[0].startswith("bt serve: POST /v1/completions 200 ") and "prompt +" in lines[0]
     assert " completion tokens " in lines[0] and lines[0].rstrip().endswith("s")
     assert lines[1].startswith("bt serve: GET /health 200 no tokens ")
@@ -153,41 +198,77 @@ def test_every_request_is_one_log_line(server, client) -> None:
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
 
-@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/tokenize",
-                                  "/detokenize"])
-@pytest.mark.parametrize("raw", [b"", b"null", b"  ", b"[]", b"5", b'"text"', b"{", b"\xff\xfe",
-                                 DEEP, b"{}", b'{"prompt": null, "messages": null}',
-                                 b'{"prompt": [], "tokens": [-1], "messages": []}'],
-                         ids=["empty", "null", "blank", "list", "number", "string", "cut",
-                              "not-utf8", "deep", "no-fields", "nulls", "empties"])
+@pytest.mark.parametrize(
+    "path", ["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"]
+)
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"null",
+        b"  ",
+        b"[]",
+        b"5",
+        b'"text"',
+        b"{",
+        b"\xff\xfe",
+        DEEP,
+        b"{}",
+        b'{"prompt": null, "messages": null}',
+        b'{"prompt": [], "tokens": [-1], "messages": []}',
+    ],
+    ids=[
+        "empty",
+        "null",
+        "blank",
+        "list",
+        "number",
+        "string",
+        "cut",
+        "not-utf8",
+        "deep",
+        "no-fields",
+        "nulls",
+        "empties",
+    ],
+)
 def test_bodies_it_cannot_serve_are_400_json(client, path: str, raw: bytes) -> None:
     """Each is a 400 naming what is wrong: never a 500, and a null body is not "too large"
     (it was a 413: the reader's "over the limit" and JSON null were the same None)."""
     r = client.post(path, content=raw, headers={"Content-Type": "application/json"})
     assert r.status_code == 400, (r.status_code, r.text)
     err = r.json()
-    assert err == {"object": "error", "message": err["message"], "type": "BadRequestError",
-                   "code": 400} and "bytes" not in err["message"]
+    assert (
+        err
+        == {"object": "error", "message": err["message"], "type": "BadRequestError", "code": 400}
+        and "bytes" not in err["message"]
+    )
 
 
-@pytest.mark.parametrize("path, body, words", [
-    ("/v1/completions", {"prompt": [1], "bt": {"stop_sequences": 5}}, "bt.stop_sequences"),
-    ("/v1/completions", {"prompt": [1], "seed": "x"}, "seed"),
-    ("/v1/completions", {"prompt": ["a", "b"]}, "2 prompts"),
-    ("/v1/completions", {"prompt": [1], "stop": 7}, "stop:"),
-    ("/v1/completions", {"prompt": [1], "ignore_eos": True}, "ignore_eos"),
-    ("/v1/completions", {"prompt": [1], "presence_penalty": 0.5}, "presence_penalty"),
-    ("/v1/chat/completions", {"messages": MESSAGES, "tools": [{"type": "function"}]}, "tools"),
-    ("/v1/chat/completions", {"messages": MESSAGES, "stream": True}, "stream"),
-    ("/v1/completions", {"prompt": " x" * 10_000, "max_tokens": 1}, "context of 8,192"),
-    ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, "messages[0]"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-     "only text parts"),
-    ("/v1/chat/completions", {"messages": MESSAGES, "top_logprobs": 2}, "needs logprobs"),
-    ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": CONTEXT}, "max_tokens"),
-    ("/tokenize", {"prompt": "a", "messages": MESSAGES}, "one of prompt"),
-    ("/detokenize", {"tokens": [10**9]}, "outside the vocabulary"),
-])
+@pytest.mark.parametrize(
+    "path, body, words",
+    [
+        ("/v1/completions", {"prompt": [1], "bt": {"stop_sequences": 5}}, "bt.stop_sequences"),
+        ("/v1/completions", {"prompt": [1], "seed": "x"}, "seed"),
+        ("/v1/completions", {"prompt": ["a", "b"]}, "2 prompts"),
+        ("/v1/completions", {"prompt": [1], "stop": 7}, "stop:"),
+        ("/v1/completions", {"prompt": [1], "ignore_eos": True}, "ignore_eos"),
+        ("/v1/completions", {"prompt": [1], "presence_penalty": 0.5}, "presence_penalty"),
+        ("/v1/chat/completions", {"messages": MESSAGES, "tools": [{"type": "function"}]}, "tools"),
+        ("/v1/chat/completions", {"messages": MESSAGES, "stream": True}, "stream"),
+        ("/v1/completions", {"prompt": " x" * 10_000, "max_tokens": 1}, "context of 8,192"),
+        ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, "messages[0]"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "only text parts",
+        ),
+        ("/v1/chat/completions", {"messages": MESSAGES, "top_logprobs": 2}, "needs logprobs"),
+        ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": CONTEXT}, "max_tokens"),
+        ("/tokenize", {"prompt": "a", "messages": MESSAGES}, "one of prompt"),
+        ("/detokenize", {"tokens": [10**9]}, "outside the vocabulary"),
+    ],
+)
 def test_wrong_fields_are_400s_naming_them(client, path: str, body: dict, words: str) -> None:
     r = client.post(path, json=body)
     assert r.status_code == 400 and words in r.json()["message"], r.text
@@ -200,13 +281,19 @@ def test_unknown_routes_and_methods_are_json(client) -> None:
     assert r.status_code == 405 and r.json()["type"] == "MethodNotAllowedError"
 
 
-def test_null_max_tokens_and_seed_mean_the_rest_of_the_context_and_a_random_seed(tiny_model) -> None:
+def test_null_max_tokens_and_seed_mean_the_rest_of_the_context_and_a_random_seed(
+    tiny_model,
+) -> None:
     served = Served(("m",), 49152, max_len=32, tokenizer=tiny_model.tokenizer)
-    job, _ = parse_completion_request({"prompt": [1] * 10, "max_tokens": None, "seed": None}, served)
+    job, _ = parse_completion_request(
+        {"prompt": [1] * 10, "max_tokens": None, "seed": None}, served
+    )
     assert job.request.max_tokens == 22 and 0 <= job.request.seed < 2**32
     job, _ = parse_completion_request({"prompt": [1] * 10}, served)
     assert job.request.max_tokens == 16  # vLLM's default when absent
-    job, _ = parse_chat_request({"messages": MESSAGES}, Served(("m",), 49152, 4096, tiny_model.tokenizer))
+    job, _ = parse_chat_request(
+        {"messages": MESSAGES}, Served(("m",), 49152, 4096, tiny_model.tokenizer)
+    )
     assert job.request.max_tokens == 4096 - len(_chat_ids(tiny_model.tokenizer, MESSAGES))
     with pytest.raises(BadRequest, match="reads token ids only"):
         parse_completion_request({"prompt": "text"}, Served(("m",), 49152))

@@ -26,9 +26,17 @@ RUN = "r"
 SUBJECTS = ("Algebra", "Geometry", "Number Theory")
 
 
-def world(outcome: str, *, n_problems: int = 60, models=("g", "m"), seed: int = 0,
-          short: frozenset = frozenset(), no_base: frozenset = frozenset(),
-          splits: bool = True, restarts: dict | None = None):
+def world(
+    outcome: str,
+    *,
+    n_problems: int = 60,
+    models=("g", "m"),
+    seed: int = 0,
+    short: frozenset = frozenset(),
+    no_base: frozenset = frozenset(),
+    splits: bool = True,
+    restarts: dict | None = None,
+):
     """(signals, labels, items) of n_problems × models cells. Summaries, problem texts and
     subjects are random; `outcome` decides the base run's success: "summary" (surprisal_mean
     > 0: only the early block knows), "level" (level >= 3: the baseline knows), "noise-level"
@@ -54,34 +62,73 @@ def world(outcome: str, *, n_problems: int = 60, models=("g", "m"), seed: int = 
                 ok = level >= 3
             else:
                 ok = rng.random() < (0.85 if level <= 3 else 0.25)
-            item = {"id": pid, "family": "math", "problem": text, "level": level,
-                    "subject": subject, "answer": "1"}
+            item = {
+                "id": pid,
+                "family": "math",
+                "problem": text,
+                "level": level,
+                "subject": subject,
+                "answer": "1",
+            }
             if splits:
                 item["split"] = split_of[pid]
             items[(RUN, cid)] = item
-            row = {"run": RUN, "cell_id": cid, "problem_id": pid, "model": m, "level": level,
-                   "subject": subject, "instant": False, "regime": "unsolved_hard"}
-            row |= restarts(i, m) if restarts else {"R_1024": 0.0, "R_4096": float(rng.integers(0, 5)) / 4}
+            row = {
+                "run": RUN,
+                "cell_id": cid,
+                "problem_id": pid,
+                "model": m,
+                "level": level,
+                "subject": subject,
+                "instant": False,
+                "regime": "unsolved_hard",
+            }
+            row |= (
+                restarts(i, m)
+                if restarts
+                else {"R_1024": 0.0, "R_4096": float(rng.integers(0, 5)) / 4}
+            )
             lab.append(row)
             if cid in no_base:
                 continue
             sid += 1
-            sig.append({"run": RUN, "sample_id": sid, "cell_id": cid, "kind": "base",
-                        "finish_reason": "eos", "observed_token_count": 300 if cid in short else 512,
-                        "correct": bool(ok), **s})
+            sig.append(
+                {
+                    "run": RUN,
+                    "sample_id": sid,
+                    "cell_id": cid,
+                    "kind": "base",
+                    "finish_reason": "eos",
+                    "observed_token_count": 300 if cid in short else 512,
+                    "correct": bool(ok),
+                    **s,
+                }
+            )
             sid += 1  # a probe of the same cell: never a feature row
-            sig.append({"run": RUN, "sample_id": sid, "cell_id": cid, "kind": "probe",
-                        "finish_reason": "eos", "observed_token_count": 512, "correct": not ok,
-                        **{k: 0.0 for k in FROZEN_SUMMARIES}})
+            sig.append(
+                {
+                    "run": RUN,
+                    "sample_id": sid,
+                    "cell_id": cid,
+                    "kind": "probe",
+                    "finish_reason": "eos",
+                    "observed_token_count": 512,
+                    "correct": not ok,
+                    **{k: 0.0 for k in FROZEN_SUMMARIES},
+                }
+            )
     return pd.DataFrame(sig), pd.DataFrame(lab), items
 
 
 def test_problem_text_counts_by_hand():
     c = problem_text_counts("If $x + 2 = -3.5$ and $y=4$, find x*y.")
-    assert c == {"problem_character_count": 38.0, "problem_token_proxy_count": 10.0,
-                 "problem_numeric_count": 3.0,  # 2, -3.5, 4
-                 "problem_operator_count": 5.0,  # + = - = *
-                 "problem_equation_count": 2.0}
+    assert c == {
+        "problem_character_count": 38.0,
+        "problem_token_proxy_count": 10.0,
+        "problem_numeric_count": 3.0,  # 2, -3.5, 4
+        "problem_operator_count": 5.0,  # + = - = *
+        "problem_equation_count": 2.0,
+    }
     assert all(np.isnan(v) for v in problem_text_counts(None).values())
 
 
@@ -141,14 +188,17 @@ def test_short_and_missing_base_runs_are_excluded_and_counted():
     ft = feature_table(sig, lab, items, forecast_token=512)
     assert ft.excluded["short_base_run"] == 3 and ft.excluded["no_base_run"] == 1
     want = Counter(items[(RUN, c)]["split"] for c in short)
-    assert ft.excluded["short_base_run_by_split"] == {s: want.get(s, 0)
-                                                      for s in ("train", "validation", "test")}
+    assert ft.excluded["short_base_run_by_split"] == {
+        s: want.get(s, 0) for s in ("train", "validation", "test")
+    }
     assert len(ft.table) == 120 - 4
     assert not set(ft.table["cell_id"]) & (short | {"m:math_009"})
     # the probes of a cell are never its features: the base run's summaries are
     row = ft.table.set_index("cell_id").loc["g:math_001"]
-    assert row["surprisal_mean"] == sig[(sig.cell_id == "g:math_001") & (sig.kind == "base")
-                                        ]["surprisal_mean"].item()
+    assert (
+        row["surprisal_mean"]
+        == sig[(sig.cell_id == "g:math_001") & (sig.kind == "base")]["surprisal_mean"].item()
+    )
     # a lower forecast point keeps the 300-token runs
     assert feature_table(sig, lab, items, forecast_token=256).excluded["short_base_run"] == 0
 
@@ -166,7 +216,9 @@ def test_split_seed_is_deterministic_and_problem_wise():
     assert ft.split_source == "hash seed 5"
     per_problem = ft.table.groupby("problem_id")["split"].nunique()
     assert (per_problem == 1).all()  # both models' cells of a problem share its split
-    assert dict(zip(ft.table.problem_id, ft.table.split)) == hash_splits(lab.problem_id, 5)
+    assert dict(zip(ft.table.problem_id, ft.table.split, strict=True)) == hash_splits(
+        lab.problem_id, 5
+    )
 
 
 def test_cohort_rows_that_disagree_on_a_split_are_refused():
@@ -193,7 +245,8 @@ def test_secondary_reads_r4096_on_non_instant_cells_else_the_largest_restart():
     assert t.loc[lab.cell_id[:10], "secondary"].isna().all()
     rest = lab.iloc[10:].set_index("cell_id")
     assert (t.loc[rest.index, "secondary"] == (rest["R_4096"] >= 0.75).astype(float)).all()
-    sig, lab, items = world("summary", restarts=lambda i, m: {"R_64": 0.5, "R_512": (i % 4) / 3,
-                                                              "R_4096": None})
+    sig, lab, items = world(
+        "summary", restarts=lambda i, m: {"R_64": 0.5, "R_512": (i % 4) / 3, "R_4096": None}
+    )
     ft = feature_table(sig, lab, items)
     assert ft.secondary_budget == 512 and "R(512)" in ft.notes[0]

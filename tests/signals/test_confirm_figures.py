@@ -11,19 +11,35 @@ from breakthrough.signals.confirm_figures import forest, sweep
 
 
 def _result(endpoint, variant, delta, lo, hi, status="fit"):
-    return {"endpoint": endpoint, "variant": variant, "status": status, "reason": None if
-            status == "fit" else "too few problems", "delta_auroc": delta if status == "fit" else None,
-            "ci": [lo, hi], "test_rows": 33, "baseline_auroc": 0.8, "early_auroc": 0.8 + (delta or 0),
-            "success": status == "fit" and lo > 0}
+    return {
+        "endpoint": endpoint,
+        "variant": variant,
+        "status": status,
+        "reason": None if status == "fit" else "too few problems",
+        "delta_auroc": delta if status == "fit" else None,
+        "ci": [lo, hi],
+        "test_rows": 33,
+        "baseline_auroc": 0.8,
+        "early_auroc": 0.8 + (delta or 0),
+        "success": status == "fit" and lo > 0,
+    }
 
 
 def _table():
     rows = []
     for t, d1, d2 in ((128, -0.083, -0.118), (512, 0.026, -0.090), (2048, -0.133, None)):
-        res = [_result("primary", "main", d1, d1 - 0.1, d1 + 0.1),
-               _result("primary", "level-free", 0.5, 0.4, 0.6),
-               _result("secondary", "main", d2, None if d2 is None else d2 - 0.1,
-                       None if d2 is None else d2 + 0.1, "fit" if d2 is not None else "not fit")]
+        res = [
+            _result("primary", "main", d1, d1 - 0.1, d1 + 0.1),
+            _result("primary", "level-free", 0.5, 0.4, 0.6),
+            _result(
+                "secondary",
+                "main",
+                d2,
+                None if d2 is None else d2 - 0.1,
+                None if d2 is None else d2 + 0.1,
+                "fit" if d2 is not None else "not fit",
+            ),
+        ]
         rows.append(sweep_row(t, res))
     return pd.DataFrame(rows)
 
@@ -54,10 +70,12 @@ def test_sweep_figure_points_ticks_star_and_legend():
 
 
 def test_forest_draws_both_aurocs_and_the_delta_of_fitted_rows():
-    results = [_result("primary", "main", 0.026, -0.054, 0.167),
-               _result("primary", "level-free", -0.035, -0.156, 0.024),
-               _result("secondary", "main", 0.2, 0.05, 0.3),
-               _result("secondary", "level-free", None, None, None, "not fit")]
+    results = [
+        _result("primary", "main", 0.026, -0.054, 0.167),
+        _result("primary", "level-free", -0.035, -0.156, 0.024),
+        _result("secondary", "main", 0.2, 0.05, 0.3),
+        _result("secondary", "level-free", None, None, None, "not fit"),
+    ]
     fig = forest(results, 512)
     left, right = fig.axes[:2]
     assert len(left.collections) == 6  # two AUROCs for each of three fitted rows

@@ -41,8 +41,9 @@ def _planted(within_signal: bool, seed: int = 0) -> ProbeData:
             pid.append(f"p{p:02d}")
             correct.append(bool(yi))
             feats.append({4: x, 8: x * 1.0})
-    return ProbeData.from_rows(pid, correct, feats, anchors=(4, 8),
-                               top1=rng.uniform(0.8, 1.0, len(pid)))
+    return ProbeData.from_rows(
+        pid, correct, feats, anchors=(4, 8), top1=rng.uniform(0.8, 1.0, len(pid))
+    )
 
 
 def _analysed(data: ProbeData) -> np.ndarray:
@@ -59,9 +60,17 @@ def test_planted_direction_is_found_within_problems():
     for _, r in probe.iterrows():
         assert r.within_failure_weighted >= 0.9
         assert r.within_pair_weighted >= 0.9
-        assert r.within_failure_weighted_lo <= r.within_failure_weighted <= r.within_failure_weighted_hi
+        assert (
+            r.within_failure_weighted_lo
+            <= r.within_failure_weighted
+            <= r.within_failure_weighted_hi
+        )
         assert r.pooled_lo <= r.pooled <= r.pooled_hi
-        assert r.rows == _analysed(res_data := _planted(within_signal=True)).sum() == res_data.correct.size - 2 * (ATTEMPTS - 8)
+        assert (
+            r.rows
+            == _analysed(res_data := _planted(within_signal=True)).sum()
+            == res_data.correct.size - 2 * (ATTEMPTS - 8)
+        )
 
 
 def test_difficulty_only_signal_ties_every_within_pair():

@@ -15,8 +15,9 @@ PROBLEMS, ATTEMPTS = 6, 6
 
 
 def _completion(p: int, k: int, ok: bool) -> str:
-    return (f" Let me compute {p} times {k}. "
-            + (f"The answer is \\boxed{{{p * k}}}." if ok else "I am not sure, maybe 7."))
+    return f" Let me compute {p} times {k}. " + (
+        f"The answer is \\boxed{{{p * k}}}." if ok else "I am not sure, maybe 7."
+    )
 
 
 def _outcome(p: int, k: int) -> bool:
@@ -29,19 +30,41 @@ def dump(tmp_path):
     with open(path, "w") as fh:
         for p in range(PROBLEMS):
             for k in range(ATTEMPTS):
-                fh.write(json.dumps({"problem_id": f"q{p}", "prompt": f"Compute {p} * {k}.",
-                                     "completion": _completion(p, k, _outcome(p, k)),
-                                     "correct": _outcome(p, k)}) + "\n")
+                fh.write(
+                    json.dumps(
+                        {
+                            "problem_id": f"q{p}",
+                            "prompt": f"Compute {p} * {k}.",
+                            "completion": _completion(p, k, _outcome(p, k)),
+                            "correct": _outcome(p, k),
+                        }
+                    )
+                    + "\n"
+                )
     return path
 
 
 def test_probe_on_a_jsonl_dump_writes_the_table(dump, tiny_model_dir, tmp_path):
-    proc = run_bt("probe", dump, "--model", tiny_model_dir, "--anchors", "4,8",
-                  "--max-tokens", "16", "--bootstrap", "50")
+    proc = run_bt(
+        "probe",
+        dump,
+        "--model",
+        tiny_model_dir,
+        "--anchors",
+        "4,8",
+        "--max-tokens",
+        "16",
+        "--bootstrap",
+        "50",
+    )
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "dump.probe"
     assert sorted(p.name for p in out.iterdir()) == [
-        "probe_figure.png", "probe_summary.json", "probe_table.csv", "probe_table.parquet"]
+        "probe_figure.png",
+        "probe_summary.json",
+        "probe_table.csv",
+        "probe_table.parquet",
+    ]
     table = pd.read_parquet(out / "probe_table.parquet")
     assert list(table.arm) == ["hidden", "hidden", "stream", "stream", "loo"]
     assert list(table.score) == ["probe"] * 4 + ["loo"]
@@ -57,18 +80,31 @@ def test_probe_on_a_jsonl_dump_writes_the_table(dump, tiny_model_dir, tmp_path):
     assert (stream.within_problems == table.within_problems.iloc[0]).all()
     assert stream.within_failure_weighted.between(0, 1).all()
     summary = json.loads((out / "probe_summary.json").read_text())
-    assert summary["trajectories"] == PROBLEMS * ATTEMPTS and summary["seeds"]["folds_pca_pooled"] == 20260831
+    assert (
+        summary["trajectories"] == PROBLEMS * ATTEMPTS
+        and summary["seeds"]["folds_pca_pooled"] == 20260831
+    )
     assert 0.0 <= summary["top1_agreement_mean"] <= 1.0
     assert [r["arm"] for r in summary["table"]] == list(table.arm)
-    assert summary["stream_features"][0] == "stream_entropy_mean" and len(summary["stream_features"]) == 8
+    assert (
+        summary["stream_features"][0] == "stream_entropy_mean"
+        and len(summary["stream_features"]) == 8
+    )
     assert (out / "probe_figure.png").read_bytes()[:4] == b"\x89PNG"
     lines = proc.stdout.splitlines()
     assert lines[0] == f"{PROBLEMS * ATTEMPTS} trajectories, model {tiny_model_dir}"
     assert lines[1].startswith("teacher-forcing fidelity: top-1 agreement ")
     assert lines[2].split()[:2] == ["t", "arm"]
     assert [ln.split()[:2] for ln in lines[3:8]] == [
-        ["4", "hidden"], ["8", "hidden"], ["4", "stream"], ["8", "stream"], ["LOO", "loo"]]
-    for ln, (_, r) in zip(lines[3:8], table.iterrows()):  # printed values are the table's
+        ["4", "hidden"],
+        ["8", "hidden"],
+        ["4", "stream"],
+        ["8", "stream"],
+        ["LOO", "loo"],
+    ]
+    for ln, (_, r) in zip(
+        lines[3:8], table.iterrows(), strict=False
+    ):  # printed values are the table's
         assert ln.split()[2] == f"{r.pooled:.3f}"
 
 
@@ -81,20 +117,38 @@ def test_probe_on_a_run_reads_its_attempts(tiny_model, tiny_model_dir, tmp_path)
 
     run = tmp_path / "run"
     store = RunStore(run, create=True)
-    store.update_manifest({"model_id": str(tiny_model_dir), "cohort_digest": "fixture",
-                           "protocol": DEFAULT.to_dict()})
+    store.update_manifest(
+        {"model_id": str(tiny_model_dir), "cohort_digest": "fixture", "protocol": DEFAULT.to_dict()}
+    )
     cells, records, grades = [], [], []
     for p in range(PROBLEMS):
         prompt, _ = tokenize_dump(tiny_model.tokenizer, f"Compute {p} * 3.", "")
-        cells.append({"cell_id": f"tiny:q{p}", "model": "tiny", "item": {"id": f"q{p}", "stage": "t"},
-                      "prompt_ids": prompt})
+        cells.append(
+            {
+                "cell_id": f"tiny:q{p}",
+                "model": "tiny",
+                "item": {"id": f"q{p}", "stage": "t"},
+                "prompt_ids": prompt,
+            }
+        )
         for k in range(ATTEMPTS):
             ok = _outcome(p, k)
             text = _completion(p, k, ok)
             ids = np.array(tiny_model.encode(text), dtype=np.int32)
-            records.append(SampleRecord(cell_id=f"tiny:q{p}", kind="attempt", anchor=-1, budget=64,
-                                        branch=k, seed=k, prefix_len=0, token_ids=ids, text=text,
-                                        finish_reason="eos"))
+            records.append(
+                SampleRecord(
+                    cell_id=f"tiny:q{p}",
+                    kind="attempt",
+                    anchor=-1,
+                    budget=64,
+                    branch=k,
+                    seed=k,
+                    prefix_len=0,
+                    token_ids=ids,
+                    text=text,
+                    finish_reason="eos",
+                )
+            )
             grades.append(Grade(ok, "correct" if ok else "wrong", "fixture", "fixture", "1"))
     store.add_cells(cells)
     store.add_samples(records, grades)
@@ -102,7 +156,11 @@ def test_probe_on_a_run_reads_its_attempts(tiny_model, tiny_model_dir, tmp_path)
     proc = run_bt("probe", run, "--anchors", "4", "--max-tokens", "8", "--bootstrap", "20")
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(run / "probe" / "probe_table.csv")
-    assert list(table.arm) == ["hidden", "stream", "loo"] and list(table.score) == ["probe", "probe", "loo"]
+    assert list(table.arm) == ["hidden", "stream", "loo"] and list(table.score) == [
+        "probe",
+        "probe",
+        "loo",
+    ]
     assert (table.rows == PROBLEMS * ATTEMPTS).all()
     assert table.within_problems.iloc[0] == PROBLEMS  # 1 to 5 successes of 6: all mid-band
     again = run_bt("probe", run, "--model", tiny_model_dir, "--out", tmp_path / "other")
@@ -110,11 +168,14 @@ def test_probe_on_a_run_reads_its_attempts(tiny_model, tiny_model_dir, tmp_path)
     assert not (tmp_path / "other").exists()
 
 
-@pytest.mark.parametrize("args, needles", [
-    (("--anchors", "2,8"), ("--anchors", "at least 4")),
-    (("--anchors", "4,x"), ("--anchors", "comma-separated")),
-    (("--anchors", "4,1024"), ("--anchors", "--max-tokens 512")),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (("--anchors", "2,8"), ("--anchors", "at least 4")),
+        (("--anchors", "4,x"), ("--anchors", "comma-separated")),
+        (("--anchors", "4,1024"), ("--anchors", "--max-tokens 512")),
+    ],
+)
 def test_option_mistakes_are_one_line(dump, args, needles):
     proc = run_bt("probe", dump, *args)
     assert_one_line_error(proc, 2, *needles)
@@ -145,13 +206,30 @@ def test_probe_on_a_math128_folder_grades_with_math_verify(tmp_path, tiny_model_
     folder.mkdir()
     for p in range(3):
         answer = p + 2
-        samples = [f" So the result is \\boxed{{{answer}}}." if k < p + 1 else
-                   f" So the result is \\boxed{{{answer + 10}}}." for k in range(4)]
-        doc = {"prompt": f"What is {p} + 2?", "samples": samples,
-               "gt_answer": f"We add: $\\boxed{{{answer}}}$"}
+        samples = [
+            f" So the result is \\boxed{{{answer}}}."
+            if k < p + 1
+            else f" So the result is \\boxed{{{answer + 10}}}."
+            for k in range(4)
+        ]
+        doc = {
+            "prompt": f"What is {p} + 2?",
+            "samples": samples,
+            "gt_answer": f"We add: $\\boxed{{{answer}}}$",
+        }
         (folder / f"{p}.yaml").write_text(yaml.safe_dump(doc))
-    proc = run_bt("probe", folder, "--model", tiny_model_dir, "--anchors", "4",
-                  "--max-tokens", "8", "--bootstrap", "0")
+    proc = run_bt(
+        "probe",
+        folder,
+        "--model",
+        tiny_model_dir,
+        "--anchors",
+        "4",
+        "--max-tokens",
+        "8",
+        "--bootstrap",
+        "0",
+    )
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / "math128.probe" / "probe_table.csv")
     summary = json.loads((tmp_path / "math128.probe" / "probe_summary.json").read_text())
@@ -169,10 +247,29 @@ def test_a_rare_class_is_one_note_not_sklearn_warnings(tiny_model_dir, tmp_path)
         for p in range(3):
             for k in range(4):
                 ok = p == 0 and k == 0
-                fh.write(json.dumps({"problem_id": f"q{p}", "prompt": f"Compute {p} * {k}.",
-                                     "completion": _completion(p, k, ok), "correct": ok}) + "\n")
-    proc = run_bt("probe", path, "--model", tiny_model_dir, "--anchors", "4",
-                  "--max-tokens", "8", "--bootstrap", "20")
+                fh.write(
+                    json.dumps(
+                        {
+                            "problem_id": f"q{p}",
+                            "prompt": f"Compute {p} * {k}.",
+                            "completion": _completion(p, k, ok),
+                            "correct": ok,
+                        }
+                    )
+                    + "\n"
+                )
+    proc = run_bt(
+        "probe",
+        path,
+        "--model",
+        tiny_model_dir,
+        "--anchors",
+        "4",
+        "--max-tokens",
+        "8",
+        "--bootstrap",
+        "20",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "bt: note: only 1 success among 12 trajectories" in proc.stderr
     assert "Warning" not in proc.stderr

@@ -48,7 +48,7 @@ def test_states_are_what_the_head_reads_and_top1_is_the_model_argmax(tiny_model)
     np.testing.assert_allclose(again, logits, atol=1e-4)
     tf = teacher_force(tiny_model.model, prompt, gen)
     p = len(prompt)
-    direct = logits[p - 1: p - 1 + len(gen)].argmax(axis=-1) == np.array(gen)
+    direct = logits[p - 1 : p - 1 + len(gen)].argmax(axis=-1) == np.array(gen)
     assert (tf.top1 == direct).all()
     assert tf.top1_agreement == direct.mean()
 
@@ -68,10 +68,18 @@ def test_study_architectures_give_final_normalised_states(architecture_models, a
     ids = mx.array([prompt + gen])
     lm, inner = text_model(model)
     assert final_norm_applied(inner, ids)
-    np.testing.assert_allclose(np.array(head_logits(lm, inner, inner(ids)).astype(mx.float32)),
-                               np.array(model(ids).astype(mx.float32)), atol=1e-3)
-    np.testing.assert_allclose(teacher_force(model, prompt, gen).hidden,
-                               stepwise_hidden(model, prompt, gen), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(
+        np.array(head_logits(lm, inner, inner(ids)).astype(mx.float32)),
+        np.array(model(ids).astype(mx.float32)),
+        atol=1e-3,
+    )
+    np.testing.assert_allclose(
+        teacher_force(model, prompt, gen).hidden,
+        stepwise_hidden(model, prompt, gen),
+        atol=1e-4,
+        rtol=1e-4,
+    )
+
 
 class _PreNorm:
     """An inner model whose forward skips its final norm (protocol 11's Gemma case) while still
@@ -122,8 +130,9 @@ def _numpy_streams(logits: np.ndarray, gen: list[int]) -> tuple[np.ndarray, np.n
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma4_text", "ministral3", "qwen3", "qwen3_5"])
-def test_teacher_forced_streams_equal_numpy_from_the_full_logits(tiny_model, architecture_models,
-                                                                 arch):
+def test_teacher_forced_streams_equal_numpy_from_the_full_logits(
+    tiny_model, architecture_models, arch
+):
     """protocol 9.8's streams from the one forward equal a direct computation from the model's
     own full logits (its __call__, so Gemma's soft-capping and tied heads are included), read
     at the rows that predict each generated token (position start + j - 1), also when forcing
@@ -134,15 +143,18 @@ def test_teacher_forced_streams_equal_numpy_from_the_full_logits(tiny_model, arc
     prompt, gen = [2, 10, 11, 12], [13, 40, 15, 99, 17, 18, 250, 20]
     p = len(prompt)
     logits = np.array(model(mx.array([prompt + gen]))[0].astype(mx.float32))
-    entropy, surprisal, top1_prob = _numpy_streams(logits[p - 1: p - 1 + len(gen)], gen)
+    entropy, surprisal, top1_prob = _numpy_streams(logits[p - 1 : p - 1 + len(gen)], gen)
     tf = teacher_force(model, prompt, gen)
-    for got, want in ((tf.entropy, entropy), (tf.surprisal, surprisal),
-                      (tf.top1_probability, top1_prob)):
+    for got, want in (
+        (tf.entropy, entropy),
+        (tf.surprisal, surprisal),
+        (tf.top1_probability, top1_prob),
+    ):
         assert got.shape == (len(gen),) and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     # the streams read the row before each token, not the token's own row (an off-by-one
     # would match this instead)
-    shifted = _numpy_streams(logits[p: p + len(gen)], gen)[1]
+    shifted = _numpy_streams(logits[p : p + len(gen)], gen)[1]
     assert not np.allclose(tf.surprisal, shifted, atol=1e-3)
     cut = teacher_force(model, prompt, gen, max_tokens=5)
     np.testing.assert_allclose(cut.surprisal, surprisal[:5], rtol=1e-4, atol=1e-4)

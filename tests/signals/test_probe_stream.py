@@ -64,7 +64,11 @@ def test_the_stream_arm_finds_what_noise_hidden_states_cannot(planted_result):
     assert list(stream.t) == list(hidden.t) == list(ANCHORS)
     for _, r in stream.iterrows():
         assert r.within_failure_weighted >= 0.9 and r.within_pair_weighted >= 0.9
-        assert r.within_failure_weighted_lo <= r.within_failure_weighted <= r.within_failure_weighted_hi
+        assert (
+            r.within_failure_weighted_lo
+            <= r.within_failure_weighted
+            <= r.within_failure_weighted_hi
+        )
         assert r.pooled >= 0.9 and r.pooled_lo <= r.pooled <= r.pooled_hi
     for _, r in hidden.iterrows():
         assert abs(r.within_failure_weighted - 0.5) < 0.1
@@ -79,13 +83,22 @@ def test_both_arms_score_the_same_rows(planted_result):
     for anchor in ANCHORS:
         h, s = (t[(t.arm == a) & (t.t == anchor)].iloc[0] for a in ("hidden", "stream"))
         assert (h.rows, h.pooled_rows, h.within_rows, h.within_problems) == (
-            s.rows, s.pooled_rows, s.within_rows, s.within_problems)
+            s.rows,
+            s.pooled_rows,
+            s.within_rows,
+            s.within_problems,
+        )
         scored_h = np.isfinite(res.scores[anchor])
         scored_s = np.isfinite(res.stream_scores[anchor])
         assert (scored_h == scored_s).all() and scored_h.sum() == h.rows
     lines = format_table(t)
     assert [ln.split()[:2] for ln in lines[1:]] == [
-        ["8", "hidden"], ["32", "hidden"], ["8", "stream"], ["32", "stream"], ["LOO", "loo"]]
+        ["8", "hidden"],
+        ["32", "hidden"],
+        ["8", "stream"],
+        ["32", "stream"],
+        ["LOO", "loo"],
+    ]
 
 
 def test_a_short_trajectory_drops_out_of_both_arms_alike():
@@ -107,8 +120,9 @@ def test_stream_features_are_the_summaries_of_the_first_t_tokens():
     feats = stream_summaries(entropy, surprisal, top1, (4, 8, 16, 32))
     assert set(feats) == {4, 8, 16}  # 32 lies beyond the 20 tokens
     for t, f in feats.items():
-        want = summarize({"entropy": entropy, "surprisal": surprisal, "top1_probability": top1},
-                         window=t)
+        want = summarize(
+            {"entropy": entropy, "surprisal": surprisal, "top1_probability": top1}, window=t
+        )
         assert f.shape == (len(STREAM_SUMMARIES),)
         np.testing.assert_array_equal(f, [want[k] for k in STREAM_SUMMARIES])
     # tokens after t change nothing at t; a token before t does
@@ -121,7 +135,7 @@ def test_stream_features_are_the_summaries_of_the_first_t_tokens():
     # by hand at t = 4: entropy mean / std / OLS slope, surprisal max one-step rise
     e, s = entropy[:4], surprisal[:4]
     slope = np.polyfit(np.arange(4.0), e, 1)[0]
-    f4 = dict(zip(STREAM_SUMMARIES, feats[4]))
+    f4 = dict(zip(STREAM_SUMMARIES, feats[4], strict=True))
     assert f4["stream_entropy_mean"] == pytest.approx(e.mean())
     assert f4["stream_entropy_std"] == pytest.approx(e.std())
     assert f4["stream_entropy_ols_slope"] == pytest.approx(slope)

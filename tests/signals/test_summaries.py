@@ -103,15 +103,34 @@ def test_summarize_by_hand_and_window():
     assert row["stream_top1_mean"] == pytest.approx(0.85)
     assert row["stream_top1_ols_slope"] == pytest.approx(-0.1 / 5)  # sum((x-1.5)(y-0.85)) / 5
     # absent series (hidden states) and too-short spectra are NaN, never invented
-    for name in ("relative_l2_step_mean", "cosine_drift_mean", "hidden_norm_robust_slope",
-                 "spectral_successive_js_divergence_entropy"):
+    for name in (
+        "relative_l2_step_mean",
+        "cosine_drift_mean",
+        "hidden_norm_robust_slope",
+        "spectral_successive_js_divergence_entropy",
+    ):
         assert np.isnan(row[name])
 
 
 def test_bt_signals_end_to_end_on_a_tiny_model_run(tmp_path: Path, tiny_model_dir: Path):
-    res = CliRunner().invoke(app, ["base", "--cohort", "demo", "--model", str(tiny_model_dir),
-                                   "--runs-dir", str(tmp_path), "--run", "t", "--max-tokens", "24",
-                                   "--limit", "3"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "base",
+            "--cohort",
+            "demo",
+            "--model",
+            str(tiny_model_dir),
+            "--runs-dir",
+            str(tmp_path),
+            "--run",
+            "t",
+            "--max-tokens",
+            "24",
+            "--limit",
+            "3",
+        ],
+    )
     assert res.exit_code == 0, res.output
     run = tmp_path / "t"
     with RunStore(run, readonly=True) as store:
@@ -121,7 +140,9 @@ def test_bt_signals_end_to_end_on_a_tiny_model_run(tmp_path: Path, tiny_model_di
         assert len(row["signals"]["surprisal"]) == row["n_tokens"]
         np.testing.assert_allclose(row["signals"]["surprisal"], -row["logprobs"], atol=1e-5)
     bt = Path(sys.executable).with_name("bt")
-    proc = subprocess.run([str(bt), "signals", str(run), "--window", "16"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(bt), "signals", str(run), "--window", "16"], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert "signals.parquet" in proc.stdout
     table = pd.read_parquet(run / "signals.parquet")
@@ -131,17 +152,26 @@ def test_bt_signals_end_to_end_on_a_tiny_model_run(tmp_path: Path, tiny_model_di
     assert table[list(FROZEN_SUMMARIES + STREAM_SUMMARIES)].notna().all().all()
     # A summary equals its definition applied to the stored series.
     first = frame.iloc[0]
-    assert table.iloc[0]["surprisal_mean"] == pytest.approx(float(np.mean(-first["logprobs"][:16])), rel=1e-5)
+    assert table.iloc[0]["surprisal_mean"] == pytest.approx(
+        float(np.mean(-first["logprobs"][:16])), rel=1e-5
+    )
     # User mistakes: one line, exit 2, nothing written.
-    for args, needle in ((["--window", "1"], "--window"), (["--out", str(tmp_path / "x.csv")], "--out")):
+    for args, needle in (
+        (["--window", "1"], "--window"),
+        (["--out", str(tmp_path / "x.csv")], "--out"),
+    ):
         bad = subprocess.run([str(bt), "signals", str(run), *args], capture_output=True, text=True)
         assert bad.returncode == 2 and needle in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "x.csv").exists()
-    missing = subprocess.run([str(bt), "signals", str(tmp_path / "nope")], capture_output=True, text=True)
+    missing = subprocess.run(
+        [str(bt), "signals", str(tmp_path / "nope")], capture_output=True, text=True
+    )
     assert missing.returncode == 2 and "not a run directory" in missing.stderr
 
 
-def test_a_run_without_instrumentation_gives_rows_with_nan_summaries(tmp_path: Path, tiny_model_dir: Path):
+def test_a_run_without_instrumentation_gives_rows_with_nan_summaries(
+    tmp_path: Path, tiny_model_dir: Path
+):
     """Stores written without signals (older runs, fixtures) still read: empty signals, and
     `bt signals` writes their rows with the missing summaries NaN."""
     from continue_fixture import make_run

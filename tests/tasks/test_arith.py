@@ -23,8 +23,13 @@ from breakthrough.tasks.arith.recipes import (
 from breakthrough.tasks.cohorts import builtin_cohorts_dir, load_cohort, parse_cohort_text
 from breakthrough.tasks.family import family_of, make_grader, user_message
 
-ITEM = {"id": "t", "family": "arith", "answer": 42, "operands": [17, 25],
-        "problem": "Compute 17 + 25."}
+ITEM = {
+    "id": "t",
+    "family": "arith",
+    "answer": 42,
+    "operands": [17, 25],
+    "problem": "Compute 17 + 25.",
+}
 
 
 # -- generator ------------------------------------------------------------------------------
@@ -37,7 +42,12 @@ def test_generator_is_a_function_of_the_seed():
     assert generate(1, 0)["expression"] == "3 + 5"
     assert generate(3, 3)["expression"] == "7 * 8"
     assert {k: generate(4, 0)[k] for k in ("a", "op", "b", "expression", "answer")} == {
-        "a": 78, "op": "+", "b": 27, "expression": "78 + 27", "answer": 105}
+        "a": 78,
+        "op": "+",
+        "b": 27,
+        "expression": "78 + 27",
+        "answer": 105,
+    }
     assert [generate(5, r)["expression"] for r in range(2)] == ["40 * 2", "40 * 6"]
     other = [generate(level, rep, MASTER_SEED + "-other") for level in LEVELS for rep in range(20)]
     assert other != first
@@ -62,21 +72,29 @@ def test_every_level_keeps_its_dial(level):
 # -- grader -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, correct, status, extracted", [
-    ("17 + 25 = 42<|im_end|>", True, "correct", "42"),
-    ("17 + 25 = 32\n\nThis is the only integer solution to 17 + 25 = 42.", False, "wrong", "32"),
-    ("To compute 17 + 25, we add the numbers, which results in 42.", True, "correct", "42"),
-    ("To add 17 and 25 we need a common multiple of 17 and 25.", False, "missing", None),
-    ("The answer is \\boxed{42}, not 43.", True, "correct", "42"),
-    ("First 41, then \\boxed{42}.", True, "correct", "42"),
-    ("\\boxed{41}. Actually 42.", False, "wrong", "41"),
-    ("17 + 25 = 42.0", True, "correct", "42.0"),
-    ("17 + 25 = 42.5", False, "wrong", "42.5"),
-    ("17 + 25 = 4,2", False, "wrong", "4"),
-    ("SmolLM2 and GPT4 say 17 + 25 = 42", True, "correct", "42"),
-    ("17 + 25 = 142", False, "wrong", "142"),
-    ("", False, "missing", None),
-])
+@pytest.mark.parametrize(
+    "text, correct, status, extracted",
+    [
+        ("17 + 25 = 42<|im_end|>", True, "correct", "42"),
+        (
+            "17 + 25 = 32\n\nThis is the only integer solution to 17 + 25 = 42.",
+            False,
+            "wrong",
+            "32",
+        ),
+        ("To compute 17 + 25, we add the numbers, which results in 42.", True, "correct", "42"),
+        ("To add 17 and 25 we need a common multiple of 17 and 25.", False, "missing", None),
+        ("The answer is \\boxed{42}, not 43.", True, "correct", "42"),
+        ("First 41, then \\boxed{42}.", True, "correct", "42"),
+        ("\\boxed{41}. Actually 42.", False, "wrong", "41"),
+        ("17 + 25 = 42.0", True, "correct", "42.0"),
+        ("17 + 25 = 42.5", False, "wrong", "42.5"),
+        ("17 + 25 = 4,2", False, "wrong", "4"),
+        ("SmolLM2 and GPT4 say 17 + 25 = 42", True, "correct", "42"),
+        ("17 + 25 = 142", False, "wrong", "142"),
+        ("", False, "missing", None),
+    ],
+)
 def test_grader_is_exact(text, correct, status, extracted):
     g = ArithGrader().grade(text, ITEM, "eos")
     assert (g.correct, g.status, g.extracted) == (correct, status, extracted)
@@ -115,7 +133,10 @@ def test_committed_cohort_is_the_recipe_and_validates():
     for r in rows:
         p = generate(r["level"], r["rep"])
         assert (r["answer"], r["operands"], r["problem"]) == (
-            p["answer"], [p["a"], p["b"]], f"Compute {p['expression']}.")
+            p["answer"],
+            [p["a"], p["b"]],
+            f"Compute {p['expression']}.",
+        )
         assert r["family"] == "arith" and r["standin"] is False
         assert r["measured_k"] == MEASURED[(r["level"], r["rep"])] and r["measured_n"] == SAMPLES
         assert "DEMONSTRATION" in r["selection"]

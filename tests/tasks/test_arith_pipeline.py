@@ -17,13 +17,44 @@ from breakthrough.tasks.arith.recipes import cohort_rows
 def test_arith_cohort_runs_end_to_end(tmp_path, tiny_model_dir):
     runner = CliRunner()
     run = tmp_path / "a"
-    res = runner.invoke(app, ["base", "--cohort", "arith", "--model", str(tiny_model_dir),
-                              "--limit", "2", "--max-tokens", "12", "--runs-dir", str(tmp_path),
-                              "--run", "a"])
+    res = runner.invoke(
+        app,
+        [
+            "base",
+            "--cohort",
+            "arith",
+            "--model",
+            str(tiny_model_dir),
+            "--limit",
+            "2",
+            "--max-tokens",
+            "12",
+            "--runs-dir",
+            str(tmp_path),
+            "--run",
+            "a",
+        ],
+    )
     assert res.exit_code == 0, res.output
-    res = runner.invoke(app, ["continue", str(run), "--anchors", "4,8", "--samples", "1",
-                              "--budget", "2", "--answer-budget", "2", "--restarts", "2,8",
-                              "--topup", "none"])
+    res = runner.invoke(
+        app,
+        [
+            "continue",
+            str(run),
+            "--anchors",
+            "4,8",
+            "--samples",
+            "1",
+            "--budget",
+            "2",
+            "--answer-budget",
+            "2",
+            "--restarts",
+            "2,8",
+            "--topup",
+            "none",
+        ],
+    )
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["classify", str(run), "--no-cell-pages", "--draws", "0"])
     assert res.exit_code == 0, res.output

@@ -144,8 +144,18 @@ def test_cohort_digest_is_canonical(math89):
 
 
 def _row(**over):
-    row = {"id": "p1", "family": "math", "stage": "dev", "selection": "x", "standin": False,
-           "problem": "1+1?", "answer": "2", "level": 1, "subject": "Algebra", "source_row": 0}
+    row = {
+        "id": "p1",
+        "family": "math",
+        "stage": "dev",
+        "selection": "x",
+        "standin": False,
+        "problem": "1+1?",
+        "answer": "2",
+        "level": 1,
+        "subject": "Algebra",
+        "source_row": 0,
+    }
     row.update(over)
     return row
 
@@ -189,9 +199,18 @@ def test_field_errors(tmp_path, row, msg):
 
 
 def test_optimum_family(tmp_path):
-    opt = {"id": "o1", "family": "optimum", "stage": "uoo87", "selection": "s", "standin": False,
-           "kind": "knapsack", "bin": "small", "instance": {"w": [1]}, "optimum": 3.5,
-           "n_optima": 1}
+    opt = {
+        "id": "o1",
+        "family": "optimum",
+        "stage": "uoo87",
+        "selection": "s",
+        "standin": False,
+        "kind": "knapsack",
+        "bin": "small",
+        "instance": {"w": [1]},
+        "optimum": 3.5,
+        "n_optima": 1,
+    }
     assert parse_cohort_text(json.dumps(opt), "x.jsonl")[0]["optimum"] == 3.5
     bad = dict(opt, instance=[1])
     with pytest.raises(BtError, match=r"x\.jsonl:1: field 'instance' must be an object"):
@@ -252,8 +271,13 @@ def test_cli_list_and_show(monkeypatch):
 
 def test_bt_cohorts_show_names_the_known_member_through_the_console_script():
     bt = Path(sys.executable).with_name("bt")
-    out = subprocess.run([str(bt), "cohorts", "show", "math89"], capture_output=True, text=True,
-                         env={**os.environ, "BT_COHORTS_DIR": str(REPO_COHORTS)}, timeout=120)
+    out = subprocess.run(
+        [str(bt), "cohorts", "show", "math89"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BT_COHORTS_DIR": str(REPO_COHORTS)},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "known rows (not stand-ins): 21" in out.stdout and "stand-ins: 68" in out.stdout
     assert "math_02814_7fdbd1234d96" in out.stdout
@@ -286,4 +310,6 @@ def test_cli_builds_uoo_cohorts_byte_for_byte(tmp_path):
     res = CliRunner().invoke(app, ["cohorts", "build", "uoo", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     for name in ("uoo87", "uoo29"):
-        assert (tmp_path / f"{name}.jsonl").read_bytes() == (builtin_cohorts_dir() / f"{name}.jsonl").read_bytes()
+        assert (tmp_path / f"{name}.jsonl").read_bytes() == (
+            builtin_cohorts_dir() / f"{name}.jsonl"
+        ).read_bytes()

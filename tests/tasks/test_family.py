@@ -18,7 +18,10 @@ UOO29 = Path(__file__).resolve().parents[2] / "cohorts" / "uoo29.jsonl"
 
 def test_math_user_message_is_protocol_1_3_prompt_v1():
     msg = user_message({"problem": "What is 2+3?"})
-    assert msg == "What is 2+3?\n\nSolve the problem carefully. Put only the final answer inside \\boxed{}."
+    assert (
+        msg == "What is 2+3?\n\nSolve the problem carefully. "
+        "Put only the final answer inside \\boxed{}."
+    )
     assert user_message({"family": "math", "problem": "What is 2+3?"}) == msg
 
 

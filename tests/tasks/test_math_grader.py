@@ -94,12 +94,24 @@ CASES: list[tuple[str, str, bool, str]] = [
     (boxed("1, 2, 3"), "1, 2", False, NUM),
     (boxed("1,2"), "12", True, NUM),
     # --- matrices and vectors
-    (boxed(r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"),
-     r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", True, STR),
-    (boxed(r"\begin{pmatrix} 1 & 2 \\ 3 & 5 \end{pmatrix}"),
-     r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", False, STR),
-    (boxed(r"\begin{pmatrix} 1/2 \\ 0 \end{pmatrix}"),
-     r"\begin{pmatrix} \frac{1}{2} \\ 0 \end{pmatrix}", True, MV),
+    (
+        boxed(r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"),
+        r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}",
+        True,
+        STR,
+    ),
+    (
+        boxed(r"\begin{pmatrix} 1 & 2 \\ 3 & 5 \end{pmatrix}"),
+        r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}",
+        False,
+        STR,
+    ),
+    (
+        boxed(r"\begin{pmatrix} 1/2 \\ 0 \end{pmatrix}"),
+        r"\begin{pmatrix} \frac{1}{2} \\ 0 \end{pmatrix}",
+        True,
+        MV,
+    ),
     (boxed("(1, 2)"), r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", False, STR),  # tuple != column
     # --- degrees
     (boxed(r"30^\circ"), r"30^\circ", True, STR),

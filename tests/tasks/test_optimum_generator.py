@@ -39,7 +39,9 @@ FULL = _rows("uoo87")
 @pytest.fixture(scope="module")
 def rebuilt() -> dict[str, bytes]:
     """File bytes of every UoO cohort, regenerated from the seeded generator."""
-    return {name: uoo_recipes.render_jsonl(rows) for name, rows in uoo_recipes.cohort_rows().items()}
+    return {
+        name: uoo_recipes.render_jsonl(rows) for name, rows in uoo_recipes.cohort_rows().items()
+    }
 
 
 # ------------------------------------------------------------------ determinism
@@ -72,9 +74,7 @@ def test_cohort_shape() -> None:
     ids = [r["id"] for r in FULL]
     assert len(set(ids)) == 87
     cells = {(r["kind"], r["bin"]) for r in FULL}
-    expected = {
-        (k, BIN_IDS[b]) for k in KINDS for b, lv in enumerate(LADDERS[k]) if lv is not None
-    }
+    expected = {(k, BIN_IDS[b]) for k in KINDS for b, lv in enumerate(LADDERS[k]) if lv is not None}
     assert cells == expected and len(cells) == 29
     assert ("portfolio", "b51p") not in cells
     for kind, bid in cells:
@@ -175,7 +175,7 @@ def solve_knapsack(inst):
     """Capacity DP over (best, count) with 'weight <= c' semantics."""
     cap = inst["capacity"]
     f = [(0, 1)] * (cap + 1)
-    for v, w in zip(inst["values"], inst["weights"]):
+    for v, w in zip(inst["values"], inst["weights"], strict=True):
         g = list(f)
         for c in range(w, cap + 1):
             b0, n0 = f[c]
@@ -187,7 +187,11 @@ def solve_knapsack(inst):
 
 def solve_portfolio(inst):
     """All K-subsets via itertools.combinations."""
-    s, pen, net = inst["sectors"], inst["P"], [m - r for m, r in zip(inst["mu"], inst["risk"])]
+    s, pen, net = (
+        inst["sectors"],
+        inst["P"],
+        [m - r for m, r in zip(inst["mu"], inst["risk"], strict=True)],
+    )
     best, count = None, 0
     for combo in itertools.combinations(range(inst["n"]), inst["K"]):
         u = sum(net[i] for i in combo)
@@ -243,12 +247,23 @@ def test_known_counts() -> None:
     assert enumerate_instance("subset", inst)[:2] == (8, comb(16, 4) - comb(14, 2))
     assert solve_subset(inst) == (8, comb(16, 4) - comb(14, 2))
     # portfolio: one sector, identical assets -> any K-set
-    inst = {"n": 16, "K": 3, "S": 1, "sectors": [0] * 16, "mu": [5] * 16, "risk": [1] * 16,
-            "P": [[2]]}
+    inst = {
+        "n": 16,
+        "K": 3,
+        "S": 1,
+        "sectors": [0] * 16,
+        "mu": [5] * 16,
+        "risk": [1] * 16,
+        "P": [[2]],
+    }
     assert enumerate_instance("portfolio", inst)[:2] == (12 - 6, comb(16, 3))
     # infeasible subset (k larger than any conflict-free set)
-    inst = {"n": 16, "k": 9, "values": [1] * 16,
-            "conflicts": [[i, j] for i in range(16) for j in range(i + 1, 16) if i < 8]}
+    inst = {
+        "n": 16,
+        "k": 9,
+        "values": [1] * 16,
+        "conflicts": [[i, j] for i in range(16) for j in range(i + 1, 16) if i < 8],
+    }
     assert enumerate_instance("subset", inst) == (None, 0, None)
 
 

@@ -39,4 +39,3 @@ def row_keys(seeds: Sequence[int], steps: Sequence[int]) -> np.ndarray:
     k = np.asarray(steps, dtype=np.uint64).astype(np.uint32)
     with np.errstate(over="ignore"):
         return fmix32(fmix32(s ^ np.uint32(_SEED_SALT)) ^ (k * np.uint32(_STEP_MUL)))
-

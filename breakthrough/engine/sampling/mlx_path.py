@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from breakthrough.engine.sampling.keys import GOLDEN, U23, fmix32
 from breakthrough.protocol import Sampling
+
+if TYPE_CHECKING:  # for annotations only: mlx is imported where it runs
+    import mlx.core as mx
 
 
 def gumbel_noise(keys, ids):
@@ -32,12 +36,12 @@ def gumbel_noise(keys, ids):
 class RowParams:
     """Per-row sampling parameters as [n, 1] arrays (or scalars when all rows share them)."""
 
-    temperature: object
-    top_p: object
-    min_p: object
-    top_k: object
+    temperature: mx.array | float
+    top_p: mx.array | float
+    min_p: mx.array | float
+    top_k: mx.array | int
     k_max: int  # candidates to keep per row (max effective top-k; vocab when unbounded)
-    greedy: object  # bool [n] (or a Python bool when all rows share it)
+    greedy: mx.array | bool  # bool [n] (or a Python bool when all rows share it)
     any_sampled: bool
     all_greedy: bool
 
@@ -49,17 +53,27 @@ def row_params(samplings: Sequence[Sampling], vocab: int) -> RowParams:
     first = samplings[0]
     ks = [s.top_k if 0 < s.top_k < vocab else vocab for s in samplings]
     greedy = [s.temperature <= 0 for s in samplings]
-    sampled_k = [k for k, g in zip(ks, greedy) if not g]
+    sampled_k = [k for k, g in zip(ks, greedy, strict=True) if not g]
     k_max = max(sampled_k) if sampled_k else 1
     if all(s == first for s in samplings):
-        return RowParams(first.temperature if first.temperature > 0 else 1.0, first.top_p,
-                         first.min_p, ks[0], k_max, greedy[0], not greedy[0], greedy[0])
+        return RowParams(
+            first.temperature if first.temperature > 0 else 1.0,
+            first.top_p,
+            first.min_p,
+            ks[0],
+            k_max,
+            greedy[0],
+            not greedy[0],
+            greedy[0],
+        )
 
     def col(values, dtype):
         return mx.array(np.asarray(values)[:, None], dtype=dtype)
 
     return RowParams(
-        temperature=col([s.temperature if s.temperature > 0 else 1.0 for s in samplings], mx.float32),
+        temperature=col(
+            [s.temperature if s.temperature > 0 else 1.0 for s in samplings], mx.float32
+        ),
         top_p=col([s.top_p for s in samplings], mx.float32),
         min_p=col([s.min_p for s in samplings], mx.float32),
         top_k=col(ks, mx.int32),

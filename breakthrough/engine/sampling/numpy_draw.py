@@ -43,11 +43,14 @@ def row_settings_np(samplings: Sequence[Sampling], vocab: int) -> RowSettingsNp:
         return np.asarray(values, dtype=dtype).reshape(-1, 1)
 
     return RowSettingsNp(
-        sampled=np.asarray(sampled, dtype=np.int64), k=max(ks) if ks else 0,
-        ks=col(ks, np.int64), top_p=col([sm.top_p for sm in chosen], np.float32),
+        sampled=np.asarray(sampled, dtype=np.int64),
+        k=max(ks) if ks else 0,
+        ks=col(ks, np.int64),
+        top_p=col([sm.top_p for sm in chosen], np.float32),
         min_p=col([sm.min_p for sm in chosen], np.float32),
         temperature=col([sm.temperature for sm in chosen], np.float32),
-        all_sampled=len(sampled) == len(samplings))
+        all_sampled=len(sampled) == len(samplings),
+    )
 
 
 @dataclass
@@ -56,8 +59,12 @@ class Draw:
 
     tokens: np.ndarray  # int64 [n]
     sampled: np.ndarray  # indices of the rows drawn by sampling
-    scaled: np.ndarray | None  # float32 [r, k]: kept candidates' temperature-scaled logits, -inf for the rest
-    top_ids: np.ndarray | None  # int [n, k]: every row's top-k candidate ids (all rows sampled), for reuse
+    scaled: (
+        np.ndarray | None
+    )  # float32 [r, k]: kept candidates' temperature-scaled logits, -inf for the rest
+    top_ids: (
+        np.ndarray | None
+    )  # int [n, k]: every row's top-k candidate ids (all rows sampled), for reuse
     # (row indices [r], exp(x - max) float32 [r, V]) of the rows whose exact top-p mass the draw
     # computed: the statistics reuse them instead of a second exp pass (full_distribution_np)
     exps: tuple[np.ndarray, np.ndarray] | None = None

@@ -8,7 +8,9 @@ import numpy as np
 _SEARCH_CHUNK = 64
 
 
-def _chunked_top(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def _chunked_top(
+    x: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Search the k largest entries of each row of x [n, V] (k < V) through group maxima.
 
     The first G * W columns (W = _SEARCH_CHUNK, G = V // W) form G groups of W columns,
@@ -31,8 +33,10 @@ def _chunked_top(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     vals = np.take(np.ascontiguousarray(x).ravel(), cols + rows * vocab)
     if groups * w < vocab:
         rest = vocab - groups * w
-        vals = np.concatenate([vals, x[:, groups * w:]], axis=1)
-        cols = np.concatenate([cols, np.broadcast_to(np.arange(groups * w, vocab), (n, rest))], axis=1)
+        vals = np.concatenate([vals, x[:, groups * w :]], axis=1)
+        cols = np.concatenate(
+            [cols, np.broadcast_to(np.arange(groups * w, vocab), (n, rest))], axis=1
+        )
     pick = np.argpartition(-vals, k - 1, axis=-1)[:, :k]
     ids = np.take_along_axis(cols, pick, axis=-1)
     top = vals.max(-1, keepdims=True)

@@ -28,8 +28,9 @@ class FullDistribution(NamedTuple):
     probs: np.ndarray | None = None  # float32 [n, V]: the probabilities, when asked for
 
 
-def full_distribution_np(x: np.ndarray, keep_probs: bool = False,
-                         exps: tuple[np.ndarray, np.ndarray] | None = None) -> FullDistribution:
+def full_distribution_np(
+    x: np.ndarray, keep_probs: bool = False, exps: tuple[np.ndarray, np.ndarray] | None = None
+) -> FullDistribution:
     """The `FullDistribution` of float32 logits x [n, V]: computed once per step, shared by the
     sampler's statistics and the instrumentation (the candidate search too:
     `cached_top_candidates` caches it per k in `tops`, the same ids whoever asks first).
@@ -76,8 +77,9 @@ def full_distribution_np(x: np.ndarray, keep_probs: bool = False,
     return FullDistribution(m + log_s[:, None], ent, {}, probs)
 
 
-def draw_stats_np(x: np.ndarray, draw: Draw, k: int = 0,
-                  keep_probs: bool = False) -> tuple[np.ndarray, FullDistribution]:
+def draw_stats_np(
+    x: np.ndarray, draw: Draw, k: int = 0, keep_probs: bool = False
+) -> tuple[np.ndarray, FullDistribution]:
     """(stats float32 [n, 3]: chosen log-prob, full entropy, sampling entropy; the step's
     `full_distribution_np` tuple) of a `Draw` on logits x: the part of the step that nothing
     waits for (run beside the next forward pass). `k`: the draw's candidate count, so that the
@@ -117,5 +119,7 @@ def top_logprobs_np(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
     idx = top_candidates(x, k)
     vals = np.take_along_axis(x, idx, axis=-1)
     order = np.argsort(-vals, axis=-1, kind="stable")
-    return (np.take_along_axis(idx, order, axis=-1).astype(np.int32),
-            (np.take_along_axis(vals, order, axis=-1) - lse).astype(np.float32))
+    return (
+        np.take_along_axis(idx, order, axis=-1).astype(np.int32),
+        (np.take_along_axis(vals, order, axis=-1) - lse).astype(np.float32),
+    )

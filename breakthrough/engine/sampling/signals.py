@@ -13,7 +13,6 @@ import numpy as np
 from breakthrough.engine.sampling.numpy_search import cached_top_candidates
 from breakthrough.engine.sampling.numpy_stats import FullDistribution, full_distribution_np
 
-
 SIGNAL_FIELDS: tuple[str, ...] = (
     "normalized_entropy",  # entropy / ln|V|
     "top1_top2_logit_margin",  # logit_1 - logit_2
@@ -34,8 +33,9 @@ TAIL_K = 20
 """The tail is what lies outside the protocol's sampling top-k (protocol 1.4: top_k = 20)."""
 
 
-def token_signals_np(x: np.ndarray, tokens: np.ndarray, prev: Sequence,
-                     full: FullDistribution | None = None) -> tuple[np.ndarray, list]:
+def token_signals_np(
+    x: np.ndarray, tokens: np.ndarray, prev: Sequence, full: FullDistribution | None = None
+) -> tuple[np.ndarray, list]:
     """The SIGNAL_FIELDS of each row of float32 logits `x` [n, V] whose sampled tokens are
     `tokens` [n]; `prev[i]` is what this function returned as row i's state at the previous
     step, or None. `full`: `full_distribution_np(x)` when already computed.
@@ -93,11 +93,19 @@ def token_signals(logits, tokens, prev):
     k = min(max(TAIL_K, 5), vocab)
     tl = mx.sort(mx.topk(x, k, axis=-1), axis=-1)[:, ::-1]
     tp = mx.exp(tl - (x - logp)[:, :1])
-    cols = [ent / float(np.log(vocab)), tl[:, 0] - tl[:, 1], tp[:, 0] - tp[:, 1], tp[:, 0],
-            mx.sum(tp[:, :5], axis=-1), mx.maximum(1.0 - mx.sum(tp[:, :TAIL_K], axis=-1), 0.0),
-            mx.exp(ent),
-            -mx.take_along_axis(logp, tokens[:, None].astype(mx.int32), axis=-1)[:, 0]]
-    cols.append(mx.maximum(cols[-1] + (tl[:, 0] - (x - logp)[:, 0]), 0.0))  # regret: surprisal - (-log p_1)
+    cols = [
+        ent / float(np.log(vocab)),
+        tl[:, 0] - tl[:, 1],
+        tp[:, 0] - tp[:, 1],
+        tp[:, 0],
+        mx.sum(tp[:, :5], axis=-1),
+        mx.maximum(1.0 - mx.sum(tp[:, :TAIL_K], axis=-1), 0.0),
+        mx.exp(ent),
+        -mx.take_along_axis(logp, tokens[:, None].astype(mx.int32), axis=-1)[:, 0],
+    ]
+    cols.append(
+        mx.maximum(cols[-1] + (tl[:, 0] - (x - logp)[:, 0]), 0.0)
+    )  # regret: surprisal - (-log p_1)
     nan = mx.full((x.shape[0],), float("nan"))
     if prev is None:
         cols += [nan, nan]
@@ -106,7 +114,9 @@ def token_signals(logits, tokens, prev):
         kl = mx.maximum(mx.sum(p * (logp - q), axis=-1), 0.0)
         pq = mx.exp(q)
         mid = mx.log(mx.maximum(0.5 * (p + pq), 1e-38))
-        js = mx.maximum(0.5 * (mx.sum(p * (logp - mid), axis=-1) + mx.sum(pq * (q - mid), axis=-1)), 0.0)
+        js = mx.maximum(
+            0.5 * (mx.sum(p * (logp - mid), axis=-1) + mx.sum(pq * (q - mid), axis=-1)), 0.0
+        )
         cols += [mx.where(has, kl, nan), mx.where(has, js, nan)]
     return mx.stack(cols, axis=1), logp
 

@@ -19,8 +19,8 @@ operands before it states a result)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 GENERATOR_VERSION = "arith-v1"
 MASTER_SEED = "breakthrough-arith-v1"
@@ -43,8 +43,9 @@ LEVELS: dict[int, Level] = {
     1: Level("+", (2, 9), (2, 9), lambda a, b: a + b <= 9, "one-digit addition, no carry"),
     2: Level("+", (2, 9), (2, 9), lambda a, b: a + b >= 10, "one-digit addition with carry"),
     3: Level("*", (2, 9), (2, 9), lambda a, b: True, "one-digit multiplication"),
-    4: Level("+", (11, 99), (11, 99), lambda a, b: a % 10 + b % 10 >= 10,
-             "two-digit addition with carry"),
+    4: Level(
+        "+", (11, 99), (11, 99), lambda a, b: a % 10 + b % 10 >= 10, "two-digit addition with carry"
+    ),
     5: Level("*", (11, 99), (2, 9), lambda a, b: True, "two-digit by one-digit multiplication"),
 }
 SUBJECT = {"+": "addition", "*": "multiplication"}
@@ -68,6 +69,12 @@ def generate(level: int, rep: int, master_seed: str = MASTER_SEED) -> dict:
         if spec.accept(a, b):
             answer = evaluate(a, spec.op, b)
             assert answer not in (a, b)
-            return {"a": a, "op": spec.op, "b": b, "expression": f"{a} {spec.op} {b}",
-                    "answer": answer, "draws": draw}
+            return {
+                "a": a,
+                "op": spec.op,
+                "b": b,
+                "expression": f"{a} {spec.op} {b}",
+                "answer": answer,
+                "draws": draw,
+            }
     raise AssertionError(f"level {level} rep {rep}: no problem in {MAX_DRAWS} draws")

@@ -62,8 +62,15 @@ class ArithGrader:
             status = "truncated" if finish_reason in TRUNCATED else "missing"
             return Grade(False, status, method, NAME, VERSION, extracted)
         correct = value == Fraction(int(item["answer"]))
-        return Grade(correct, "correct" if correct else "wrong", method, NAME, VERSION, extracted,
-                     {"expected": int(item["answer"])})
+        return Grade(
+            correct,
+            "correct" if correct else "wrong",
+            method,
+            NAME,
+            VERSION,
+            extracted,
+            {"expected": int(item["answer"])},
+        )
 
     def grade_many(self, jobs: list[tuple[str, dict[str, Any], str | None]]) -> list[Grade]:
         return [self.grade(text, item, finish) for text, item, finish in jobs]

@@ -14,8 +14,8 @@ from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.tasks.grade import Grade
-from breakthrough.tasks.math.grade_cache import GradeCache
 from breakthrough.tasks.math.extract import extract_final_answer, numeric_verdict, string_match
+from breakthrough.tasks.math.grade_cache import GradeCache
 from breakthrough.tasks.math.verify_pool import DEFAULT_TIMEOUT_S, VerifyPool, VerifyResult
 
 NAME = "math"
@@ -110,11 +110,13 @@ class MathGrader:
         references = [reference_of(item) for _, item, _ in jobs]  # bad rows fail before work
         extractions = [extract_final_answer(text) for text, _, _ in jobs]
         pairs = [
-            (ex.answer, ref) for ex, ref in zip(extractions, references) if ex.answer is not None
+            (ex.answer, ref)
+            for ex, ref in zip(extractions, references, strict=True)
+            if ex.answer is not None
         ]
         verdicts = iter(self.compare_many(pairs))
         grades = []
-        for ex, (_, _, finish_reason) in zip(extractions, jobs):
+        for ex, (_, _, finish_reason) in zip(extractions, jobs, strict=True):
             detail: dict[str, Any] = {"extraction": ex.method, "finish_reason": finish_reason}
             if ex.answer is None:
                 grades.append(
@@ -150,7 +152,7 @@ class MathGrader:
                 ask.append(key)
         if ask:
             results = self.pool.map([(ref, pred) for _, pred, ref in ask])  # gold first
-            for key, result in zip(ask, results):
+            for key, result in zip(ask, results, strict=True):
                 known[key] = grade_from_verify(result)
                 fresh.append((key, known[key]))
         self.cache.put_many(fresh)
@@ -163,7 +165,7 @@ class MathGrader:
             self._pool = None
         self.cache.close()
 
-    def __enter__(self) -> "MathGrader":
+    def __enter__(self) -> MathGrader:
         return self
 
     def __exit__(self, *exc: object) -> None:

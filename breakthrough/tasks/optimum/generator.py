@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 M64 = (1 << 64) - 1
 GENERATOR_VERSION = "uoo-v1"
@@ -115,7 +116,9 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def attempt_seed(kind: str, bin_index: int, rep: int, attempt: int, master: int = MASTER_SEED) -> int:
+def attempt_seed(
+    kind: str, bin_index: int, rep: int, attempt: int, master: int = MASTER_SEED
+) -> int:
     return derive_seed(GENERATOR_VERSION, master, kind, bin_index, rep, attempt)
 
 
@@ -158,7 +161,8 @@ def gen_qubo(rng: Rng, level: int) -> dict[str, Any]:
     return {"n": n, "Q": q}
 
 
-ASSIGN_D = (None, 0.12, 0.18, 0.25, 0.35, 0.50)
+# Per level, the chance that a cost entry gets no noise (level 0 draws uniform costs instead).
+ASSIGN_D = {1: 0.12, 2: 0.18, 3: 0.25, 4: 0.35, 5: 0.50}
 
 
 def gen_assignment(rng: Rng, level: int) -> dict[str, Any]:
@@ -179,7 +183,13 @@ def gen_assignment(rng: Rng, level: int) -> dict[str, Any]:
     return {"n": n, "C": cost}
 
 
-KNAP_LEVELS = {1: (20, 20, 0, 1), 2: (10, 10, 1, 2), 3: (6, 8, 1, 3), 4: (4, 6, 2, 3), 5: (3, 5, 3, 4)}
+KNAP_LEVELS = {
+    1: (20, 20, 0, 1),
+    2: (10, 10, 1, 2),
+    3: (6, 8, 1, 3),
+    4: (4, 6, 2, 3),
+    5: (3, 5, 3, 4),
+}
 
 
 def gen_knapsack(rng: Rng, level: int) -> dict[str, Any]:
@@ -252,7 +262,7 @@ def evaluate(kind: str, instance: dict[str, Any], solution: list[int]) -> tuple[
         raise ValueError(f"solution has {len(solution)} entries, instance has n={n}")
     x = solution
     if kind == "subset":
-        obj = sum(v for v, xi in zip(instance["values"], x) if xi)
+        obj = sum(v for v, xi in zip(instance["values"], x, strict=True) if xi)
         ok = sum(x) == instance["k"] and not any(x[a] and x[b] for a, b in instance["conflicts"])
         return ok, obj
     if kind == "qubo":
@@ -271,8 +281,8 @@ def evaluate(kind: str, instance: dict[str, Any], solution: list[int]) -> tuple[
         obj = sum(cost[i][x[i]] for i in range(n) if 0 <= x[i] < n)
         return ok, obj
     if kind == "knapsack":
-        obj = sum(v for v, xi in zip(instance["values"], x) if xi)
-        wt = sum(w for w, xi in zip(instance["weights"], x) if xi)
+        obj = sum(v for v, xi in zip(instance["values"], x, strict=True) if xi)
+        wt = sum(w for w, xi in zip(instance["weights"], x, strict=True) if xi)
         return wt <= instance["capacity"], obj
     if kind == "portfolio":
         s, pen = instance["sectors"], instance["P"]

@@ -7,7 +7,8 @@ Grading: thinking removed -> top-level brace-balanced blocks -> the LAST block m
 validation -> the objective is recomputed from the instance (the model's `objective` is never
 trusted) -> three checks (optimal, unique claim right, count exact); score 1 iff all three pass.
 One primary label per answer, the first failing stage in this order:
-truncated | malformed | infeasible | suboptimal | count_under | count_over | unique_flag_wrong | pass.
+truncated | malformed | infeasible | suboptimal | count_under | count_over | unique_flag_wrong |
+pass.
 
 Pure Python: no numpy, no enumeration."""
 
@@ -145,8 +146,9 @@ def validate(obj: Any, kind: str, n: int) -> Parsed:
     binary = kind != "assignment"
     if not isinstance(sol, list) or len(sol) != n:
         return Parsed("bad_solution_shape", alias_used=alias_used)
-    ints = [_as_int(v, allow_bool=binary) for v in sol]
-    if any(v is None for v in ints):
+    maybe = [_as_int(v, allow_bool=binary) for v in sol]
+    ints = [v for v in maybe if v is not None]
+    if len(ints) != len(maybe):
         return Parsed("bad_solution_type", alias_used=alias_used)
     zero_based = None
     if binary:
@@ -185,7 +187,9 @@ def parse_answer(text: str, kind: str, n: int) -> tuple[Parsed, str | None]:
     """Extract and validate the final JSON answer; returns (Parsed, thinking marker removed)."""
     answer, removed = strip_thinking(text)
     cands = [
-        (s, e) for s, e in json_blocks(answer) if '"solution"' in answer[s:e] or "optima" in answer[s:e]
+        (s, e)
+        for s, e in json_blocks(answer)
+        if '"solution"' in answer[s:e] or "optima" in answer[s:e]
     ]
     if not cands:
         return Parsed("no_json"), removed
@@ -246,7 +250,9 @@ LABEL_STATUS = {
 }
 
 
-def grade_record(text: str, item: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+def grade_record(
+    text: str, item: dict[str, Any], finish_reason: str | None = None
+) -> dict[str, Any]:
     """The per-answer record: parsed, parse_error, checks, score, label, diag."""
     kind, inst = item["kind"], item["instance"]
     n, true_opt, true_n = inst["n"], item["optimum"], item["n_optima"]
@@ -308,7 +314,11 @@ def grade_record(text: str, item: dict[str, Any], finish_reason: str | None = No
             "claimed_objective_is_optimum": p.objective == true_opt,
             "objective_claim_consistent": p.objective == obj_val,
             "claimed_count": claimed,
-            "count_direction": "under" if claimed < true_n else "over" if claimed > true_n else "exact",
+            "count_direction": "under"
+            if claimed < true_n
+            else "over"
+            if claimed > true_n
+            else "exact",
             "count_log2_ratio": math.log2(claimed) - math.log2(true_n) if claimed >= 1 else None,
             "within_x2": claimed >= 1 and true_n / 2 <= claimed <= 2 * true_n,
             "same_bin": bin_of(claimed) == bin_of(true_n),

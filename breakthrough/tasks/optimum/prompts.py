@@ -13,10 +13,10 @@ VARIANTS = ("plain", "explicit")
 SECTOR_LETTERS = "ABCDEFGHIJ"
 
 EXPLICIT_PARAGRAPH = (
-    "Be careful about alternative optima. After you find one optimal solution, check systematically "
-    "whether any other solution reaches exactly the same objective value, and count every such "
-    "solution, including the one you found. Report \"unique\": true only if exactly one solution "
-    "is optimal."
+    "Be careful about alternative optima. After you find one optimal solution, check "
+    "systematically whether any other solution reaches exactly the same objective value, and "
+    'count every such solution, including the one you found. Report "unique": true only if '
+    "exactly one solution is optimal."
 )
 
 _HEAD = "Solve the following optimisation problem exactly."
@@ -50,9 +50,7 @@ def _block_subset(inst: dict[str, Any]) -> str:
         f"Choose exactly {inst['k']} items. The following pairs of items are incompatible "
         f"(at most one item of each pair may be chosen): {pairs}."
     )
-    lines.append(
-        "Objective: maximize the total value of the chosen items. " + _decision(n, "item")
-    )
+    lines.append("Objective: maximize the total value of the chosen items. " + _decision(n, "item"))
     return "\n".join(lines)
 
 
@@ -68,9 +66,7 @@ def qubo_expression(inst: dict[str, Any]) -> str:
     """E(x) as text: linear terms by index, then quadratic terms in (i, j) order; zeros omitted."""
     n, q = inst["n"], inst["Q"]
     terms = [(q[i][i], f"x{i + 1}") for i in range(n) if q[i][i]]
-    terms += [
-        (q[i][j], f"x{i + 1}*x{j + 1}") for i in range(n) for j in range(i + 1, n) if q[i][j]
-    ]
+    terms += [(q[i][j], f"x{i + 1}*x{j + 1}") for i in range(n) for j in range(i + 1, n) if q[i][j]]
     if not terms:
         return "0"
     return "".join(_term(c, name, k == 0) for k, (c, name) in enumerate(terms))
@@ -106,7 +102,7 @@ def _block_knapsack(inst: dict[str, Any]) -> str:
     lines = [f"0/1 knapsack. {n} items, numbered 1 to {n} (value, weight):"]
     lines += [
         f"item {i + 1}: value {v}, weight {w}"
-        for i, (v, w) in enumerate(zip(inst["values"], inst["weights"]))
+        for i, (v, w) in enumerate(zip(inst["values"], inst["weights"], strict=True))
     ]
     lines.append(
         f"Capacity: {cap}. Choose a set of items with total weight at most {cap} that maximizes "
@@ -120,7 +116,7 @@ def _block_portfolio(inst: dict[str, Any]) -> str:
     lines = [f"Toy portfolio selection. {n} assets, numbered 1 to {n}:"]
     lines += [
         f"asset {i + 1}: sector {SECTOR_LETTERS[s]}, expected return {m}, risk {r}"
-        for i, (s, m, r) in enumerate(zip(inst["sectors"], inst["mu"], inst["risk"]))
+        for i, (s, m, r) in enumerate(zip(inst["sectors"], inst["mu"], inst["risk"], strict=True))
     ]
     lines.append(
         "Pair penalty by sectors (symmetric; applies to every unordered pair of chosen assets):"
