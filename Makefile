@@ -45,11 +45,18 @@ lock: $(VENV)/.installed
 	$(COMPILE) --python-platform x86_64-manylinux_2_35 -o $(LOCK_LINUX)
 	MACOSX_DEPLOYMENT_TARGET=14.0 $(COMPILE) --python-platform aarch64-apple-darwin -o $(LOCK_MACOS)
 
-# Layer rules first (import-linter contracts in pyproject.toml), then the suite.
+# Style, formatting and types ([tool.ruff] and [tool.mypy] in pyproject.toml); `make test` runs
+# it first, so CI does. `ruff format .` and `ruff check --fix .` repair most findings.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy breakthrough
+
+# Lint and the layer rules first (import-linter contracts in pyproject.toml), then the suite.
 # Two workers by default (CI has 2 cores; most tests wait on `bt` subprocesses), a module's
 # tests on one worker so its fixtures are built once: `make test TEST_WORKERS=0` runs serially.
 TEST_WORKERS ?= 2
-test: setup
+test: setup lint
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
