@@ -1,4 +1,4 @@
-"""Scale check for the AUROC decomposition (issue 5): a 200,000-row synthetic table.
+"""Scale check for the AUROC decomposition: a 200,000-row synthetic table.
 
 Times, in this run and on these rows:
   * the baseline: scikit-learn's roc_auc_score (pooled AUROC only);
