@@ -15,7 +15,7 @@ differ a little; the ratio is of tok/s. Not run in CI; on a CPU-only machine it 
     python bench/accelerator_throughput.py --workload small --repeats 3
     python bench/accelerator_throughput.py --model study-geometry --trace-tokens 16384 \
         --anchors 1024,4096,8192,16384 --budget 1024 --answer-budget 512 --restarts 1024 --bt-only
-        # issue 28: the study's KV geometry at its context lengths (rows in flight per depth,
+        # the study's KV geometry at its context lengths (rows in flight per depth,
         # peak memory against --memory-gb, which defaults to auto)
 """
 

@@ -1,4 +1,4 @@
-"""Scale check for the AUROC decomposition (issue 5): a 200,000-row synthetic table.
+"""Scale check for the AUROC decomposition: a 200,000-row synthetic table.
 
 Times, in this run and on these rows:
   * the baseline: scikit-learn's roc_auc_score (pooled AUROC only);
@@ -6,7 +6,7 @@ Times, in this run and on these rows:
     weightings, between, lambda), each as a ratio to the baseline;
   * the clustered bootstrap (score + LOO reference, paired draws);
   * `bt auroc` end to end on the table written as parquet (read, checks, bootstrap, JSON),
-    through `breakthrough.report.auroc.auroc_table`, the function the command calls.
+    through `breakthrough.analyses.auroc.auroc_table`, the function the command calls.
 Prints wall-clock seconds (best of 3 for the point estimates) and, for the long steps, this
 process's CPU seconds, which shared cores inflate less. Nothing is asserted about timing.
 
@@ -90,7 +90,7 @@ def main() -> None:
     )
 
     if not args.skip_cli:
-        from breakthrough.report.auroc import auroc_table
+        from breakthrough.analyses.auroc import auroc_table
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "table.parquet"

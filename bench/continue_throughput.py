@@ -1,13 +1,13 @@
 """`bt continue` against a reference-style loop on plain mlx-lm: same model, same work, one run.
 
-Default workload (`--workload study8`): the study's proportions scaled by 1/8 (issue 15) on
-`--cells N` cells (default 8; issue 22: the study runs 89 problems x 2 models, so what matters
+Default workload (`--workload study8`): the study's proportions scaled by 1/8 on
+`--cells N` cells (default 8: the study runs 89 problems x 2 models, so what matters
 is how full the batch stays across many cells), each with its own problem prompt and base trace
 of about 1,150 tokens: anchors 8,16,...,1024 x 4 branches, B = 128 reasoning tokens, a 64-token
 answer phase, restarts at 128,256,512,1024 x 4 (each with its answer phase), no bisection
 rounds, no top-ups: 14,848 generated tokens per cell when no row stops early (the random models
 never do). bt's line also prints its batch occupancy (token-weighted mean rows in flight /
-batch size, `MlxEngine.occupancy`). `--workload small` is the old prefill-dominated one (8 anchors
+batch size, `MlxEngine.occupancy`). `--workload small` is a prefill-dominated one (8 anchors
 64..1280 x 4, B = 16, answer 8, restarts 16 x 4).
 
 bt side: the real pipeline, `breakthrough.pipeline.cell_loop.continue_run` on a run directory
@@ -26,42 +26,8 @@ Both sides run in this process, so both use the same BLAS (see `breakthrough/eng
 `BT_BLAS=reference` measures MLX's bundled one). Repeats alternate bt / reference so machine load
 hits both alike; prints tok/s of each, the ratio per repeat and the median.
 
-Measured on the 2-core CI-class CPU, OpenBLAS, 2026-11-30 (after the CPU step's worker thread):
-tiny model, idle machine: bt 967.1 / 959.6 tok/s vs reference 112.9 / 111.5 tok/s -> 8.56x and
-8.61x; deep model, while the test suite ran beside it for part of the time: bt 205.8 / 295.9 vs
-32.6 / 56.5 tok/s -> 6.31x and 5.23x (median 5.77x), 14,848 tokens on each side. Before issue 15
-(same workload): 1.67x tiny, 1.53x deep.
-
-Issue 22, 2026-12-01, on the 2-core machine shared with five other agents' tests and benches
-(load average 5-10: every number below is several times slower than idle, and bt, which uses
-both cores, loses more to the contention than the one-thread reference; one repeat each):
-tiny, 8 cells, the old scheduler (3 active cells, FIFO): bt occupancy 85.2 % (bt-only run);
-after the batch-filling scheduler: occupancy 99.2 %, bt 92.6 tok/s vs reference 25.6 tok/s
-(reference on 1 of 8 cells, all branches) -> 3.62x (the idle 1-cell ratio was 8.5x);
-deep, 8 cells, `--reference-cells 1 --reference-branches 1`: occupancy 99.2 %, bt 63.1 tok/s
-(1,882 s, while other benches ran) vs reference 19.1 tok/s (195 s, at the end, less load) -> 3.31x;
-wide-vocab (151,936 tokens), `--workload small --cells 2 --reference-cells 1
---reference-branches 1`: bt 54.9 vs 4.8 tok/s -> 11.3x, occupancy 81.4 %.
-
-Issue 22, 2026-12-02, idle machine (nothing else running; this VM was several times slower
-than on 11-30 that day: numpy's exp 6 ns an entry instead of ~1, so compare ratios only), one
-repeat each, 8 cells, 118,784 bt tokens:
-  tiny, `--cells 8 --reference-cells 1`: before (cell-order probes) bt 456.6 vs 40.7 tok/s ->
-    11.21x; probes longest context first: bt 615.7 vs 49.1 -> 12.54x; occupancy 99.2 % both;
-  deep, `--model deep --cells 8 --reference-cells 1 --reference-branches 1`: before bt 114.2
-    vs 17.7 tok/s -> 6.45x; longest first: 173.7 vs 21.4 -> 8.11x; with the draw's exact mass
-    split over two threads and reused by the statistics: 176.9 vs 20.5 ->
-    8.62x, attention fill 90.6 %; occupancy 99.2 % in all three.
-Final code of issue 22 (same VM, 2026-12-02 03:30-04:10, idle, one repeat each):
-  deep, `--model deep --cells 8 --reference-cells 1 --reference-branches 1 --repeats 1`:
-    bt 179.4 vs reference 20.5 tok/s -> 8.77x, occupancy 99.2 %, attention fill 90.6 %;
-  tiny, `--cells 8 --reference-cells 1 --repeats 1`: bt 691.1 vs 50.7 tok/s -> 13.63x,
-    occupancy 99.2 %, attention fill 90.6 %;
-  wide-vocab (151,936 tokens), study8 on 4 cells, `--model wide-vocab --cells 4
-    --reference-cells 1 --reference-branches 1 --repeats 1`: bt 369.8 vs 20.6 tok/s -> 17.97x,
-    occupancy 99.0 %, attention fill 74.4 % (59,392 bt tokens).
-The printed attention fill is `MlxEngine.attention_fill` (real / padded attention positions:
-mlx-lm pads a batch to its longest row; at 8 cells 57 % in cell order, 91 % longest first).
+bt's line also prints its attention fill, `MlxEngine.attention_fill` (real / padded attention
+positions: mlx-lm pads a batch to its longest row).
 
     .venv/bin/python bench/continue_throughput.py                       # tiny: 4 layers, width 128
     .venv/bin/python bench/continue_throughput.py --model deep          # 8 layers, width 384
@@ -71,7 +37,7 @@ mlx-lm pads a batch to its longest row; at 8 cells 57 % in cell order, 91 % long
     .venv/bin/python bench/continue_throughput.py --cells 8 --reference-cells 1 --repeats 1
     .venv/bin/python bench/continue_throughput.py --model deep --reference-cells 1 \
         --reference-branches 1
-    # issue 28: the study's KV geometry (Qwen3-4B's 36 x 8 x 128; study-geometry-ministral: 26 x 8
+    # the study's KV geometry (Qwen3-4B's 36 x 8 x 128; study-geometry-ministral: 26 x 8
     # x 128; hidden size 256), rows in flight per context depth and peak memory vs the budget
     .venv/bin/python bench/continue_throughput.py --model study-geometry --cells 1 \
         --trace-tokens 1024 --anchors 128,256,512,1024 --budget 128 --answer-budget 64 \

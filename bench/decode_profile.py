@@ -2,15 +2,15 @@
 
 "Everything else" is the step minus the forward: sampling, the per-token statistics (chosen
 log-prob, full-distribution entropy, sampling entropy), evaluation and mlx-lm's Python
-bookkeeping. Issue 15's goal: at most 10 % of the step at batch 32 on the tiny model.
+bookkeeping. Target: at most 10 % of the step at batch 32 on the tiny model.
 
 Three ways of running the same step, measured in the same run:
   * bt: `engine.batch_step.SeededBatchGenerator`, one batched seeded sampler for all rows, with
     the log-prob and the two entropies per token: what a continuation or restart stores
-    (issue 22: `bt continue` without `--instrument`);
+    (`bt continue` without `--instrument`);
   * bt+instr: the same with the protocol 2.2 instrumentation (base traces, `bt sample`,
     `bt continue --instrument`);
-  * per-row (before issue 15): mlx-lm's stock `BatchGenerator` with one `make_sampler` object per
+  * per-row (the baseline): mlx-lm's stock `BatchGenerator` with one `make_sampler` object per
     row (so one Python sampler call per row per step) and the full-vocabulary statistics
     evaluated per step from the stacked log-prob rows, as bt's engine did.
 Step time: the median over `--steps` calls of `next_generated()`; forward time: the median of
@@ -20,49 +20,9 @@ length). Rounds alternate the ways. `--beside` also times the bare forward alone
 statistics job (`sampling.draw_stats_np`) running on a second thread, as bt's step runs it.
 
 On CPU, bt's step draws the tokens on the forward's path and computes the statistics on a worker
-thread beside the next forward.
-
-Measured 2026-11-30 on the idle 2-core CPU, OpenBLAS, `--rounds 3 --steps 30 --beside` (tiny)
-and `--model deep --rounds 2 --steps 20 --beside`; other = step - forward, as % of the step:
-
-    model  batch   per-row            bt                 bt+instr
-    tiny       1   8.05 ms / 66 %     3.61 ms / 34 %     3.96 ms / 38 %
-    tiny       8   50.9 ms / 91 %     6.53 ms / 30 %     6.63 ms / 33 %
-    tiny      32   187.7 ms / 95 %    11.54 ms / 27 %    13.69 ms / 38 %
-    deep       1   16.7 ms / 33 %     12.5 ms / 7 %      12.4 ms / 7 %
-    deep       8   67.6 ms / 69 %     23.9 ms / 13 %     23.2 ms / 15 %
-    deep      32   228.8 ms / 83 %    46.5 ms / 14 %     50.5 ms / 19 %
-
-(The same run of the previous commit's engine, tiny batch 32: bt 12.67 ms / 31 %, bt+instr
-14.25 ms / 39 %. At batch 1 the split is within the noise: a few tenths of a ms.)
-
-Issue 15's goal (other <= 10 % at batch 32 on the tiny model) is not reached, and on this
-machine it cannot be with the exact per-token statistics:
-  * what stays on the forward's path is the draw (about 1.0-1.4 ms at batch 32: one pass over
-    32 x 49,152 freshly written logits for the group maxima, then the candidates) and a few
-    tenths of a ms of mlx-lm's and bt's Python;
-  * the statistics (one exp pass over every row's distribution and its sums: 1.7 ms of a core)
-    run beside the next forward, but `--beside` shows that at batch 32 they lengthen it by
-    about their own duration (tiny: 7.75 -> 9.62 ms for a 1.80 ms job; deep: 38.7 -> 40.6 ms
-    for 1.83 ms), whereas at batch 8 they overlap almost freely (4.09 -> 4.23 ms for 0.51 ms).
-    The delay does not depend on when the job starts within the forward, on the BLAS thread
-    count, or on the statistics' block size (measured with /tmp scripts, not kept), so the
-    second core is not free at batch 32 on this VM;
-  * so the floor is about draw + statistics = 2.7-3 ms on a 7.5-8.5 ms forward: 25-30 %.
-Issue 22 (2026-12-02, same VM, several times slower that day), `--model deep --batches 32
---ways bt,bt+instr --rounds 2 --steps 20 --beside`: bt 119.9 ms step, 100.3 forward, other
-16.3 %; bt+instr 25.0 %. At batch 32 on the deep model 22-24 of 32 rows a step need the draw's
-exact top-p mass (their top 20 hold 95-99.9 % of the mass), an exp pass on the forward's path
-that the statistics repeat. The draw now splits that pass over two threads and the statistics
-reuse its exps (`Draw.exps`). Same day, `--model deep --batches 32 --ways bt,bt+instr --rounds 1
---steps 20`, three alternating runs each of the commit before and after (a git worktree):
-bt other 18.2 / 15.1 / 16.7 % before, 13.6 / 14.4 / 5.4 % after (medians 16.7 % -> 13.6 %);
-bt+instr 21.7 / 19.6 / 17.8 % before, 22.7 / 22.1 / 19.6 % after (its statistics run beside
-the forward, so the reuse does not shorten its step). The `--beside` run after: bt 118.23 ms
-step, 101.84 forward, 13.9 %.
-MLX's own CPU exp is scalar (14 ms for the same pass), so moving the statistics into the
-forward's graph is slower. On Apple silicon or CUDA the draw and the statistics are part of the
-step's MLX graph (`sampling.mlx_path.sample_step`) and this split is the one to measure there.
+thread beside the next forward (MLX's own CPU exp is scalar, so they stay out of the forward's
+graph). On Apple silicon or CUDA the draw and the statistics are part of the step's MLX graph
+(`sampling.mlx_path.sample_step`), and this split is the one to measure there.
 
     .venv/bin/python bench/decode_profile.py                  # tiny: 4 layers, width 128
     .venv/bin/python bench/decode_profile.py --model deep     # 8 layers, width 384

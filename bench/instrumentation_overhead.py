@@ -3,7 +3,7 @@
 instrumentation vs log-prob-only (`MlxEngine(instrument=False)`: log-prob and the two entropies
 only), same requests, same run.
 
-Target (issue 11): at most 15 % slower on the tiny test model and on SmolLM2-135M. Rounds
+Target: at most 15 % slower on the tiny test model and on SmolLM2-135M. Rounds
 alternate between the two settings; prints the median rate of each and their ratio.
 
     nice -n 10 .venv/bin/python bench/instrumentation_overhead.py \

@@ -1,6 +1,6 @@
 """How fast does `bt` answer? Wall time of the installed console script, in a fresh process
 each time, for the commands a user types to look (not to generate): the median of N runs each,
-beside its target (issue 30: `--version` and `--help` <= 0.2 s, read-only commands <= 0.5 s on
+beside its target (`--version` and `--help` <= 0.2 s, read-only commands <= 0.5 s on
 an idle machine).
 
 Why a subprocess: what a user waits for is interpreter start-up plus every module the command

@@ -5,7 +5,8 @@ its protocol (a cell not continued, or left incomplete, gets no regime: it is li
 `classify.completeness`), measures how robust each label is under the posterior, plans the next
 work under the chosen `--topup` rules (and under the study's and the posterior rule, for
 comparison) and summarizes. Reading a
-run's store and writing tables, figures and HTML is `breakthrough.report.classify_outputs`.
+run's store is `breakthrough.analyses.classify_run`; writing tables, figures and HTML is
+`breakthrough.report.classify_outputs`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`bt auroc`: pooled / within / between AUROC decomposition of a score on any table.
 
-Parses the options, calls `breakthrough.report.auroc.auroc_table` (reading, checks,
+Parses the options, calls `breakthrough.analyses.auroc.auroc_table` (reading, checks,
 decomposition, JSON) and prints its summary; warnings about dropped rows go to stderr.
 """
 
@@ -65,8 +65,8 @@ def auroc(
 
     LOO reference: each row scored by the mean correctness of the other rows of its group.
     """
+    from breakthrough.analyses.auroc import auroc_table  # pandas and scipy: not at `bt` start-up
     from breakthrough.errors import BtError
-    from breakthrough.report.auroc import auroc_table  # pandas and scipy: not at `bt` start-up
 
     if seed is not None and not 0 <= seed < 2**63:  # numpy's Generator takes no negative seed
         raise BtError(f"--seed: expected an integer in 0..{2**63 - 1}, got {seed}")

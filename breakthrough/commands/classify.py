@@ -1,8 +1,8 @@
 """`bt classify RUN...`: labels, regimes, plan of next work, tables, figures and HTML report.
 
-Parses the options, calls `breakthrough.report.classify_outputs.classify_runs` and prints the
-regime tables. The labels are `breakthrough.classify` (pure); reading the runs and writing the
-outputs is `breakthrough.report`.
+Parses the options, calls `breakthrough.analyses.classify_run.classify_runs` and prints the
+regime tables. The labels are `breakthrough.classify` (pure); reading the runs is
+`breakthrough.analyses`, writing the outputs `breakthrough.report`.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
         """Label every cell (T_F, R̂, adv, T_V, regime) under the protocol stored in its run,
         plan the next work, and write the per-cell table, summary JSON, figures and HTML
         report."""
-        from breakthrough.report.classify_outputs import classify_runs  # not at `bt` start-up
+        from breakthrough.analyses.classify_run import classify_runs  # not at `bt` start-up
 
         DEFAULT.with_overrides(tau=tau, delta=delta, prior=prior).validate()  # before any read
         band = (band_lo, band_hi)

@@ -161,7 +161,7 @@ def confirm(
     for t in tokens:
         check_options(t, draws)
     if labels is None or out is None:
-        from breakthrough.report.classify_outputs import labels_dir
+        from breakthrough.analyses.classify_run import labels_dir
 
         classify_dir = labels_dir(runs)
         labels = labels or classify_dir / "labels.parquet"

@@ -2,8 +2,8 @@
 Uniqueness-of-Optimum leaderboard and count metrics; `bt report study RUN...` writes the one
 page across both halves of the study (figures, headline sentences, tables, what is missing).
 
-Parses the options, calls `breakthrough.report.uoo_report.uoo_report` or
-`breakthrough.report.study.study_report` and prints what they return."""
+Parses the options, calls `breakthrough.analyses.uoo.uoo_report` or
+`breakthrough.analyses.study.study_report` and prints what they return."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def uoo(
     under/over-counts, Fisher / exact McNemar between runs, run-to-run count agreement."""
     from rich.console import Console
 
-    from breakthrough.report.uoo_report import uoo_report  # imported when run, not at start-up
+    from breakthrough.analyses.uoo import uoo_report  # imported when run, not at start-up
 
     if ci not in ("wilson", "exact"):
         raise BtError(f"--ci: expected wilson or exact, got {ci!r}")
@@ -90,7 +90,7 @@ def study(
     CSV/parquet, and what is missing with the command that would produce it."""
     from rich.console import Console
 
-    from breakthrough.report.study import study_report  # pandas, matplotlib: not at start-up
+    from breakthrough.analyses.study import study_report  # pandas, matplotlib: not at start-up
 
     rep = study_report(
         runs, out, confirm=confirm, probes=probe, draws=draws, seed=seed, cell_pages=cell_pages

@@ -2,9 +2,9 @@
 sentence it supports: the paper states them in words ("13 cells, 9/9 in-grid wins, median
 +0.31 ..."); here each sentence is a template filled from the data, beside the table it comes
 from. Pure: label tables, summaries and the JSON of `bt confirm` / `bt probe` in, `Headline`s
-out (no I/O; `report.study` reads and writes).
+out (no I/O; `analyses.study` reads the runs, `report.study` writes the page).
 
-Every function returns None when the runs hold no data for its number; `report.study` then
+Every function returns None when the runs hold no data for its number; `analyses.study` then
 names what is missing and the command that would produce it.
 """
 

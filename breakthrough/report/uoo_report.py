@@ -1,39 +1,27 @@
-"""`bt report uoo RUN...`: the Uniqueness-of-Optimum report over finished runs.
-
-`load_graded` regrades every run's stored base samples against the cohort's optimum items
-(`breakthrough.report.uoo.graded_frame`); `uoo_tables` turns the graded frame into the report's
-tables (leaderboard, exact-count accuracy by bin and kind, count errors, run-vs-run tests,
-run-to-run agreement) as plain `TextTable`s, which the command prints. The metrics themselves
-are the pure functions of `breakthrough.report.uoo`.
+"""The tables of `bt report uoo`: `uoo_tables` turns a graded frame (`breakthrough.analyses.uoo`
+regrades the runs) into the report's tables (leaderboard, exact-count accuracy by bin and kind,
+count errors, run-vs-run tests, run-to-run agreement) as plain `TextTable`s, which the command
+prints. The metrics themselves are the pure functions of `breakthrough.report.uoo`.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from breakthrough.errors import BtError
 from breakthrough.report.uoo import (
     RESOLUTION_NOTE,
     check_accuracy,
     count_agreement,
     count_errors,
     fisher_compare,
-    graded_frame,
     leaderboard,
     mcnemar_compare,
-    summarize_runs,
 )
-from breakthrough.store import RunStore, run_dirs
-from breakthrough.tasks.cohorts import load_cohort
 
-VARIANT_KEYS = ("prompt_variant", "variant", "uoo_variant")
 CI_METHODS = {"wilson": "Wilson", "exact": "Clopper-Pearson"}
 
 
@@ -54,61 +42,6 @@ def _fmt(x: Any, digits: int = 3) -> str:
     if isinstance(x, float):
         return f"{x:.{digits}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{digits}f}"
     return str(x)
-
-
-def _sample_variant(extra: Any) -> str | None:
-    if isinstance(extra, str) and extra:
-        try:
-            extra = json.loads(extra)
-        except ValueError:
-            return None
-    if isinstance(extra, dict):
-        for key in VARIANT_KEYS:
-            if isinstance(extra.get(key), str):
-                return extra[key]
-    return None
-
-
-def manifest_variant(manifest: dict[str, Any]) -> str | None:
-    """The prompt variant a run was made with: an explicit manifest key, or the suffix of
-    `prompt_version` ("v1/explicit", as the scheduler writes it for optimum cohorts)."""
-    for key in VARIANT_KEYS:
-        if isinstance(manifest.get(key), str):
-            return manifest[key]
-    pv = manifest.get("prompt_version")
-    if isinstance(pv, str) and "/" in pv:
-        return pv.rsplit("/", 1)[1]
-    return None
-
-
-def load_graded(runs: Sequence[Path], cohort: str, variant: str | None) -> pd.DataFrame:
-    """One graded frame over all runs (regraded from the stored text); a run's variant is
-    `variant`, else the one it recorded, per sample or in its manifest."""
-    items = {r["id"]: r for r in load_cohort(cohort) if r.get("family") == "optimum"}
-    if not items:
-        raise BtError(f"cohort {cohort!r} has no optimum rows")
-    frames = []
-    labels: set[str] = set()
-    for run_dir in run_dirs(runs):
-        label = run_dir.name
-        while label in labels:
-            label += "'"
-        labels.add(label)
-        with RunStore(run_dir, readonly=True) as store:
-            manifest = store.manifest()
-            samples = store.samples_frame(arrays=False, kind="base")
-        run_variant = variant or manifest_variant(manifest)
-        if "extra" in samples:
-            per_sample = samples["extra"].map(_sample_variant)
-            samples = samples.assign(variant=per_sample.where(per_sample.notna(), run_variant))
-        frames.append(graded_frame(samples, items, run=label, variant=run_variant))
-    df = summarize_runs(frames)
-    if df.empty:
-        raise BtError(
-            f"no samples of cohort {cohort!r} in {', '.join(map(str, runs))} "
-            "(run e.g. `bt base --cohort uoo29 ...` first)"
-        )
-    return pd.DataFrame(df)
 
 
 def _leaderboard(df: pd.DataFrame, run_names: list[str], meta: pd.DataFrame, ci: str) -> TextTable:
@@ -248,10 +181,3 @@ def uoo_tables(df: pd.DataFrame, ci: str = "wilson") -> list[TextTable]:
         if agreement.rows:
             tables.append(agreement)
     return tables
-
-
-def uoo_report(
-    runs: Sequence[Path], *, cohort: str = "uoo87", variant: str | None = None, ci: str = "wilson"
-) -> list[TextTable]:
-    """`bt report uoo RUN...`: the tables of the runs' regraded samples."""
-    return uoo_tables(load_graded(runs, cohort, variant), ci)

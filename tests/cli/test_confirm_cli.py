@@ -181,7 +181,7 @@ def test_confirm_on_a_real_run_writes_json_and_csv(run):
 def test_forecast_token_sweep_in_one_call(run):
     """`--forecast-token 32,64`: one row per t, each t's results beside it, the figures; the
     summaries computed from the store at t = 64 give what `bt signals --window 64` gives."""
-    from breakthrough.report.classify_outputs import classify_runs
+    from breakthrough.analyses.classify_run import classify_runs
     from breakthrough.signals.confirm import base_signals, parse_forecast_tokens
     from breakthrough.signals.run_signals import run_signals
 

@@ -50,8 +50,8 @@ def studied(classified, tmp_path_factory) -> tuple[Path, Path]:
     (`bt continue --add-budget 32`), then `bt report study` on it."""
     import shutil
 
+    from breakthrough.analyses.study import study_report
     from breakthrough.cli import app
-    from breakthrough.report.study import study_report
 
     run = tmp_path_factory.mktemp("study") / "runs" / "fx"
     shutil.copytree(classified[0], run, ignore=shutil.ignore_patterns("classify"))

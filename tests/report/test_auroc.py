@@ -1,4 +1,4 @@
-"""`bt auroc` (breakthrough.report.auroc): output numbers and JSON, CSV/parquet input, clear
+"""`bt auroc` (breakthrough.analyses.auroc): output numbers and JSON, CSV/parquet input, clear
 one-line errors."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from breakthrough.analyses.auroc import auroc_table, decompose_table
 from breakthrough.cli import app as bt_app
 from breakthrough.errors import BtError
-from breakthrough.report.auroc import auroc_table, decompose_table
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,13 @@ import pandas as pd
 import pytest
 from classify_fixture import SMALL, cell_spec, frames, small_spec, write_store
 
+from breakthrough.analyses.classify_run import classify_runs
 from breakthrough.classify.frames import classify_frames
 from breakthrough.classify.regimes import FIGURE_CLASSES
 from breakthrough.report import figures as F
 from breakthrough.report.cell_details import cell_details, cut_offset
 from breakthrough.report.cell_figure import cell_svg
-from breakthrough.report.classify_outputs import classify_runs, write_outputs
+from breakthrough.report.classify_outputs import write_outputs
 from breakthrough.report.names import field_name
 from breakthrough.store import RunStore
 

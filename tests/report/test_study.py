@@ -15,8 +15,8 @@ import pytest
 from bt_cli import assert_one_line_error, run_bt
 from classify_fixture import cell_spec, write_store
 
+from breakthrough.analyses.study import study_report
 from breakthrough.report import headlines as HL
-from breakthrough.report.study import study_report
 from breakthrough.signals.confirm import sweep_row
 from breakthrough.signals.confirm_figures import forest_figure, sweep_figure
 
