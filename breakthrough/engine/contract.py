@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from breakthrough.engine.http_limits import (  # noqa: F401  (re-exported: the spec's defaults)
+from breakthrough.engine.http_limits import (  # the spec's defaults and bounds
     MAX_REQUEST_TIMEOUT_S,
     MAX_RETRIES,
     REQUEST_TIMEOUT_S,

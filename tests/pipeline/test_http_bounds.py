@@ -28,8 +28,9 @@ from engine.serve_procs import bt_serve
 from breakthrough.cli import app
 from breakthrough.commands.engine_options import http_options
 from breakthrough.commands.options import EXIT_FAILURES
-from breakthrough.engine.contract import REQUEST_TIMEOUT_S, RETRIES, EngineSpec
+from breakthrough.engine.contract import EngineSpec
 from breakthrough.engine.http_client import RetryPolicy
+from breakthrough.engine.http_limits import REQUEST_TIMEOUT_S, RETRIES
 from breakthrough.errors import BtError
 from breakthrough.store import RunStore
 
