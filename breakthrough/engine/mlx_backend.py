@@ -9,7 +9,9 @@ probability mass ranked above it is < top_p), then min-p, then the top-k of thos
 Temperature 0 is greedy (argmax), exactly as mlx-lm's `greedy_sampler`. (The randomness is
 batch-independent by construction; the logits are batch-independent as far as the kernels are:
 bit-identical on the tiny fp32 test model with the bundled and with OpenBLAS, while quantized
-kernels may differ in the last bits between batch shapes, which can very rarely flip a draw.) A
+kernels may differ in the last bits between batch shapes, which can very rarely flip a draw;
+so may mlx-lm's padded batch attention under OpenBLAS, whose blocking follows a row's padding.
+Rows that attend row by row, `row_attention`, are batch-independent by construction.) A
 second phase of the same sample (e.g. an answer phase) should use another seed, since the token
 index restarts at 0 for every request.
 
@@ -78,6 +80,10 @@ def _blas_notice_once() -> None:
 
 
 KV_BITS = (4, 8)
+# A row's keys and values in one layer, at the longest row, from which shared-prefix rows
+# attend row by row instead of keeping copies in mlx-lm's padded batch (`_attention_heavy`):
+# Qwen3-4B's geometry holds 4 KiB per token and layer in bfloat16, so rows of 512+ positions.
+ROW_ATTENTION_MIN_BYTES = 2 * 2**20
 
 
 def check_kv_bits(model, bits: int) -> int:
@@ -193,6 +199,11 @@ class MlxEngine:
     ):
         self.model = model
         _blas_notice_once()
+        from breakthrough.engine.row_attention import install
+
+        # Shared-prefix rows attend one by one over their own positions (row_attention): same
+        # values as the padded batch, without assembling it each step.
+        self.row_attention = install(model)
         # `--kv-bits`: plain attention layers hold keys and values quantized to this many bits
         # (None: the model's dtype). It changes tokens: a run records it (cell_loop).
         self.kv_bits = None if kv_bits is None else check_kv_bits(model, kv_bits)
@@ -402,7 +413,7 @@ class MlxEngine:
             longest = max(tokens, self._unshared_tokens)
             copies = self.layout().row(longest) * 2 * self.batch_size
             reserve = rule.slots * self.layout().prefix_cache(shared, self._snapshots())
-            self.share_prefixes = reserve + copies > budget
+            self.share_prefixes = reserve + copies > budget or self._attention_heavy(longest)
             if not self.share_prefixes:
                 return self.batch_size
         if rule.rows < 1:
@@ -413,6 +424,16 @@ class MlxEngine:
                 "use auto)"
             )
         return rule.rows
+
+    def _attention_heavy(self, longest: int) -> bool:
+        """Whether rows of `longest` positions read enough keys and values per layer that
+        attending row by row (`row_attention`, shared rows) beats mlx-lm's padded batch: its
+        per-row, per-layer cost (~0.2 ms of small ops on CPU) then stays a few percent of the
+        row's attention, and no step reads padding. Below it, on the tiny bench model (1 KiB per
+        token), rows keep mlx-lm's batch cache (row by row: 657 against 1,291 tok/s)."""
+        layout = self.layout()
+        per_layer = layout.plain_per_token / max(layout.plain_layers, 1)
+        return self.row_attention and per_layer * longest >= ROW_ATTENTION_MIN_BYTES
 
     def _snapshots(self) -> int:
         return max(

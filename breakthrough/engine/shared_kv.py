@@ -181,6 +181,8 @@ class SharedBatchCache:
 
     def __init__(self, rows: list[SharedRowCache]) -> None:
         self.rows = rows
+        self._fetched_keys: Any = None  # what update_and_fetch last returned (identity check)
+        self._windowed = False  # the last mask asked for a sliding window
         self._sync()
 
     def _sync(self) -> None:
@@ -197,10 +199,23 @@ class SharedBatchCache:
         self.offset = self.offset + n
         parts = [row.padded(self._idx - row.offset) for row in self.rows]
         if len(parts) == 1:
-            return parts[0]
-        return _joined([k for k, _ in parts], 0), _joined([v for _, v in parts], 0)
+            fetched = parts[0]
+        else:
+            fetched = _joined([k for k, _ in parts], 0), _joined([v for _, v in parts], 0)
+        # Lazy: never computed when the attention takes the rows one by one (row_attention).
+        self._fetched_keys = fetched[0]
+        return fetched
+
+    def rows_for_attention(self, queries: Any, keys: Any) -> list[tuple[Any, Any, Any]] | None:
+        """(row, keys, values) of each row, unpadded, for `row_attention.attend`: for a
+        one-token step on the keys this cache just fetched, without a sliding window; None
+        otherwise (the padded tensor is used)."""
+        if keys is not self._fetched_keys or int(queries.shape[2]) != 1 or self._windowed:
+            return None
+        return [(row, *row.padded(0)) for row in self.rows]
 
     def make_mask(self, N: int, return_array: bool = False, **kwargs):
+        self._windowed = kwargs.get("window_size") is not None
         return create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, **kwargs)
 
     def prepare(self, *, left_padding=None, lengths=None, right_padding=None):

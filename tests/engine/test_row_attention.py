@@ -1,0 +1,150 @@
+"""Issue 28: shared-prefix rows attend one by one (`engine.row_attention`), with bitwise the
+result of mlx-lm's padded, masked batch attention, so tokens never change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from breakthrough.engine import row_attention
+from breakthrough.engine.contract import GenRequest, SharedPrefix
+from breakthrough.engine.mlx_backend import MlxEngine
+from breakthrough.engine.shared_kv import (
+    QuantizedSharedRowCache,
+    SharedBatchCache,
+    SharedRowCache,
+)
+from breakthrough.models.offline import geometry_model
+
+# mlx after breakthrough's engine: bt loads an optimised BLAS for MLX before MLX is imported
+import mlx.core as mx  # noqa: E402  isort:skip
+
+HEADS, Q_HEADS, DIM = 8, 32, 128  # Qwen3-4B's attention: 32 query heads over 8 KV heads
+
+
+def _rows(dtype, quantized: bool, seed: int) -> list[SharedRowCache]:
+    """Five rows of different lengths: two share one prefix view, one shares another, two have
+    no prefix; each has a suffix of its own."""
+    rng = np.random.default_rng(seed)
+
+    def kv(n: int):
+        return mx.array(rng.standard_normal((1, HEADS, n, DIM)).astype(np.float32)).astype(dtype)
+
+    prefixes = [(kv(300), kv(300)), (kv(137), kv(137))]
+    rows: list[SharedRowCache] = []
+    for prefix, own in [(0, 5), (0, 40), (1, 1), (None, 60), (None, 7)]:
+        if quantized:
+            pk = pv = None
+            if prefix is not None:
+                pk = tuple(mx.quantize(prefixes[prefix][0], group_size=64, bits=8))
+                pv = tuple(mx.quantize(prefixes[prefix][1], group_size=64, bits=8))
+            row: SharedRowCache = QuantizedSharedRowCache(pk, pv, bits=8, group_size=64)
+        else:
+            row = SharedRowCache(*(prefixes[prefix] if prefix is not None else (None, None)))
+        row.reserve(own + 2)
+        row.write(kv(own), kv(own))
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize(
+    "dtype,quantized",
+    [(mx.float32, False), (mx.bfloat16, False), (mx.float32, True)],
+    ids=["float32", "bfloat16", "kv8"],
+)
+def test_row_by_row_is_batch_invariant_and_equals_the_padded_batch(dtype, quantized) -> None:
+    """Five rows of different lengths (shared prefix views and suffixes): each row's attention
+    in the batch is bitwise its attention alone, and the values of mlx-lm's padded, masked batch
+    attention (bitwise with MLX's kernels; OpenBLAS float32 may differ in the last bits)."""
+    rng = np.random.default_rng(7)
+    scale = DIM**-0.5
+    for trial in range(3):
+        rows = _rows(dtype, quantized, seed=trial)
+        batch = rows[0].merge(rows)
+
+        def normal(*shape):
+            return mx.array(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+
+        new_k, new_v, queries = (
+            normal(5, HEADS, 1, DIM),
+            normal(5, HEADS, 1, DIM),
+            normal(5, Q_HEADS, 1, DIM),
+        )
+        mask = batch.make_mask(1)  # as a model does: the mask first, then each layer's update
+        keys, values = batch.update_and_fetch(new_k, new_v)
+        parts = batch.rows_for_attention(queries, keys)
+        assert parts is not None
+        lengths = [int((k[0] if quantized else k).shape[2]) for _, k, _ in parts]
+        assert lengths == [r.offset for r in rows]
+        by_row = row_attention.attend(queries, keys, values, batch, scale, mask)
+        for i, (row, k, v) in enumerate(parts):
+            alone = row_attention._mlx_attention(
+                queries[i : i + 1], k, v, cache=row, scale=scale, mask=None
+            )
+            assert mx.array_equal(by_row[i : i + 1], alone).item()
+        padded = row_attention._mlx_attention(
+            queries, keys, values, cache=batch, scale=scale, mask=mask
+        )
+        assert by_row.shape == padded.shape
+        tolerance = 1e-2 if dtype == mx.bfloat16 else 1e-5
+        assert mx.allclose(by_row, padded, atol=tolerance, rtol=tolerance).item()
+        if dtype == mx.bfloat16 or quantized:  # MLX's own kernels: no BLAS blocking involved
+            assert mx.array_equal(by_row, padded).item()
+
+
+def test_anything_but_a_fetched_one_token_step_takes_mlx_lms_path() -> None:
+    rows = _rows(mx.float32, False, seed=3)
+    batch = SharedBatchCache(rows)
+    new = mx.zeros((5, HEADS, 1, DIM))
+    keys, _ = batch.update_and_fetch(new, new)
+    assert batch.rows_for_attention(mx.zeros((5, Q_HEADS, 1, DIM)), keys) is not None
+    assert batch.rows_for_attention(mx.zeros((5, Q_HEADS, 1, DIM)), keys + 0) is None  # other keys
+    assert batch.rows_for_attention(mx.zeros((5, Q_HEADS, 2, DIM)), keys) is None  # two tokens
+    batch.make_mask(1, window_size=64)
+    assert batch.rows_for_attention(mx.zeros((5, Q_HEADS, 1, DIM)), keys) is None  # a window
+
+
+def test_install_routes_the_models_attention_and_nothing_else() -> None:
+    from mlx_lm.models import base, qwen3
+
+    model = geometry_model("qwen3-4b", vocab=64, heads=8)
+    assert row_attention.install(model) is True
+    assert qwen3.scaled_dot_product_attention is row_attention.attend
+    assert base.scaled_dot_product_attention is row_attention._mlx_attention  # base itself kept
+    assert row_attention.install(model) is True  # idempotent
+
+
+def test_engine_rows_attend_one_by_one_with_the_tokens_of_mlx_lms_batch(monkeypatch) -> None:
+    """Branches at three anchors of a 300-token trace on Qwen3-4B's KV geometry (32 query
+    heads), 12 sampled tokens each: shared rows run row by row and make exactly the tokens of
+    mlx-lm's padded batch cache (`share_prefixes=False`) and of fresh prefills."""
+    model = geometry_model("qwen3-4b", vocab=512, heads=32)
+    rng = np.random.default_rng(5)
+    prompt = [int(t) for t in rng.integers(1, 500, 12)]
+    trace = [int(t) for t in rng.integers(1, 500, 288)]
+    anchors = (64, 160, 288)
+    shared = SharedPrefix(
+        "cell", tuple(prompt + trace), tuple([len(prompt)] + [len(prompt) + a for a in anchors])
+    )
+    reqs = [
+        GenRequest(f"p{a}:{b}", prompt + trace[:a], 12, seed=10 * a + b, shared_prefix=shared)
+        for a in anchors
+        for b in range(2)
+    ] + [GenRequest(f"r{b}", prompt, 12, seed=b, shared_prefix=shared) for b in range(2)]
+    calls = {"by_row": 0}
+    original = SharedBatchCache.rows_for_attention
+
+    def counted(self, queries, keys):
+        parts = original(self, queries, keys)
+        calls["by_row"] += parts is not None and len(parts) > 1
+        return parts
+
+    monkeypatch.setattr(SharedBatchCache, "rows_for_attention", counted)
+    engine = MlxEngine(model, [511], batch_size=8, share_prefixes=True)
+    by_row = {r.key: r.tokens for r in engine.generate(reqs)}
+    assert calls["by_row"] > 0 and engine.row_attention
+    copies = MlxEngine(model, [511], batch_size=8, share_prefixes=False)
+    assert {r.key: r.tokens for r in copies.generate(reqs)} == by_row
+    fresh = MlxEngine(model, [511], batch_size=8, reuse_prefixes=False)
+    assert {r.key: r.tokens for r in fresh.generate(reqs)} == by_row
+    assert all(len(t) == 12 for t in by_row.values())
