@@ -7,10 +7,16 @@ thousands of tokens before its cell is done, and an ETA in cells stays `-:--:--`
 The ETA is the tokens still allowed by the bound over the tokens/s measured so far, so it is
 an upper bound ("<="), known from the first decode step on. The token count is the engine's
 running counter (`Engine.generated_tokens`, advanced every decode step), read by rich's
-refresh thread between results."""
+refresh thread between results.
+
+Where stderr is not a terminal (a log file, `nohup`, a batch job) rich draws nothing until the
+end, so a study-scale `bt continue` would stay silent for an hour: there the same row is printed
+as one plain line every `BT_PROGRESS_SECONDS` seconds (default 60)."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,10 +143,68 @@ class TokenBar(BarColumn):
         )
 
 
-def sample_progress(console: Console, meter: Meter) -> Progress:
+LOG_EVERY_ENV = "BT_PROGRESS_SECONDS"
+LOG_EVERY_DEFAULT = 60.0
+
+
+def log_every() -> float:
+    """Seconds between plain progress lines when stderr is not a terminal (`BT_PROGRESS_SECONDS`;
+    a value that is not a positive number keeps the default)."""
+    try:
+        seconds = float(os.environ.get(LOG_EVERY_ENV, LOG_EVERY_DEFAULT))
+    except ValueError:
+        return LOG_EVERY_DEFAULT
+    return seconds if seconds > 0 else LOG_EVERY_DEFAULT
+
+
+class RunProgress(Progress):
+    """rich's `Progress`, plus one plain line per interval where the console is not a terminal."""
+
+    def __init__(self, *columns: Any, meter: Meter, console: Console) -> None:
+        super().__init__(*columns, console=console)
+        self.meter = meter
+        self._quiet = threading.Event()
+        self._lines: threading.Thread | None = None
+
+    def plain_line(self) -> str:
+        """The display's rows as one line: `all 3/32 samples, 1,024/<=6,656 tokens, 2.1 tok/s,
+        0:08:10, ETA <= 0:44:00 | probes 3/16 samples`."""
+        rows = []
+        for task in self.tasks:
+            if task.total is None and not task.completed and not task.fields.get("meter"):
+                continue  # a phase that has not started
+            row = f"{task.description} {SamplesColumn().render(task).plain}"
+            if task.fields.get("meter"):
+                m = self.meter
+                rate = f"{m.rate:.1f} tok/s" if m.rate else "... tok/s"
+                row += f", {TokensColumn(m).text()}, {rate}, {_clock(task.elapsed or 0)}"
+                row += f", {EtaColumn(m).text()}"
+            rows.append(row)
+        return " | ".join(rows)
+
+    def _log(self, every: float) -> None:
+        while not self._quiet.wait(every):
+            self.console.print(self.plain_line(), highlight=False, soft_wrap=True)
+
+    def start(self) -> None:
+        super().start()
+        if not self.console.is_terminal and self._lines is None:
+            self._lines = threading.Thread(
+                target=self._log, args=(log_every(),), name="bt-progress-lines", daemon=True
+            )
+            self._lines.start()
+
+    def stop(self) -> None:
+        self._quiet.set()
+        if self._lines is not None:
+            self._lines.join(timeout=5)
+        super().stop()
+
+
+def sample_progress(console: Console, meter: Meter) -> RunProgress:
     """The display: one metered row (samples, tokens, tok/s, ETA) and any rows of sample counts
     (the phases of `bt continue`)."""
-    return Progress(
+    return RunProgress(
         TextColumn("{task.description:<10}"),
         TokenBar(meter),
         SamplesColumn(),
@@ -148,6 +212,7 @@ def sample_progress(console: Console, meter: Meter) -> Progress:
         TokensPerSecond(meter),
         TimeElapsedColumn(),
         EtaColumn(meter),
+        meter=meter,
         console=console,
     )
 

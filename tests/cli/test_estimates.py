@@ -124,3 +124,19 @@ def test_a_run_past_a_million_tokens_says_so_before_it_loads_a_model(tmp_path, t
     assert "big: a large run: at most 2,048,000 tokens (500 samples)" in _flat(busy.stdout)
     small = run_bt(*base[:-2], "--run", "small", "--limit", "1", "--dry-run")
     assert small.returncode == 0 and "large run" not in small.stdout + small.stderr
+
+
+def test_a_log_file_gets_a_plain_progress_line_while_the_run_goes(tmp_path, tiny_model_dir):
+    """stderr to a file (nohup, a batch job): rich draws nothing before the end, so the same
+    row comes as plain lines every BT_PROGRESS_SECONDS while samples are generated."""
+    runs = tmp_path / "runs"
+    ran = run_bt(
+        *("base", "--cohort", "demo", "--run", "r", "--limit", "2", "--model", tiny_model_dir),
+        *("--runs-dir", runs, "--max-tokens", "256"),
+        BT_PROGRESS_SECONDS="0.05",
+    )
+    assert ran.returncode == 0, ran.stderr
+    row = re.compile(r"^base \d/2 samples, \d+ solved, [\d,]+/<=[\d,]+ tokens, .* tok/s, .*ETA")
+    lines = [ln for ln in ran.stderr.splitlines() if row.search(ln)]
+    assert lines, ran.stderr
+    assert any(re.search(r"[1-9][\d,]*/<=", ln) for ln in lines), lines  # tokens while it ran
