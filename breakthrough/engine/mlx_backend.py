@@ -430,10 +430,16 @@ class MlxEngine:
         attending row by row (`row_attention`, shared rows) beats mlx-lm's padded batch: its
         per-row, per-layer cost (~0.2 ms of small ops on CPU) then stays a few percent of the
         row's attention, and no step reads padding. Below it, on the tiny bench model (1 KiB per
-        token), rows keep mlx-lm's batch cache (row by row: 657 against 1,291 tok/s)."""
+        token), rows keep mlx-lm's batch cache (row by row: 657 against 1,291 tok/s). Measured on
+        CPU only: on Metal or CUDA, where a padded batch is one fused kernel per layer and row by
+        row is a few launches per row, rows share only when memory needs it until
+        `bench/accelerator_throughput.py --model study-geometry` says otherwise."""
+        import mlx.core as mx
+
         layout = self.layout()
         per_layer = layout.plain_per_token / max(layout.plain_layers, 1)
-        return self.row_attention and per_layer * longest >= ROW_ATTENTION_MIN_BYTES
+        on_cpu = mx.default_device().type == mx.cpu
+        return self.row_attention and on_cpu and per_layer * longest >= ROW_ATTENTION_MIN_BYTES
 
     def _snapshots(self) -> int:
         return max(
