@@ -67,6 +67,7 @@ class RunPlan:
     missing_rate: str = ""  # why there is no rate (no measurement of this command / batch size)
     rate_note: str = ""  # how the rate was carried over (another command's, scaled to rows)
     memory: str = ""  # what --memory-gb admits at the deepest anchor (bt continue)
+    nothing_why: str = ""  # with nothing to do: why (default: every sample needed is stored)
 
     @property
     def max_tokens(self) -> int:
@@ -102,7 +103,8 @@ class RunPlan:
                 f"tokens" + (f" ({p.note})" if p.note else "")
             )
         if self.max_tokens == 0:
-            out.append("  nothing to do: every sample these phases need is stored")
+            why = self.nothing_why or "every sample these phases need is stored"
+            out.append(f"  nothing to do: {why}")
             return out + ([f"  {self.memory}"] if self.memory else [])
         out.append(f"  {self.eta_text()}")
         if self.eta_s is not None:

@@ -15,12 +15,8 @@ import signal
 import threading
 from pathlib import Path
 
-import numpy as np
 from bt_cli import run_bt, start_bt
-from continue_fixture import make_run, two_cell_run
-
-from breakthrough.store import RunStore, SampleRecord
-from breakthrough.tasks.grade import Grade
+from continue_fixture import make_run, store_probes, two_cell_run
 
 LARGE = "a large run"
 # A cell's box at ~100 reasoning tokens of ~300: anchors 64, 128, 256 fit its trace.
@@ -70,32 +66,8 @@ def _stdout_until(proc, needle: str, timeout: float = 240) -> list[str]:
 
 
 def _with_probes(run: Path) -> Path:
-    """Every cell of `run` probed at its B = 1,024 without a model: 0/4 at anchor 64, 4/4 at
-    128 and 256 (a T_F event at 128, not instant), so each trajectory is an A2 target whose
-    anchors 64, 128 and 256 the arm re-probes."""
-    with RunStore(run) as store:
-        cells = [c for (c,) in store.conn.execute("SELECT cell_id FROM cells ORDER BY cell_id")]
-        recs, grades = [], []
-        for cell in cells:
-            for anchor, ok in ((64, False), (128, True), (256, True)):
-                for branch in range(4):
-                    recs.append(
-                        SampleRecord(
-                            cell_id=cell,
-                            kind="probe",
-                            anchor=anchor,
-                            budget=1024,
-                            branch=branch,
-                            seed=branch,
-                            prefix_len=anchor,
-                            token_ids=np.arange(anchor + 3, dtype=np.int32),
-                            text="x",
-                            finish_reason="eos",
-                        )
-                    )
-                    grades.append(Grade(ok, "correct" if ok else "wrong", "numeric", "math", "t"))
-        store.add_samples(recs, grades)
-    return run
+    """Every cell an A2 target whose anchors 64, 128 and 256 the arm re-probes."""
+    return store_probes(run, {64: False, 128: True, 256: True})
 
 
 def _assert_large_line(lines: list[str], run: Path, bound: int) -> None:
