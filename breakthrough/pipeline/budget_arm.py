@@ -114,7 +114,7 @@ def arm_work(store: RunStore, budget: int, forced: int = 0) -> ArmWork:
     based = set()
     rooms = []  # per target anchor: the largest B2 check_budget admits there
     if targets:
-        for rec in store.samples_frame(kind="base").to_dict(orient="records"):
+        for rec in store.base_traces():
             want = targets.get(rec["cell_id"])
             if not want:
                 continue

@@ -618,18 +618,39 @@ class RunStore(HiddenVectors, Frames):
             )
         ]
 
-    def outcomes(self) -> list[tuple[int, str, str, int, int, int, bool | None, int]]:
+    def outcomes(
+        self, *, kind: str | None = None, cell_id: str | None = None
+    ) -> list[tuple[int, str, str, int, int, int, bool | None, int]]:
         """(sample_id, cell_id, kind, anchor, budget, branch, correct, n_tokens) of every sample
-        of a cell, by sample_id; `correct` None while ungraded. What `samples_frame` holds of a
-        sample's key and verdict (the same join, the same rows checked against their checksums
-        first), as plain tuples: `bt status` reads its counts from these without pandas."""
-        self.check_where()
+        of a cell (of one `kind`, of one `cell_id`), by sample_id; `correct` None while
+        ungraded. What `samples_frame` holds of a sample's key and verdict (the same join, the
+        same rows checked against their checksums first), as plain tuples: `bt status` and the
+        scheduler read panels from these without pandas."""
+        where, params = self._where(kind=kind, cell_id=cell_id)
+        self.check_where(where, params)
         return [
-            (int(sid), cid, kind, int(a), int(b), int(br), None if ok is None else bool(ok), int(n))
-            for sid, cid, kind, a, b, br, ok, n in self.conn.execute(
+            (int(sid), cid, kd, int(a), int(b), int(br), None if ok is None else bool(ok), int(n))
+            for sid, cid, kd, a, b, br, ok, n in self.conn.execute(
                 "SELECT s.sample_id, s.cell_id, s.kind, s.anchor, s.budget, s.branch, g.correct,"
                 " s.n_tokens FROM samples s JOIN cells c USING(cell_id)"
-                " LEFT JOIN grades g USING(sample_id) ORDER BY s.sample_id"
+                " LEFT JOIN grades g USING(sample_id)" + where + " ORDER BY s.sample_id",
+                params,
+            )
+        ]
+
+    def base_traces(self) -> list[dict[str, Any]]:
+        """One dict per stored base trace, by sample_id: cell_id, token_ids (int32) and
+        segments (uint8 codes): what a cell's plan is cut from (`pipeline.cells.plan_cell`),
+        rows checked against their checksums first, without building a data frame (pandas
+        costs `bt continue` a good part of a second before its first sample)."""
+        where, params = self._where(kind="base")
+        self.check_where(where, params)
+        return [
+            {"cell_id": cid, "token_ids": _unpack(tok, "<i4"), "segments": _unpack(seg, "u1")}
+            for cid, tok, seg in self.conn.execute(
+                "SELECT s.cell_id, s.token_ids, s.segments FROM samples s JOIN cells c"
+                " USING(cell_id)" + where + " ORDER BY s.sample_id",
+                params,
             )
         ]
 

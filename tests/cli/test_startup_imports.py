@@ -95,3 +95,23 @@ def test_status_of_a_run_loads_no_heavy_library(tmp_path, json_flag):
     heavy = _top_level(_imported(proc.stderr)) & set(HEAVY)
     assert not heavy, f"bt status imported {sorted(heavy)}"
     assert "fake:arith/L5/r0" in proc.stdout  # it did read the run
+
+
+def test_continue_reads_its_runs_without_pandas(tmp_path, tiny_model_dir):
+    """`bt continue` (and its --dry-run) read base traces and panels from the store as tuples:
+    pandas, which only the analyses need, cost it a good part of a second before its first
+    sample. The dry run loads no model library either."""
+    from continue_fixture import two_cell_run
+
+    run = write_run(tmp_path / "runs" / "small")
+    proc = run_bt("continue", run, "--dry-run", PYTHONPROFILEIMPORTTIME="1")
+    assert proc.returncode == 0 and "restarts   2 samples" in proc.stdout, proc.stderr
+    heavy = _top_level(_imported(proc.stderr)) & set(HEAVY)
+    assert not heavy - {"numpy"}, f"bt continue --dry-run imported {sorted(heavy)}"
+
+    run = two_cell_run(tmp_path / "tiny", tiny_model_dir)
+    small = ("--anchors", "64,128", "--budget", "4", "--answer-budget", "4", "--restarts", "4")
+    proc = run_bt("continue", run, *small, "--topup", "none", PYTHONPROFILEIMPORTTIME="1")
+    assert proc.returncode == 0, proc.stderr
+    assert "pandas" not in _top_level(_imported(proc.stderr))
+    assert "fx: 2 cells; samples probes 16" in " ".join(proc.stderr.split())
