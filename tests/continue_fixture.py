@@ -101,3 +101,34 @@ def two_cell_run(root: Path, model_dir: Path) -> Path:
     run_dir = root / "runs" / "fx"
     make_run(run_dir, model_dir, TWO_CELLS).close()
     return run_dir
+
+
+def store_probes(run_dir: Path, outcomes: dict[int, bool], budget: int = 1024) -> Path:
+    """Every cell of a run probed at `budget` without a model: at each anchor of `outcomes`
+    4 graded branches, all right or all wrong (e.g. {64: False, 128: True, 256: True}: a T_F
+    event at 128, not instant, so each trajectory is an A2 target re-probed at 64 ... 256)."""
+    from breakthrough.tasks.grade import Grade
+
+    with RunStore(run_dir) as store:
+        cells = [c for (c,) in store.conn.execute("SELECT cell_id FROM cells ORDER BY cell_id")]
+        recs, grades = [], []
+        for cell in cells:
+            for anchor, ok in outcomes.items():
+                for branch in range(4):
+                    recs.append(
+                        SampleRecord(
+                            cell_id=cell,
+                            kind="probe",
+                            anchor=anchor,
+                            budget=budget,
+                            branch=branch,
+                            seed=branch,
+                            prefix_len=anchor,
+                            token_ids=np.arange(anchor + 3, dtype=np.int32),
+                            text="x",
+                            finish_reason="eos",
+                        )
+                    )
+                    grades.append(Grade(ok, "correct" if ok else "wrong", "numeric", "math", "t"))
+        store.add_samples(recs, grades)
+    return run_dir

@@ -10,8 +10,6 @@ cell with k successes of n the posterior is Beta(a + k, b + n − k). Kept apart
 
 from __future__ import annotations
 
-import numpy as np
-
 from breakthrough.protocol import DEFAULT
 
 # The Beta(a, b) prior of each name that `Protocol.prior` may hold.
@@ -38,6 +36,7 @@ def prob_rate_at_least(n, k, tau: float, prior: str = DEFAULT.prior):
     The Beta survival function is the regularized upper incomplete beta function, taken from
     scipy.special (what `scipy.stats.beta.sf` computes, bit for bit) and imported here: importing
     scipy.stats costs `bt status` seconds on a busy machine."""
+    import numpy as np
     from scipy.special import betaincc
 
     a, b = prior_params(prior)

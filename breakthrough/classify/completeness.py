@@ -21,15 +21,23 @@ whose owed restarts are all in has finished its probes; a probe anchor with no s
 shows as restarts missing. A restart budget is owed only where its reasoning budget and the
 answer reserve fit the total cap (as `pipeline.branches.check_budget` asks, without the few
 forced-close tokens it also counts).
+
+The check itself (`unfinished_rows`) is plain Python over the store's `panels.Outcome`s, so
+`bt status` runs it without pandas; `unfinished_cells` is the same check on a samples frame,
+as `bt classify` holds it.
 """
 
 from __future__ import annotations
 
-import pandas as pd
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from breakthrough.classify.panels import PanelRow
+from breakthrough.classify.panels import Outcome, PanelRow, outcomes_of
 from breakthrough.classify.plan import restart_budgets_of
 from breakthrough.protocol import DEFAULT, Protocol
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NOT_CONTINUED = "not continued"
 INCOMPLETE = "incomplete"
@@ -38,21 +46,22 @@ COLUMNS = ["cell_id", "model", "problem_id", "status", "missing"]
 
 
 def _stored(
-    samples: pd.DataFrame, kind: str, budget: int | None, canonical: int
+    outcomes: Iterable[Outcome], kind: str, budget: int | None, canonical: int
 ) -> dict[str, dict[int, int]]:
     """cell → point (anchor, or restart budget) → canonical branches stored (graded or not)."""
-    if samples.empty or "kind" not in samples.columns:
-        return {}
-    frame = samples[samples["kind"] == kind]
-    if budget is not None:
-        frame = frame[frame["budget"].astype(int) == int(budget)]
-    point = "anchor" if kind == "probe" else "budget"
-    out: dict[str, dict[int, int]] = {}
-    for (cell, at), g in frame.groupby(["cell_id", point], sort=True):
-        out.setdefault(str(cell), {})[int(at)] = int(
-            g.loc[g["branch"] < canonical, "branch"].nunique()
+    branches: dict[str, dict[int, set[int]]] = {}
+    for o in outcomes:
+        if o.kind != kind or (budget is not None and o.budget != budget):
+            continue
+        at = branches.setdefault(str(o.cell_id), {}).setdefault(
+            o.anchor if kind == "probe" else o.budget, set()
         )
-    return out
+        if o.branch < canonical:
+            at.add(o.branch)
+    return {
+        cell: {point: len(have) for point, have in sorted(points.items())}
+        for cell, points in sorted(branches.items())
+    }
 
 
 def _owed_budgets(probe_rows: list[PanelRow], protocol: Protocol) -> tuple[int, ...]:
@@ -61,23 +70,22 @@ def _owed_budgets(probe_rows: list[PanelRow], protocol: Protocol) -> tuple[int, 
     return tuple(c for c in restart_budgets_of(probe_rows, protocol.tau, protocol) if c <= room)
 
 
-def unfinished_cells(
-    samples: pd.DataFrame,
-    cells: pd.DataFrame | None = None,
+def unfinished_rows(
+    outcomes: Iterable[Outcome],
+    cell_ids: Iterable[str] = (),
     *,
     probe_rows: dict[str, list[PanelRow]] | None = None,
     protocol: Protocol = DEFAULT,
-) -> pd.DataFrame:
-    """One row per cell that has not run its protocol (module doc): cell_id, model,
-    problem_id, status ("not continued" / "incomplete") and what is missing, sorted by cell_id.
-    `cells` (a cells frame) names cells the samples do not; `probe_rows` (the probe panel by
-    cell, `panels.rows_by_cell`) decides whether a cell is owed every restart budget or the
-    scratch budget alone (no rows: every budget)."""
-    ids = set(map(str, samples["cell_id"])) if len(samples) else set()
-    if cells is not None and len(cells):
-        ids |= set(map(str, cells["cell_id"]))
-    probes = _stored(samples, "probe", protocol.budget, protocol.samples)
-    restarts = _stored(samples, "restart", None, protocol.restart_samples)
+) -> list[dict[str, str]]:
+    """One row (a dict of `COLUMNS`) per cell that has not run its protocol (module doc):
+    cell_id, model, problem_id, status ("not continued" / "incomplete") and what is missing,
+    sorted by cell_id. `cell_ids` names cells the outcomes do not; `probe_rows` (the probe
+    panel by cell, `panels.probe_rows`) decides whether a cell is owed every restart budget or
+    the scratch budget alone (no rows: every budget)."""
+    outcomes = list(outcomes)
+    ids = {str(o.cell_id) for o in outcomes} | set(map(str, cell_ids))
+    probes = _stored(outcomes, "probe", protocol.budget, protocol.samples)
+    restarts = _stored(outcomes, "restart", None, protocol.restart_samples)
     rows = []
     for cell in sorted(ids):
         have_p, have_r = probes.get(cell, {}), restarts.get(cell, {})
@@ -108,6 +116,30 @@ def unfinished_cells(
                 "missing": missing,
             }
         )
+    return rows
+
+
+def unfinished_cells(
+    samples: pd.DataFrame,
+    cells: pd.DataFrame | None = None,
+    *,
+    probe_rows: dict[str, list[PanelRow]] | None = None,
+    protocol: Protocol = DEFAULT,
+) -> pd.DataFrame:
+    """`unfinished_rows` of a samples frame as a data frame (columns `COLUMNS`); `cells` (a
+    cells frame) names cells the samples do not."""
+    import pandas as pd
+
+    if len(samples) and "kind" in samples.columns:
+        # stored samples count graded or not: a frame without verdicts is all "ungraded"
+        have = samples if "correct" in samples.columns else samples.assign(correct=None)
+        outcomes = outcomes_of(have)
+    else:
+        outcomes = []
+    ids = list(map(str, samples["cell_id"])) if len(samples) else []
+    if cells is not None and len(cells):
+        ids += map(str, cells["cell_id"])
+    rows = unfinished_rows(outcomes, ids, probe_rows=probe_rows, protocol=protocol)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

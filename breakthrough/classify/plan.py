@@ -8,15 +8,17 @@ of `breakthrough.classify.posterior`.
 
 The `--topup` words that choose the top-up rules (terminal, ambiguous, posterior, none) are
 defined in `breakthrough.classify.topup`.
+
+The rules read panels by cell (`panels.rows_by_cell`), so `plan_rows` needs no pandas: `bt
+status` plans from rows it reads from the store (`panels.probe_rows`), `bt classify` and the
+scheduler from their panel frames (`plan_next`), through the same function.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
-
-import pandas as pd
+from typing import TYPE_CHECKING, cast
 
 from breakthrough.classify.panels import PanelRow, rows_by_cell
 from breakthrough.classify.pooling import enlarges
@@ -28,6 +30,9 @@ from breakthrough.classify.regimes import (
 )
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_RULES, topup_rules
 from breakthrough.protocol import DEFAULT, Protocol
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -100,9 +105,9 @@ def restart_budgets_of(
     return restart_budgets_for(is_instant(tf.event_observed, tf.interval_upper, protocol), protocol)
 
 
-def plan_next(
-    probe_panel: pd.DataFrame,
-    restart_panel: pd.DataFrame,
+def plan_rows(
+    probes: dict[str, list[PanelRow]],
+    restarts: dict[str, list[PanelRow]],
     *,
     protocol: Protocol = DEFAULT,
     tau: float | None = None,
@@ -110,7 +115,8 @@ def plan_next(
     band: tuple[float, float] | None = None,
     prior: str | None = None,
 ) -> list[PlanItem]:
-    """What the scheduler must run next, after the grid anchors and restarts are in.
+    """What the scheduler must run next, after the grid anchors and restarts are in, from the
+    probe and restart panels by cell (`panels.rows_by_cell`, `panels.probe_rows`).
 
     Per trajectory: while a bisection midpoint is due (3.1) only that midpoint; otherwise the
     top-ups that the `--topup` rules ask for (`classify.topup`): "terminal" replicates the
@@ -127,8 +133,6 @@ def plan_next(
     prior = protocol.prior if prior is None else prior
     if not 0 <= band[0] < band[1] <= 1:
         raise ValueError(f"posterior band must satisfy 0 <= lo < hi <= 1, got {band}")
-    probes = rows_by_cell(probe_panel, "anchor")
-    restarts = rows_by_cell(restart_panel, "budget")
     m, target, mr = protocol.samples, protocol.topup_samples, protocol.restart_samples
     reason, uncertain = enlarges(rules, protocol, tau=tau, band=band, prior=prior)
     items: dict[tuple, PlanItem] = {}
@@ -163,6 +167,29 @@ def plan_next(
             if n < target and uncertain(nc, kc):
                 add(cell, "restart", -1, c, range(mr, target), reason)
     return [items[k] for k in sorted(items)]
+
+
+def plan_next(
+    probe_panel: pd.DataFrame,
+    restart_panel: pd.DataFrame,
+    *,
+    protocol: Protocol = DEFAULT,
+    tau: float | None = None,
+    topup: str | Iterable[str] = TOPUP_DEFAULT,
+    band: tuple[float, float] | None = None,
+    prior: str | None = None,
+) -> list[PlanItem]:
+    """`plan_rows` of a probe and a restart panel frame (`panels.probe_panel`,
+    `panels.restart_panel`)."""
+    return plan_rows(
+        rows_by_cell(probe_panel, "anchor"),
+        rows_by_cell(restart_panel, "budget"),
+        protocol=protocol,
+        tau=tau,
+        topup=topup,
+        band=band,
+        prior=prior,
+    )
 
 
 def plan_counts(plan: Sequence[PlanItem]) -> dict:

@@ -33,14 +33,15 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from breakthrough.classify.panels import PanelRow, rows_by_cell
 from breakthrough.classify.pooling import Enlarges, counted, counted_restart, enlarges
 from breakthrough.classify.topup import TOPUP_DEFAULT
 from breakthrough.protocol import DEFAULT, Protocol
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EPS = 1e-9
 
@@ -466,6 +467,8 @@ def label_panels(
     force: their uncertainty rule decides which cells count pooled branches (`cell_counts`).
     Pass the run's protocol (`RunStore.protocol()`): B, the restart budgets and the rule
     constants are read from it."""
+    import pandas as pd  # here, not with the module: `bt status` plans from its rules alone
+
     tau = protocol.tau if tau is None else tau
     delta = protocol.delta if delta is None else delta
     pooled = pooling_rule(protocol, topup, tau)
@@ -539,6 +542,8 @@ def cell_curves(
     """Per (cell, probed anchor): n, k (the branches p̂ counts, as in `label_panels`), p,
     x = t + B, R̂(x), R̂_cons(x), adv, adv_cons and the position of x among the measured
     budgets ("above" = proxy)."""
+    import pandas as pd
+
     tau = protocol.tau if tau is None else tau
     pooled = pooling_rule(protocol, topup, tau)
     probes = rows_by_cell(probe_panel, "anchor")

@@ -26,7 +26,7 @@ from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import Branch, check_budget, close_tokens
 from breakthrough.pipeline.cell_loop import SIGNALS_FULL, ContinueReport, run_scheduled, with_bound
-from breakthrough.pipeline.cells import plan_cell
+from breakthrough.pipeline.cells import CellPlan, plan_cell
 from breakthrough.pipeline.dry_run import (
     PhasePlan,
     RunPlan,
@@ -72,45 +72,128 @@ def arm_protocol(store: RunStore, budget: int) -> Protocol:
 @dataclass(frozen=True)
 class ArmWork:
     """What an arm at one budget still has to do in one run, from its store alone (no model):
-    the probe samples it needs that are not stored, and, when none, why."""
+    the one source of the arm's work for its `--dry-run` (`plan_add_budget`), the "nothing to
+    do" check made before a model is loaded (`add_budget_runs`) and the arm itself
+    (`add_budget_run`), so the three never count differently.
+
+    `cells` are the target trajectories with a base trace, each with the grid of its target
+    anchors that leave room for B2 (+ the forced close) + the answer reserve within the total
+    cap (`branches.check_budget`, the rule every probe obeys); `unfit` the target anchors that
+    do not, by cell; `missing` the probe samples of `cells` not yet stored (what the arm would
+    generate); `why`, when `missing` is 0, why, and what would change it."""
 
     run_dir: Path
-    targets: int  # trajectories re-probed
-    missing: int  # the arm's probe samples not yet stored
-    why: str = ""  # when `missing` is 0: why, and what would change it
+    arm: Protocol
+    targets: dict[str, list[int]]  # A2 target trajectory -> anchors (`classify.arms.arm_targets`)
+    cells: list[CellPlan]
+    unfit: dict[str, list[int]]
+    missing: int
+    why: str = ""
+    fits_all: int | None = None  # the largest B2 with room at every target anchor (None: none)
+
+    def unfit_notes(self) -> list[str]:
+        """One note per cell with target anchors that leave no room for B2."""
+        return [
+            f"{cell}: anchors {anchors} leave no room for B={self.arm.budget} + the answer reserve"
+            for cell, anchors in sorted(self.unfit.items())
+        ]
 
 
-def arm_work(store: RunStore, budget: int) -> ArmWork:
-    """The arm's remaining work in `store` (refused as `arm_protocol` refuses). Why: a rerun
-    with nothing left, or a run with no target, says so before a model is loaded."""
+def arm_work(store: RunStore, budget: int, forced: int = 0) -> ArmWork:
+    """The arm's remaining work in `store` (refused as `arm_protocol` refuses), an `ArmWork`.
+    `forced`: the model's forced-close tokens, which `check_budget` also needs room for; before
+    a model is loaded (dry run, the "nothing to do" check) they are not known and count 0, so
+    those see at most the anchors the arm then runs (a few tokens at the total cap's edge)."""
     primary = store.protocol()
     arm = arm_protocol(store, budget)
     panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), primary)
     targets = arm_targets(panel, primary.tau, primary)
     have = store.existing_keys("probe")
+    cells: list[CellPlan] = []
+    unfit: dict[str, list[int]] = {}
+    based = set()
+    rooms = []  # per target anchor: the largest B2 check_budget admits there
+    if targets:
+        for rec in store.base_traces():
+            want = targets.get(rec["cell_id"])
+            if not want:
+                continue
+            based.add(rec["cell_id"])
+            item, prompt = store.cell_prompt(rec["cell_id"])
+            plan = plan_cell(rec["cell_id"], item, prompt, rec, arm, forced)
+            rooms += [
+                arm.total_cap - plan.cut(a) - forced - arm.answer_budget
+                for a in want
+                if a <= plan.reasoning_tokens
+            ]
+            fits = [
+                a
+                for a in want
+                if a <= plan.reasoning_tokens and check_budget(plan.cut(a), arm.budget, arm, forced)
+            ]
+            if len(fits) < len(want):
+                unfit[rec["cell_id"]] = sorted(set(want) - set(fits))
+            if fits:
+                cells.append(replace(plan, grid=fits))
     missing = sum(
-        (cid, "probe", a, arm.budget, b) not in have
-        for cid, anchors in targets.items()
-        for a in anchors
+        (c.cell_id, "probe", a, arm.budget, b) not in have
+        for c in cells
+        for a in c.grid
         for b in range(arm.samples)
     )
-    why = ""
+    fits_all = min(rooms) if rooms and min(rooms) >= 1 else None
+    work = ArmWork(Path(store.run_dir), arm, targets, cells, unfit, missing, fits_all=fits_all)
+    if missing:
+        return work
+    return replace(work, why=_why_nothing(work, primary, panel, have, based))
+
+
+def _why_nothing(work: ArmWork, primary: Protocol, panel: Any, have: set, based: set[str]) -> str:
+    """Why an arm has nothing to generate, and what would change it."""
+    arm, targets = work.arm, work.targets
     if not targets:
-        n = target_counts(panel, primary.tau, primary)
-        why = (
-            f"no trajectory is an A2 target ({RULE_TEXT}): of {n['trajectories']} probed at "
-            f"B={primary.budget}, {n['no_event']} never reach p >= τ={primary.tau:g} stably "
-            f"(no T_F event) and {n['instant']} have an instant one; the arm needs cells "
-            f"whose prefix becomes enough later in the trace (more problems, a model that "
-            f"solves them, or larger --anchors)"
+        counts = target_counts(panel, primary.tau, primary)
+        return (
+            f"no trajectory is an A2 target ({RULE_TEXT}): of {counts['trajectories']} probed "
+            f"at B={primary.budget}, {counts['no_event']} never reach p >= τ={primary.tau:g} "
+            f"stably (no T_F event) and {counts['instant']} have an instant one; the arm needs "
+            f"cells whose prefix becomes enough later in the trace (more problems, a model "
+            f"that solves them, or larger --anchors)"
         )
-    elif not missing:
-        why = (
-            f"every probe of the arm is stored ({len(targets)} target trajectories, "
-            f"{sum(map(len, targets.values()))} anchors x {arm.samples} branches at "
-            f"B={arm.budget})"
+    shape = (
+        f"{len(targets)} target trajectories, {sum(map(len, targets.values()))} anchors x "
+        f"{arm.samples} branches at B={arm.budget}"
+    )
+    if all(
+        (cell, "probe", a, arm.budget, b) in have
+        for cell, anchors in targets.items()
+        for a in anchors
+        for b in range(arm.samples)
+    ):
+        return f"every probe of the arm is stored ({shape})"
+    parts = []
+    if work.cells:
+        parts.append(f"every probe of the arm that can run is stored ({shape})")
+    if work.unfit:
+        n = sum(map(len, work.unfit.values()))
+        parts.append(
+            f"{n} target anchor{'s' if n != 1 else ''} of {len(work.unfit)} "
+            f"trajector{'y' if len(work.unfit) == 1 else 'ies'} "
+            f"leave{'s' if n == 1 else ''} no room for "
+            f"B={arm.budget} + the answer reserve {arm.answer_budget} within the total cap "
+            f"{arm.total_cap}"
+            + (
+                f" (--add-budget {work.fits_all} or less fits every target anchor)"
+                if work.fits_all
+                else ""
+            )
         )
-    return ArmWork(Path(store.run_dir), len(targets), missing, why)
+    if len(based) < len(targets):
+        n = len(targets) - len(based)
+        parts.append(
+            f"{n} target trajector{'y has' if n == 1 else 'ies have'} no base trace in the run"
+        )
+    return "; ".join(parts)
 
 
 def recorded_arms(manifest: dict) -> list[dict]:
@@ -169,33 +252,9 @@ def add_budget_run(
     with RunStore(run_dir) as store:
         check_model(store, loaded, run_dir)
         primary = store.protocol()
-        arm = arm_protocol(store, budget)
-        targets = arm_targets(
-            probe_panel(store.samples_frame(arrays=False, kind="probe"), primary),
-            primary.tau,
-            primary,
-        )
-        forced = len(close_tokens(loaded)[1])
-        base = store.samples_frame(kind="base")
-        cells = []
-        for rec in base.to_dict(orient="records"):
-            want = targets.get(rec["cell_id"])
-            if not want:
-                continue
-            item, prompt = store.cell_prompt(rec["cell_id"])
-            plan = plan_cell(rec["cell_id"], item, prompt, rec, arm, forced)
-            fits = [
-                a
-                for a in want
-                if a <= plan.reasoning_tokens and check_budget(plan.cut(a), arm.budget, arm, forced)
-            ]
-            if len(fits) < len(want):
-                report.notes.append(
-                    f"{rec['cell_id']}: anchors {sorted(set(want) - set(fits))} "
-                    f"leave no room for B={arm.budget} + the answer reserve"
-                )
-            if fits:
-                cells.append(replace(plan, grid=fits))
+        work = arm_work(store, budget, len(close_tokens(loaded)[1]))
+        arm, cells = work.arm, work.cells
+        report.notes.extend(work.unfit_notes())
         # the arm's probes store what the run's other continuations store (cell_loop)
         continued = store.manifest().get("continuation") or {}
         instrument = continued.get("signals") == SIGNALS_FULL
@@ -206,7 +265,7 @@ def add_budget_run(
         if memory is not None:
             report.notes.append(memory.line())
         check_engine(store, engine)
-        _record_arm(store, primary, arm, targets)
+        _record_arm(store, primary, arm, work.targets)
         if on_start:
             on_start(
                 {"cells": len(cells), "probes": sum(len(c.grid) for c in cells) * arm.samples},
@@ -253,17 +312,14 @@ def add_budget_runs(
     loaded for a run that would be refused), then run each run's arm, holding every run's lock
     as `bt continue` does (`runlock`; `lock_wait` seconds to wait for a busy one).
     `progress(run_dir, manifest)` gets "large_run" as `bt continue`'s does."""
-    work = {}
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
             preflight_continue(store, {}, engine_spec.backend)
-            work[run_dir] = arm_work(store, budget)
+            arm_protocol(store, budget)
     with ExitStack() as locks:
         for run_dir in run_dirs:
             locks.enter_context(run_lock(run_dir, wait=lock_wait))
-        return _add_budget_locked(
-            run_dirs, budget, engine_spec, progress=progress, drive=drive, work=work
-        )
+        return _add_budget_locked(run_dirs, budget, engine_spec, progress=progress, drive=drive)
 
 
 def _add_budget_locked(
@@ -273,24 +329,23 @@ def _add_budget_locked(
     *,
     progress: Callable[[Path, dict], None] | None,
     drive: Callable[[Callable], ContinueReport] | None,
-    work: dict[Path, ArmWork],
 ) -> list[ContinueReport]:
     reports = []
     for run_dir in run_dirs:
-        if not work[run_dir].missing:  # said before any model is loaded, nothing written
-            reports.append(
-                ContinueReport(run_dir=run_dir, nothing_to_do=True, notes=[work[run_dir].why])
-            )
-            continue
-        plan = plan_add_budget([run_dir], budget, engine_spec.batch_size, engine_spec.backend)[0]
-        with RunStore(run_dir, readonly=True) as store:
+        with RunStore(run_dir, readonly=True) as store:  # what the arm needs now, under the lock
+            now = arm_work(store, budget)
             man = store.manifest()
-            man = {
-                **man,
-                "protocol": {**man["protocol"], "budget": int(budget)},
-                "base_traces": len(store.existing_keys("base")),
-                "large_run": large_run_line(plan),
-            }
+            base_traces = len(store.existing_keys("base"))
+        if not now.missing:  # said before any model is loaded, nothing written
+            reports.append(ContinueReport(run_dir=run_dir, nothing_to_do=True, notes=[now.why]))
+            continue
+        plan = arm_plan(now, man.get("model_alias", "?"), engine_spec.batch_size)
+        man = {
+            **man,
+            "protocol": {**man["protocol"], "budget": int(budget)},
+            "base_traces": base_traces,
+            "large_run": large_run_line(plan),
+        }
         if progress:
             progress(run_dir, man)
         loaded = load_model(man["model_id"], family=man.get("family"))
@@ -314,52 +369,39 @@ def _add_budget_locked(
 def plan_add_budget(
     run_dirs: list[Path], budget: int, batch_size: int = 32, backend: str | None = None
 ) -> list[RunPlan]:
-    """`bt continue --add-budget B2 --dry-run`: per run, the arm's probes still missing (its
-    targets' anchors that leave room for B2 + the answer reserve, m branches each) and their
-    token bound, refused as the arm itself would be (`budget_arm.arm_protocol`), with an ETA
-    from `bt continue`'s rate (the arm runs on its scheduler)."""
+    """`bt continue --add-budget B2 --dry-run`: per run, the arm's probes still missing
+    (`arm_work`: its targets' anchors that leave room for B2 + the answer reserve, m branches
+    each) and their token bound, refused as the arm itself would be
+    (`budget_arm.arm_protocol`), with an ETA from `bt continue`'s rate (the arm runs on its
+    scheduler), or, when there is nothing to do, why."""
     plans = []
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
             preflight_continue(store, {}, backend)
-            primary = store.protocol()
-            arm = arm_protocol(store, budget)
-            targets = arm_targets(
-                probe_panel(store.samples_frame(arrays=False, kind="probe"), primary),
-                primary.tau,
-                primary,
-            )
-            base = store.samples_frame(kind="base")
-            have = store.existing_keys()
+            work = arm_work(store, budget)
             model = store.manifest().get("model_alias", "?")
-        samples = 0
-        for rec in base.to_dict(orient="records"):
-            cid = rec["cell_id"]
-            cell = plan_cell(cid, {}, [], rec, arm)
-            fits = [
-                a
-                for a in targets.get(cid, ())
-                if a <= cell.reasoning_tokens and check_budget(cell.cut(a), arm.budget, arm)
-            ]
-            samples += sum(
-                1
-                for a in fits
-                for b in range(arm.samples)
-                if (cid, "probe", a, arm.budget, b) not in have
-            )
-        plan = RunPlan(
-            run_dir,
-            model,
-            [
-                PhasePlan(
-                    f"arm B={budget}",
-                    samples,
-                    samples * (arm.budget + arm.answer_budget),
-                    f"{len(targets):,} target trajector{'y' if len(targets) == 1 else 'ies'}, "
-                    f"{plural(arm.samples, 'branch')} per anchor",
-                )
-            ],
-        )
-        rate_for(plan, sibling_runs(run_dir), "continue", batch_size, fallback="base")
-        plans.append(plan)
+        plans.append(arm_plan(work, model, batch_size))
     return plans
+
+
+def arm_plan(work: ArmWork, model: str, batch_size: int) -> RunPlan:
+    """The `RunPlan` of an arm's work: its samples and token bound (the `--dry-run` lines, the
+    large-run line), its ETA from `bt continue`'s rate, and, with nothing to do, why."""
+    arm, n = work.arm, len(work.targets)
+    plan = RunPlan(
+        work.run_dir,
+        model,
+        [
+            PhasePlan(
+                f"arm B={arm.budget}",
+                work.missing,
+                work.missing * (arm.budget + arm.answer_budget),
+                f"{n:,} target trajector{'y' if n == 1 else 'ies'}, "
+                f"{plural(arm.samples, 'branch')} per anchor",
+            )
+        ],
+        nothing_why=work.why,
+    )
+    if work.missing:
+        rate_for(plan, sibling_runs(work.run_dir), "continue", batch_size, fallback="base")
+    return plan

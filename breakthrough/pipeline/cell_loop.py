@@ -162,10 +162,9 @@ def continue_run(
         if topup is None:  # the run's recorded rules (the default when it records none)
             topup = resolve_topup(run_dir, store.manifest(), None).rules
             opts = replace(opts, topup=topup)
-        base = store.samples_frame(kind="base")
         forced = len(close_tokens(loaded)[1])
         cells = []
-        for rec in base.to_dict(orient="records"):
+        for rec in store.base_traces():
             item, prompt = store.cell_prompt(rec["cell_id"])
             cells.append(plan_cell(rec["cell_id"], item, prompt, rec, opts.protocol, forced))
         engine = make_engine(
@@ -265,10 +264,7 @@ def run_scheduled(
 def has_work(store: RunStore, protocol: Protocol, opts: ContinueOptions) -> bool:
     """Whether `bt continue` would generate anything in this run (`cells_with_work`), known
     from the store alone, before any model is loaded (`opts.topup`: the resolved rules)."""
-    cells = [
-        plan_cell(rec["cell_id"], {}, [], rec, protocol)
-        for rec in store.samples_frame(kind="base").to_dict(orient="records")
-    ]
+    cells = [plan_cell(rec["cell_id"], {}, [], rec, protocol) for rec in store.base_traces()]
     topup = (
         opts.topup
         if opts.topup is not None

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from breakthrough.classify.panels import probe_panel
+from breakthrough.classify.panels import Outcome, PanelRow, probe_rows
 from breakthrough.classify.plan import bisection_midpoint
 from breakthrough.errors import BtError
 from breakthrough.pipeline.cells import plan_cell
@@ -67,6 +67,7 @@ class RunPlan:
     missing_rate: str = ""  # why there is no rate (no measurement of this command / batch size)
     rate_note: str = ""  # how the rate was carried over (another command's, scaled to rows)
     memory: str = ""  # what --memory-gb admits at the deepest anchor (bt continue)
+    nothing_why: str = ""  # with nothing to do: why (default: every sample needed is stored)
 
     @property
     def max_tokens(self) -> int:
@@ -102,7 +103,8 @@ class RunPlan:
                 f"tokens" + (f" ({p.note})" if p.note else "")
             )
         if self.max_tokens == 0:
-            out.append("  nothing to do: every sample these phases need is stored")
+            why = self.nothing_why or "every sample these phases need is stored"
+            out.append(f"  nothing to do: {why}")
             return out + ([f"  {self.memory}"] if self.memory else [])
         out.append(f"  {self.eta_text()}")
         if self.eta_s is not None:
@@ -258,11 +260,19 @@ def plan_continue(
             protocol = record_continuation_protocol(store, **settings)
             man = store.manifest()
             rules = resolve_topup(run_dir, man, topup).describe()
-            base = store.samples_frame(kind="base")
+            base = store.base_traces()
             have = store.existing_keys()
-            panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol)
+            panel = probe_rows(
+                [
+                    Outcome(cid, kind, a, b, br, ok, sid)
+                    for sid, cid, kind, a, b, br, ok, _ in store.outcomes(kind="probe")
+                ],
+                protocol,
+            )
             prompts = (
-                {cid: len(store.cell_prompt(cid)[1]) for cid in base["cell_id"]} if memory else {}
+                {r["cell_id"]: len(store.cell_prompt(r["cell_id"])[1]) for r in base}
+                if memory
+                else {}
             )
         plan = _continue_plan(
             run_dir, man.get("model_alias", "?"), protocol, base, have, panel, batch_size, rules
@@ -279,7 +289,7 @@ def plan_continue(
 
 def memory_line(
     model_id: str,
-    base: Any,
+    base: list[dict[str, Any]],
     prompts: dict[str, int],
     p: Protocol,
     batch_size: int,
@@ -300,7 +310,7 @@ def memory_line(
     from breakthrough.pipeline.scheduler import MemoryPlan
 
     folder = local_folder(model_id) if model_id else None
-    if folder is None or not (folder / "config.json").is_file() or base.empty:
+    if folder is None or not (folder / "config.json").is_file() or not base:
         return "memory: rows per batch are known once the model is on this machine"
     try:
         layout = layout_from_config(json.loads((folder / "config.json").read_text()), kv_bits)
@@ -308,8 +318,7 @@ def memory_line(
         return f"memory: rows per batch unknown ({exc})"
     budget, how = budget_without_loading(folder, memory_bytes)
     cells = [
-        plan_cell(rec["cell_id"], {}, [0] * prompts.get(rec["cell_id"], 0), rec, p)
-        for rec in base.to_dict(orient="records")
+        plan_cell(rec["cell_id"], {}, [0] * prompts.get(rec["cell_id"], 0), rec, p) for rec in base
     ]
     probe = max(c.probe_row(p) for c in cells)
     restart = max(c.restart_row(p) for c in cells)
@@ -325,17 +334,15 @@ def memory_line(
     return MemoryPlan(rows_p.rows, rows_r.rows, probe[0], batch_size, how).line()
 
 
-def _refinement_left(cell_id: str, grid_done: bool, panel: Any, p: Protocol) -> int:
+def _refinement_left(
+    cell_id: str, grid_done: bool, panel: dict[str, list[PanelRow]], p: Protocol
+) -> int:
     """Bisection samples still to come for a cell: none when its probes are all in and show no
     crossing to refine (or refinement is over), else at most the rounds left."""
-    rows = panel[panel["cell_id"] == cell_id]
-    done = sum(a not in p.anchors for a in rows["anchor"])
-    if grid_done:
-        tuples = list(
-            rows[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None)
-        )
-        if bisection_midpoint(tuples, p.tau, p) is None:
-            return 0
+    rows = panel.get(cell_id, [])
+    done = sum(r[0] not in p.anchors for r in rows)
+    if grid_done and bisection_midpoint(rows, p.tau, p) is None:
+        return 0
     return max(p.refinement_rounds - done, 0) * p.samples
 
 
@@ -343,15 +350,15 @@ def _continue_plan(
     run_dir: Path,
     model: str,
     p: Protocol,
-    base: Any,
+    base: list[dict[str, Any]],
     have: set,
-    panel: Any,
+    panel: dict[str, list[PanelRow]],
     batch_size: int,
     topup: str = "",
 ) -> RunPlan:
     probes = refine = restarts = restart_tokens = 0
     probe_tokens = p.budget + p.answer_budget
-    for rec in base.to_dict(orient="records"):
+    for rec in base:
         cell = plan_cell(rec["cell_id"], {}, [], rec, p)
         cid = rec["cell_id"]
         missing_probes = sum(

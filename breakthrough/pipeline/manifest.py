@@ -18,7 +18,6 @@ from breakthrough.classify.topup import TOPUP_DEFAULT, topup_rules, topup_text
 from breakthrough.errors import BtError
 from breakthrough.protocol import Protocol
 from breakthrough.store import STORE_FILE, RunStore, check_writable
-from breakthrough.tasks.family import family_of
 
 PACKAGES = ("mlx", "mlx-lm", "math-verify", "transformers", "numpy", "breakthrough")
 
@@ -78,6 +77,10 @@ def request_identity(
     identity field: a run's trajectories all store the same tokens' vectors. A run made before
     the field existed records the stride of its first resumed request; its earlier samples have
     no rows in hidden_vectors. None: the request stores no vectors and says nothing of them."""
+    # here, not with the module: the families import every grader, which `bt status` (reading
+    # a manifest's top-up rules from this module) never needs
+    from breakthrough.tasks.family import family_of
+
     family = family_of(rows)
     identity = {
         "run_kind": run_kind,  # "base" (bt base, continued by bt continue) or "sample" (attempts)

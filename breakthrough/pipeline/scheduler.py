@@ -50,8 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from breakthrough.classify.panels import probe_panel, restart_panel
-from breakthrough.classify.plan import bisection_midpoint, plan_next, restart_budgets_of
+from breakthrough.classify.panels import Outcome, PanelRow, probe_rows, restart_rows
+from breakthrough.classify.plan import bisection_midpoint, plan_rows, restart_budgets_of
 from breakthrough.classify.topup import TOPUP_RULES
 from breakthrough.engine.contract import Engine, GenRequest, GenResult
 from breakthrough.models.tokens import decode
@@ -115,31 +115,26 @@ def cell_steps(
     protocol: Protocol,
     tau: float,
     topup: tuple[str, ...],
-    panels: Callable[[], tuple[Any, Any]],
+    panels: Callable[[], tuple[list[PanelRow], list[PanelRow]]],
     forced: int | None = None,
 ) -> Iterator[tuple[str, list[Branch]]]:
     """The protocol for one cell, step by step; each yielded step's samples are all stored
-    before the generator is resumed, so every decision reads complete panels. `forced`: the
-    family's forced-close token count (default: the cell's runner's)."""
+    before the generator is resumed, so every decision reads complete panels (`panels()`: the
+    cell's probe and restart panel rows as stored now). `forced`: the family's forced-close
+    token count (default: the cell's runner's)."""
     p = protocol
     yield (
         "probes",
         [b for a in cell.plan.grid for b in branches_for(cell, p, "probe", a, range(p.samples))],
     )
     for _ in range(p.refinement_rounds):  # protocol 4: bisection of the first stable crossing
-        probe, _ = panels()
-        rows = list(
-            probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None)
-        )
+        rows, _ = panels()
         mid = bisection_midpoint(rows, tau, p)
         if mid is None:
             break
         yield "refinement", branches_for(cell, p, "probe", mid, range(p.samples))
     # Restarts (section 4), decided on the canonical probe summaries (instant cells: C = B only).
-    probe, _ = panels()
-    rows = list(
-        probe[["anchor", "n", "k", "n_canon", "k_canon"]].itertuples(index=False, name=None)
-    )
+    rows, _ = panels()
     if forced is None:
         forced = len(cell.runner.forced_ids)
     budgets = [c for c in restart_budgets_of(rows, tau, p) if check_budget(0, c, p, forced)]
@@ -152,8 +147,9 @@ def cell_steps(
     wanted = {TOPUP_RULES[t] for t in topup} | {"bisection"}
     for _ in range(MAX_TOPUP_ROUNDS):  # section 3.5: A1 replication, ambiguity enlargement
         probe, restart = panels()
+        cid = cell.plan.cell_id
         todo: list[Branch] = []
-        for it in plan_next(probe, restart, protocol=p, tau=tau, topup=topup):
+        for it in plan_rows({cid: probe}, {cid: restart}, protocol=p, tau=tau, topup=topup):
             if set(it.reason.split("+")) & wanted:
                 point = it.anchor if it.kind == "probe" else it.budget
                 todo += branches_for(cell, p, it.kind, point, it.branches)
@@ -190,12 +186,21 @@ def cells_with_work(
     return out
 
 
-def _panels_of(store: RunStore, cell_id: str, protocol: Protocol) -> Callable[[], tuple[Any, Any]]:
-    """The (probe, restart) panels of one cell as stored now, read when called."""
+def _panels_of(
+    store: RunStore, cell_id: str, protocol: Protocol
+) -> Callable[[], tuple[list[PanelRow], list[PanelRow]]]:
+    """The (probe, restart) panel rows of one cell as stored now, read when called (from the
+    store's outcome tuples: no data frame between two decoding steps)."""
 
-    def read():
-        df = store.samples_frame(arrays=False, cell_id=cell_id)
-        return probe_panel(df, protocol), restart_panel(df, protocol)
+    def read() -> tuple[list[PanelRow], list[PanelRow]]:
+        outcomes = [
+            Outcome(cid, kind, a, b, br, ok, sid)
+            for sid, cid, kind, a, b, br, ok, _ in store.outcomes(cell_id=cell_id)
+        ]
+        return (
+            probe_rows(outcomes, protocol).get(cell_id, []),
+            restart_rows(outcomes, protocol).get(cell_id, []),
+        )
 
     return read
 
@@ -354,7 +359,7 @@ class RunScheduler:
             cell, self.protocol, self.tau, self.topup, self._panels(cell.plan.cell_id)
         )
 
-    def _panels(self, cell_id: str) -> Callable[[], tuple[Any, Any]]:
+    def _panels(self, cell_id: str) -> Callable[[], tuple[list[PanelRow], list[PanelRow]]]:
         return _panels_of(self.store, cell_id, self.protocol)
 
     def _advance(self, cell: CellState) -> None:

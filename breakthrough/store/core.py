@@ -14,9 +14,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from breakthrough.errors import BtError
 from breakthrough.protocol import Protocol
@@ -39,6 +37,9 @@ from breakthrough.store.records import (
     _unpack,
 )
 from breakthrough.tasks.grade import Grade
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifest (
@@ -398,6 +399,8 @@ class RunStore(HiddenVectors, Frames):
     # ---- cells --------------------------------------------------------------------------
     def add_cells(self, cells: Iterable[dict[str, Any]]) -> None:
         """Insert cells that are new; existing cells are left untouched (idempotent)."""
+        import numpy as np
+
         with self.transaction() as c:
             for cell in cells:
                 item = cell["item"]
@@ -499,6 +502,8 @@ class RunStore(HiddenVectors, Frames):
                 assert sid is not None  # the id of the row this INSERT just wrote
                 written.append(sid)
                 if rec.signals:
+                    import numpy as np  # here: a store is read without NumPy (records.py)
+
                     names = sorted(rec.signals)
                     data = np.stack([np.asarray(rec.signals[k], dtype="<f4") for k in names])
                     c.execute(
@@ -610,6 +615,52 @@ class RunStore(HiddenVectors, Frames):
                 "SELECT s.sample_id, s.cell_id, s.text, s.finish_reason FROM samples s"
                 + where
                 + " ORDER BY s.sample_id"
+            )
+        ]
+
+    def outcomes(
+        self, *, kind: str | None = None, cell_id: str | None = None
+    ) -> list[tuple[int, str, str, int, int, int, bool | None, int]]:
+        """(sample_id, cell_id, kind, anchor, budget, branch, correct, n_tokens) of every sample
+        of a cell (of one `kind`, of one `cell_id`), by sample_id; `correct` None while
+        ungraded. What `samples_frame` holds of a sample's key and verdict (the same join, the
+        same rows checked against their checksums first), as plain tuples: `bt status` and the
+        scheduler read panels from these without pandas."""
+        where, params = self._where(kind=kind, cell_id=cell_id)
+        self.check_where(where, params)
+        return [
+            (int(sid), cid, kd, int(a), int(b), int(br), None if ok is None else bool(ok), int(n))
+            for sid, cid, kd, a, b, br, ok, n in self.conn.execute(
+                "SELECT s.sample_id, s.cell_id, s.kind, s.anchor, s.budget, s.branch, g.correct,"
+                " s.n_tokens FROM samples s JOIN cells c USING(cell_id)"
+                " LEFT JOIN grades g USING(sample_id)" + where + " ORDER BY s.sample_id",
+                params,
+            )
+        ]
+
+    def base_traces(self) -> list[dict[str, Any]]:
+        """One dict per stored base trace, by sample_id: cell_id, token_ids (int32) and
+        segments (uint8 codes): what a cell's plan is cut from (`pipeline.cells.plan_cell`),
+        rows checked against their checksums first, without building a data frame (pandas
+        costs `bt continue` a good part of a second before its first sample)."""
+        where, params = self._where(kind="base")
+        self.check_where(where, params)
+        return [
+            {"cell_id": cid, "token_ids": _unpack(tok, "<i4"), "segments": _unpack(seg, "u1")}
+            for cid, tok, seg in self.conn.execute(
+                "SELECT s.cell_id, s.token_ids, s.segments FROM samples s JOIN cells c"
+                " USING(cell_id)" + where + " ORDER BY s.sample_id",
+                params,
+            )
+        ]
+
+    def cell_reasoning_tokens(self) -> list[tuple[str, int | None]]:
+        """(cell_id, reasoning tokens of its base trace, None before one) of every cell, by
+        cell_id: the `cells_frame` columns `bt status` shows, without pandas."""
+        return [
+            (cid, None if rt is None else int(rt))
+            for cid, rt in self.conn.execute(
+                "SELECT cell_id, reasoning_tokens FROM cells ORDER BY cell_id"
             )
         ]
 

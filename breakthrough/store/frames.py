@@ -7,9 +7,10 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from breakthrough.store.records import _unpack
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Frames:
@@ -45,6 +46,7 @@ class Frames:
         """One row per sample joined with its cell and grade (columns in docs/architecture.md).
         `signals=True` adds a column `signals`: per sample a dict name -> float32 array of the
         per-token instrumentation (SampleRecord.signals), empty where none was recorded."""
+        import numpy as np
         import pandas as pd
 
         cols = (
@@ -82,6 +84,8 @@ class Frames:
         """Stored instrumentation by sample id (none in stores made before it existed)."""
         if "signals" not in self._tables():
             return {}
+        import numpy as np
+
         out: dict[int, dict[str, np.ndarray]] = {}
         sql = "SELECT g.sample_id, g.names, g.data FROM signals g JOIN samples s USING(sample_id)"
         for sid, names_json, blob in self.conn.execute(sql + where, params):

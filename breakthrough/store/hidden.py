@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from breakthrough.errors import BtError
 from breakthrough.outputs import replace_atomic
 from breakthrough.store.records import HIDDEN_DIR, SampleRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def _hidden_payload(rec: SampleRecord) -> bytes | None:
@@ -27,6 +28,8 @@ def _hidden_payload(rec: SampleRecord) -> bytes | None:
     they cannot be what the engine recorded: checked before the transaction writes anything."""
     if rec.hidden is None:
         return None
+    import numpy as np
+
     index = np.ascontiguousarray(rec.hidden[0], dtype="<i4")
     vectors = np.ascontiguousarray(rec.hidden[1], dtype="<f2")
     where = f"hidden vectors of {rec.cell_id} {rec.kind} branch {rec.branch}"
@@ -153,6 +156,8 @@ class HiddenVectors:
                 f"{hashlib.sha256(data).hexdigest()[:12]} vs {sha[:12]}); the file is "
                 "damaged"
             )
+        import numpy as np
+
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             index, vectors = npz["token_index"], npz["hidden"]
         if vectors.shape != (rows, dim) or index.shape != (rows,):

@@ -1,14 +1,18 @@
 """What a run store holds, below its SQL: the file names and schema versions of a store, the
 record a finished generation is stored from (`SampleRecord`), and how per-token arrays are
-packed into its rows."""
+packed into its rows.
+
+NumPy is imported where an array is packed or unpacked, not with the store: `bt status` and
+`bt verify` read a store without it (issue 30: read-only commands answer at once)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 STORE_FILE = "store.sqlite"
 # The layout and checksum coverage this bt writes into a new store (the package docstring); it reads
@@ -58,10 +62,14 @@ class SampleRecord:
 
 
 def _pack(arr: np.ndarray | None, dtype: str) -> bytes | None:
+    import numpy as np
+
     return None if arr is None else np.ascontiguousarray(arr, dtype=dtype).tobytes()
 
 
 def _unpack(blob: bytes | None, dtype: str) -> np.ndarray:
+    import numpy as np
+
     return np.frombuffer(blob or b"", dtype=dtype)
 
 

@@ -1,9 +1,10 @@
 """Fast answers (issue 30, item 4): nothing heavy is imported before a command needs it.
 `import breakthrough.cli` (what every `bt` call runs first, `--help` and `--version` included)
 loads none of pandas, scipy, matplotlib, mlx, mlx_lm, sympy, NumPy (nor rich, which only a
-command that prints tables needs); `bt status` leaves
-scipy.stats alone; `bt models list` and `bt cohorts list` load no model library. Times are
-measured by bench/startup.py, not asserted here."""
+command that prints tables needs); `bt status` on a run loads none of them either (it reads the
+store's counts without pandas: pipeline/status.py), `bt verify` leaves scipy.stats alone;
+`bt models list` and `bt cohorts list` load no model library. Times are measured by
+bench/startup.py, not asserted here."""
 
 from __future__ import annotations
 
@@ -82,3 +83,35 @@ def test_status_and_verify_leave_scipy_stats_and_models_alone(tmp_path):
             "sympy",
             "matplotlib",
         }, args
+
+
+@pytest.mark.parametrize("json_flag", [(), ("--json",)], ids=["table", "--json"])
+def test_status_of_a_run_loads_no_heavy_library(tmp_path, json_flag):
+    """pandas (and pyarrow under it) took most of `bt status`'s 0.8 s; NumPy, which only
+    packing arrays into a store needs, is not loaded to read one."""
+    run = write_run(tmp_path / "runs" / "small")
+    proc = run_bt("status", run, *json_flag, PYTHONPROFILEIMPORTTIME="1")
+    assert proc.returncode == 0, proc.stderr
+    heavy = _top_level(_imported(proc.stderr)) & set(HEAVY)
+    assert not heavy, f"bt status imported {sorted(heavy)}"
+    assert "fake:arith/L5/r0" in proc.stdout  # it did read the run
+
+
+def test_continue_reads_its_runs_without_pandas(tmp_path, tiny_model_dir):
+    """`bt continue` (and its --dry-run) read base traces and panels from the store as tuples:
+    pandas, which only the analyses need, cost it a good part of a second before its first
+    sample. The dry run loads no model library either."""
+    from continue_fixture import two_cell_run
+
+    run = write_run(tmp_path / "runs" / "small")
+    proc = run_bt("continue", run, "--dry-run", PYTHONPROFILEIMPORTTIME="1")
+    assert proc.returncode == 0 and "restarts   2 samples" in proc.stdout, proc.stderr
+    heavy = _top_level(_imported(proc.stderr)) & set(HEAVY)
+    assert not heavy - {"numpy"}, f"bt continue --dry-run imported {sorted(heavy)}"
+
+    run = two_cell_run(tmp_path / "tiny", tiny_model_dir)
+    small = ("--anchors", "64,128", "--budget", "4", "--answer-budget", "4", "--restarts", "4")
+    proc = run_bt("continue", run, *small, "--topup", "none", PYTHONPROFILEIMPORTTIME="1")
+    assert proc.returncode == 0, proc.stderr
+    assert "pandas" not in _top_level(_imported(proc.stderr))
+    assert "fx: 2 cells; samples probes 16" in " ".join(proc.stderr.split())

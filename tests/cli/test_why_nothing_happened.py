@@ -15,6 +15,7 @@ import numpy as np
 from bt_cli import run_bt
 from classify_fixture import cell_spec, write_store
 
+from breakthrough.models.segments import SOLUTION, THINKING
 from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.grade import Grade
 
@@ -27,6 +28,24 @@ def _run(path: Path, cells: tuple[str, ...], model: Path) -> Path:
     with RunStore(run) as store:
         store.update_manifest({"model_id": str(model), "topup": "terminal,ambiguous"})
     return run
+
+
+def _base_trace(cell: str, reasoning: int) -> SampleRecord:
+    """A base trace of `reasoning` thinking tokens and a short solution (segment codes)."""
+    n = reasoning + 8
+    return SampleRecord(
+        cell_id=cell,
+        kind="base",
+        anchor=-1,
+        budget=0,
+        branch=0,
+        seed=11,
+        prefix_len=0,
+        token_ids=np.arange(n, dtype=np.int32),
+        text="t",
+        finish_reason="eos",
+        segments=np.array([THINKING] * reasoning + [SOLUTION] * 8, np.uint8),
+    )
 
 
 def _said(proc) -> str:
@@ -92,6 +111,8 @@ def test_every_missing_hint_of_the_study_page_is_a_command_that_fills_it(tmp_pat
     }
     runs = tmp_path / "runs"
     write_store(runs / "a", {"g:p9": done})
+    with RunStore(runs / "a") as store:  # its base trace: 600 reasoning tokens, what the arm cuts
+        store.add_samples([_base_trace("g:p9", 600)], reasoning_tokens={"g:p9": 600})
     proc = run_bt("report", "study", runs, "--draws", "0", "--no-cell-pages")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((runs / "study" / "headlines.json").read_text())
