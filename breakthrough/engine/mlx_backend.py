@@ -364,7 +364,8 @@ class MlxEngine:
         """Share of the attention positions of every decode step so far that are the rows' own
         tokens, not padding: mlx-lm's batch cache pads every row to the longest one in flight,
         and on CPU that padded attention is a large part of a step at long contexts (what the
-        scheduler's longest-context-first order reduces); None before the first step."""
+        scheduler's longest-context-first order reduces); 1.0 where rows attend one by one
+        (`row_attention`); None before the first step."""
         if not self.attention_padded:
             return None
         return self.attention_real / self.attention_padded
@@ -745,11 +746,11 @@ class MlxEngine:
                 responses = gen.next_generated()
                 if not responses:
                     continue
-                longest = 0
+                longest = step_real = 0
                 for resp in responses:
                     row = rows[resp.uid]
                     context = len(row.req.prompt) + len(row.tokens)  # before this token
-                    self.attention_real += context
+                    step_real += context
                     longest = max(longest, context)
                     stats: StepStats = resp.logprobs  # this token's, from the batched step
                     row.tokens.append(int(resp.token))
@@ -774,7 +775,11 @@ class MlxEngine:
                             prefix,
                         )
                     ready.append(self._result(row, resp))
-                self.attention_padded += len(responses) * longest
+                self.attention_real += step_real
+                if self.share_prefixes and self.row_attention:
+                    self.attention_padded += step_real  # rows attended one by one: no padding
+                else:
+                    self.attention_padded += len(responses) * longest
                 depth = 1 << max(longest - 1, 0).bit_length()
                 self.rows_by_context[depth] = max(
                     self.rows_by_context.get(depth, 0), len(responses)
