@@ -80,10 +80,6 @@ def _blas_notice_once() -> None:
 
 
 KV_BITS = (4, 8)
-# A row's keys and values in one layer, at the longest row, from which shared-prefix rows
-# attend row by row instead of keeping copies in mlx-lm's padded batch (`_attention_heavy`):
-# Qwen3-4B's geometry holds 4 KiB per token and layer in bfloat16, so rows of 512+ positions.
-ROW_ATTENTION_MIN_BYTES = 2 * 2**20
 
 
 def check_kv_bits(model, bits: int) -> int:
@@ -209,9 +205,10 @@ class MlxEngine:
         self.kv_bits = None if kv_bits is None else check_kv_bits(model, kv_bits)
         # Rows point into their cell's one prefix copy (`shared_kv`) only where memory needs it
         # (None: `capacity` decides): when the budget holds `batch_size` rows with a copy each
-        # (mlx-lm's batch cache, counted twice for its growth), they keep their copies, since
-        # assembling a layer's batch keys and values every step costs time (on the tiny CPU
-        # bench model, bt fell from 13.6x to about 2.7x the plain loop under load). Quantized
+        # (mlx-lm's batch cache, counted twice for its growth), they keep their copies, which
+        # are faster on CPU: shared rows attend one by one (`row_attention`), a few small ops
+        # per row and layer that cost more than the padding they save (tiny bench model: 657
+        # against 1,291 tok/s; Qwen3-4B geometry, 1k trace: 10.9 against 19.7 tok/s). Quantized
         # KV exists only as shared rows.
         self.share_prefixes = bool(share_prefixes) or kv_bits is not None
         self._share_fixed = share_prefixes is not None or kv_bits is not None
@@ -414,7 +411,7 @@ class MlxEngine:
             longest = max(tokens, self._unshared_tokens)
             copies = self.layout().row(longest) * 2 * self.batch_size
             reserve = rule.slots * self.layout().prefix_cache(shared, self._snapshots())
-            self.share_prefixes = reserve + copies > budget or self._attention_heavy(longest)
+            self.share_prefixes = reserve + copies > budget
             if not self.share_prefixes:
                 return self.batch_size
         if rule.rows < 1:
@@ -425,22 +422,6 @@ class MlxEngine:
                 "use auto)"
             )
         return rule.rows
-
-    def _attention_heavy(self, longest: int) -> bool:
-        """Whether rows of `longest` positions read enough keys and values per layer that
-        attending row by row (`row_attention`, shared rows) beats mlx-lm's padded batch: its
-        per-row, per-layer cost (~0.2 ms of small ops on CPU) then stays a few percent of the
-        row's attention, and no step reads padding. Below it, on the tiny bench model (1 KiB per
-        token), rows keep mlx-lm's batch cache (row by row: 657 against 1,291 tok/s). Measured on
-        CPU only: on Metal or CUDA, where a padded batch is one fused kernel per layer and row by
-        row is a few launches per row, rows share only when memory needs it until
-        `bench/accelerator_throughput.py --model study-geometry` says otherwise."""
-        import mlx.core as mx
-
-        layout = self.layout()
-        per_layer = layout.plain_per_token / max(layout.plain_layers, 1)
-        on_cpu = mx.default_device().type == mx.cpu
-        return self.row_attention and on_cpu and per_layer * longest >= ROW_ATTENTION_MIN_BYTES
 
     def _snapshots(self) -> int:
         return max(

@@ -5,7 +5,10 @@ read at the longest row's length, and for `shared_kv` rows that tensor must firs
 each step (every row's prefix copied twice per layer). At the study's KV geometry on CPU
 (Qwen3-4B-like, bf16, 24 rows of 300-2,200 positions) one layer's attention took 325 ms with
 mlx-lm's own per-row copies and 570 ms assembled; row by row, over each row's own positions, it
-takes 136 ms (`bench/continue_throughput.py --model study-geometry` measures the whole run).
+takes 136 ms. A whole run is another matter (`bench/continue_throughput.py --model
+study-geometry`, 1k trace, at most 16 rows): mlx-lm's copies made 19.7 tok/s, row by row 10.9,
+its per-row ops and their fresh allocations (more system time than user time) costing more
+than the padding saved; so rows share, and attend this way, only when memory needs it.
 
 Each row attends over its own keys only: its prefix view and its suffix, joined, with the same
 `scaled_dot_product_attention` call mlx-lm makes, unpadded and unmasked. A padded position gets

@@ -208,25 +208,15 @@ def test_a_run_records_its_kv_bits_and_never_mixes_them(tmp_path) -> None:
         run_kv_bits({"continuation": continuation_identity(False)}, 8, tmp_path)
 
 
-def test_rows_share_their_prefix_where_memory_or_attention_needs_it(bf16_geometry) -> None:
-    """Rows share their prefix's one copy when the budget cannot hold `--batch-size` rows with
-    a copy each, or when their attention is heavy enough to run row by row (`row_attention`,
-    at the study's KV geometry from 512 positions); short rows, and models whose attention is
-    not routed, keep mlx-lm's padded batch cache while memory allows."""
+def test_rows_keep_their_own_copies_while_memory_allows(bf16_geometry) -> None:
+    """Shared rows attend one by one, which costs time on CPU: rows share their prefix's one
+    copy only when the budget cannot hold `--batch-size` rows with a copy each."""
     _, model = bf16_geometry
     roomy = MlxEngine(model, [0], batch_size=4, memory_budget_bytes=64 * GiB)
     assert roomy.row_attention
     assert _probe(roomy, 1024) == 4
-    assert roomy.share_prefixes and roomy.admits_by_memory  # 2,759 positions: row by row
-    short = MlxEngine(model, [0], batch_size=4, memory_budget_bytes=64 * GiB)
-    assert short.capacity(300, shared_tokens=200) == 4
-    assert not short.share_prefixes and not short.admits_by_memory
-    unrouted = MlxEngine(model, [0], batch_size=4, memory_budget_bytes=64 * GiB)
-    unrouted.row_attention = False  # e.g. a model file that calls mx.fast's attention itself
-    assert _probe(unrouted, 1024) == 4
-    assert not unrouted.share_prefixes and not unrouted.admits_by_memory
+    assert not roomy.share_prefixes and not roomy.admits_by_memory
     tight = MlxEngine(model, [0], batch_size=32, memory_budget_bytes=24 * GiB)
-    tight.row_attention = False
     assert _probe(tight, 16384) >= 8
     assert tight.share_prefixes and tight.admits_by_memory
     assert MlxEngine(model, [0], kv_bits=8).share_prefixes  # quantized rows are always shared
