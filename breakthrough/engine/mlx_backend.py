@@ -195,7 +195,10 @@ class MlxEngine:
     ):
         self.model = model
         _blas_notice_once()
+        from breakthrough.engine.allocator import keep_freed_memory
         from breakthrough.engine.row_attention import install
+
+        keep_freed_memory()  # MLX's per-step buffers reused, not faulted in afresh (allocator)
 
         # Shared-prefix rows attend one by one over their own positions (row_attention): same
         # values as the padded batch, without assembling it each step.

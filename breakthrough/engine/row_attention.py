@@ -64,7 +64,8 @@ def attend(
 def install(model: Any) -> bool:
     """Point the attention of `model`'s modules at `attend`; True when at least one of its
     modules calls mlx-lm's shared attention function (so its shared rows attend row by row)."""
-    names = {type(m).__module__ for m in model.modules()} | {type(model).__module__}
+    modules = model.modules() if hasattr(model, "modules") else []
+    names = {type(m).__module__ for m in modules} | {type(model).__module__}
     routed = False
     for name in sorted(names):
         module = sys.modules.get(name)
