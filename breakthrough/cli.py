@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
 from typing import NoReturn
 
 import typer
@@ -90,7 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     to resume", an OS error naming a file (e.g. a read-only output folder) -> one line, 2.
 
     A reader that stops early (`bt status runs/ | head -1`) ends the command quietly with 0:
-    the output it wanted was printed."""
+    the output it wanted was printed. SIGTERM (`kill`, a batch system's time limit) unwinds
+    like Ctrl-C and ends with 143 and "terminated, rerun to resume"."""
+    _unwind_on_sigterm()
     try:
         _main(argv)
     except BrokenPipeError:
@@ -144,23 +148,53 @@ def _main(argv: list[str] | None) -> None:
     except ClickException as exc:
         _fail(exc.format_message(), exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
-        _fail(INTERRUPTED, 130)
+        _fail_interrupted()
     except OSError as exc:
         if exc.filename is None:
             raise
         _fail(f"{exc.filename}: {exc.strerror or exc}", 2)
     if code == 130:  # typer turned a KeyboardInterrupt inside a command into Exit(130)
-        _fail(INTERRUPTED, 130)
+        _fail_interrupted()
     if isinstance(code, int) and code:
         raise SystemExit(code)
 
 
 INTERRUPTED = "interrupted, rerun to resume"
+TERMINATED = "terminated, rerun to resume"
+_SIGTERM_SEEN: list[int] = []  # set by the SIGTERM handler: an interruption that was a SIGTERM
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM raised as a KeyboardInterrupt, so a `kill` unwinds exactly like Ctrl-C: every
+    `finally` runs (stores close, the run lock is released; each finished sample was committed
+    when its row ended) and the user gets one line instead of a silent exit 143."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    _SIGTERM_SEEN.append(signum)
+    raise _Terminated()
+
+
+def _unwind_on_sigterm() -> None:
+    """Route SIGTERM to `_on_sigterm`, from the main thread and only where nobody (a parent
+    that ignores it, an embedding program) set another handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _fail_interrupted() -> NoReturn:
+    """Ctrl-C: 130 and "interrupted"; SIGTERM: 143 (128 + 15, what a killed process reports)."""
+    if _SIGTERM_SEEN:
+        _fail(TERMINATED, 128 + signal.SIGTERM)
+    _fail(INTERRUPTED, 130)
 
 
 def _fail(message: str, code: int) -> NoReturn:
     """One line on stderr, then exit with `code`."""
-    print(f"bt: error: {message}" if code != 130 else f"bt: {message}", file=sys.stderr)
+    interrupted = code in (130, 128 + signal.SIGTERM)
+    print(f"bt: {message}" if interrupted else f"bt: error: {message}", file=sys.stderr)
     raise SystemExit(code)
 
 

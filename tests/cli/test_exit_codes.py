@@ -1,6 +1,7 @@
 """Exit codes and messages of the real `bt` console script (typer 0.29 bundles its own click,
 which the entry point must handle): a usage error is one line and exit 2, plain `bt` is help,
-Ctrl-C is "interrupted, rerun to resume" and exit 130 with the store intact, and a failed
+Ctrl-C is "interrupted, rerun to resume" and exit 130 with the store intact (SIGTERM the same,
+"terminated", 143), and a failed
 `--check` is exit 1."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import signal
 import sqlite3
 import time
 
+import pytest
 from bt_cli import assert_one_line_error, run_bt, start_bt
 
 
@@ -70,7 +72,18 @@ def _wait_for_cells(store, proc, limit_s: float = 120.0) -> None:
     raise AssertionError("bt base wrote no cells in time")
 
 
-def test_sigint_during_generation_exits_130_and_keeps_the_store(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize(
+    ("sig", "code", "line"),
+    [
+        (signal.SIGINT, 130, "bt: interrupted, rerun to resume"),
+        # `kill`, a batch system's time limit: it exited 143 without a word before
+        (signal.SIGTERM, 143, "bt: terminated, rerun to resume"),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_signal_during_generation_is_one_line_and_keeps_the_store(
+    tmp_path, tiny_model_dir, sig, code, line
+):
     run = tmp_path / "runs" / "r"
     args = (
         "base",
@@ -91,14 +104,14 @@ def test_sigint_during_generation_exits_130_and_keeps_the_store(tmp_path, tiny_m
     try:
         _wait_for_cells(run / "store.sqlite", proc)
         time.sleep(1.0)  # let it generate for a moment (not an assertion on time)
-        os.killpg(proc.pid, signal.SIGINT)  # the whole group, as Ctrl-C in a terminal
+        os.killpg(proc.pid, sig)  # the whole group, as Ctrl-C in a terminal or a job's end
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, (out, err)
-    assert "interrupted, rerun to resume" in err and "Traceback" not in err
+    assert proc.returncode == code, (out, err)
+    assert err.strip().splitlines()[-1] == line and "Traceback" not in err, err
     with sqlite3.connect(f"file:{run / 'store.sqlite'}?mode=ro", uri=True) as c:
         assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         keys = {k for (k,) in c.execute("SELECT key FROM manifest")}
