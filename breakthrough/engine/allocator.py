@@ -7,7 +7,8 @@ decode step that joins and frees per-row keys and values in every layer (`row_at
 a page fault for every 4 KiB it writes. On the Qwen3-4B-geometry bench (1k trace, shared rows,
 `--memory-gb 4`) the process spent more system time than user time: sys 659 s against user
 504 s, 77.7 M minor faults, 10.9 tok/s. With these settings (as environment variables): sys
-201 s, 0.5 M faults, 19.5 tok/s, 1.74x the plain mlx-lm loop instead of 1.12x.
+201 s, 0.5 M faults, 19.5 tok/s, 1.74x the plain mlx-lm loop instead of 1.12x (1.83x on an
+idle machine, through this module).
 
 `keep_freed_memory()` sets them once per process through `mallopt`: blocks up to 32 MiB come
 from the heap, and freed memory is trimmed only above 2 GiB. The cost is that RSS stays near

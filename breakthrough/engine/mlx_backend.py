@@ -210,9 +210,9 @@ class MlxEngine:
         # (None: `capacity` decides): when the budget holds `batch_size` rows with a copy each
         # (mlx-lm's batch cache, counted twice for its growth), they keep their copies: shared
         # rows attend one by one (`row_attention`), a few small ops per row and layer, slower
-        # on the tiny bench model (657 against 1,291 tok/s); at the Qwen3-4B geometry they were
-        # too (10.9 against 19.7) before `allocator`, not re-measured since. Quantized KV exists
-        # only as shared rows.
+        # on the tiny bench model (657 against 1,291 tok/s); at the Qwen3-4B geometry (CPU, 1k
+        # trace, idle) 19.4 against 21.5 since `allocator` (10.9 against 19.7 before it).
+        # Quantized KV exists only as shared rows.
         self.share_prefixes = bool(share_prefixes) or kv_bits is not None
         self._share_fixed = share_prefixes is not None or kv_bits is not None
         self._unshared_tokens = 0  # the longest row without a shared prefix `capacity` saw

@@ -8,8 +8,8 @@ mlx-lm's own per-row copies and 570 ms assembled; row by row, over each row's ow
 takes 136 ms. A whole run is another matter (`bench/continue_throughput.py --model
 study-geometry`, 1k trace, at most 16 rows): mlx-lm's copies made 19.7 tok/s, row by row 10.9,
 its per-row joins faulting in fresh pages every step (more system time than user time) until
-`allocator.keep_freed_memory` (then 359 CPU-s for the run, against 505 for copies). Rows
-share, and attend this way, only when memory needs it.
+`allocator.keep_freed_memory`; since then, idle, 19.4 tok/s row by row against 21.5 for copies.
+Rows share, and attend this way, only when memory needs it.
 
 Each row attends over its own keys only: its prefix view and its suffix, joined, with the same
 `scaled_dot_product_attention` call mlx-lm makes, unpadded and unmasked. A padded position gets
