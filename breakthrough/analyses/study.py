@@ -103,19 +103,24 @@ def _a2_table(classify_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(path) if path.is_file() else pd.DataFrame()
 
 
+A2_BUDGET = 4096  # the study's second arm (protocol 3.6): B2 = 4 x its B = 1,024
+
+
 def _a2_targets(dirs: Sequence[Path]) -> dict[Path, int]:
-    """Each run's A2 targets (`classify.arms.arm_targets` on its primary-arm probes): the
-    trajectories `bt continue RUN --add-budget B2` would re-probe."""
-    from breakthrough.classify.arms import arm_targets
-    from breakthrough.classify.panels import probe_panel
+    """Each run's A2 work: the probe samples `bt continue RUN --add-budget A2_BUDGET` would
+    generate (`pipeline.budget_arm.arm_work`, the count that command itself plans with), so
+    the page never names the command for a run where it would say "nothing to do" (targets
+    without a base trace, or whose anchors leave no room for B2 within the total cap)."""
+    from breakthrough.pipeline.budget_arm import arm_work
     from breakthrough.store import RunStore
 
     out = {}
     for d in dirs:
         with RunStore(d, readonly=True) as store:
-            protocol = store.protocol()
-            panel = probe_panel(store.samples_frame(arrays=False, kind="probe"), protocol)
-        out[d] = len(arm_targets(panel, protocol.tau, protocol)) if len(panel) else 0
+            try:
+                out[d] = arm_work(store, A2_BUDGET).missing
+            except BtError:  # the arm is refused here (B2 is the run's B, no probes yet)
+                out[d] = 0
     return out
 
 
@@ -137,7 +142,7 @@ def _missing(
     such cell), the hint says so and what would (more cells, a new run) instead of naming a
     command that does nothing. `planned`: top-up items the runs' terminal,ambiguous plan still
     holds; `restart_budgets`: how many the runs' protocol has; `a2_targets`: run → the
-    trajectories an A2 arm would re-probe."""
+    probe samples an A2 arm at `A2_BUDGET` would generate."""
     out = []
     more = "more problems or models may hold one (bt base --cohort COHORT; bt continue)"
     topup_done = "; the top-ups these runs are owed are stored (`bt status` plans none)"
@@ -199,15 +204,16 @@ def _missing(
                 Missing(
                     "continuation-budget falsification (3.6, A2)",
                     "no run holds a second probe arm",
-                    f"bt continue {' '.join(targets) or runs} --add-budget 4096",
+                    f"bt continue {' '.join(targets) or runs} --add-budget {A2_BUDGET}",
                 )
             )
         else:
             out.append(
                 Missing(
                     "continuation-budget falsification (3.6, A2)",
-                    "no run holds a second probe arm, and no trajectory is a target "
-                    "(a non-instant T_F event)",
+                    "no run holds a second probe arm, and no run has an A2 target (a "
+                    "non-instant T_F event) with a base trace and room for "
+                    f"B2={A2_BUDGET} within the total cap",
                     f"{NO_COMMAND}: {more}",
                 )
             )
