@@ -106,7 +106,7 @@ def _a2_table(classify_dir: Path) -> pd.DataFrame:
 A2_BUDGET = 4096  # the study's second arm (protocol 3.6): B2 = 4 x its B = 1,024
 
 
-def _a2_targets(dirs: Sequence[Path]) -> dict[Path, int]:
+def _a2_work(dirs: Sequence[Path]) -> dict[Path, int]:
     """Each run's A2 work: the probe samples `bt continue RUN --add-budget A2_BUDGET` would
     generate (`pipeline.budget_arm.arm_work`, the count that command itself plans with), so
     the page never names the command for a run where it would say "nothing to do" (targets
@@ -135,13 +135,13 @@ def _missing(
     *,
     planned: int = 0,
     restart_budgets: int = 2,
-    a2_targets: Mapping[Path, int] | None = None,
+    a2_work: Mapping[Path, int] | None = None,
 ) -> list[Missing]:
     """Every headline or figure the runs hold no data for, why, and the command that, run,
     produces it; where no command can with these runs (their top-ups are stored, they hold no
     such cell), the hint says so and what would (more cells, a new run) instead of naming a
     command that does nothing. `planned`: top-up items the runs' terminal,ambiguous plan still
-    holds; `restart_budgets`: how many the runs' protocol has; `a2_targets`: run → the
+    holds; `restart_budgets`: how many the runs' protocol has; `a2_work`: run → the
     probe samples an A2 arm at `A2_BUDGET` would generate."""
     out = []
     more = "more problems or models may hold one (bt base --cohort COHORT; bt continue)"
@@ -198,8 +198,8 @@ def _missing(
         else:
             out.append(Missing(what, why + topup_done, f"{NO_COMMAND}: {more}"))
     if "a2" not in found:
-        targets = [str(d) for d, n in (a2_targets or {}).items() if n]
-        if targets or a2_targets is None:
+        targets = [str(d) for d, n in (a2_work or {}).items() if n]
+        if targets or a2_work is None:
             out.append(
                 Missing(
                     "continuation-budget falsification (3.6, A2)",
@@ -342,7 +342,7 @@ def study_report(
         confirm_dir,
         planned=cl.plan_items,
         restart_budgets=len(budgets),
-        a2_targets=_a2_targets(dirs),
+        a2_work=None if "a2" in found else _a2_work(dirs),  # planned only for the hint
     )
     doc = {
         "runs": [str(d) for d in dirs],
