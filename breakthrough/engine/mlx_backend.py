@@ -80,6 +80,10 @@ def _blas_notice_once() -> None:
 
 
 KV_BITS = (4, 8)
+# Query heads x shared prefix positions of a row from which shared-prefix attention beats
+# per-row copies (`MlxEngine._sharing_pays`; measured on CPU: the tiny bench model, 4 heads x
+# 1,150, copies 2.4x faster; Qwen3-4B's attention, 32 heads x 1,100, shared 8x faster).
+SHARED_ATTENTION_SCORES = 16_384
 
 
 def check_kv_bits(model, bits: int) -> int:
@@ -200,19 +204,16 @@ class MlxEngine:
 
         keep_freed_memory()  # MLX's per-step buffers reused, not faulted in afresh (allocator)
 
-        # Shared-prefix rows attend one by one over their own positions (row_attention): same
-        # values as the padded batch, without assembling it each step.
+        # Shared-prefix rows attend together over their cell's one prefix copy, each over its
+        # own suffix apart (`prefix_attention`, through `row_attention.install`); quantized
+        # rows one by one. False when the model's attention does not call mlx-lm's function.
         self.row_attention = install(model)
         # `--kv-bits`: plain attention layers hold keys and values quantized to this many bits
         # (None: the model's dtype). It changes tokens: a run records it (cell_loop).
         self.kv_bits = None if kv_bits is None else check_kv_bits(model, kv_bits)
-        # Rows point into their cell's one prefix copy (`shared_kv`) only where memory needs it
-        # (None: `capacity` decides): when the budget holds `batch_size` rows with a copy each
-        # (mlx-lm's batch cache, counted twice for its growth), they keep their copies: shared
-        # rows attend one by one (`row_attention`), a few small ops per row and layer, slower
-        # on the tiny bench model (657 against 1,291 tok/s); at the Qwen3-4B geometry (CPU, 1k
-        # trace, idle) 19.4 against 21.5 since `allocator` (10.9 against 19.7 before it).
-        # Quantized KV exists only as shared rows.
+        # Rows point into their cell's one prefix copy (`shared_kv`) when that pays or memory
+        # needs it (None: `capacity` decides, `_sharing_pays`); otherwise each row keeps a copy
+        # in mlx-lm's batch cache. Quantized KV exists only as shared rows.
         self.share_prefixes = bool(share_prefixes) or kv_bits is not None
         self._share_fixed = share_prefixes is not None or kv_bits is not None
         self._unshared_tokens = 0  # the longest row without a shared prefix `capacity` saw
@@ -371,6 +372,14 @@ class MlxEngine:
         return self.attention_real / self.attention_padded
 
     @property
+    def groups_by_prefix(self) -> bool:
+        """Rows that point into the same shared prefix attend over it once per step
+        (`prefix_attention`): the scheduler queues a cell's rows together, so that the rows in
+        flight share few prefixes (rather than longest context first across cells, which keeps
+        mlx-lm's padded batch cache full)."""
+        return self.share_prefixes and self.row_attention and self.kv_bits is None
+
+    @property
     def admits_by_memory(self) -> bool:
         """Rows are admitted by the bytes they add (`_fits`), not by a fixed row count: the
         scheduler may offer up to `batch_size` requests and the engine holds back the one that
@@ -391,11 +400,14 @@ class MlxEngine:
         budget; fewer, down to one, before fewer rows). BtError when not even one row and one
         prefix fit. The rule (`CacheBytes`): prefixes once, each row its own tokens allocated
         once, plus one decode step's transient (issue 28)."""
+        tokens = max(int(row_tokens), 1)
+        shared = int(shared_tokens) if self.reuse_prefixes else 0
+        pays = bool(shared) and not self._share_fixed and self._sharing_pays(shared)
+        if pays:
+            self.share_prefixes = True
         if not self.memory_budget_bytes:
             return self.batch_size
         budget = float(self.memory_budget_bytes)
-        tokens = max(int(row_tokens), 1)
-        shared = int(shared_tokens) if self.reuse_prefixes else 0
         rule = admission(
             self.layout(),
             budget,
@@ -409,8 +421,8 @@ class MlxEngine:
             self._prefix_slots = rule.slots
         if not shared:
             self._unshared_tokens = max(self._unshared_tokens, tokens)
-        if shared and not self._share_fixed:
-            # the old rule: every row its own copy, counted twice, at the longest row asked for
+        if shared and not self._share_fixed and not pays:
+            # memory's rule: every row its own copy, counted twice, at the longest row asked for
             longest = max(tokens, self._unshared_tokens)
             copies = self.layout().row(longest) * 2 * self.batch_size
             reserve = rule.slots * self.layout().prefix_cache(shared, self._snapshots())
@@ -425,6 +437,18 @@ class MlxEngine:
                 "use auto)"
             )
         return rule.rows
+
+    def _sharing_pays(self, shared_tokens: int) -> bool:
+        """Whether rows whose shared prefix is `shared_tokens` long run faster pointing into
+        their cell's one copy (`prefix_attention`) than with a copy each in mlx-lm's batch
+        cache: when a row's attention over its prefix (query heads x positions: the scores
+        each row and layer computes) is at least SHARED_ATTENTION_SCORES, and the model's
+        attention is routed (`row_attention.install`). Measured in `bench/continue_throughput.py
+        --attention shared|copies` (README, "Memory and speed at the study's scale")."""
+        from breakthrough.engine.prefix_cache import query_heads
+
+        heads = query_heads(self.model)
+        return self.row_attention and heads * int(shared_tokens) >= SHARED_ATTENTION_SCORES
 
     def _snapshots(self) -> int:
         return max(

@@ -60,7 +60,18 @@ def _plain_layer(layer: Any, n: int) -> Any:
         new.keys = keys[..., :n, :]
         new.values = values[..., :n, :]
         new.offset = n
+        # the buffers these views start (`shared_base`): rows cut from them share attention
+        new._bt_base = (keys, values, n)
     return new
+
+
+def shared_base(layer: Any) -> tuple[Any, Any] | None:
+    """(keys, values) buffers of the `PrefixCache` a `KVCache` layer was cut from
+    (`_plain_layer`), while it still holds just that cut (nothing written since); else None."""
+    base = getattr(layer, "_bt_base", None)
+    if base is None or int(layer.offset) != base[2] or layer.keys.shape[2] != base[2]:
+        return None
+    return base[0], base[1]
 
 
 KV_GROUP_SIZE = 64  # mlx's quantization group along the head dimension (`--kv-bits`)

@@ -34,6 +34,8 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models import base
 
+from breakthrough.engine.prefix_attention import attend_shared
+
 # mlx-lm's own function, kept before any module's name points at `attend`.
 _mlx_attention = base.scaled_dot_product_attention
 
@@ -49,16 +51,20 @@ def attend(
 ) -> Any:
     """mlx-lm's `scaled_dot_product_attention`, row by row where `cache` is a
     `SharedBatchCache` whose last fetched keys these are, for a one-token step."""
-    rows = getattr(cache, "rows_for_attention", None)
-    parts = rows(queries, keys) if rows is not None else None
-    if parts is None:
+    rows_of = getattr(cache, "rows_for_attention", None)
+    rows = rows_of(queries, keys) if rows_of is not None else None
+    if rows is None:
         return _mlx_attention(
             queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks
         )
-    out = [
-        _mlx_attention(queries[i : i + 1], k, v, cache=row, scale=scale, mask=None, sinks=sinks)
-        for i, (row, k, v) in enumerate(parts)
-    ]
+    if sinks is None and not hasattr(cache, "bits"):
+        return attend_shared(queries, rows, scale)
+    out = []
+    for i, row in enumerate(rows):
+        k, v = row.padded(0)
+        out.append(
+            _mlx_attention(queries[i : i + 1], k, v, cache=row, scale=scale, mask=None, sinks=sinks)
+        )
     return out[0] if len(out) == 1 else mx.concatenate(out, axis=0)
 
 

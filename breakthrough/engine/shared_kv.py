@@ -43,7 +43,9 @@ class SharedRowCache(KVCache):
     keys: Any
     values: Any
 
-    def __init__(self, prefix_keys: Any = None, prefix_values: Any = None) -> None:
+    def __init__(
+        self, prefix_keys: Any = None, prefix_values: Any = None, base: Any = None
+    ) -> None:
         super().__init__()
         self.prefix_keys = prefix_keys
         self.prefix_values = prefix_values
@@ -51,14 +53,25 @@ class SharedRowCache(KVCache):
         self.suffix_len = 0
         self.offset = self.prefix_len
         self._wanted = 0  # suffix positions to allocate at the first write (reserve before it)
+        # (keys, values): the whole buffers the prefix views start, when they are a cell's one
+        # `PrefixCache` copy (`prefix_cache.shared_base`): rows with the same buffers attend
+        # over them together (`prefix_attention`); None for a prefix of the row's own.
+        self.base = base
 
     @classmethod
     def from_cache(cls, layer: KVCache) -> SharedRowCache:
         """A row whose prefix is what the `KVCache` `layer` holds (its arrays are kept as views:
-        a slice of a `PrefixCache` stays the one shared copy)."""
+        a slice of a `PrefixCache` stays the one shared copy, and its buffers are the row's
+        `base`)."""
+        from breakthrough.engine.prefix_cache import shared_base
+
         if layer.keys is None or layer.values is None or layer.offset == 0:
             return cls()
-        return cls(layer.keys[..., : layer.offset, :], layer.values[..., : layer.offset, :])
+        return cls(
+            layer.keys[..., : layer.offset, :],
+            layer.values[..., : layer.offset, :],
+            shared_base(layer),
+        )
 
     # -- storage --------------------------------------------------------------------------
     def reserve(self, more: int) -> None:
@@ -66,8 +79,12 @@ class SharedRowCache(KVCache):
         need = self.suffix_len + max(0, int(more))
         if self.keys is None:
             self._wanted = max(self._wanted, need)
-        elif self.keys.shape[2] < need:
+        elif self._allocated() < need:
             self._reallocate(need)
+
+    def _allocated(self) -> int:
+        """Suffix positions the buffers hold (written or not)."""
+        return int(self.keys.shape[2])
 
     def _reallocate(self, size: int) -> None:
         k_shape = (*self.keys.shape[:2], size, self.keys.shape[3])
@@ -104,6 +121,10 @@ class SharedRowCache(KVCache):
             ks.append(self.keys[..., : self.suffix_len, :])
             vs.append(self.values[..., : self.suffix_len, :])
         return ks, vs
+
+    def suffix(self) -> tuple[Any, Any]:
+        """[1, heads, suffix_len, dim] keys and values of the row's own positions (views)."""
+        return self.keys[..., : self.suffix_len, :], self.values[..., : self.suffix_len, :]
 
     def _geometry(self) -> tuple[int, int, int, Any]:
         """(kv heads, key dim, value dim, dtype) of this row's layer."""
@@ -206,13 +227,13 @@ class SharedBatchCache:
         self._fetched_keys = fetched[0]
         return fetched
 
-    def rows_for_attention(self, queries: Any, keys: Any) -> list[tuple[Any, Any, Any]] | None:
-        """(row, keys, values) of each row, unpadded, for `row_attention.attend`: for a
-        one-token step on the keys this cache just fetched, without a sliding window; None
-        otherwise (the padded tensor is used)."""
+    def rows_for_attention(self, queries: Any, keys: Any) -> list[SharedRowCache] | None:
+        """The rows, for `row_attention.attend`, when this is a one-token step on the keys this
+        cache just fetched, without a sliding window; None otherwise (the padded tensor is
+        used)."""
         if keys is not self._fetched_keys or int(queries.shape[2]) != 1 or self._windowed:
             return None
-        return [(row, *row.padded(0)) for row in self.rows]
+        return list(self.rows)
 
     def make_mask(self, N: int, return_array: bool = False, **kwargs):
         self._windowed = kwargs.get("window_size") is not None
@@ -305,6 +326,7 @@ class QuantizedSharedRowCache(SharedRowCache):
         group_size: int = 64,
     ) -> None:
         KVCache.__init__(self)
+        self.base = None  # quantized rows attend row by row (prefix_attention: full precision)
         self.bits, self.group_size = int(bits), int(group_size)
         self.prefix_keys, self.prefix_values = prefix_keys, prefix_values
         self.prefix_len = 0 if prefix_keys is None else int(prefix_keys[0].shape[2])
@@ -327,6 +349,9 @@ class QuantizedSharedRowCache(SharedRowCache):
             bits=layer.bits,
             group_size=layer.group_size,
         )
+
+    def _allocated(self) -> int:
+        return int(self.keys[0].shape[2])  # a (packed, scales, biases) triple
 
     @staticmethod
     def _empty(like: tuple, size: int) -> tuple:

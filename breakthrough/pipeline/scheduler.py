@@ -19,7 +19,10 @@ stream for the whole run:
   * deciding phases go longest context first, across the admitted cells. Why: mlx-lm's batch
     cache pads every row to the longest row in flight, and on CPU the attention over that padded
     length is a large part of a decode step, so a batch mixing an anchor-8 probe with an
-    anchor-1024 one pays the long row's attention for both. On the bench's workload
+    anchor-1024 one pays the long row's attention for both. (Where the engine attends over a
+    shared prefix once for all the rows in flight that point into it, `groups_by_prefix`, a
+    cell's phases are queued together instead, longest context first within the cell: the rows
+    in flight then share few prefixes, and padding does not arise.) On the bench's workload
     (`bench/continue_throughput.py`, tiny model, `MlxEngine.attention_fill`) 57 % of the
     attention positions were real tokens in cell order (2 cells); longest first, 77 % (2 cells)
     and 91 % (8 cells), and the bench's ratio to the plain mlx-lm loop rose from 11.2x to
@@ -79,6 +82,7 @@ class CellState:
     failed: str | None = None
     finished: bool = False
     prefix_chars: dict[int, int] = field(default_factory=dict)  # cut -> len(decoded prefix)
+    order: int = 0  # admission order: a cell's rows queue together where the engine groups them
 
 
 def branches_for(
@@ -301,10 +305,12 @@ class RunScheduler:
         self.waiting: deque[CellPlan] = deque(cells)
         self.active: list[CellState] = []
         self.answers: deque[GenRequest] = deque()
-        # queued reasoning phases: a heap of ((rank, -length, order), request); rank 0 for the
-        # phases a decision waits for (probes; length: the context), 1 for restarts (length:
-        # the budget; see the module doc)
-        self.reasoning: list[tuple[tuple[int, int, int], GenRequest]] = []
+        # queued reasoning phases: a heap of ((rank, cell group, -length, order), request); rank
+        # 0 for the phases a decision waits for (probes; length: the context), 1 for restarts
+        # (length: the budget); the group is the cell's admission order where the engine groups
+        # rows by prefix, else 0 (see the module doc)
+        self.reasoning: list[tuple[tuple[int, int, int, int], GenRequest]] = []
+        self._cell_order = itertools.count()
         self.deciding_queued = 0  # queued reasoning phases of rank 0
         self._order = itertools.count()
         self.in_flight = 0
@@ -344,6 +350,7 @@ class RunScheduler:
                     plan.shared_prefix(),
                 ),
                 done,
+                order=next(self._cell_order),
             )
             cell.steps = self.program(cell)
             self.active.append(cell)
@@ -377,19 +384,21 @@ class RunScheduler:
             for b in branches:
                 req = cell.runner.reasoning_request(b, key=f"{cell.plan.cell_id}|{b.key}")
                 self.by_key[req.key] = (cell, b, None)
-                self._queue(b, req)
+                self._queue(b, req, cell)
             cell.outstanding = len(branches)
 
-    def _queue(self, b: Branch, req: GenRequest) -> None:
+    def _queue(self, b: Branch, req: GenRequest, cell: CellState) -> None:
         """Queue a reasoning phase: deciding ones (probes) first, longest context first (module
-        doc), then restarts, longest budget first."""
+        doc), then restarts, longest budget first; cell by cell where the engine attends over a
+        shared prefix once for the rows in flight that point into it (`groups_by_prefix`)."""
         rank = 1 if b.kind == "restart" else 0
         length = -b.budget if rank else -len(req.prompt)
-        heapq.heappush(self.reasoning, ((rank, length, next(self._order)), req))
+        group = cell.order if getattr(self.engine, "groups_by_prefix", False) else 0
+        heapq.heappush(self.reasoning, ((rank, group, length, next(self._order)), req))
         self.deciding_queued += rank == 0
 
     def _next_reasoning(self) -> GenRequest:
-        (rank, _, _), req = heapq.heappop(self.reasoning)
+        (rank, _, _, _), req = heapq.heappop(self.reasoning)
         self.deciding_queued -= rank == 0
         return req
 

@@ -208,15 +208,41 @@ def test_a_run_records_its_kv_bits_and_never_mixes_them(tmp_path) -> None:
         run_kv_bits({"continuation": continuation_identity(False)}, 8, tmp_path)
 
 
-def test_rows_keep_their_own_copies_while_memory_allows(bf16_geometry) -> None:
-    """Shared rows attend one by one, which costs time on CPU: rows share their prefix's one
-    copy only when the budget cannot hold `--batch-size` rows with a copy each."""
-    _, model = bf16_geometry
+def test_rows_share_their_prefix_where_it_pays_or_memory_needs_it(bf16_geometry) -> None:
+    """At the study models' attention (32 query heads over prefixes of 1k+) rows always share
+    their prefix's one copy (`prefix_attention` reads it once per tile of rows: faster than
+    per-row copies, README "Memory and speed at the study's scale"), whatever the budget. With
+    few query heads over a short prefix they keep mlx-lm's per-row copies while the budget
+    holds `--batch-size` of them, and share when it cannot."""
+    name, model = bf16_geometry
     roomy = MlxEngine(model, [0], batch_size=4, memory_budget_bytes=64 * GiB)
     assert roomy.row_attention
     assert _probe(roomy, 1024) == 4
-    assert not roomy.share_prefixes and not roomy.admits_by_memory
-    tight = MlxEngine(model, [0], batch_size=32, memory_budget_bytes=24 * GiB)
+    assert roomy.share_prefixes and roomy.admits_by_memory and roomy.groups_by_prefix
+    few = geometry_model(name, vocab=64, heads=8, dtype="bfloat16")
+    roomy_few = MlxEngine(few, [0], batch_size=4, memory_budget_bytes=64 * GiB)
+    assert _probe(roomy_few, 1024) == 4
+    assert not roomy_few.share_prefixes and not roomy_few.admits_by_memory
+    tight = MlxEngine(few, [0], batch_size=32, memory_budget_bytes=24 * GiB)
     assert _probe(tight, 16384) >= 8
     assert tight.share_prefixes and tight.admits_by_memory
     assert MlxEngine(model, [0], kv_bits=8).share_prefixes  # quantized rows are always shared
+
+
+def test_quantized_rows_continue_a_kept_state(fp32_qwen3) -> None:
+    """An answer phase (`follows`) continues its probe's kept quantized row: the row's buffers
+    are (packed, scales, biases) triples, which `reserve` sizes like arrays (issue 40: this
+    crashed with "'tuple' object has no attribute 'shape'"), with the tokens of fresh prefills."""
+    rng = np.random.default_rng(3)
+    prompt = [int(t) for t in rng.integers(1, 500, 16)]
+    trace = [int(t) for t in rng.integers(1, 500, 64)]
+    shared = SharedPrefix("cell", tuple(prompt + trace), (len(prompt), len(prompt) + 64))
+    probe = GenRequest("p", prompt + trace, 4, seed=1, shared_prefix=shared, keep_state=True)
+    engine = MlxEngine(fp32_qwen3, [511], batch_size=4, kv_bits=8)
+    (first,) = engine.generate([probe])
+    more = prompt + trace + first.tokens + [5, 6]
+    (answer,) = engine.generate([GenRequest("a", more, 4, seed=2, follows="p")])
+    assert answer.cached_tokens >= len(prompt) + len(trace)
+    fresh = MlxEngine(fp32_qwen3, [511], batch_size=4, kv_bits=8, reuse_prefixes=False)
+    (again,) = fresh.generate([GenRequest("a", more, 4, seed=2)])
+    assert answer.tokens == again.tokens

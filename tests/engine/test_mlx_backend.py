@@ -122,7 +122,7 @@ def test_reuse_hints_never_change_tokens(float_or_4bit):
     """A shared prefix (one prefill, cut back per request) and `follows` (continue a kept live
     state) give the tokens of a fresh prefill, greedy and sampled; the engine counts what it
     reused. On the float llama and on each 4-bit hub-shaped checkpoint (Gemma-4's rotating and
-    KV-shared layers included)."""
+    KV-shared layers included), with per-row copies and with rows sharing the prefix's copy."""
     from breakthrough.engine.contract import SharedPrefix
 
     tiny_model = float_or_4bit
@@ -131,9 +131,11 @@ def test_reuse_hints_never_change_tokens(float_or_4bit):
     extra = tiny_model.encode(" and some more reasoning text here")
     full = list(prompt) + extra
     shared = SharedPrefix("cell", tuple(full), starts=(len(prompt) + 3, len(full)))
-    for sampling in (GREEDY, Sampling()):
+    for sampling, share in ((GREEDY, None), (Sampling(), None), (Sampling(), True)):
         fresh_eng = MlxEngine.from_loaded(tiny_model, reuse_prefixes=False)
-        eng = MlxEngine.from_loaded(tiny_model)
+        # share=True: rows point into the prefix's one copy and attend over it together
+        # (`prefix_attention`); None: the engine's rule (per-row copies for these small models)
+        eng = MlxEngine.from_loaded(tiny_model, share_prefixes=share)
         for cut in (len(prompt) + 3, len(full)):
             fresh = _one(fresh_eng, GenRequest("f", full[:cut], 12, seed=9, sampling=sampling))
             reused = _one(

@@ -1,0 +1,181 @@
+"""Decode-step attention over a shared prefix read once per group of rows (issue 38).
+
+In `bt continue` the rows in flight share most of their context: the branches of an anchor
+share prompt + trace[:t] exactly, and every anchor of a cell is a prefix of the cell's one
+prompt + base trace, held once by its `PrefixCache`. Attending row by row (or over mlx-lm's
+per-row copies) reads that prefix's keys and values once per row and step; here they are read
+once per TILE of rows that point into the same prefix buffer, as in Hydragen (Juravsky et al.
+2024) and FlashInfer's cascade attention:
+
+  * prefix part, per tile of `TILE_ROWS` rows of one prefix buffer: every query head of the
+    tile's rows against the buffer's keys in blocks of `BLOCK` positions, one matrix-matrix
+    product per (KV head, block), each row masked to its own prefix length;
+  * suffix part, per row: its query heads against its own positions (the tokens after the
+    prefix: the rest of its prompt and what it generated);
+  * the two combined exactly by log-sum-exp (each part's running max, normaliser and
+    unnormalised output).
+
+Batch invariance (a row's attention does not depend on which other rows are in flight, so
+kill/resume and `--batch-size` give the same samples): every matrix product has a fixed shape.
+A tile always has `TILE_ROWS` query rows (missing rows are zeros whose results are dropped),
+a block always `BLOCK` positions (the buffer viewed as [heads, blocks, BLOCK, dim] without a
+copy: `mx.as_strided` of its contiguous storage), so BLAS's blocking, which follows a product's
+shape (OpenBLAS: measured on the M and the K dimension), never follows the batch; blocks past a
+row's prefix get an exactly zero weight. The suffix part involves the row alone. Only the
+sums over blocks and the final combination are elementwise, in a fixed order.
+
+Plain `mx` ops: CPU, Metal and CUDA alike. Full-precision caches only: a quantized cache
+(`--kv-bits`) attends row by row (`row_attention`)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+TILE_ROWS = 8  # rows per prefix tile: fixed, so a row's products never change shape
+BLOCK = 256  # prefix positions per block (= mlx-lm's KVCache step: buffers are multiples)
+_MASKED = -1e30  # a masked score: finite, so a fully masked block stays finite (weight 0)
+
+
+@lru_cache(maxsize=256)
+def _prefix_bias(lengths: tuple[int, ...], blocks: int, repeats: int) -> np.ndarray:
+    """[1, blocks, TILE_ROWS * repeats, BLOCK] float32, added to a tile's scores: 0 where query
+    row i*repeats + r (row i's query head r of a KV head) sees prefix position p (p <
+    lengths[i]), `_MASKED` elsewhere."""
+    pos = np.arange(blocks * BLOCK).reshape(blocks, 1, BLOCK)
+    limit = np.repeat(np.asarray(lengths, dtype=np.int64), repeats).reshape(1, -1, 1)
+    bias = np.where(pos < limit, np.float32(0), np.float32(_MASKED))[None]
+    bias.setflags(write=False)
+    return bias
+
+
+def _block_view(buffer: mx.array, blocks: int) -> mx.array:
+    """The first blocks * BLOCK positions of a [1, heads, capacity, dim] contiguous buffer as
+    [heads, blocks, BLOCK, dim], a view (no copy)."""
+    _, heads, capacity, dim = buffer.shape
+    return mx.as_strided(
+        buffer, (heads, blocks, BLOCK, dim), (capacity * dim, BLOCK * dim, dim, 1), 0
+    )
+
+
+def _softmax_parts(scores: list[Any], biases: list[Any]) -> list[tuple[Any, Any, Any]]:
+    """(max, exponentials, normaliser) over the last axis of each float32 score array (plus its
+    additive mask, or None). On MLX's CPU device in numpy, whose exp is vectorised (MLX's CPU
+    exp is scalar code, ~13 ns an element: most of a step at long contexts): the scores are
+    evaluated together, once per layer. Elsewhere lazily in MLX."""
+    if mx.default_device() != mx.cpu:
+        out = []
+        for sc, bias in zip(scores, biases, strict=True):
+            if bias is not None:
+                sc = sc + mx.array(bias)
+            m = mx.max(sc, axis=-1, keepdims=True)
+            e = mx.exp(sc - m)
+            out.append((m, e, mx.sum(e, axis=-1, keepdims=True)))
+        return out
+    mx.eval(scores)
+    out = []
+    for sc, bias in zip(scores, biases, strict=True):
+        x = np.array(sc, copy=True) if bias is None else np.asarray(sc) + bias
+        m = x.max(axis=-1, keepdims=True)
+        np.subtract(x, m, out=x)
+        np.exp(x, out=x)
+        out.append((mx.array(m), mx.array(x), mx.array(x.sum(axis=-1, keepdims=True))))
+    return out
+
+
+def _weighted(parts: tuple[Any, Any, Any], values: mx.array, blocks: bool) -> tuple:
+    """(max, normaliser, unnormalised float32 output) from `_softmax_parts` and the values
+    [..., n, dim]; combined over the block axis (1) when `blocks`."""
+    m, e, s = parts
+    o = (e.astype(values.dtype) @ values).astype(mx.float32)
+    if not blocks:
+        return m, s, o
+    top = mx.max(m, axis=1, keepdims=True)
+    w = mx.exp(m - top)
+    return top[:, 0], mx.sum(w * s, axis=1), mx.sum(w * o, axis=1)
+
+
+def _shares(row: Any) -> bool:
+    """Whether `row`'s prefix is read from a shared buffer (else it attends over its own)."""
+    return row.base is not None and row.prefix_len > 0 and row.base[0].shape[2] % BLOCK == 0
+
+
+def _tile_scores(queries: mx.array, rows: list[Any], lengths: list[int], scale: float) -> tuple:
+    """(scores [heads, blocks, TILE_ROWS * repeats, BLOCK] float32, their mask, values as blocks)
+    of one tile: `queries` [t, q_heads, 1, dim] of t <= TILE_ROWS rows whose prefixes are the
+    first `lengths` positions of the one buffer their rows' `base` holds."""
+    t, q_heads, _, dim = queries.shape
+    keys, values = rows[0].base
+    heads = int(keys.shape[1])
+    repeats = q_heads // heads
+    if t < TILE_ROWS:
+        queries = mx.concatenate(
+            [queries, mx.zeros((TILE_ROWS - t, q_heads, 1, dim), queries.dtype)], axis=0
+        )
+        lengths = lengths + [0] * (TILE_ROWS - t)
+    q = (queries * scale).reshape(TILE_ROWS, heads, repeats, dim).transpose(1, 0, 2, 3)
+    q = q.reshape(heads, 1, TILE_ROWS * repeats, dim)
+    blocks = -(-max(lengths) // BLOCK)
+    scores = (q @ _block_view(keys, blocks).swapaxes(-1, -2)).astype(mx.float32)
+    return scores, _prefix_bias(tuple(lengths), blocks, repeats), _block_view(values, blocks)
+
+
+def _own_scores(query: mx.array, row: Any, scale: float) -> tuple:
+    """(scores [heads, repeats, n] float32, values [heads, n, dim]) of one row over its own
+    positions (all of them when its prefix is not a shared buffer)."""
+    keys, values = row.suffix() if _shares(row) else row.padded(0)
+    heads, dim = int(keys.shape[1]), int(query.shape[-1])
+    q = (query * scale).reshape(heads, -1, dim)
+    return (q @ keys[0].swapaxes(-1, -2)).astype(mx.float32), values[0]
+
+
+def attend_shared(queries: mx.array, rows: list[Any], scale: float) -> mx.array:
+    """Attention output [rows, q_heads, 1, dim] of a one-token decode step for `rows`
+    (`shared_kv.SharedRowCache`, each already holding this step's key and value), the prefix
+    part computed once per tile of rows sharing a prefix buffer (module doc)."""
+    n, q_heads, _, dim = queries.shape
+    groups: dict[int, list[int]] = {}
+    for i, row in enumerate(rows):
+        if _shares(row):
+            groups.setdefault(id(row.base[0]), []).append(i)
+    tiles = []  # rows of one buffer, deepest first: a tile's blocks reach its deepest row's
+    for members in groups.values():
+        members.sort(key=lambda i: -rows[i].prefix_len)
+        tiles += [members[s : s + TILE_ROWS] for s in range(0, len(members), TILE_ROWS)]
+    tile_work = [
+        _tile_scores(
+            queries[mx.array(chunk)],
+            [rows[i] for i in chunk],
+            [rows[i].prefix_len for i in chunk],
+            scale,
+        )
+        for chunk in tiles
+    ]
+    own_work = [_own_scores(queries[i], row, scale) for i, row in enumerate(rows)]
+    softmax = _softmax_parts(
+        [w[0] for w in tile_work] + [w[0] for w in own_work],
+        [w[1] for w in tile_work] + [None] * len(own_work),
+    )
+    prefix: dict[int, tuple[Any, Any, Any, int]] = {}  # row -> (its tile's parts, its place)
+    for chunk, work, parts in zip(tiles, tile_work, softmax, strict=False):
+        combined = _weighted(parts, work[2], blocks=True)
+        for place, i in enumerate(chunk):
+            prefix[i] = (*combined, place)
+    out = []
+    for i, (work, parts) in enumerate(zip(own_work, softmax[len(tiles) :], strict=True)):
+        m, s, o = _weighted(parts, work[1], blocks=False)
+        if i in prefix:
+            pm, ps, po, place = prefix[i]
+            repeats = q_heads // m.shape[0]
+            sl = slice(place * repeats, (place + 1) * repeats)
+            pm, ps, po = pm[:, sl], ps[:, sl], po[:, sl]
+            top = mx.maximum(m, pm)
+            wp, ws = mx.exp(pm - top), mx.exp(m - top)
+            o = wp * po + ws * o
+            s = wp * ps + ws * s
+        out.append((o / s).reshape(1, q_heads, 1, dim))
+    result = out[0] if n == 1 else mx.concatenate(out, axis=0)
+    return result.astype(queries.dtype)
