@@ -17,6 +17,10 @@ differ a little; the ratio is of tok/s. Not run in CI; on a CPU-only machine it 
         --anchors 1024,4096,8192,16384 --budget 1024 --answer-budget 512 --restarts 1024 --bt-only
         # the study's KV geometry at its context lengths (rows in flight per depth,
         # peak memory against --memory-gb, which defaults to auto)
+    python bench/accelerator_throughput.py --model study-geometry --cells 4 --trace-tokens 16384 \
+        --anchors 1024,2048,4096,8192,16384 --budget 16 --curve 32
+        # the Hydragen curve on the device: shared-prefix attention against row by row per
+        # anchor depth (add --attention copies to a run for mlx-lm's fused per-row kernel)
 """
 
 from __future__ import annotations

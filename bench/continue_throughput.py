@@ -37,12 +37,19 @@ positions: mlx-lm pads a batch to its longest row).
     .venv/bin/python bench/continue_throughput.py --cells 8 --reference-cells 1 --repeats 1
     .venv/bin/python bench/continue_throughput.py --model deep --reference-cells 1 \
         --reference-branches 1
-    # the study's KV geometry (Qwen3-4B's 36 x 8 x 128; study-geometry-ministral: 26 x 8
-    # x 128; hidden size 256), rows in flight per context depth and peak memory vs the budget
-    .venv/bin/python bench/continue_throughput.py --model study-geometry --cells 1 \
+    # the study's attention geometry (Qwen3-4B's 36 layers x 8 KV heads x 128 and 32 query
+    # heads; study-geometry-ministral: 26 x 8 x 128; hidden size 256): issue 38's run, with
+    # decode tok/s, rows in flight per context depth and peak memory
+    .venv/bin/python bench/continue_throughput.py --model study-geometry --cells 4 \
         --trace-tokens 1024 --anchors 128,256,512,1024 --budget 128 --answer-budget 64 \
-        --restarts 128,256 --memory-gb 4 --compare-memory-gb 64 --reference-cells 1 \
-        --reference-branches 1 --repeats 1
+        --restarts 128,256 --reference-cells 1 --reference-branches 1 --repeats 1
+    # the Hydragen curve: at each anchor, the cells' probes decode with shared-prefix attention
+    # and row by row (same rows, same prefix caches), with the K/V bytes each reads per step
+    .venv/bin/python bench/continue_throughput.py --model study-geometry --cells 4 \
+        --trace-tokens 4096 --anchors 256,512,1024,2048,4096 --budget 16 --curve 16
+
+`--attention shared|rowwise|copies` forces bt's attention path (default: the engine's rule,
+`MlxEngine._sharing_pays`); the README's table of the rule comes from it.
 """
 
 from __future__ import annotations
@@ -97,14 +104,46 @@ MODELS = {
     # Qwen's vocabulary size: the full-distribution pass per token is 3.1x SmolLM2's
     "wide-vocab": dict(layers=4, hidden=128, vocab=151_936),
 }
-# The study models' KV geometry (layers x KV heads x head_dim; issue 28,
-# models.offline.STUDY_GEOMETRIES) with a small hidden size and 8 query heads: the KV cache is
-# the study model's, while MLX's unfused CPU attention (scores per query head) stays affordable.
+# The study models' attention geometry (layers x KV heads x head_dim and 32 query heads;
+# models.offline.STUDY_GEOMETRIES) with a small hidden size: the KV cache and the attention's
+# work per token are the study model's, the weights a fraction.
 GEOMETRY_MODELS = {"study-geometry": "qwen3-4b", "study-geometry-ministral": "ministral-3-3b"}
-GEOMETRY_QUERY_HEADS = 8
+GEOMETRY_QUERY_HEADS = 32  # Qwen3-4B's and Ministral-3's; --query-heads 8 for a cheaper model
 
 
-def build_model(arg: str) -> str:
+ENGINES: list = []  # every MlxEngine this process built (the per-depth decode rates)
+
+
+def force_attention(path: str) -> None:
+    """Make every `MlxEngine` this process builds take `path`: "shared" (rows point into their
+    cell's one prefix and attend over it together, `engine.prefix_attention`), "rowwise" (they
+    point into it but attend one by one: the per-row path over shared storage), "copies"
+    (mlx-lm's batch cache, a copy per row) or "auto" (the engine's rule); and remember it."""
+    from breakthrough.engine import mlx_backend, row_attention
+
+    init = mlx_backend.MlxEngine.__init__
+    row_attention.GROUPED = path != "rowwise"
+
+    def remembered(self, *a, **kw):
+        if path != "auto":
+            kw["share_prefixes"] = path != "copies"
+        init(self, *a, **kw)
+        ENGINES.append(self)
+
+    mlx_backend.MlxEngine.__init__ = remembered  # type: ignore[method-assign]
+
+
+def depth_line(engine) -> str:
+    """Decode tokens/s by the longest context in flight (powers of two), with the most rows
+    in flight at that depth: the Hydragen curve of a whole run."""
+    parts = [
+        f"<={d:,}: {made / max(sec, 1e-9):.1f} ({engine.rows_by_context.get(d, 0)} rows)"
+        for d, (made, sec) in sorted(engine.decode_by_context.items())
+    ]
+    return "    decode tok/s by longest context: " + ", ".join(parts)
+
+
+def build_model(arg: str, query_heads: int = GEOMETRY_QUERY_HEADS) -> str:
     """A random-weight llama folder for `tiny` / `deep` / `wide-vocab` (SmolLM2 tokenizer; the
     wide-vocab model's head has 151,936 rows, whose ids past the tokenizer's decode to
     nothing), else `arg`."""
@@ -116,7 +155,7 @@ def build_model(arg: str) -> str:
 
     if arg in GEOMETRY_MODELS:
         out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"
-        return str(write_geometry_model(out, GEOMETRY_MODELS[arg], heads=GEOMETRY_QUERY_HEADS))
+        return str(write_geometry_model(out, GEOMETRY_MODELS[arg], heads=query_heads))
     if arg not in MODELS:
         return arg
     out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"
@@ -259,6 +298,83 @@ def memory_lines(report, memory_bytes: int | None) -> list[str]:
     ]
 
 
+def decode_curve(loaded, cells, protocol: Protocol, tokens: int) -> None:
+    """At each anchor t, every cell's `protocol.samples` probes at t decode `tokens` tokens in
+    one batch, first with shared-prefix attention, then row by row over the same storage (one
+    engine, so both read the same prefix caches, prefilled once per cell beforehand). Prints
+    decode tokens/s of each (the engine's step time, no prefill), their ratio, whether the
+    tokens agree, and the K/V bytes each reads per step (all layers; the suffix at its mean
+    length over the run)."""
+    from breakthrough.engine import prefix_attention, row_attention
+    from breakthrough.engine.contract import GenRequest, SharedPrefix
+    from breakthrough.engine.mlx_backend import MlxEngine
+    from breakthrough.engine.prefix_cache import cache_bytes
+
+    opened = len(loaded.encode((loaded.family.open_marker or "") + "\n"))
+    rows = len(cells) * protocol.samples
+    engine = MlxEngine.from_loaded(
+        loaded,
+        batch_size=rows,
+        memory_budget_bytes=0,
+        shared_prefixes=len(cells),
+        share_prefixes=True,
+        instrument=False,
+    )
+    per_token = cache_bytes(loaded.model).plain_per_token
+    shared = [
+        SharedPrefix(
+            f"cell{i}",
+            tuple(prompt + trace),
+            tuple([len(prompt)] + [len(prompt) + opened + t for t in protocol.anchors]),
+        )
+        for i, (_, prompt, trace) in enumerate(cells)
+    ]
+
+    def probes(t: int, n: int, tag: str) -> list:
+        return [
+            GenRequest(
+                f"{tag}{i}:{t}:{b}",
+                list(sp.ids[: len(cells[i][1]) + opened + t]),
+                n,
+                seed=1000 * t + b,
+                shared_prefix=sp,
+            )
+            for i, sp in enumerate(shared)
+            for b in range(protocol.samples)
+        ]
+
+    t0 = time.perf_counter()
+    list(engine.generate(probes(protocol.anchors[-1], 1, "warm")))  # one prefill per cell
+    print(f"prefill of {len(cells)} prefixes: {time.perf_counter() - t0:.0f} s")
+    print(
+        f"{'anchor':>8}{'rows':>6}{'shared tok/s':>14}{'row by row':>12}{'ratio':>8}"
+        f"{'K/V read/step shared':>22}{'row by row':>12}  tokens"
+    )
+    mean_suffix = 1 + tokens / 2
+    for t in protocol.anchors:
+        rates, made = [], []
+        for grouped in (True, False):
+            row_attention.GROUPED = grouped
+            engine.decode_by_context = {}
+            out = {r.key[1:]: r.tokens for r in engine.generate(probes(t, tokens, "ab"[grouped]))}
+            n = sum(m for m, _ in engine.decode_by_context.values())
+            sec = sum(x for _, x in engine.decode_by_context.values())
+            rates.append(n / sec)
+            made.append(out)
+        row_attention.GROUPED = True
+        prefixes = [len(c[1]) + opened + t for c in cells]
+        tiles = -(-protocol.samples // prefix_attention.TILE_ROWS)
+        block = prefix_attention.BLOCK
+        grouped_read = sum(tiles * -(-p // block) * block for p in prefixes) + rows * mean_suffix
+        by_row_read = sum(protocol.samples * p for p in prefixes) + rows * mean_suffix
+        print(
+            f"{t:8d}{rows:6d}{rates[0]:14.1f}{rates[1]:12.1f}{rates[0] / rates[1]:7.2f}x"
+            f"{grouped_read * per_token / 1e9:19.2f} GB{by_row_read * per_token / 1e9:9.2f} GB"
+            f"  {'identical' if made[0] == made[1] else 'DIFFER'}",
+            flush=True,
+        )
+
+
 def ref_generate(
     model,
     ids: list[int],
@@ -373,14 +489,39 @@ def main(argv: list[str] | None = None) -> None:
         "tokens with the first run's (issue 28: 4 against 64)",
     )
     ap.add_argument("--bt-only", action="store_true", help="skip the reference (profiling bt)")
+    ap.add_argument(
+        "--attention",
+        choices=("auto", "shared", "rowwise", "copies"),
+        default="auto",
+        help="bt's attention path: auto (the engine's rule), shared (rows point into their "
+        "cell's one prefix and attend over it together: engine.prefix_attention), rowwise "
+        "(they point into it and attend one by one) or copies (mlx-lm's batch cache, a copy "
+        "of the prefix per row)",
+    )
+    ap.add_argument(
+        "--query-heads",
+        type=int,
+        default=GEOMETRY_QUERY_HEADS,
+        help="query heads of the study-geometry models (default 32, the study models'; 8 "
+        "hides three quarters of the attention's work)",
+    )
+    ap.add_argument(
+        "--curve",
+        type=int,
+        metavar="TOKENS",
+        help="instead of the run: at each anchor, every cell's probes at that anchor decode "
+        "TOKENS tokens, shared-prefix attention against row by row (the same rows, the same "
+        "prefix caches), with the K/V bytes each reads per step",
+    )
     args = ap.parse_args(argv)
+    force_attention(args.attention)
     w = dict(WORKLOADS[args.workload])
     for key in ("trace_tokens", "anchors", "branches", "budget", "answer_budget", "restarts"):
         if getattr(args, key) is not None:
             w[key] = getattr(args, key)
 
     built = args.model in MODELS or args.model in GEOMETRY_MODELS
-    loaded = load_model(build_model(args.model), family="qwen" if built else None)
+    loaded = load_model(build_model(args.model, args.query_heads), family="qwen" if built else None)
     memory_bytes = None if args.memory_gb == "auto" else int(float(args.memory_gb) * 2**30)
     protocol = replace(
         DEFAULT,
@@ -424,6 +565,9 @@ def main(argv: list[str] | None = None) -> None:
             else ""
         )
     )
+    if args.curve:
+        decode_curve(loaded, cells, protocol, args.curve)
+        return
     print(f"{'':16}{'seconds':>10}{'generated':>11}{'tok/s':>9}")
     ratios, bt_rates, ref_rates, occupancies = [], [], [], []
     try:
@@ -439,6 +583,7 @@ def main(argv: list[str] | None = None) -> None:
                 memory_bytes,
             )
             print("\n".join(memory_lines(report, memory_bytes)))
+            print(depth_line(ENGINES[-1]))
             if args.compare_memory_gb and rep == 0:
                 other = int(args.compare_memory_gb * 2**30)
                 o_s, o_n, o_occ, _, o_rep, o_tokens = run_bt(

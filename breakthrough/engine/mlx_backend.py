@@ -11,7 +11,8 @@ batch-independent by construction; the logits are batch-independent as far as th
 bit-identical on the tiny fp32 test model with the bundled and with OpenBLAS, while quantized
 kernels may differ in the last bits between batch shapes, which can very rarely flip a draw;
 so may mlx-lm's padded batch attention under OpenBLAS, whose blocking follows a row's padding.
-Rows that attend row by row, `row_attention`, are batch-independent by construction.) A
+Shared-prefix rows, `prefix_attention` (fixed shapes) and `row_attention` (row by row), are
+batch-independent by construction.) A
 second phase of the same sample (e.g. an answer phase) should use another seed, since the token
 index restarts at 0 for every request.
 
@@ -274,6 +275,9 @@ class MlxEngine:
         # The most rows in flight in a decode step whose longest context was up to each power of
         # two (the bench's "rows in flight at each anchor depth").
         self.rows_by_context: dict[int, int] = {}
+        # Decode steps by the same power of two: [tokens made, seconds in the step] (the bench's
+        # tokens/s at each context depth; the step's own time, not the admissions' prefills).
+        self.decode_by_context: dict[int, list[float]] = {}
         # Keys of rows to drop before their end (`cancel`: bt serve's client went away).
         self._cancelled: set[str] = set()
         self._cancel_lock = threading.Lock()
@@ -365,8 +369,8 @@ class MlxEngine:
         """Share of the attention positions of every decode step so far that are the rows' own
         tokens, not padding: mlx-lm's batch cache pads every row to the longest one in flight,
         and on CPU that padded attention is a large part of a step at long contexts (what the
-        scheduler's longest-context-first order reduces); 1.0 where rows attend one by one
-        (`row_attention`); None before the first step."""
+        scheduler's longest-context-first order reduces); 1.0 where rows share their prefix
+        (`prefix_attention`, `row_attention`: no padding); None before the first step."""
         if not self.attention_padded:
             return None
         return self.attention_real / self.attention_padded
@@ -751,7 +755,9 @@ class MlxEngine:
                     if exhausted and held is None:
                         break
                     raise BtError("the request source had nothing ready while no row was in flight")
+                step_start = time.perf_counter()
                 responses = gen.next_generated()
+                step_seconds = time.perf_counter() - step_start
                 if not responses:
                     continue
                 longest = step_real = 0
@@ -785,13 +791,16 @@ class MlxEngine:
                     ready.append(self._result(row, resp))
                 self.attention_real += step_real
                 if self.share_prefixes and self.row_attention:
-                    self.attention_padded += step_real  # rows attended one by one: no padding
+                    self.attention_padded += step_real  # shared rows: no padding
                 else:
                     self.attention_padded += len(responses) * longest
                 depth = 1 << max(longest - 1, 0).bit_length()
                 self.rows_by_context[depth] = max(
                     self.rows_by_context.get(depth, 0), len(responses)
                 )
+                made = self.decode_by_context.setdefault(depth, [0, 0.0])
+                made[0] += len(responses)
+                made[1] += step_seconds
                 self.generated_tokens += len(responses)
                 self.step_rows += len(responses)
                 self.step_rows_sq += len(responses) ** 2

@@ -52,6 +52,12 @@ def _prefix_bias(lengths: tuple[int, ...], blocks: int, repeats: int) -> np.ndar
     return bias
 
 
+@lru_cache(maxsize=256)
+def _prefix_bias_mx(lengths: tuple[int, ...], blocks: int, repeats: int) -> mx.array:
+    """`_prefix_bias` as an MLX array (on the default device, made once per tile shape)."""
+    return mx.array(_prefix_bias(lengths, blocks, repeats))
+
+
 def _block_view(buffer: mx.array, blocks: int) -> mx.array:
     """The first blocks * BLOCK positions of a [1, heads, capacity, dim] contiguous buffer as
     [heads, blocks, BLOCK, dim], a view (no copy)."""
@@ -63,14 +69,15 @@ def _block_view(buffer: mx.array, blocks: int) -> mx.array:
 
 def _softmax_parts(scores: list[Any], biases: list[Any]) -> list[tuple[Any, Any, Any]]:
     """(max, exponentials, normaliser) over the last axis of each float32 score array (plus its
-    additive mask, or None). On MLX's CPU device in numpy, whose exp is vectorised (MLX's CPU
-    exp is scalar code, ~13 ns an element: most of a step at long contexts): the scores are
-    evaluated together, once per layer. Elsewhere lazily in MLX."""
+    additive mask, `_prefix_bias` of the given arguments, or None). On MLX's CPU device in
+    numpy, whose exp is vectorised (MLX's CPU exp is scalar code, ~13 ns an element: most of a
+    step at long contexts): the scores are evaluated together, once per layer. Elsewhere
+    lazily in MLX."""
     if mx.default_device() != mx.cpu:
         out = []
         for sc, bias in zip(scores, biases, strict=True):
             if bias is not None:
-                sc = sc + mx.array(bias)
+                sc = sc + _prefix_bias_mx(*bias)
             m = mx.max(sc, axis=-1, keepdims=True)
             e = mx.exp(sc - m)
             out.append((m, e, mx.sum(e, axis=-1, keepdims=True)))
@@ -78,7 +85,7 @@ def _softmax_parts(scores: list[Any], biases: list[Any]) -> list[tuple[Any, Any,
     mx.eval(scores)
     out = []
     for sc, bias in zip(scores, biases, strict=True):
-        x = np.array(sc, copy=True) if bias is None else np.asarray(sc) + bias
+        x = np.array(sc, copy=True) if bias is None else np.asarray(sc) + _prefix_bias(*bias)
         m = x.max(axis=-1, keepdims=True)
         np.subtract(x, m, out=x)
         np.exp(x, out=x)
@@ -104,7 +111,8 @@ def _shares(row: Any) -> bool:
 
 
 def _tile_scores(queries: mx.array, rows: list[Any], lengths: list[int], scale: float) -> tuple:
-    """(scores [heads, blocks, TILE_ROWS * repeats, BLOCK] float32, their mask, values as blocks)
+    """(scores [heads, blocks, TILE_ROWS * repeats, BLOCK] float32, their mask's `_prefix_bias`
+    arguments, values as blocks)
     of one tile: `queries` [t, q_heads, 1, dim] of t <= TILE_ROWS rows whose prefixes are the
     first `lengths` positions of the one buffer their rows' `base` holds."""
     t, q_heads, _, dim = queries.shape
@@ -120,7 +128,7 @@ def _tile_scores(queries: mx.array, rows: list[Any], lengths: list[int], scale: 
     q = q.reshape(heads, 1, TILE_ROWS * repeats, dim)
     blocks = -(-max(lengths) // BLOCK)
     scores = (q @ _block_view(keys, blocks).swapaxes(-1, -2)).astype(mx.float32)
-    return scores, _prefix_bias(tuple(lengths), blocks, repeats), _block_view(values, blocks)
+    return scores, (tuple(lengths), blocks, repeats), _block_view(values, blocks)
 
 
 def _own_scores(query: mx.array, row: Any, scale: float) -> tuple:
