@@ -67,26 +67,35 @@ def _block_view(buffer: mx.array, blocks: int) -> mx.array:
     )
 
 
-def _softmax_parts(scores: list[Any], biases: list[Any]) -> list[tuple[Any, Any, Any]]:
-    """(max, exponentials, normaliser) over the last axis of each float32 score array (plus its
-    additive mask, `_prefix_bias` of the given arguments, or None). On MLX's CPU device in
-    numpy, whose exp is vectorised (MLX's CPU exp is scalar code, ~13 ns an element: most of a
-    step at long contexts): the scores are evaluated together, once per layer. Elsewhere
-    lazily in MLX."""
+def _softmax_parts(scores: list[Any], masks: list[Any]) -> list[tuple[Any, Any, Any]]:
+    """(max, exponentials, normaliser) over the last axis of each float32 score array, masked
+    by its entry of `masks`: a tile's `_prefix_bias` arguments (a tuple), or an int n: only the
+    first n positions are real (a row's own buffer, allocated beyond what it holds). Masked
+    positions get an exponential of exactly 0.
+
+    On MLX's CPU device in numpy, whose exp is vectorised (MLX's CPU exp is scalar code, ~13 ns
+    an element: most of a step at long contexts): the scores are evaluated together, once per
+    layer. Elsewhere lazily in MLX."""
+    out = []
     if mx.default_device() != mx.cpu:
-        out = []
-        for sc, bias in zip(scores, biases, strict=True):
-            if bias is not None:
-                sc = sc + _prefix_bias_mx(*bias)
+        for sc, mask in zip(scores, masks, strict=True):
+            if isinstance(mask, tuple):
+                sc = sc + _prefix_bias_mx(*mask)
+            else:
+                sc = mx.where(mx.arange(sc.shape[-1]) < mask, sc, -mx.inf)
             m = mx.max(sc, axis=-1, keepdims=True)
             e = mx.exp(sc - m)
             out.append((m, e, mx.sum(e, axis=-1, keepdims=True)))
         return out
     mx.eval(scores)
-    out = []
-    for sc, bias in zip(scores, biases, strict=True):
-        x = np.array(sc, copy=True) if bias is None else np.asarray(sc) + _prefix_bias(*bias)
-        m = x.max(axis=-1, keepdims=True)
+    for sc, mask in zip(scores, masks, strict=True):
+        if isinstance(mask, tuple):
+            x = np.asarray(sc) + _prefix_bias(*mask)
+            m = x.max(axis=-1, keepdims=True)
+        else:
+            x = np.array(sc, copy=True)
+            m = x[..., :mask].max(axis=-1, keepdims=True)
+            x[..., mask:] = -np.inf
         np.subtract(x, m, out=x)
         np.exp(x, out=x)
         out.append((mx.array(m), mx.array(x), mx.array(x.sum(axis=-1, keepdims=True))))
@@ -132,18 +141,32 @@ def _tile_scores(queries: mx.array, rows: list[Any], lengths: list[int], scale: 
 
 
 def _own_scores(query: mx.array, row: Any, scale: float) -> tuple:
-    """(scores [heads, repeats, n] float32, values [heads, n, dim]) of one row over its own
-    positions (all of them when its prefix is not a shared buffer)."""
-    keys, values = row.suffix() if _shares(row) else row.padded(0)
+    """(scores [heads, repeats, size] float32, values [heads, size, dim], positions n that are
+    real) of a sharing row over its own positions: its whole suffix buffer, allocated at the
+    row's final length (a slice would be a strided operand, which MLX's CPU matmul first copies,
+    ~20x slower than the product)."""
+    keys, values, n = row.keys, row.values, row.suffix_len
     heads, dim = int(keys.shape[1]), int(query.shape[-1])
     q = (query * scale).reshape(heads, -1, dim)
-    return (q @ keys[0].swapaxes(-1, -2)).astype(mx.float32), values[0]
+    return (q @ keys[0].swapaxes(-1, -2)).astype(mx.float32), values[0], n
+
+
+def _alone(query: mx.array, row: Any, scale: float) -> mx.array:
+    """[1, q_heads, 1, dim]: a row that shares no prefix buffer attends over its own keys with
+    mlx-lm's function, unpadded and unmasked (`row_attention`'s row-by-row path)."""
+    from mlx_lm.models.base import scaled_dot_product_attention
+
+    keys, values = row.padded(0)
+    return scaled_dot_product_attention(
+        query[None], keys, values, cache=row, scale=scale, mask=None
+    )
 
 
 def attend_shared(queries: mx.array, rows: list[Any], scale: float) -> mx.array:
     """Attention output [rows, q_heads, 1, dim] of a one-token decode step for `rows`
     (`shared_kv.SharedRowCache`, each already holding this step's key and value), the prefix
-    part computed once per tile of rows sharing a prefix buffer (module doc)."""
+    part computed once per tile of rows sharing a prefix buffer (module doc); a row that shares
+    none attends alone."""
     n, q_heads, _, dim = queries.shape
     groups: dict[int, list[int]] = {}
     for i, row in enumerate(rows):
@@ -153,6 +176,7 @@ def attend_shared(queries: mx.array, rows: list[Any], scale: float) -> mx.array:
     for members in groups.values():
         members.sort(key=lambda i: -rows[i].prefix_len)
         tiles += [members[s : s + TILE_ROWS] for s in range(0, len(members), TILE_ROWS)]
+    sharing = [i for chunk in tiles for i in chunk]
     tile_work = [
         _tile_scores(
             queries[mx.array(chunk)],
@@ -162,28 +186,32 @@ def attend_shared(queries: mx.array, rows: list[Any], scale: float) -> mx.array:
         )
         for chunk in tiles
     ]
-    own_work = [_own_scores(queries[i], row, scale) for i, row in enumerate(rows)]
+    own_work = [_own_scores(queries[i], rows[i], scale) for i in sharing]
     softmax = _softmax_parts(
         [w[0] for w in tile_work] + [w[0] for w in own_work],
-        [w[1] for w in tile_work] + [None] * len(own_work),
+        [w[1] for w in tile_work] + [w[2] for w in own_work],
     )
-    prefix: dict[int, tuple[Any, Any, Any, int]] = {}  # row -> (its tile's parts, its place)
+    pieces, order = [], []  # per tile its rows' outputs [t, q_heads, 1, dim], then alone rows
+    own = dict(zip(sharing, softmax[len(tiles) :], strict=True))
+    values = dict(zip(sharing, [w[1] for w in own_work], strict=True))
     for chunk, work, parts in zip(tiles, tile_work, softmax, strict=False):
-        combined = _weighted(parts, work[2], blocks=True)
-        for place, i in enumerate(chunk):
-            prefix[i] = (*combined, place)
-    out = []
-    for i, (work, parts) in enumerate(zip(own_work, softmax[len(tiles) :], strict=True)):
-        m, s, o = _weighted(parts, work[1], blocks=False)
-        if i in prefix:
-            pm, ps, po, place = prefix[i]
-            repeats = q_heads // m.shape[0]
-            sl = slice(place * repeats, (place + 1) * repeats)
-            pm, ps, po = pm[:, sl], ps[:, sl], po[:, sl]
-            top = mx.maximum(m, pm)
-            wp, ws = mx.exp(pm - top), mx.exp(m - top)
-            o = wp * po + ws * o
-            s = wp * ps + ws * s
-        out.append((o / s).reshape(1, q_heads, 1, dim))
-    result = out[0] if n == 1 else mx.concatenate(out, axis=0)
-    return result.astype(queries.dtype)
+        pm, ps, po = _weighted(parts, work[2], blocks=True)
+        heads, t = pm.shape[0], len(chunk)
+        mine = [_weighted(own[i], values[i], blocks=False) for i in chunk]
+        m, s, o = (mx.stack([x[k] for x in mine], axis=1) for k in range(3))  # [heads, t, rep, .]
+        m, s, o = (a.reshape(heads, t * a.shape[2], a.shape[3]) for a in (m, s, o))
+        pm, ps, po = pm[:, : m.shape[1]], ps[:, : m.shape[1]], po[:, : m.shape[1]]
+        top = mx.maximum(m, pm)
+        wp, ws = mx.exp(pm - top), mx.exp(m - top)
+        combined = (wp * po + ws * o) / (wp * ps + ws * s)  # [heads, t * rep, dim]
+        combined = combined.reshape(heads, t, -1, dim).transpose(1, 0, 2, 3)
+        pieces.append(combined.reshape(t, q_heads, 1, dim).astype(queries.dtype))
+        order += chunk
+    for i in range(n):
+        if not _shares(rows[i]):
+            pieces.append(_alone(queries[i], rows[i], scale))
+            order.append(i)
+    result = pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=0)
+    if order == list(range(n)):
+        return result
+    return result[mx.array(np.argsort(np.asarray(order)))]
