@@ -269,9 +269,25 @@ def run_bt(
         instrument=instrument,
         engine=EngineSpec("mlx", batch_size=batch_size, memory_budget_bytes=memory_bytes),
     )
+    commits: list[float] = []  # when each batch of samples was committed (kill safety)
+    add_samples = RunStore.add_samples
+
+    def timed(self, *a, **kw):
+        commits.append(time.perf_counter())
+        return add_samples(self, *a, **kw)
+
+    RunStore.add_samples = timed  # type: ignore[method-assign]
     t0 = time.perf_counter()
-    report = continue_run(run_dir, loaded, opts)
+    try:
+        report = continue_run(run_dir, loaded, opts)
+    finally:
+        RunStore.add_samples = add_samples  # type: ignore[method-assign]
     seconds = time.perf_counter() - t0
+    if commits:
+        print(
+            f"    first sample committed after {commits[0] - t0:.0f} s of {seconds:.0f} s; "
+            f"{len(commits)} commits"
+        )
     with RunStore(run_dir, readonly=True) as store:
         df = store.samples_frame(kind=None)
     tokens = {
