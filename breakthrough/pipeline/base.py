@@ -277,8 +277,26 @@ def run_base(
             occupancy=getattr(gen, "occupancy", None),
         )
         return report
+    except BaseException:
+        _discard_if_empty(store)
+        raise
     finally:
         store.close()
+
+
+def _discard_if_empty(store: RunStore) -> None:
+    """A run this call made whose start-up failed (a crash, Ctrl-C, a kill unwound) before any
+    sample was stored is removed again: nothing was made under the identity it records, so
+    none is left to refuse a rerun with other settings. A store that holds a sample, or that
+    existed before, is kept."""
+    import sqlite3
+
+    try:
+        empty = store.created and not store.existing_keys()
+    except (sqlite3.Error, BtError):
+        return  # the store cannot be read now: leave it as it is
+    if empty:
+        store.discard_new()
 
 
 def select_rows(

@@ -249,7 +249,9 @@ def add_budget_run(
     """Probe one run's A2 targets at B = `budget` (see module doc)."""
     report = ContinueReport(run_dir=run_dir)
     t0 = time.perf_counter()
-    with RunStore(run_dir) as store:
+    # the arm's record and engine are committed with its first probe (a crash at start-up
+    # leaves the run as it was: store.identity_with_first_sample)
+    with RunStore(run_dir) as store, store.identity_with_first_sample():
         check_model(store, loaded, run_dir)
         primary = store.protocol()
         work = arm_work(store, budget, len(close_tokens(loaded)[1]))

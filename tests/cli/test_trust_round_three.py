@@ -1,0 +1,107 @@
+"""Issue 40 ("Trust, round three"), items 2-4, through the installed `bt`: exit code, the one
+line, what is and is not on disk, and that a plain rerun afterwards works.
+
+A crash at start-up (item 2) is made by a `sitecustomize` on PYTHONPATH that replaces the
+function running the scheduler (or, for `bt base`, the grader's constructor) with one that
+raises: the same place the `--kv-bits` crash of item 1 surfaced, independent of that bug."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from bt_cli import run_bt, snapshot
+
+BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
+CONTINUE = ("--answer-budget", "4", "--anchors", "4,8", "--restarts", "4", "--samples", "2")
+
+CRASH_HOOK = """
+import os
+where = os.environ.get("BT_TEST_CRASH_AT_START")
+if where:
+    def _crash(*args, **kwargs):
+        raise RuntimeError("simulated crash at start-up")
+    if where == "continue":
+        import breakthrough.pipeline.cell_loop as module
+        module.run_scheduled = _crash
+    elif where == "base":
+        import breakthrough.pipeline.base as module
+        module.make_grader = _crash
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_model_dir):
+    """A `bt base` run of the tiny model, and the folder holding the crash hook."""
+    root = tmp_path_factory.mktemp("trust3")
+    proc = run_bt("base", *BASE, "--model", tiny_model_dir, "--runs-dir", root, "--run", "base")
+    assert proc.returncode == 0, proc.stderr
+    hook = root / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(CRASH_HOOK)
+    return {"root": root, "base": root / "base", "model": tiny_model_dir, "hook": hook}
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _manifest(run: Path) -> dict:
+    conn = sqlite3.connect(run / "store.sqlite")
+    try:
+        return {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM manifest")}
+    finally:
+        conn.close()
+
+
+def _crashed(proc) -> None:
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    assert "simulated crash at start-up" in proc.stderr, proc.stderr
+
+
+# ---- 2: a run's identity is committed with its first sample -----------------------------------
+
+
+def test_2_a_crash_at_start_up_leaves_the_run_as_it_was_and_a_rerun_runs(runs, tmp_path):
+    run = _copy(runs["base"], tmp_path / "run")
+    before = snapshot(run)
+    proc = run_bt(
+        "continue",
+        run,
+        "--budget",
+        "4",
+        *CONTINUE,
+        "--instrument",
+        BT_TEST_CRASH_AT_START="continue",
+        PYTHONPATH=str(runs["hook"]),
+    )
+    _crashed(proc)
+    # no protocol, continuation setting, engine or top-up rules recorded: nothing ran under them
+    assert snapshot(run) == before
+    # a plain rerun with other settings is not refused ("a run never mixes them") and runs
+    proc = run_bt("continue", run, "--budget", "6", *CONTINUE)
+    assert proc.returncode == 0, proc.stderr
+    man = _manifest(run)
+    assert man["protocol"]["budget"] == 6
+    assert man["continuation"]["signals"] == "logprobs+entropy"
+    conn = sqlite3.connect(run / "store.sqlite")
+    budgets = {b for (b,) in conn.execute("SELECT DISTINCT budget FROM samples WHERE kind='probe'")}
+    conn.close()
+    assert budgets == {6}
+    assert run_bt("verify", run).returncode == 0
+
+
+def test_2_a_new_base_run_that_crashes_at_start_up_is_not_left_behind(runs, tmp_path):
+    args = ("base", *BASE, "--model", runs["model"], "--runs-dir", tmp_path, "--run", "new")
+    proc = run_bt(
+        *args, "--hidden-stride", "4", BT_TEST_CRASH_AT_START="base", PYTHONPATH=str(runs["hook"])
+    )
+    _crashed(proc)
+    assert not (tmp_path / "new").exists()
+    proc = run_bt(*args)  # the default stride: not refused by a run that holds nothing
+    assert proc.returncode == 0, proc.stderr
+    assert _manifest(tmp_path / "new")["hidden_stride"] == 8
