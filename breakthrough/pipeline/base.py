@@ -277,7 +277,7 @@ def run_base(
             occupancy=getattr(gen, "occupancy", None),
         )
         return report
-    except BaseException:
+    except Exception:  # a crash; an interrupt (Ctrl-C, SIGTERM) keeps the run to resume
         _discard_if_empty(store)
         raise
     finally:
@@ -285,10 +285,10 @@ def run_base(
 
 
 def _discard_if_empty(store: RunStore) -> None:
-    """A run this call made whose start-up failed (a crash, Ctrl-C, a kill unwound) before any
-    sample was stored is removed again: nothing was made under the identity it records, so
-    none is left to refuse a rerun with other settings. A store that holds a sample, or that
-    existed before, is kept."""
+    """A run this call made that crashed before any sample was stored is removed again: nothing
+    was made under the identity it records, so none is left to refuse a rerun with other
+    settings. A store that holds a sample, or that existed before, is kept (as is one a user
+    interrupted: "interrupted, rerun to resume" keeps its word)."""
     import sqlite3
 
     try:
