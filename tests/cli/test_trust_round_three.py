@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from bt_cli import run_bt, snapshot
+from bt_cli import assert_one_line_error, run_bt, snapshot
 
 BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
 CONTINUE = ("--answer-budget", "4", "--anchors", "4,8", "--restarts", "4", "--samples", "2")
@@ -105,3 +105,36 @@ def test_2_a_new_base_run_that_crashes_at_start_up_is_not_left_behind(runs, tmp_
     proc = run_bt(*args)  # the default stride: not refused by a run that holds nothing
     assert proc.returncode == 0, proc.stderr
     assert _manifest(tmp_path / "new")["hidden_stride"] == 8
+
+
+# ---- 3: weak spots from last round -------------------------------------------------------------
+
+
+def test_3_bt_cohorts_dir_that_is_no_folder_is_one_line(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder\n")
+    cases = {tmp_path / "nonexistent": "no such folder", a_file: "a file, not a folder"}
+    for where, why in cases.items():
+        for args in (("cohorts", "list"), ("base", *BASE, "--dry-run")):
+            proc = run_bt(*args, cwd=tmp_path, BT_COHORTS_DIR=str(where))
+            assert_one_line_error(proc, 2, f"BT_COHORTS_DIR={where}", why)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    proc = run_bt("cohorts", "list", cwd=tmp_path, BT_COHORTS_DIR=str(tmp_path))
+    assert proc.returncode == 0 and "no cohort files" in proc.stdout, proc.stderr
+
+
+def test_3_cohorts_build_check_compares_the_working_cohorts_folder(tmp_path):
+    assert run_bt("cohorts", "build", "arith", cwd=tmp_path).returncode == 0
+    mine = tmp_path / "cohorts" / "arith.jsonl"
+    proc = run_bt("cohorts", "build", "arith", "--check", cwd=tmp_path)
+    assert proc.returncode == 0 and f"same  {mine}" in proc.stdout, proc.stdout
+    edited = mine.read_bytes().replace(b'"answer": ', b'"answer": 1', 1)
+    mine.write_bytes(edited)
+    proc = run_bt("cohorts", "build", "arith", "--check", cwd=tmp_path)
+    assert proc.returncode == 1 and f"DIFFERS  {mine}" in proc.stdout, proc.stdout
+    assert mine.read_bytes() == edited  # --check writes nothing
+    assert run_bt("cohorts", "build", "arith", cwd=tmp_path).returncode == 0
+    assert run_bt("cohorts", "build", "arith", "--check", cwd=tmp_path).returncode == 0
+    # a name without a working copy is checked where bt base reads it: the built-in file
+    proc = run_bt("cohorts", "build", "demo", "--check", cwd=tmp_path)
+    assert proc.returncode == 0 and "same" in proc.stdout, proc.stdout
