@@ -37,7 +37,9 @@ from breakthrough.pipeline.base import (
     check_hidden_stride,
     check_runs_dir,
     commit_trajectory,
+    distinct_models,
     select_rows,
+    weights_key,
 )
 from breakthrough.pipeline.dry_run import PhasePlan, RunPlan, large_run_line, rate_for, sibling_runs
 from breakthrough.pipeline.manifest import (
@@ -287,6 +289,7 @@ def sample_runs(
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
     fetch_hub_models(req.models)  # every missing hub model named at once, before any run
+    req = distinct_models(req, weights_key, say)
     planned, aliases = [], []
     for name in req.models:  # every model checked before any is loaded or written
         ident = model_identity(name)
@@ -370,6 +373,7 @@ def plan_sample(req: SampleRequest) -> list[RunPlan]:
     all_rows = load_cohort(req.cohort)
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
+    req = distinct_models(req, weights_key, lambda line: None)
     return [_plan_one(req, rows, model_identity(name).alias, cohort_name) for name in req.models]
 
 

@@ -138,3 +138,19 @@ def test_3_cohorts_build_check_compares_the_working_cohorts_folder(tmp_path):
     # a name without a working copy is checked where bt base reads it: the built-in file
     proc = run_bt("cohorts", "build", "demo", "--check", cwd=tmp_path)
     assert proc.returncode == 0 and "same" in proc.stdout, proc.stdout
+
+
+def test_3_a_model_named_twice_through_a_link_is_one_run(runs, tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(runs["model"], target_is_directory=True)
+    both = f"{runs['model']},{link}"
+    args = ("base", *BASE, "--model", both, "--runs-dir", tmp_path / "runs", "--run", "r")
+    proc = run_bt(*args, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "the same model as" in proc.stdout and proc.stdout.count("base ") == 1, proc.stdout
+    proc = run_bt(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert f"--model {link}: the same model as {runs['model']}" in proc.stdout, proc.stdout
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["r"]  # not r-tiny twice
+    proc = run_bt(*args)  # the plain rerun: nothing to do
+    assert proc.returncode == 0 and "nothing to do" in proc.stdout, proc.stdout
