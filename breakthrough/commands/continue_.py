@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -27,6 +28,9 @@ from breakthrough.commands.options import (
 )
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
+
+if TYPE_CHECKING:
+    from breakthrough.pipeline.budget_arm import ArmAsked
 
 RUNS_SETTING = (
     "Default: the run's own setting once it was continued, else {default}. A run "
@@ -144,6 +148,7 @@ def continue_(
 
     from breakthrough.commands.engine_options import http_options
     from breakthrough.engine import EngineSpec
+    from breakthrough.pipeline.budget_arm import ArmAsked
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
     from breakthrough.store import find_runs
 
@@ -157,19 +162,6 @@ def continue_(
         retries,
         api_key,
     )
-    if add_budget is not None:
-        _add_budget(
-            console,
-            runs or [runs_dir],
-            add_budget,
-            dry_run,
-            backend,
-            remote,
-            batch_size,
-            memory_gb,
-            check_wait(wait),
-        )
-        return
     rules = None if topup is None else parse_topup(topup)
     check_engine_options(backend, batch_size, memory_gb)
     if kv_bits is not None and kv_bits not in (4, 8):
@@ -187,6 +179,20 @@ def continue_(
         tau=tau,
     )
     DEFAULT.with_overrides(**settings).validate()  # every option, before any store is touched
+    if add_budget is not None:  # the arm runs under the run's protocol, KV and signal settings:
+        _add_budget(  # one asked for that differs from them is refused, never ignored
+            console,
+            runs or [runs_dir],
+            add_budget,
+            dry_run,
+            backend,
+            remote,
+            batch_size,
+            memory_gb,
+            check_wait(wait),
+            ArmAsked(settings, kv_bits, instrument),
+        )
+        return
     engine = EngineSpec(
         backend=backend,
         batch_size=batch_size,
@@ -277,9 +283,11 @@ def _add_budget(
     batch_size: int,
     memory_gb: str,
     lock_wait: float,
+    asked: ArmAsked,
 ) -> None:
     """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
-    the HTTP backends' settings (`engine_options.http_options`)."""
+    the HTTP backends' settings (`engine_options.http_options`); `asked` the run settings
+    typed beside it (refused where they differ from the run's)."""
     from rich.console import Console
 
     from breakthrough.engine import EngineSpec
@@ -295,7 +303,7 @@ def _add_budget(
     if dry_run:
         from breakthrough.pipeline.budget_arm import plan_add_budget
 
-        for plan in plan_add_budget(found.runs, budget, batch_size, backend):
+        for plan in plan_add_budget(found.runs, budget, batch_size, backend, asked=asked):
             typer.echo("\n".join(plan.lines()))
         return
     engine = EngineSpec(
@@ -323,6 +331,7 @@ def _add_budget(
         progress=announce,
         drive=lambda run: _with_progress(console, run),
         lock_wait=lock_wait,
+        asked=asked,
     ):
         if rep.nothing_to_do:
             console.print(

@@ -154,3 +154,29 @@ def test_3_a_model_named_twice_through_a_link_is_one_run(runs, tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["r"]  # not r-tiny twice
     proc = run_bt(*args)  # the plain rerun: nothing to do
     assert proc.returncode == 0 and "nothing to do" in proc.stdout, proc.stdout
+
+
+def _continued(runs, tmp_path: Path) -> Path:
+    run = _copy(runs["base"], tmp_path / "cont")
+    proc = run_bt("continue", run, "--budget", "4", *CONTINUE)
+    assert proc.returncode == 0, proc.stderr
+    return run
+
+
+def test_3_and_4_add_budget_refuses_run_settings_that_differ_from_the_run(runs, tmp_path):
+    """`--add-budget` runs under the run's protocol, KV cache and signals: a `--budget` (3),
+    `--kv-bits` or `--instrument` (4) typed beside it that differs was silently ignored."""
+    run = _continued(runs, tmp_path)
+    before = snapshot(run)
+    for extra, needles in (
+        (("--budget", "16"), ["--budget 4", "--budget 16"]),
+        (("--kv-bits", "8"), ["--kv-bits 8", "no --kv-bits"]),
+        (("--instrument",), ["--instrument", "without it"]),
+    ):
+        for dry in ((), ("--dry-run",)):
+            proc = run_bt("continue", run, "--add-budget", "8", *extra, *dry)
+            assert_one_line_error(proc, 2, str(run), *needles)
+    assert snapshot(run) == before
+    for extra in (("--budget", "4"), ()):  # the run's own B, and the plain rerun
+        proc = run_bt("continue", run, "--add-budget", "8", *extra)
+        assert proc.returncode == 0 and "arm B=8" in proc.stderr, proc.stderr
