@@ -283,7 +283,7 @@ def _add_budget(
     batch_size: int,
     memory_gb: str,
     lock_wait: float,
-    asked: ArmAsked,
+    asked: ArmAsked | None = None,
 ) -> None:
     """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
     the HTTP backends' settings (`engine_options.http_options`); `asked` the run settings
