@@ -180,3 +180,40 @@ def test_3_and_4_add_budget_refuses_run_settings_that_differ_from_the_run(runs, 
     for extra in (("--budget", "4"), ()):  # the run's own B, and the plain rerun
         proc = run_bt("continue", run, "--add-budget", "8", *extra)
         assert proc.returncode == 0 and "arm B=8" in proc.stderr, proc.stderr
+
+
+# ---- 4: new surfaces ------------------------------------------------------------------------
+
+
+def test_4_a_memory_budget_under_one_byte_is_refused_not_no_cap(runs, tmp_path):
+    run = _copy(runs["base"], tmp_path / "run")
+    before = snapshot(run)
+    for value in ("1e-300", "1e-10"):
+        for dry in ((), ("--dry-run",)):
+            proc = run_bt("continue", run, "--budget", "4", *CONTINUE, "--memory-gb", value, *dry)
+            assert_one_line_error(proc, 2, f"--memory-gb {value}", "less than one byte")
+    assert snapshot(run) == before
+    proc = run_bt("continue", run, "--budget", "4", *CONTINUE)  # the plain rerun
+    assert proc.returncode == 0, proc.stderr
+
+
+def _needed(text: str) -> str:
+    """The 'N GB needed' a memory refusal names."""
+    return text.split(" GB needed")[0].rsplit(" ", 1)[1]
+
+
+def test_4_dry_run_and_real_run_agree_on_the_smallest_memory_budget(runs, tmp_path):
+    """The dry run counted the cache in the config's (absent: bfloat16) dtype, half the bytes
+    of the tiny model's float32 files: it admitted rows at budgets the run then refused."""
+    run = _copy(runs["base"], tmp_path / "run")
+    args = ("continue", run, "--budget", "4", *CONTINUE, "--memory-gb")
+    real = run_bt(*args, "0.0001")
+    line = assert_one_line_error(real, 2, "--memory-gb", "cannot hold one row")
+    need = _needed(line)
+    dry = run_bt(*args, "0.0001", "--dry-run")
+    assert dry.returncode == 0 and "bt continue will refuse it" in dry.stdout, dry.stdout
+    assert _needed(dry.stdout) == need, (dry.stdout, line)
+    enough = f"{float(need) * 1.05:.6f}"
+    dry = run_bt(*args, enough, "--dry-run")
+    assert dry.returncode == 0 and "admits" in dry.stdout, dry.stdout
+    assert run_bt(*args, enough).returncode == 0
