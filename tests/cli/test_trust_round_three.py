@@ -217,3 +217,67 @@ def test_4_dry_run_and_real_run_agree_on_the_smallest_memory_budget(runs, tmp_pa
     dry = run_bt(*args, enough, "--dry-run")
     assert dry.returncode == 0 and "admits" in dry.stdout, dry.stdout
     assert run_bt(*args, enough).returncode == 0
+
+
+def _delete_samples(run: Path, where: str) -> list[int]:
+    """Delete the samples `where` selects with their grade, signals and hidden-vector rows, as a
+    user editing the store would; returns their ids."""
+    conn = sqlite3.connect(run / "store.sqlite")
+    with conn:
+        ids = [i for (i,) in conn.execute(f"SELECT sample_id FROM samples WHERE {where}")]
+        marks = ",".join("?" * len(ids))
+        for table in ("grades", "signals", "hidden_vectors", "samples"):
+            conn.execute(f"DELETE FROM {table} WHERE sample_id IN ({marks})", ids)
+    conn.close()
+    return ids
+
+
+def test_4_deleted_probe_rows_unlabel_the_cell_and_verify_notices(runs, tmp_path):
+    run = _continued(runs, tmp_path)
+    conn = sqlite3.connect(run / "store.sqlite")
+    cell, deepest = conn.execute(
+        "SELECT cell_id, max(anchor) FROM samples WHERE kind='probe' GROUP BY cell_id"
+    ).fetchone()
+    conn.close()
+    assert _delete_samples(run, f"kind='probe' AND cell_id='{cell}' AND anchor={deepest}")
+    proc = run_bt("verify", run)
+    assert_one_line_error(proc, 1, "damaged")
+    assert f"cell {cell}: probe rows at B=4 are gone at anchor {deepest}" in proc.stdout
+    proc = run_bt("status", run)
+    assert proc.returncode == 0 and f"incomplete: probes at {deepest} (0 of 2)" in proc.stdout
+    out = tmp_path / "classify"
+    proc = run_bt("classify", run, "--draws", "2", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    labels = (out / "labels.csv").read_text()
+    assert cell not in labels and cell in (out / "unfinished.csv").read_text(), labels
+    # the plain rerun makes them again: intact, done, labelled
+    assert run_bt("continue", run).returncode == 0
+    assert run_bt("verify", run).returncode == 0
+    proc = run_bt("classify", run, "--draws", "2", "-o", tmp_path / "again")
+    assert proc.returncode == 0 and cell in (tmp_path / "again" / "labels.csv").read_text()
+
+
+def test_4_a_deleted_base_trace_or_grade_row_is_damage(runs, tmp_path):
+    run = _continued(runs, tmp_path)
+    graded = _copy(run, tmp_path / "graded")
+    conn = sqlite3.connect(graded / "store.sqlite")
+    (sid,) = conn.execute("SELECT max(sample_id) FROM samples WHERE kind='restart'").fetchone()
+    with conn:
+        conn.execute("DELETE FROM grades WHERE sample_id=?", (sid,))
+    conn.close()
+    proc = run_bt("verify", graded)
+    assert proc.returncode == 1 and f"sample {sid} " in proc.stdout, proc.stdout
+    assert "its grade row was removed" in proc.stdout
+    (cell,) = [r[0] for r in _rows(run, "SELECT cell_id FROM cells")]
+    assert _delete_samples(run, f"kind='base' AND cell_id='{cell}'")
+    proc = run_bt("verify", run)
+    assert proc.returncode == 1, proc.stdout
+    assert f"cell {cell}: its base trace is gone" in proc.stdout
+
+
+def _rows(run: Path, sql: str) -> list[tuple]:
+    conn = sqlite3.connect(run / "store.sqlite")
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
