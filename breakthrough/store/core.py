@@ -846,10 +846,42 @@ def _is_write_failure(exc: sqlite3.OperationalError) -> bool:
     )
 
 
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _read_only_part(path: Path, exc: BaseException) -> str | None:
+    """What of a run cannot be written, when that is why a write failed (an archived run:
+    `chmod a-w`, `chattr +i`, a read-only mount): the store file, its folder, or the store
+    as SQLite said; None when the failure is something else (a full disk, an I/O error)."""
+    text = str(exc).lower()
+    if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS or "full" in text:
+        return None
+    for p, name in ((path, str(path)), (path.parent, f"its folder {path.parent}")):
+        if p.exists() and not os.access(p, os.W_OK):
+            return name
+    if isinstance(exc, OSError) and exc.errno in READ_ONLY_ERRNOS:
+        return str(path)
+    if any(w in text for w in ("readonly", "read-only", "permission")):
+        return str(path)
+    return None
+
+
 def _write_error(path: Path, exc: BaseException) -> BtError:
-    """One line for a store that cannot be written: what SQLite or the OS said, and that the
-    batch in progress was not written (a transaction is all or nothing)."""
+    """One line for a store that cannot be written: what SQLite or the OS said, and what it
+    means. A read-only run (an archived copy) is named as such, with the fact that matters:
+    nothing was written and nothing it holds was lost (the readers still read it). Otherwise
+    (a full disk, an I/O error) the batch in progress was not written (a transaction is all
+    or nothing)."""
     what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    part = _read_only_part(path, exc)
+    if part is not None:
+        return BtError(
+            f"{path}: cannot write the run store ({what}): the run is read-only ({part} "
+            f"cannot be written: an archived copy, chmod a-w or chattr +i); nothing more "
+            f"was written and nothing it holds was lost (bt verify, status, export and classify "
+            f"read it as it is); make it writable to add to it"
+        )
     return BtError(
         f"{path}: cannot write the run store ({what}): the disk is full or the file "
         f"or its folder is read-only; nothing of the unfinished batch was kept, free "

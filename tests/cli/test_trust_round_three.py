@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from bt_cli import assert_one_line_error, run_bt, snapshot
+from bt_cli import assert_one_line_error, freeze, run_bt, snapshot, thaw
 
 BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
 CONTINUE = ("--answer-budget", "4", "--anchors", "4,8", "--restarts", "4", "--samples", "2")
@@ -281,3 +281,25 @@ def _rows(run: Path, sql: str) -> list[tuple]:
         return conn.execute(sql).fetchall()
     finally:
         conn.close()
+
+
+def test_4_writing_into_a_read_only_run_says_so_and_that_nothing_was_lost(runs, tmp_path):
+    run = _continued(runs, tmp_path)
+    before = snapshot(run)
+    freeze(run)
+    try:
+        procs = [
+            run_bt("grade", run, "--again"),
+            run_bt("continue", run),  # nothing to do
+            run_bt("continue", run, "--add-budget", "8"),
+        ]
+    finally:
+        thaw(run)
+    for proc in procs:
+        line = assert_one_line_error(
+            proc, 2, "the run is read-only", "nothing it holds was lost", "make it writable"
+        )
+        assert "disk is full" not in line, line
+    assert snapshot(run) == before
+    assert run_bt("grade", run, "--again").returncode == 0  # writable again: the plain rerun
+    assert run_bt("continue", run).returncode == 0
