@@ -101,7 +101,7 @@ def classify_runs(
             items = store.items()
             # the anchors each cell's base trace asks probes at: a cell whose probe rows were
             # lost is unfinished (as `bt status` says), never labelled from what is left
-            grids = owed_grids(store.base_traces(), protocol)
+            grids = owed_grids(store.base_segments(), protocol)
         results[name] = classify_frames(
             samples,
             cells,

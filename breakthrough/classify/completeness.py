@@ -33,8 +33,8 @@ as `bt classify` holds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from breakthrough.classify.panels import Outcome, PanelRow, outcomes_of
 from breakthrough.classify.plan import restart_budgets_of
@@ -79,20 +79,26 @@ def _owed_budgets(probe_rows: list[PanelRow], protocol: Protocol) -> tuple[int, 
 FORCED_MARGIN = 16
 
 
-def owed_grid(segments: Any, protocol: Protocol) -> tuple[int, ...]:
-    """The anchors a cell's probes must cover, from its base trace's segment codes: the
-    protocol's anchors up to the first beyond the trace's reasoning or without room for B, a
-    forced close and the answer reserve within the total cap (the scheduler's grid,
-    `pipeline.cells.plan_cell`, with `FORCED_MARGIN` close tokens: an anchor at the cap's edge
-    that the model's short close would still fit is not claimed)."""
-    from breakthrough.models.segments import anchor_cutoff, reasoning_length
+# The segment codes (`models.segments`) a base trace's anchors count: its thinking tokens, or
+# its solution tokens when it has none. Repeated here so `bt status` reads them without NumPy.
+THINKING, SOLUTION = 0, 2
 
-    r = reasoning_length(segments)
+
+def owed_grid(segments: bytes | Sequence[int], protocol: Protocol) -> tuple[int, ...]:
+    """The anchors a cell's probes must cover, from its base trace's segment codes (one byte
+    a token, as stored): the protocol's anchors up to the first beyond the trace's reasoning
+    or without room for B, a forced close and the answer reserve within the total cap (the
+    scheduler's grid, `pipeline.cells.plan_cell`, with `FORCED_MARGIN` close tokens: an anchor
+    at the cap's edge that the model's short close would still fit is not claimed)."""
+    codes = list(segments)
+    reasoning = [i for i, c in enumerate(codes) if c == THINKING] or [
+        i for i, c in enumerate(codes) if c == SOLUTION
+    ]
     grid = []
     for a in protocol.anchors:
-        if a > r:
+        if a > len(reasoning):
             break
-        available = protocol.total_cap - (anchor_cutoff(segments, a) + 1) - FORCED_MARGIN
+        available = protocol.total_cap - (reasoning[a - 1] + 1) - FORCED_MARGIN
         if available <= protocol.answer_budget or protocol.budget > (
             available - protocol.answer_budget
         ):
@@ -101,9 +107,11 @@ def owed_grid(segments: Any, protocol: Protocol) -> tuple[int, ...]:
     return tuple(grid)
 
 
-def owed_grids(base_traces: Iterable[dict[str, Any]], protocol: Protocol) -> dict[str, tuple]:
-    """cell → `owed_grid` of each base trace (`RunStore.base_traces()`)."""
-    return {str(b["cell_id"]): owed_grid(b["segments"], protocol) for b in base_traces}
+def owed_grids(
+    segments: Mapping[str, bytes | Sequence[int]], protocol: Protocol
+) -> dict[str, tuple[int, ...]]:
+    """cell → `owed_grid` of its base trace (`RunStore.base_segments()`)."""
+    return {cell: owed_grid(seg, protocol) for cell, seg in segments.items()}
 
 
 def unfinished_rows(

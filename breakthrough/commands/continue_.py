@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import typer
 
@@ -28,9 +28,6 @@ from breakthrough.commands.options import (
 )
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
-
-if TYPE_CHECKING:
-    from breakthrough.pipeline.budget_arm import ArmAsked
 
 RUNS_SETTING = (
     "Default: the run's own setting once it was continued, else {default}. A run "
@@ -148,7 +145,6 @@ def continue_(
 
     from breakthrough.commands.engine_options import http_options
     from breakthrough.engine import EngineSpec
-    from breakthrough.pipeline.budget_arm import ArmAsked
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
     from breakthrough.store import find_runs
 
@@ -190,7 +186,7 @@ def continue_(
             batch_size,
             memory_gb,
             check_wait(wait),
-            ArmAsked(settings, kv_bits, instrument),
+            (settings, kv_bits, instrument),
         )
         return
     engine = EngineSpec(
@@ -283,19 +279,21 @@ def _add_budget(
     batch_size: int,
     memory_gb: str,
     lock_wait: float,
-    asked: ArmAsked | None = None,
+    asked: tuple[dict[str, Any], int | None, bool] | None = None,
 ) -> None:
     """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
     the HTTP backends' settings (`engine_options.http_options`); `asked` the run settings
-    typed beside it (refused where they differ from the run's)."""
+    typed beside it (protocol settings, --kv-bits, --instrument: `budget_arm.ArmAsked`),
+    refused where they differ from the run's."""
     from rich.console import Console
 
     from breakthrough.engine import EngineSpec
-    from breakthrough.pipeline.budget_arm import add_budget_runs
+    from breakthrough.pipeline.budget_arm import ArmAsked, add_budget_runs
     from breakthrough.store import find_runs
 
     if budget < 1:
         raise BtError(f"--add-budget: expected a positive number of tokens, got {budget}")
+    arm_asked = ArmAsked(*asked) if asked is not None else None
     check_engine_options(backend, batch_size, memory_gb)
     found = find_runs(paths, study=True)  # no output folder, no `bt sample` run
     for note in found.notes:
@@ -303,7 +301,7 @@ def _add_budget(
     if dry_run:
         from breakthrough.pipeline.budget_arm import plan_add_budget
 
-        for plan in plan_add_budget(found.runs, budget, batch_size, backend, asked=asked):
+        for plan in plan_add_budget(found.runs, budget, batch_size, backend, asked=arm_asked):
             typer.echo("\n".join(plan.lines()))
         return
     engine = EngineSpec(
@@ -331,7 +329,7 @@ def _add_budget(
         progress=announce,
         drive=lambda run: _with_progress(console, run),
         lock_wait=lock_wait,
-        asked=asked,
+        asked=arm_asked,
     ):
         if rep.nothing_to_do:
             console.print(

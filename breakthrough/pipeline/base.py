@@ -41,6 +41,7 @@ from breakthrough.pipeline.dry_run import (
 from breakthrough.pipeline.manifest import (
     cell_id,
     check_engine,
+    check_run_name,
     record_throughput,
     refuse_changed_run,
     request_identity,
@@ -373,6 +374,8 @@ def base_runs(
         raise BtError("--max-tokens must be >= 1")
     check_hidden_stride(req.hidden_stride, req.engine.backend)
     check_runs_dir(req.runs_dir)
+    if req.run is not None:
+        check_run_name(req.run)  # before a cohort is read or a hub model fetched
     if not req.models:
         raise BtError("--model: no model named")
     all_rows = load_cohort(req.cohort)

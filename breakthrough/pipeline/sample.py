@@ -44,6 +44,7 @@ from breakthrough.pipeline.base import (
 from breakthrough.pipeline.dry_run import PhasePlan, RunPlan, large_run_line, rate_for, sibling_runs
 from breakthrough.pipeline.manifest import (
     check_engine,
+    check_run_name,
     record_throughput,
     refuse_changed_run,
     request_identity,
@@ -118,6 +119,8 @@ def check_request(req: SampleRequest) -> None:
         raise BtError("--model: no model named")
     check_hidden_stride(req.hidden_stride, req.engine.backend)
     check_runs_dir(req.runs_dir)
+    if req.run is not None:
+        check_run_name(req.run)
 
 
 def run_dir_for(req: SampleRequest, cohort_name: str, alias: str) -> Path:

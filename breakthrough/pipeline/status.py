@@ -79,7 +79,7 @@ def run_status(run_dir: Path, tau: float | None = None) -> RunStatus:
         stored = store.outcomes()
         cells = store.cell_reasoning_tokens()
         man = store.manifest()
-        grids = owed_grids(store.base_traces(), protocol)  # lost probe rows are work missing
+        grids = owed_grids(store.base_segments(), protocol)  # lost probe rows are work missing
     if tau is not None:
         protocol = protocol.with_overrides(tau=tau)
     topup = resolve_topup(run_dir, man, None)

@@ -155,9 +155,7 @@ def _check_gone(store: RunStore, report: VerifyReport, skip: Collection[str] = (
         )
         if not later:
             continue
-        import numpy as np
-
-        grid = owed_grid(np.frombuffer(segments[cell], dtype="u1"), protocol)
+        grid = owed_grid(bytes(segments[cell]), protocol)
         short = [
             f"{a} ({n} of {protocol.samples} branches stored)"
             for a in grid

@@ -703,6 +703,20 @@ class RunStore(HiddenVectors, Frames):
             )
         ]
 
+    def base_segments(self) -> dict[str, bytes]:
+        """cell_id -> the segment codes of its base trace (one byte a token, as stored; rows
+        checked against their checksums first): the grid each cell's probes must cover
+        (`classify.completeness.owed_grid`), read without NumPy (`bt status`)."""
+        where, params = self._where(kind="base")
+        self.check_where(where, params)
+        return {
+            str(cid): bytes(seg or b"")
+            for cid, seg in self.conn.execute(
+                "SELECT s.cell_id, s.segments FROM samples s" + where + " ORDER BY s.sample_id",
+                params,
+            )
+        }
+
     def cell_reasoning_tokens(self) -> list[tuple[str, int | None]]:
         """(cell_id, reasoning tokens of its base trace, None before one) of every cell, by
         cell_id: the `cells_frame` columns `bt status` shows, without pandas."""

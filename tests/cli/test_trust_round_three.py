@@ -303,3 +303,25 @@ def test_4_writing_into_a_read_only_run_says_so_and_that_nothing_was_lost(runs, 
     assert snapshot(run) == before
     assert run_bt("grade", run, "--again").returncode == 0  # writable again: the plain rerun
     assert run_bt("continue", run).returncode == 0
+
+
+def test_4_run_names_that_are_an_option_or_a_reserved_folder_are_refused(runs, tmp_path):
+    for command, extra in (("base", ()), ("sample", ("--attempts", "1"))):
+        for name, needle in (("-x", "not starting with '.' or '-'"), ("attempts", "bt sample")):
+            args = (command, *BASE, *extra, "--model", runs["model"], "--runs-dir", tmp_path)
+            for dry in ((), ("--dry-run",)):
+                proc = run_bt(*args, "--run", name, *dry)
+                assert_one_line_error(proc, 2, f"--run '{name}'", needle)
+    assert not list(tmp_path.iterdir())
+    proc = run_bt("base", *BASE, "--model", runs["model"], "--runs-dir", tmp_path, "--run", "x")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_4_completion_for_a_shell_bt_does_not_know_is_refused(tmp_path):
+    for option in ("--show-completion", "--install-completion"):
+        proc = run_bt(option, "nosuchshell", HOME=str(tmp_path))
+        assert_one_line_error(proc, 2, f"{option} nosuchshell", "bash, zsh, fish")
+        assert not proc.stdout
+    assert not list(tmp_path.iterdir())
+    proc = run_bt("--show-completion", "zsh")  # the shell named, not the one detected
+    assert proc.returncode == 0 and proc.stdout.startswith("#compdef bt"), proc.stdout
