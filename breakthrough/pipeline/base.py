@@ -288,17 +288,18 @@ def run_base(
         )
         return report
     except Exception:  # a crash; an interrupt (Ctrl-C, SIGTERM) keeps the run to resume
-        _discard_if_empty(store)
+        discard_if_empty(store)
         raise
     finally:
         store.close()
 
 
-def _discard_if_empty(store: RunStore) -> None:
+def discard_if_empty(store: RunStore) -> None:
     """A run this call made that crashed before any sample was stored is removed again: nothing
     was made under the identity it records, so none is left to refuse a rerun with other
     settings. A store that holds a sample, or that existed before, is kept (as is one a user
-    interrupted: "interrupted, rerun to resume" keeps its word)."""
+    interrupted: "interrupted, rerun to resume" keeps its word). Serves `bt base` and
+    `bt sample`."""
     import sqlite3
 
     try:

@@ -37,6 +37,7 @@ from breakthrough.pipeline.base import (
     check_hidden_stride,
     check_runs_dir,
     commit_trajectory,
+    discard_if_empty,
     distinct_models,
     select_rows,
     weights_key,
@@ -273,6 +274,9 @@ def run_sample(
             occupancy=getattr(gen, "occupancy", None),
         )
         return report
+    except Exception:  # a crash; an interrupt keeps the run to resume
+        discard_if_empty(store)  # a new run that made nothing under its identity: removed
+        raise
     finally:
         store.close()
 

@@ -27,8 +27,9 @@ if where:
     if where == "continue":
         import breakthrough.pipeline.cell_loop as module
         module.run_scheduled = _crash
-    elif where == "base":
-        import breakthrough.pipeline.base as module
+    elif where in ("base", "sample"):
+        import importlib
+        module = importlib.import_module("breakthrough.pipeline." + where)
         module.make_grader = _crash
 """
 
@@ -95,16 +96,20 @@ def test_2_a_crash_at_start_up_leaves_the_run_as_it_was_and_a_rerun_runs(runs, t
     assert run_bt("verify", run).returncode == 0
 
 
-def test_2_a_new_base_run_that_crashes_at_start_up_is_not_left_behind(runs, tmp_path):
-    args = ("base", *BASE, "--model", runs["model"], "--runs-dir", tmp_path, "--run", "new")
+@pytest.mark.parametrize("command", ["base", "sample"])
+def test_2_a_new_run_that_crashes_at_start_up_is_not_left_behind(runs, tmp_path, command):
+    extra = ("--attempts", "1") if command == "sample" else ()
+    args = (command, *BASE, *extra, "--model", runs["model"], "--runs-dir", tmp_path)
+    args += ("--run", "new")
     proc = run_bt(
-        *args, "--hidden-stride", "4", BT_TEST_CRASH_AT_START="base", PYTHONPATH=str(runs["hook"])
+        *args, "--hidden-stride", "4", BT_TEST_CRASH_AT_START=command, PYTHONPATH=str(runs["hook"])
     )
     _crashed(proc)
-    assert not (tmp_path / "new").exists()
+    where = tmp_path / "attempts" / "new" if command == "sample" else tmp_path / "new"
+    assert not where.exists()
     proc = run_bt(*args)  # the default stride: not refused by a run that holds nothing
     assert proc.returncode == 0, proc.stderr
-    assert _manifest(tmp_path / "new")["hidden_stride"] == 8
+    assert _manifest(where)["hidden_stride"] == 8
 
 
 # ---- 3: weak spots from last round -------------------------------------------------------------
