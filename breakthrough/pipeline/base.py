@@ -500,7 +500,7 @@ def weights_key(name: str) -> tuple[str, str | None]:
 
 
 def _path_key(name: str) -> str:
-    """`_weights_key` without reading weights (`--dry-run`): a local folder by its real path
+    """`weights_key` without reading weights (`--dry-run`): a local folder by its real path
     (a symlink is its target), any other name as given."""
     path = Path(name).expanduser()
     return str(path.resolve()) if path.exists() else name

@@ -13,8 +13,7 @@ machine) can ask "is this run intact?" before trusting it:
   * every hidden-vector file against its recorded size and sha256, and files no row names;
   * rows that are gone: a checksum covers the rows that exist, not their absence, so what the
     order of a cell's work proves was written is checked too (`_check_gone`): a cell whose
-    later steps are stored holds every probe its base trace's grid asks for, and a cell with
-    probes or restarts holds its base trace."""
+    later steps are stored holds every probe its base trace's grid asks for."""
 
 from __future__ import annotations
 
@@ -105,12 +104,12 @@ def _check_rows(store: RunStore, report: VerifyReport) -> set[str]:
 
 
 def _check_gone(store: RunStore, report: VerifyReport, skip: Collection[str] = ()) -> None:
-    """One line per cell missing rows its stored work proves were written. The scheduler runs a
-    cell's steps in order (its grid probes, then bisection, restarts, top-ups) and cuts every
-    probe from the base trace, so: a cell holding a restart, a bisection probe or a top-up
-    branch at the run's B held every grid probe (`completeness.owed_grid`), all canonical
-    branches; a cell holding any probe or restart held its base trace. Missing now, they were
-    deleted (a row alone has no checksum to fail). Skipped when the manifest holds no whole
+    """One line per cell missing probe rows its stored work proves were written. The scheduler
+    runs a cell's steps in order (its grid probes, then bisection, restarts, top-ups), so a
+    cell holding a restart, a bisection probe or a top-up branch at the run's B held every
+    probe of the grid its base trace asks for (`completeness.owed_grid`), all canonical
+    branches. Missing now, they were deleted (a row alone has no checksum to fail). A cell
+    without a stored base trace has no grid to check. Skipped when the manifest holds no whole
     protocol (reported above), and for cells in `skip`, whose damaged rows (a changed anchor,
     a changed kind) are reported already: one line per damage."""
     from breakthrough.classify.completeness import owed_grid
@@ -134,14 +133,7 @@ def _check_gone(store: RunStore, report: VerifyReport, skip: Collection[str] = (
     for cell, rows in sorted(by_cell.items()):
         if cell in skip:
             continue
-        work = [r for r in rows if r[0] in ("probe", "restart")]
-        if work and cell not in segments:
-            report.problems.append(
-                f"{store.path}: cell {cell}: its base trace is gone (its {len(work)} probe "
-                f"and restart rows were made from it): rows were deleted from the store"
-            )
-            continue
-        if cell not in segments or segments[cell] is None:
+        if cell not in segments or segments[cell] is None:  # no grid to hold probes against
             continue
         probes = {(a, br) for k, a, b, br in rows if k == "probe" and b == protocol.budget}
         later = any(

@@ -327,7 +327,8 @@ class RunStore(HiddenVectors, Frames):
         whose first generation crashed (or was killed) stayed in the manifest with no sample
         made under it, and every later plain rerun took it up again, or was refused for
         asking for another ("a run never mixes them"). An exception before any sample drops
-        the held entries, so the store is as it was; a SIGKILL writes none of them. Reads
+        the held entries, so the store is as it was; a SIGKILL writes none of them. Entries
+        written after the first sample go with the next sample or the block's end. Reads
         inside the block (`manifest`, `check_identity`) see the held entries."""
         if self._staged is not None:  # nested: the outer block decides
             yield
