@@ -127,9 +127,30 @@ def _closed_stdout() -> NoReturn:
     raise SystemExit(0)
 
 
+COMPLETION_OPTIONS = ("--show-completion", "--install-completion")
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")  # what typer writes completion for
+
+
+def _named_shell(argv: list[str] | None) -> None:
+    """`bt --show-completion SHELL` / `--install-completion SHELL`: typer's switches detect the
+    parent shell and ignore a word after them, so `nosuchshell` printed bash's script and exit
+    0, and `zsh` in a bash gave bash's. A shell named is checked here (one line, exit 2) and
+    then honoured: typer's own switch for a named shell (the variant whose option takes it)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2 or args[0] not in COMPLETION_OPTIONS or args[1].startswith("-"):
+        return
+    if args[1] not in SHELLS:
+        raise BtError(
+            f"{args[0]} {args[1]}: not a shell bt writes completion for (choose from "
+            f"{', '.join(SHELLS)}; leave it out to use the shell this runs in)"
+        )
+    os.environ["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
+
+
 def _main(argv: list[str] | None) -> None:
     """`main` less the broken-pipe handling: every other way a command ends."""
     try:
+        _named_shell(argv)
         code = app(args=argv, prog_name="bt", standalone_mode=False)
     except BtError as exc:
         _fail(str(exc), 2)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BT = Path(sys.executable).parent / "bt"
 
 
@@ -68,3 +70,23 @@ def snapshot(run: Path) -> dict[str, bytes]:
         and not p.name.endswith("-shm")
         and not (p.name.endswith("-wal") and p.stat().st_size == 0)
     }
+
+
+def freeze(run: Path) -> None:
+    """`run` read-only as an archive is: `chattr -R +i` when root (a root process writes
+    through permission bits), else `chmod -R a-w`; skips where the filesystem refuses."""
+    if os.geteuid() == 0:
+        done = subprocess.run(["chattr", "-R", "+i", str(run)], capture_output=True)
+        if done.returncode != 0:
+            subprocess.run(["chattr", "-R", "-i", str(run)], capture_output=True)
+            pytest.skip(f"chattr +i is not supported here: {done.stderr.decode().strip()}")
+    else:
+        subprocess.run(["chmod", "-R", "a-w", str(run)], check=True)
+
+
+def thaw(run: Path) -> None:
+    """Undo `freeze`."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-R", "-i", str(run)], check=True)
+    else:
+        subprocess.run(["chmod", "-R", "u+w", str(run)], check=True)

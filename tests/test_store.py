@@ -178,3 +178,33 @@ def test_a_schema_2_store_keeps_its_checksums_when_samples_are_added(tmp_path: P
             assert s.manifest()["schema_version"] == str(schema) and s.verify_integrity() == []
             sums = {len(c) for (c,) in s.conn.execute("SELECT checksum FROM samples")}
             assert sums == {width or 16 * len(CHECKED_FIELDS)}
+
+
+def _stored_keys(run: Path) -> set[str]:
+    """The manifest keys another process would read (a second, read-only connection)."""
+    with RunStore(run, readonly=True) as other:
+        return set(other.raw_manifest())
+
+
+def test_identity_is_committed_with_the_first_sample_or_not_at_all(tmp_path: Path) -> None:
+    """Issue 40, item 2: entries written inside `identity_with_first_sample` are seen by the
+    writer at once, by the store only with the first sample; an exception before any sample
+    drops them, so a crash at start-up leaves the manifest as it was."""
+    s = _store(tmp_path)
+    run = s.run_dir
+    with pytest.raises(RuntimeError, match="start-up"):
+        with s.identity_with_first_sample():
+            s.ensure_manifest({"continuation": {"kv_bits": 8}})
+            assert s.manifest()["continuation"] == {"kv_bits": 8}  # the writer sees it
+            assert "continuation" not in _stored_keys(run)  # the run does not hold it yet
+            raise RuntimeError("engine crashed at start-up")
+    assert "continuation" not in s.manifest() and "continuation" not in _stored_keys(run)
+    with s.identity_with_first_sample():
+        s.ensure_manifest({"continuation": {"kv_bits": 4}})  # not refused: nothing holds 8
+        s.add_samples([_rec(0)], [GRADE])
+        assert _stored_keys(run) >= {"continuation"}  # committed with the sample
+        s.update_manifest({"throughput": {}})
+    assert _stored_keys(run) >= {"throughput"}  # the rest when the block ends
+    with pytest.raises(BtError, match="continuation"):
+        s.ensure_manifest({"continuation": {"kv_bits": 8}})
+    s.close()

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from breakthrough.classify.completeness import STATUSES
+from breakthrough.classify.completeness import STATUSES, owed_grids
 from breakthrough.classify.frames import Band, ClassifyResult, classify_frames
 from breakthrough.report.cell_details import CellDetail, cell_details, problem_line, problem_text
 from breakthrough.report.classify_outputs import write_outputs
@@ -99,6 +99,9 @@ def classify_runs(
             samples = store.samples_frame(arrays=False)
             cells = store.cells_frame()
             items = store.items()
+            # the anchors each cell's base trace asks probes at: a cell whose probe rows were
+            # lost is unfinished (as `bt status` says), never labelled from what is left
+            grids = owed_grids(store.base_segments(), protocol)
         results[name] = classify_frames(
             samples,
             cells,
@@ -110,6 +113,7 @@ def classify_runs(
             band=band,
             draws=draws,
             seed=seed,
+            grids=grids,
         )
         if cell_pages:
             details[name] = cell_details(

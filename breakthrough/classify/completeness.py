@@ -8,8 +8,10 @@ labelling those would turn missing work into `unsolved_hard` (no crossing, R = n
 
     not continued   no probe and no restart stored (a run never continued, or a cell the
                     interrupted run did not reach)
-    incomplete      some stored, but a probe cell holds fewer than its canonical branches, or
-                    a restart budget the cell is owed holds fewer than its canonical attempts
+    incomplete      some stored, but a probe cell holds fewer than its canonical branches,
+                    an anchor of the cell's grid holds no probe (`owed_grid`, when the base
+                    trace is known), or a restart budget the cell is owed holds fewer than its
+                    canonical attempts
 
 Stored samples count whether graded or not: an ungraded sample is work done (`bt grade`
 grades it), not work missing. What a cell still owes after that (bisection, top-ups) is the
@@ -17,10 +19,12 @@ plan of next work (`classify.plan`), not a reason to withhold its label: the stu
 cells before their top-ups too (the development cohort, `--topup terminal`).
 
 The scheduler runs a cell's steps in order (probes, bisection, restarts, top-ups), so a cell
-whose owed restarts are all in has finished its probes; a probe anchor with no sample at all
-shows as restarts missing. A restart budget is owed only where its reasoning budget and the
-answer reserve fit the total cap (as `pipeline.branches.check_budget` asks, without the few
-forced-close tokens it also counts).
+whose owed restarts are all in has finished its probes, unless probe rows were lost after it
+ran (deleted from the store): the grid the cell's base trace asks for (`owed_grid`) catches
+those, and a probe anchor with no sample at all otherwise shows as restarts missing. A
+restart budget is owed only where its reasoning budget and the answer reserve fit the total
+cap (as `pipeline.branches.check_budget` asks, without the few forced-close tokens it also
+counts).
 
 The check itself (`unfinished_rows`) is plain Python over the store's `panels.Outcome`s, so
 `bt status` runs it without pandas; `unfinished_cells` is the same check on a samples frame,
@@ -29,7 +33,7 @@ as `bt classify` holds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from breakthrough.classify.panels import Outcome, PanelRow, outcomes_of
@@ -70,18 +74,60 @@ def _owed_budgets(probe_rows: list[PanelRow], protocol: Protocol) -> tuple[int, 
     return tuple(c for c in restart_budgets_of(probe_rows, protocol.tau, protocol) if c <= room)
 
 
+# Forced-close tokens `owed_grid` leaves room for: more than any family's forced close (a few
+# tokens), so an anchor it counts as owed is one the scheduler probes whatever the model.
+FORCED_MARGIN = 16
+
+
+# The segment codes (`models.segments`) a base trace's anchors count: its thinking tokens, or
+# its solution tokens when it has none. Repeated here so `bt status` reads them without NumPy.
+THINKING, SOLUTION = 0, 2
+
+
+def owed_grid(segments: bytes | Sequence[int], protocol: Protocol) -> tuple[int, ...]:
+    """The anchors a cell's probes must cover, from its base trace's segment codes (one byte
+    a token, as stored): the protocol's anchors up to the first beyond the trace's reasoning
+    or without room for B, a forced close and the answer reserve within the total cap (the
+    scheduler's grid, `pipeline.cells.plan_cell`, with `FORCED_MARGIN` close tokens: an anchor
+    at the cap's edge that the model's short close would still fit is not claimed)."""
+    codes = list(segments)
+    reasoning = [i for i, c in enumerate(codes) if c == THINKING] or [
+        i for i, c in enumerate(codes) if c == SOLUTION
+    ]
+    grid = []
+    for a in protocol.anchors:
+        if a > len(reasoning):
+            break
+        available = protocol.total_cap - (reasoning[a - 1] + 1) - FORCED_MARGIN
+        if available <= protocol.answer_budget or protocol.budget > (
+            available - protocol.answer_budget
+        ):
+            break
+        grid.append(int(a))
+    return tuple(grid)
+
+
+def owed_grids(
+    segments: Mapping[str, bytes | Sequence[int]], protocol: Protocol
+) -> dict[str, tuple[int, ...]]:
+    """cell → `owed_grid` of its base trace (`RunStore.base_segments()`)."""
+    return {cell: owed_grid(seg, protocol) for cell, seg in segments.items()}
+
+
 def unfinished_rows(
     outcomes: Iterable[Outcome],
     cell_ids: Iterable[str] = (),
     *,
     probe_rows: dict[str, list[PanelRow]] | None = None,
     protocol: Protocol = DEFAULT,
+    grids: dict[str, tuple[int, ...]] | None = None,
 ) -> list[dict[str, str]]:
     """One row (a dict of `COLUMNS`) per cell that has not run its protocol (module doc):
     cell_id, model, problem_id, status ("not continued" / "incomplete") and what is missing,
     sorted by cell_id. `cell_ids` names cells the outcomes do not; `probe_rows` (the probe
     panel by cell, `panels.probe_rows`) decides whether a cell is owed every restart budget or
-    the scratch budget alone (no rows: every budget)."""
+    the scratch budget alone (no rows: every budget); `grids` (`owed_grids`) the anchors each
+    cell's probes must hold (a cell it does not name: only the anchors stored)."""
     outcomes = list(outcomes)
     ids = {str(o.cell_id) for o in outcomes} | set(map(str, cell_ids))
     probes = _stored(outcomes, "probe", protocol.budget, protocol.samples)
@@ -92,9 +138,10 @@ def unfinished_rows(
         if not have_p and not have_r:
             status, missing = NOT_CONTINUED, "no probes, no restarts"
         else:
+            counts = {a: have_p.get(a, 0) for a in (grids or {}).get(cell, ())} | have_p
             short = [
                 f"{a} ({n} of {protocol.samples})"
-                for a, n in have_p.items()
+                for a, n in sorted(counts.items())
                 if n < protocol.samples
             ]
             owed = _owed_budgets((probe_rows or {}).get(cell, []), protocol)
@@ -125,9 +172,10 @@ def unfinished_cells(
     *,
     probe_rows: dict[str, list[PanelRow]] | None = None,
     protocol: Protocol = DEFAULT,
+    grids: dict[str, tuple[int, ...]] | None = None,
 ) -> pd.DataFrame:
     """`unfinished_rows` of a samples frame as a data frame (columns `COLUMNS`); `cells` (a
-    cells frame) names cells the samples do not."""
+    cells frame) names cells the samples do not; `grids` as there."""
     import pandas as pd
 
     if len(samples) and "kind" in samples.columns:
@@ -139,7 +187,7 @@ def unfinished_cells(
     ids = list(map(str, samples["cell_id"])) if len(samples) else []
     if cells is not None and len(cells):
         ids += map(str, cells["cell_id"])
-    rows = unfinished_rows(outcomes, ids, probe_rows=probe_rows, protocol=protocol)
+    rows = unfinished_rows(outcomes, ids, probe_rows=probe_rows, protocol=protocol, grids=grids)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -111,6 +111,7 @@ def classify_frames(
     band: Band | None = None,
     draws: int = 200,
     seed: int = 0,
+    grids: dict[str, tuple[int, ...]] | None = None,
 ) -> ClassifyResult:
     """Labels, posteriors, survival, the plans and the summary of one run's frames
     (`RunStore.samples_frame()`, `RunStore.cells_frame()`; cells may be None) under the run's
@@ -119,13 +120,15 @@ def classify_frames(
     (`classify.pooling`): "terminal,ambiguous" labels as the study's wave 3 (A5.1 pooled),
     "terminal" as its development and supplement cohorts (canonical 4-branch probe summaries;
     restart cells count every attempt, `classify.pooling`). Cells that have not run their
-    protocol (`completeness.unfinished_cells`) get no label: `ClassifyResult.unfinished`."""
+    protocol (`completeness.unfinished_cells`; `grids`, `completeness.owed_grids` of the base
+    traces: the anchors each cell's probes must hold) get no label:
+    `ClassifyResult.unfinished`."""
     protocol = checked_protocol(protocol, tau=tau, delta=delta, prior=prior, band=band)
     chosen = topup_text(parse_topup(topup) if isinstance(topup, str) else topup)
     all_pp = probe_panel(samples, protocol)
     all_rp = restart_panel(samples, protocol)
     unfinished = unfinished_cells(
-        samples, cells, probe_rows=rows_by_cell(all_pp, "anchor"), protocol=protocol
+        samples, cells, probe_rows=rows_by_cell(all_pp, "anchor"), protocol=protocol, grids=grids
     )
     skip = set(unfinished["cell_id"])
     pp = all_pp[~all_pp["cell_id"].isin(skip)]  # what the labels read: finished cells only

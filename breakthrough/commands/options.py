@@ -147,7 +147,8 @@ MAX_MEMORY_GB = 1 << 20  # a petabyte-scale typo is refused, not multiplied into
 
 def memory_budget(text: str | None) -> int | None:
     """`--memory-gb auto|GB` as the engine's budget in bytes (None: auto), checked before
-    anything is written: a positive, finite number of GB up to MAX_MEMORY_GB."""
+    anything is written: a positive, finite number of GB up to MAX_MEMORY_GB that is at least
+    one byte (the engine reads a budget of 0 as no cap, the opposite of a tiny one)."""
     if text is None or str(text).strip().lower() == "auto":
         return None
     try:
@@ -158,7 +159,13 @@ def memory_budget(text: str | None) -> int | None:
         raise BtError(
             f"--memory-gb: expected 'auto' or a number of GB in (0, {MAX_MEMORY_GB}], got {text}"
         )
-    return int(gb * 2**30)
+    budget = int(gb * 2**30)
+    if budget < 1:  # a positive budget that rounds to 0 bytes is no budget: never "no cap"
+        raise BtError(
+            f"--memory-gb {text}: less than one byte ({gb:g} GB); expected 'auto' or a number "
+            f"of GB that can hold at least one row"
+        )
+    return budget
 
 
 def check_engine_options(backend: str, batch_size: int, memory_gb: str | None = None) -> None:

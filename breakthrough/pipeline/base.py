@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from typing import Protocol as Shape
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from breakthrough.pipeline.dry_run import (
 from breakthrough.pipeline.manifest import (
     cell_id,
     check_engine,
+    check_run_name,
     record_throughput,
     refuse_changed_run,
     request_identity,
@@ -52,6 +54,14 @@ from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore, SampleRecord
 from breakthrough.tasks.cohorts import cohort_digest, load_cohort
 from breakthrough.tasks.family import family_of, make_grader, user_message
+
+
+class _NamesModels(Shape):
+    @property
+    def models(self) -> tuple[str, ...]: ...
+
+
+_Req = TypeVar("_Req", bound=_NamesModels)  # a request naming `models` (distinct_models)
 
 
 @dataclass
@@ -277,8 +287,27 @@ def run_base(
             occupancy=getattr(gen, "occupancy", None),
         )
         return report
+    except Exception:  # a crash; an interrupt (Ctrl-C, SIGTERM) keeps the run to resume
+        discard_if_empty(store)
+        raise
     finally:
         store.close()
+
+
+def discard_if_empty(store: RunStore) -> None:
+    """A run this call made that crashed before any sample was stored is removed again: nothing
+    was made under the identity it records, so none is left to refuse a rerun with other
+    settings. A store that holds a sample, or that existed before, is kept (as is one a user
+    interrupted: "interrupted, rerun to resume" keeps its word). Serves `bt base` and
+    `bt sample`."""
+    import sqlite3
+
+    try:
+        empty = store.created and not store.existing_keys()
+    except (sqlite3.Error, BtError):
+        return  # the store cannot be read now: leave it as it is
+    if empty:
+        store.discard_new()
 
 
 def select_rows(
@@ -346,6 +375,8 @@ def base_runs(
         raise BtError("--max-tokens must be >= 1")
     check_hidden_stride(req.hidden_stride, req.engine.backend)
     check_runs_dir(req.runs_dir)
+    if req.run is not None:
+        check_run_name(req.run)  # before a cohort is read or a hub model fetched
     if not req.models:
         raise BtError("--model: no model named")
     all_rows = load_cohort(req.cohort)
@@ -353,6 +384,7 @@ def base_runs(
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
     fetch_hub_models(req.models)  # every missing hub model named at once, before any run
+    req = distinct_models(req, weights_key, say)
     reports = []
     for name in req.models:
         ident = model_identity(name)  # from the files: a differing run is refused before loading
@@ -461,11 +493,43 @@ def refuse_other_backend(run_dir: Path, backend: str) -> None:
         )
 
 
-def plan_base(req: BaseRequest) -> list[RunPlan]:
-    """`bt base --dry-run`: per model, the base traces still missing and their token bound."""
+def weights_key(name: str) -> tuple[str, str | None]:
+    """What makes two `--model` names one model: the identity recorded from its files."""
+    ident = model_identity(name)
+    return ident.model_id, ident.digest
+
+
+def _path_key(name: str) -> str:
+    """`weights_key` without reading weights (`--dry-run`): a local folder by its real path
+    (a symlink is its target), any other name as given."""
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.exists() else name
+
+
+def distinct_models(req: _Req, key: Callable[[str], object], say: Callable[[str], None]) -> _Req:
+    """`req` with a second `--model` name for a model already named dropped (`key` says which
+    are one: FOLDER and a LINK to it, two aliases of one checkpoint): a run's identity is its
+    weights, so they are one run, generated once and named as with one model. `say` tells
+    which name was dropped. Serves `bt base` and `bt sample` (a `BaseRequest`, a
+    `sample.SampleRequest`)."""
+    from dataclasses import replace
+
+    kept: dict[object, str] = {}
+    for name in req.models:
+        first = kept.setdefault(key(name), name)
+        if first != name:
+            say(f"--model {name}: the same model as {first} (same weights); one run for both")
+    names = tuple(kept.values())
+    return req if names == req.models else replace(req, models=names)  # type: ignore[type-var]
+
+
+def plan_base(req: BaseRequest, say: Callable[[str], None] | None = None) -> list[RunPlan]:
+    """`bt base --dry-run`: per model, the base traces still missing and their token bound
+    (`say`: a note for a model named twice, `distinct_models`)."""
     from breakthrough.models.loading import model_alias
     from breakthrough.store import STORE_FILE
 
+    req = distinct_models(req, _path_key, say or (lambda line: None))
     rows = select_rows(load_cohort(req.cohort), req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
     plans = []

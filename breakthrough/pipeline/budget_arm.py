@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,13 @@ from breakthrough.engine.contract import EngineSpec
 from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import Branch, check_budget, close_tokens
-from breakthrough.pipeline.cell_loop import SIGNALS_FULL, ContinueReport, run_scheduled, with_bound
+from breakthrough.pipeline.cell_loop import (
+    SIGNALS_FULL,
+    ContinueReport,
+    run_kv_bits,
+    run_scheduled,
+    with_bound,
+)
 from breakthrough.pipeline.cells import CellPlan, plan_cell
 from breakthrough.pipeline.dry_run import (
     PhasePlan,
@@ -42,6 +48,36 @@ from breakthrough.runlock import run_lock
 from breakthrough.store import RunStore
 
 ARMS_KEY = "probe_arms"
+
+
+@dataclass(frozen=True)
+class ArmAsked:
+    """The run settings typed beside `--add-budget`: the protocol options (`bt continue`'s
+    `settings`, None where not given), `--kv-bits` and `--instrument`. The arm runs under the
+    run's own, so each is only checked: one that differs from what the run was continued
+    under is refused (`check_arm_asked`), never silently ignored."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+    kv_bits: int | None = None
+    instrument: bool = False
+
+
+def check_arm_asked(store: RunStore, asked: ArmAsked | None, backend: str | None) -> None:
+    """`preflight_continue` with the protocol options typed (a `--budget` other than the
+    run's B is refused as on any continued run), then `--kv-bits` (`run_kv_bits`: the arm
+    runs on the KV cache the run's continuations used) and `--instrument` (the arm stores the
+    signals they stored)."""
+    asked = asked or ArmAsked()
+    preflight_continue(store, asked.settings, backend)
+    man = store.manifest()
+    run_kv_bits(man, asked.kv_bits, store.run_dir)
+    signals = (man.get("continuation") or {}).get("signals")
+    if asked.instrument and signals and signals != SIGNALS_FULL:
+        raise BtError(
+            f"{store.run_dir}: --instrument: the run was continued without it (its "
+            f"continuations store {signals}); an arm stores what they store: leave "
+            f"--instrument out"
+        )
 
 
 def arm_protocol(store: RunStore, budget: int) -> Protocol:
@@ -249,7 +285,9 @@ def add_budget_run(
     """Probe one run's A2 targets at B = `budget` (see module doc)."""
     report = ContinueReport(run_dir=run_dir)
     t0 = time.perf_counter()
-    with RunStore(run_dir) as store:
+    # the arm's record and engine are committed with its first probe (a crash at start-up
+    # leaves the run as it was: store.identity_with_first_sample)
+    with RunStore(run_dir) as store, store.identity_with_first_sample():
         check_model(store, loaded, run_dir)
         primary = store.protocol()
         work = arm_work(store, budget, len(close_tokens(loaded)[1]))
@@ -307,14 +345,16 @@ def add_budget_runs(
     progress: Callable[[Path, dict], None] | None = None,
     drive: Callable[[Callable], ContinueReport] | None = None,
     lock_wait: float = 0.0,
+    asked: ArmAsked | None = None,
 ) -> list[ContinueReport]:
     """`bt continue RUN... --add-budget B2`: check every run first (nothing is written or
-    loaded for a run that would be refused), then run each run's arm, holding every run's lock
+    loaded for a run that would be refused, nor for settings typed beside it that differ from
+    the run's: `check_arm_asked`), then run each run's arm, holding every run's lock
     as `bt continue` does (`runlock`; `lock_wait` seconds to wait for a busy one).
     `progress(run_dir, manifest)` gets "large_run" as `bt continue`'s does."""
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
-            preflight_continue(store, {}, engine_spec.backend)
+            check_arm_asked(store, asked, engine_spec.backend)
             arm_protocol(store, budget)
     with ExitStack() as locks:
         for run_dir in run_dirs:
@@ -367,7 +407,11 @@ def _add_budget_locked(
 
 
 def plan_add_budget(
-    run_dirs: list[Path], budget: int, batch_size: int = 32, backend: str | None = None
+    run_dirs: list[Path],
+    budget: int,
+    batch_size: int = 32,
+    backend: str | None = None,
+    asked: ArmAsked | None = None,
 ) -> list[RunPlan]:
     """`bt continue --add-budget B2 --dry-run`: per run, the arm's probes still missing
     (`arm_work`: its targets' anchors that leave room for B2 + the answer reserve, m branches
@@ -377,7 +421,7 @@ def plan_add_budget(
     plans = []
     for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
-            preflight_continue(store, {}, backend)
+            check_arm_asked(store, asked, backend)
             work = arm_work(store, budget)
             model = store.manifest().get("model_alias", "?")
         plans.append(arm_plan(work, model, batch_size))

@@ -156,7 +156,9 @@ def continue_run(
     tau = opts.protocol.tau if tau is None else tau
     report = ContinueReport(run_dir=run_dir)
     t0 = time.perf_counter()
-    with RunStore(run_dir) as store:
+    # what this continuation adds to the run's identity is committed with its first sample
+    # (store.identity_with_first_sample): a crash at start-up leaves the run as it was
+    with RunStore(run_dir) as store, store.identity_with_first_sample():
         check_model(store, loaded, run_dir)
         topup = opts.topup
         if topup is None:  # the run's recorded rules (the default when it records none)

@@ -313,7 +313,11 @@ def memory_line(
     if folder is None or not (folder / "config.json").is_file() or not base:
         return "memory: rows per batch are known once the model is on this machine"
     try:
-        layout = layout_from_config(json.loads((folder / "config.json").read_text()), kv_bits)
+        config = json.loads((folder / "config.json").read_text())
+        dtype = weights_dtype(folder)
+        if dtype:  # the cache holds the activations' dtype, which the weights' files say
+            config = {**config, "torch_dtype": dtype}
+        layout = layout_from_config(config, kv_bits)
     except (ValueError, OSError) as exc:
         return f"memory: rows per batch unknown ({exc})"
     budget, how = budget_without_loading(folder, memory_bytes)
@@ -332,6 +336,39 @@ def memory_line(
             f"needed; bt continue will refuse it"
         )
     return MemoryPlan(rows_p.rows, rows_r.rows, probe[0], batch_size, how).line()
+
+
+SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def weights_dtype(folder: Path) -> str | None:
+    """The float dtype of a model's embedding (its quantization scales in a quantized
+    checkpoint), read from a safetensors header without loading a tensor: the dtype its
+    activations, and so its KV cache, are in. A config's `torch_dtype` is often absent or
+    says bfloat16 for float32 files (the offline default, the tiny test models); counting 2
+    bytes a value for them, `--dry-run` admitted rows at half the bytes `bt continue` then
+    found it needed (issue 40). None when no header says."""
+    import json
+    import struct
+
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with open(path, "rb") as fh:
+                (size,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(min(size, 1 << 26)))
+        except (OSError, ValueError, struct.error):
+            continue
+        floats = {
+            name: SAFETENSORS_DTYPES[info["dtype"]]
+            for name, info in header.items()
+            if isinstance(info, dict) and info.get("dtype") in SAFETENSORS_DTYPES
+        }
+        for name, dtype in floats.items():
+            if "embed_tokens" in name:
+                return dtype
+        if floats:
+            return next(iter(floats.values()))
+    return None
 
 
 def _refinement_left(

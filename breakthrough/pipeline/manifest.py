@@ -46,16 +46,29 @@ def run_name(run: str | None, models: Sequence[str], cohort_name: str, alias: st
     return f"{cohort_name}-{alias}"
 
 
+# Folders under --runs-dir that bt keeps for its own runs (`bt sample`'s attempts, a screen's
+# attempts): a study run by that name would share the folder that holds them.
+RESERVED_RUN_NAMES = ("attempts", "screens")
+
+
 def check_run_name(run: str) -> str:
-    """--run: a plain name (letters, digits, '.', '_', '-'; not starting with '.'), so a run is
-    always one folder directly under --runs-dir: never `../x` outside it, never `a/b` nested."""
+    """--run: a plain name (letters, digits, '.', '_', '-'; not starting with '.' or '-'), so a
+    run is always one folder directly under --runs-dir: never `../x` outside it, never `a/b`
+    nested, never `-x` (an option mistyped where the name goes), never a folder bt keeps for
+    other runs (`RESERVED_RUN_NAMES`)."""
     import re
 
-    if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}", str(run)):
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", str(run)):
         raise BtError(
             f"--run {run!r}: a run name is a plain name (letters, digits, '.', '_', '-', "
-            f"at most 128, not starting with '.'; no '/'); it names one folder under "
+            f"at most 128, not starting with '.' or '-'; no '/'); it names one folder under "
             f"--runs-dir"
+        )
+    if str(run).lower() in RESERVED_RUN_NAMES:
+        raise BtError(
+            f"--run {run!r}: --runs-dir/{run} is the folder bt keeps for "
+            f"{'`bt sample` runs' if str(run).lower() == 'attempts' else 'screen runs'}; "
+            f"choose another name"
         )
     return run
 

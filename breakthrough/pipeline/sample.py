@@ -37,11 +37,15 @@ from breakthrough.pipeline.base import (
     check_hidden_stride,
     check_runs_dir,
     commit_trajectory,
+    discard_if_empty,
+    distinct_models,
     select_rows,
+    weights_key,
 )
 from breakthrough.pipeline.dry_run import PhasePlan, RunPlan, large_run_line, rate_for, sibling_runs
 from breakthrough.pipeline.manifest import (
     check_engine,
+    check_run_name,
     record_throughput,
     refuse_changed_run,
     request_identity,
@@ -116,6 +120,8 @@ def check_request(req: SampleRequest) -> None:
         raise BtError("--model: no model named")
     check_hidden_stride(req.hidden_stride, req.engine.backend)
     check_runs_dir(req.runs_dir)
+    if req.run is not None:
+        check_run_name(req.run)
 
 
 def run_dir_for(req: SampleRequest, cohort_name: str, alias: str) -> Path:
@@ -268,6 +274,9 @@ def run_sample(
             occupancy=getattr(gen, "occupancy", None),
         )
         return report
+    except Exception:  # a crash; an interrupt keeps the run to resume
+        discard_if_empty(store)  # a new run that made nothing under its identity: removed
+        raise
     finally:
         store.close()
 
@@ -287,6 +296,7 @@ def sample_runs(
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
     fetch_hub_models(req.models)  # every missing hub model named at once, before any run
+    req = distinct_models(req, weights_key, say)
     planned, aliases = [], []
     for name in req.models:  # every model checked before any is loaded or written
         ident = model_identity(name)
@@ -370,6 +380,7 @@ def plan_sample(req: SampleRequest) -> list[RunPlan]:
     all_rows = load_cohort(req.cohort)
     rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
+    req = distinct_models(req, weights_key, lambda line: None)
     return [_plan_one(req, rows, model_identity(name).alias, cohort_name) for name in req.models]
 
 

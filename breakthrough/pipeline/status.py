@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from breakthrough.classify.completeness import STATUSES, unfinished_rows
+from breakthrough.classify.completeness import STATUSES, owed_grids, unfinished_rows
 from breakthrough.classify.panels import Outcome, probe_rows, restart_rows
 from breakthrough.classify.plan import plan_rows
 from breakthrough.pipeline.manifest import resolve_topup
@@ -79,6 +79,7 @@ def run_status(run_dir: Path, tau: float | None = None) -> RunStatus:
         stored = store.outcomes()
         cells = store.cell_reasoning_tokens()
         man = store.manifest()
+        grids = owed_grids(store.base_segments(), protocol)  # lost probe rows are work missing
     if tau is not None:
         protocol = protocol.with_overrides(tau=tau)
     topup = resolve_topup(run_dir, man, None)
@@ -88,7 +89,7 @@ def run_status(run_dir: Path, tau: float | None = None) -> RunStatus:
     unfinished = {
         row["cell_id"]: row
         for row in unfinished_rows(
-            outcomes, [c for c, _ in cells], probe_rows=probes, protocol=protocol
+            outcomes, [c for c, _ in cells], probe_rows=probes, protocol=protocol, grids=grids
         )
     }
     base: dict[str, tuple[bool | None, int]] = {}  # cell -> (verdict, tokens) of its base trace

@@ -10,11 +10,15 @@ machine) can ask "is this run intact?" before trusting it:
   * every sample row against its checksum, naming the fields that changed (what a checksum
     covers is the store's schema: `store.COVERAGE`, said in the summary line); a changed cell
     (gold answer, cohort row) is one line for the cell, not one per sample;
-  * every hidden-vector file against its recorded size and sha256, and files no row names."""
+  * every hidden-vector file against its recorded size and sha256, and files no row names;
+  * rows that are gone: a checksum covers the rows that exist, not their absence, so what the
+    order of a cell's work proves was written is checked too (`_check_gone`): a cell whose
+    later steps are stored holds every probe its base trace's grid asks for."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -55,7 +59,8 @@ def verify_run(run_dir: Path) -> VerifyReport:
         _check_manifest(store, report)
         report.schema = store.schema
         report.samples = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
-        _check_rows(store, report)
+        damaged = _check_rows(store, report)
+        _check_gone(store, report, skip=damaged)
         hidden = store.verify_hidden()
         report.hidden_files = hidden.checked
         report.problems += hidden.problems
@@ -66,11 +71,14 @@ def verify_run(run_dir: Path) -> VerifyReport:
     return report
 
 
-def _check_rows(store: RunStore, report: VerifyReport) -> None:
+def _check_rows(store: RunStore, report: VerifyReport) -> set[str]:
     """One line per damaged sample naming its fields, and one per cell whose own row (gold
-    answer, cohort row, prompt) no longer matches its samples' checksums."""
+    answer, cohort row, prompt) no longer matches its samples' checksums. Returns the cells
+    with a damaged row."""
     cells: dict[str, tuple[list[str], int]] = {}
+    damaged: set[str] = set()
     for damage in store.verify_integrity():
+        damaged.add(damage.cell_id)
         own = replace(
             damage,
             changed=[f for f in damage.changed if not f.startswith("cell.")],
@@ -92,6 +100,66 @@ def _check_rows(store: RunStore, report: VerifyReport) -> None:
             f"{'s' if n != 1 else ''} (its gold answer or cohort row changed "
             f"since they were written)"
         )
+    return damaged
+
+
+def _check_gone(store: RunStore, report: VerifyReport, skip: Collection[str] = ()) -> None:
+    """One line per cell missing probe rows its stored work proves were written. The scheduler
+    runs a cell's steps in order (its grid probes, then bisection, restarts, top-ups), so a
+    cell holding a restart, a bisection probe or a top-up branch at the run's B held every
+    probe of the grid its base trace asks for (`completeness.owed_grid`), all canonical
+    branches. Missing now, they were deleted (a row alone has no checksum to fail). A cell
+    without a stored base trace has no grid to check. Skipped when the manifest holds no whole
+    protocol (reported above), and for cells in `skip`, whose damaged rows (a changed anchor,
+    a changed kind) are reported already: one line per damage."""
+    from breakthrough.classify.completeness import owed_grid
+    from breakthrough.errors import BtError
+
+    try:
+        protocol = store.protocol()
+    except BtError:
+        return
+    by_cell: dict[str, list[tuple[str, int, int, int]]] = {}
+    for cid, kind, a, b, br in store.conn.execute(
+        "SELECT cell_id, kind, anchor, budget, branch FROM samples"
+    ):
+        by_cell.setdefault(str(cid), []).append((str(kind), int(a), int(b), int(br)))
+    segments = {
+        str(cid): seg
+        for cid, seg in store.conn.execute(
+            "SELECT cell_id, segments FROM samples WHERE kind='base'"
+        )
+    }
+    for cell, rows in sorted(by_cell.items()):
+        if cell in skip:
+            continue
+        if cell not in segments or segments[cell] is None:  # no grid to hold probes against
+            continue
+        probes = {(a, br) for k, a, b, br in rows if k == "probe" and b == protocol.budget}
+        later = any(
+            k == "restart"
+            or (
+                k == "probe"
+                and b == protocol.budget
+                and (a not in protocol.anchors or br >= protocol.samples)
+            )
+            for k, a, b, br in rows
+        )
+        if not later:
+            continue
+        grid = owed_grid(bytes(segments[cell]), protocol)
+        short = [
+            f"{a} ({n} of {protocol.samples} branches stored)"
+            for a in grid
+            if (n := sum((a, br) in probes for br in range(protocol.samples))) < protocol.samples
+        ]
+        if short:
+            report.problems.append(
+                f"{store.path}: cell {cell}: probe rows at B={protocol.budget} are gone at "
+                f"anchor{'s' if len(short) > 1 else ''} {', '.join(short)}: "
+                f"its later steps (restarts, bisection or top-ups), which run after every "
+                f"probe of its grid, are stored; rows were deleted from the store"
+            )
 
 
 def _check_manifest(store: RunStore, report: VerifyReport) -> None:

@@ -141,6 +141,8 @@ class RunStore(HiddenVectors, Frames):
         self.path = self.run_dir / STORE_FILE
         self.readonly = readonly
         self._verified: set[int] = set()  # sample ids checked (or written) by this object
+        # manifest entries held back until the first sample commits (`identity_with_first_sample`)
+        self._staged: dict[str, Any] | None = None
         # the store's schema: what its checksums cover (None: its manifest cannot say)
         self.schema: int | None = int(SCHEMA_VERSION)
         if not self.path.exists() and (readonly or not create):
@@ -315,9 +317,43 @@ class RunStore(HiddenVectors, Frames):
             raise
 
     # ---- manifest -----------------------------------------------------------------------
+    @contextmanager
+    def identity_with_first_sample(self) -> Iterator[None]:
+        """Hold back every manifest entry written inside the block (a continuation's protocol,
+        engine, KV setting, top-up rules, a probe arm) and commit it in the same transaction as
+        the first sample the block stores, or when the block ends normally.
+
+        Why: a run's identity must describe samples that exist. Written up front, a setting
+        whose first generation crashed (or was killed) stayed in the manifest with no sample
+        made under it, and every later plain rerun took it up again, or was refused for
+        asking for another ("a run never mixes them"). An exception before any sample drops
+        the held entries, so the store is as it was; a SIGKILL writes none of them. Entries
+        written after the first sample go with the next sample or the block's end. Reads
+        inside the block (`manifest`, `check_identity`) see the held entries."""
+        if self._staged is not None:  # nested: the outer block decides
+            yield
+            return
+        self._staged = {}
+        try:
+            yield
+        except BaseException:
+            self._staged = None  # nothing was made under them: the run is as it was
+            raise
+        staged, self._staged = self._staged, None
+        if staged:
+            self._write_manifest(staged)
+
     def manifest(self) -> dict[str, Any]:
-        """key -> value of every manifest entry; an entry that is not JSON is refused naming
+        """key -> value of every manifest entry (with the entries held back for the first
+        sample, `identity_with_first_sample`); an entry that is not JSON is refused naming
         its key (a damaged store, never "an older bt")."""
+        out = self._stored_manifest()
+        if self._staged:
+            out.update(json.loads(json.dumps(self._staged, sort_keys=True)))
+        return out
+
+    def _stored_manifest(self) -> dict[str, Any]:
+        """The manifest as the store holds it (no held-back entry)."""
         out = {}
         for key, value in self.raw_manifest().items():
             try:
@@ -387,14 +423,24 @@ class RunStore(HiddenVectors, Frames):
                     f"{self.path}: manifest key {key!r} would hold a wrong value "
                     f"({problem}); nothing was written"
                 )
-        with self.transaction() as c:
-            if c.execute("SELECT 1 FROM manifest LIMIT 1").fetchone() is None:
-                values = {"schema_version": str(self.schema or SCHEMA_VERSION), **values}
-            for key, value in values.items():
-                c.execute(
-                    "INSERT OR REPLACE INTO manifest(key, value) VALUES (?, ?)",
-                    (key, json.dumps(value, sort_keys=True)),
-                )
+        if self._staged is not None:  # committed with the block's first sample
+            self._staged.update(values)
+            return
+        self._write_manifest(values)
+
+    def _write_manifest(self, values: dict[str, Any], c: sqlite3.Connection | None = None) -> None:
+        """Write manifest entries (inside transaction `c`, else in one of their own)."""
+        if c is None:
+            with self.transaction() as conn:
+                self._write_manifest(values, conn)
+            return
+        if c.execute("SELECT 1 FROM manifest LIMIT 1").fetchone() is None:
+            values = {"schema_version": str(self.schema or SCHEMA_VERSION), **values}
+        for key, value in values.items():
+            c.execute(
+                "INSERT OR REPLACE INTO manifest(key, value) VALUES (?, ?)",
+                (key, json.dumps(value, sort_keys=True)),
+            )
 
     # ---- cells --------------------------------------------------------------------------
     def add_cells(self, cells: Iterable[dict[str, Any]]) -> None:
@@ -522,6 +568,10 @@ class RunStore(HiddenVectors, Frames):
                     (n, cell_id),
                 )
             self._seal(c, written)
+            if written and self._staged:  # the identity they were made under, with them
+                self._write_manifest(self._staged, c)
+        if written and self._staged is not None:
+            self._staged.clear()
         self._verified.update(written)  # committed by this object: no need to hash them again
         return inserted
 
@@ -653,6 +703,20 @@ class RunStore(HiddenVectors, Frames):
                 params,
             )
         ]
+
+    def base_segments(self) -> dict[str, bytes]:
+        """cell_id -> the segment codes of its base trace (one byte a token, as stored; rows
+        checked against their checksums first): the grid each cell's probes must cover
+        (`classify.completeness.owed_grid`), read without NumPy (`bt status`)."""
+        where, params = self._where(kind="base")
+        self.check_where(where, params)
+        return {
+            str(cid): bytes(seg or b"")
+            for cid, seg in self.conn.execute(
+                "SELECT s.cell_id, s.segments FROM samples s" + where + " ORDER BY s.sample_id",
+                params,
+            )
+        }
 
     def cell_reasoning_tokens(self) -> list[tuple[str, int | None]]:
         """(cell_id, reasoning tokens of its base trace, None before one) of every cell, by
@@ -797,10 +861,42 @@ def _is_write_failure(exc: sqlite3.OperationalError) -> bool:
     )
 
 
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _read_only_part(path: Path, exc: BaseException) -> str | None:
+    """What of a run cannot be written, when that is why a write failed (an archived run:
+    `chmod a-w`, `chattr +i`, a read-only mount): the store file, its folder, or the store
+    as SQLite said; None when the failure is something else (a full disk, an I/O error)."""
+    text = str(exc).lower()
+    if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS or "full" in text:
+        return None
+    for p, name in ((path, str(path)), (path.parent, f"its folder {path.parent}")):
+        if p.exists() and not os.access(p, os.W_OK):
+            return name
+    if isinstance(exc, OSError) and exc.errno in READ_ONLY_ERRNOS:
+        return str(path)
+    if any(w in text for w in ("readonly", "read-only", "permission")):
+        return str(path)
+    return None
+
+
 def _write_error(path: Path, exc: BaseException) -> BtError:
-    """One line for a store that cannot be written: what SQLite or the OS said, and that the
-    batch in progress was not written (a transaction is all or nothing)."""
+    """One line for a store that cannot be written: what SQLite or the OS said, and what it
+    means. A read-only run (an archived copy) is named as such, with the fact that matters:
+    nothing was written and nothing it holds was lost (the readers still read it). Otherwise
+    (a full disk, an I/O error) the batch in progress was not written (a transaction is all
+    or nothing)."""
     what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    part = _read_only_part(path, exc)
+    if part is not None:
+        return BtError(
+            f"{path}: cannot write the run store ({what}): the run is read-only ({part} "
+            f"cannot be written: an archived copy, chmod a-w or chattr +i); nothing more "
+            f"was written and nothing it holds was lost (bt verify, status, export and classify "
+            f"read it as it is); make it writable to add to it"
+        )
     return BtError(
         f"{path}: cannot write the run store ({what}): the disk is full or the file "
         f"or its folder is read-only; nothing of the unfinished batch was kept, free "

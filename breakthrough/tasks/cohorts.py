@@ -30,6 +30,7 @@ from breakthrough.errors import BtError
 from breakthrough.outputs import write_text
 
 ENV_DIR = "BT_COHORTS_DIR"
+ENV_FIX = f"point {ENV_DIR} at a folder of cohort .jsonl files, or unset it"
 FAMILIES = ("math", "optimum", "arith")  # arith: the demonstration family (not the study)
 
 _NUMBER = (int, float)
@@ -87,8 +88,19 @@ def cohorts_dir() -> Path:
     directory. User cohorts are found here first, and `bt cohorts build` / `screen` write here."""
     env = os.environ.get(ENV_DIR)
     if env:
+        if Path(env).exists() and not Path(env).is_dir():
+            raise BtError(f"{ENV_DIR}={env}: a file, not a folder; {ENV_FIX}")
         return Path(env)
     return Path.cwd() / "cohorts"
+
+
+def _env_search_dir(env: str) -> Path:
+    """$BT_COHORTS_DIR as the one folder names are looked up in: a folder that is not there (a
+    typo, an unmounted disk) is the user's mistake to fix, never "no cohort files" and exit 0."""
+    path = cohorts_dir()
+    if not path.is_dir():
+        raise BtError(f"{ENV_DIR}={env}: no such folder; {ENV_FIX}")
+    return path
 
 
 def builtin_cohorts_dir() -> Path:
@@ -103,8 +115,9 @@ def builtin_cohorts_dir() -> Path:
 def cohort_search_dirs() -> list[Path]:
     """Where a cohort name is looked up, first match wins (module docstring): the working
     directory's cohorts, then the built-in ones; only `$BT_COHORTS_DIR` when that is set."""
-    if os.environ.get(ENV_DIR):
-        return [cohorts_dir()]
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return [_env_search_dir(env)]
     dirs: list[Path] = []
     for d in (cohorts_dir(), builtin_cohorts_dir()):
         if d.is_dir() and all(not d.samefile(x) for x in dirs):
@@ -118,6 +131,16 @@ def find_cohort_file(relative: str | Path) -> Path | None:
         if (d / relative).is_file():
             return d / relative
     return None
+
+
+def checked_file(relative: str | Path, out: Path | None = None) -> Path:
+    """The file `bt cohorts build --check` compares with its recipe: `out/relative` under
+    `--out`, else the one the name reaches (`find_cohort_file`: the working cohorts folder
+    first, then the built-in ones), which is what `bt base` reads and where a build writes
+    by default, never the built-in copy behind an edited `./cohorts` file."""
+    if out is not None:
+        return Path(out) / relative
+    return find_cohort_file(relative) or cohorts_dir() / relative
 
 
 def _searched() -> str:

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from bt_cli import assert_one_line_error, run_bt, snapshot
+from bt_cli import assert_one_line_error, freeze, run_bt, snapshot, thaw
 from store_writer import CELL, as_schema_2, write_run
 
 SCHEMA_3 = "checksums cover every field a label or signal is computed from (schema 3)"
@@ -175,25 +175,6 @@ def test_2_token_ids_holding_text_is_one_line_of_damage(made, tmp_path):
 # ---- 3: an archived run is read --------------------------------------------------------------
 
 
-def _freeze(run: Path) -> None:
-    """`run` read-only as an archive is: `chattr -R +i` when root (a root process writes
-    through permission bits), else `chmod -R a-w`; skips where the filesystem refuses."""
-    if os.geteuid() == 0:
-        done = subprocess.run(["chattr", "-R", "+i", str(run)], capture_output=True)
-        if done.returncode != 0:
-            subprocess.run(["chattr", "-R", "-i", str(run)], capture_output=True)
-            pytest.skip(f"chattr +i is not supported here: {done.stderr.decode().strip()}")
-    else:
-        subprocess.run(["chmod", "-R", "a-w", str(run)], check=True)
-
-
-def _thaw(run: Path) -> None:
-    if os.geteuid() == 0:
-        subprocess.run(["chattr", "-R", "-i", str(run)], check=True)
-    else:
-        subprocess.run(["chmod", "-R", "u+w", str(run)], check=True)
-
-
 @pytest.mark.heavy
 def test_3_read_only_commands_read_an_archived_run(made, tmp_path):
     run = _copy(made["v3"], tmp_path / "archived")
@@ -201,7 +182,7 @@ def test_3_read_only_commands_read_an_archived_run(made, tmp_path):
     assert not any(str(p).endswith(("-wal", "-shm")) for p in files)
     out = tmp_path / "out"
     before = snapshot(run)
-    _freeze(run)
+    freeze(run)
     try:
         procs = _all(
             ("verify", run),
@@ -213,7 +194,7 @@ def test_3_read_only_commands_read_an_archived_run(made, tmp_path):
         # nothing beside the store: no -wal or -shm (it was read as an immutable file)
         assert sorted(p.relative_to(run) for p in run.rglob("*")) == files
     finally:
-        _thaw(run)
+        thaw(run)
     for proc in procs:
         assert proc.returncode == 0, (proc.args, proc.stderr)
         assert "Traceback" not in proc.stderr and "cannot write" not in proc.stderr, proc.stderr

@@ -22,6 +22,7 @@ shuffles selects different problems.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -375,17 +376,21 @@ def build_named(name: str, source: list[dict], pools: Pools | None = None) -> li
 
 
 def build_cohort_files(
-    names, out_dir: Path, source_path: Path | None = None, check: bool = False
+    names,
+    out_dir: Path,
+    source_path: Path | None = None,
+    check: bool = False,
+    path_of: Callable[[str], Path] | None = None,
 ) -> dict[str, tuple[Path, bool]]:
     """Build the named cohorts into out_dir/NAME.jsonl. With check=True nothing is written and
-    the result says whether each existing file already matches byte for byte.
-    Returns {name: (path, matches_or_written)}."""
+    the result says whether each existing file (`path_of("NAME.jsonl")` when given) already
+    matches byte for byte. Returns {name: (path, matches_or_written)}."""
     source = read_source(source_path)
     pools = build_pools(source)
     results: dict[str, tuple[Path, bool]] = {}
     for name in names:
         rows = build_named(name, source, pools)
-        path = Path(out_dir) / f"{name}.jsonl"
+        path = path_of(f"{name}.jsonl") if path_of else Path(out_dir) / f"{name}.jsonl"
         if check:
             same = path.is_file() and path.read_bytes() == render_cohort(rows).encode("utf-8")
             results[name] = (path, same)
