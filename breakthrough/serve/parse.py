@@ -73,7 +73,11 @@ def _int(
     if isinstance(v, bool) or not isinstance(v, int):
         raise BadRequest(f"{name}: expected an integer, got {v!r}")
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise BadRequest(f"{name}: {v} is out of range [{lo}, {hi}]")
+        if hi is None:
+            raise BadRequest(f"{name}: expected an integer of at least {lo}, got {v}")
+        if lo is None:
+            raise BadRequest(f"{name}: expected an integer of at most {hi}, got {v}")
+        raise BadRequest(f"{name}: expected an integer in [{lo}, {hi}], got {v}")
     return v
 
 
@@ -131,6 +135,12 @@ def _text(v: Any, name: str) -> str:
 def _prompt(body: dict, served: Served) -> list[int]:
     """`prompt`: token ids (also one list in a list), or one text the tokenizer encodes."""
     prompt = body.get("prompt")
+    if prompt is None:
+        raise BadRequest(
+            "prompt: missing (a list of token ids, or a text the server tokenizes)"
+            if served.tokenizer is not None
+            else "prompt: missing (a list of token ids)"
+        )
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, str)):
         prompt = prompt[0]
     if isinstance(prompt, str):

@@ -91,6 +91,21 @@ def test_prompts_beyond_the_context_are_400s(client, body, words) -> None:
     assert r.status_code == 400 and words in r.json()["message"], r.text
 
 
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"max_tokens": 4}, "prompt: missing (a list of token ids, or a text the server"),
+        ({"prompt": PROMPT, "max_tokens": -3}, "max_tokens: expected an integer of at least 1"),
+    ],
+)
+def test_a_missing_prompt_or_a_bad_max_tokens_says_what_is_expected(client, body, words) -> None:
+    """Issue 40: a body with no prompt said "expected a list of token ids" (text prompts work
+    too), and max_tokens -3 "out of range [1, None]"."""
+    served = client.get("/v1/models", headers=AUTH).json()["data"][0]["id"]
+    r = client.post("/v1/completions", json={"model": served, **body}, headers=AUTH)
+    assert r.status_code == 400 and words in r.json()["message"], r.text
+
+
 def test_an_oversized_body_is_413(client) -> None:
     r = client.post(
         "/v1/completions",
