@@ -133,6 +133,7 @@ def _cells(rng, n_cells: int, prompt_len: int, trace_len: int, anchors, branches
     return reqs
 
 
+@pytest.mark.model  # builds its model at run time (tests/conftest.py)
 def test_engine_tokens_equal_fresh_prefills_at_qwen3_4b_attention(monkeypatch) -> None:
     """Qwen3-4B's attention (36 layers x 8 KV heads x 128, 32 query heads), two cells whose
     prefixes span two blocks: rows sharing their cell's prefix make exactly the tokens of fresh
@@ -164,6 +165,7 @@ def test_engine_tokens_equal_fresh_prefills_at_qwen3_4b_attention(monkeypatch) -
         np.testing.assert_allclose(res.logprobs, runs["shared"][key].logprobs, atol=1e-5)
 
 
+@pytest.mark.model
 def test_sharing_follows_the_measured_rule() -> None:
     """Rows share their prefix (and attend over it together) where a row's attention over it,
     query heads x positions, reaches SHARED_ATTENTION_SCORES; otherwise they keep mlx-lm's
