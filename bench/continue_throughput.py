@@ -198,6 +198,12 @@ def _write_wide_vocab_model(out: Path, vocab: int, *, layers: int, hidden: int) 
     save_model_folder(out, model, cfg, tok)
 
 
+def open_ids(loaded) -> list[int]:
+    """The ids a base trace starts with (the thinking block's opening marker and a newline): a
+    probe at anchor t cuts the trace after these and t more tokens."""
+    return loaded.encode((loaded.family.open_marker or "") + "\n")
+
+
 def base_trace(loaded, n_tokens: int, offset: int = 0) -> list[int]:
     """<think> + real MATH problem text (about n_tokens, from problem `offset` + 1 on) +
     </think> + a short solution."""
@@ -209,9 +215,7 @@ def base_trace(loaded, n_tokens: int, offset: int = 0) -> list[int]:
             break
     fam = loaded.family
     return (
-        loaded.encode((fam.open_marker or "") + "\n")
-        + body[:n_tokens]
-        + loaded.encode((fam.close_marker or "") + "\n\nDone.")
+        open_ids(loaded) + body[:n_tokens] + loaded.encode((fam.close_marker or "") + "\n\nDone.")
     )
 
 
@@ -326,7 +330,7 @@ def decode_curve(loaded, cells, protocol: Protocol, tokens: int) -> None:
     from breakthrough.engine.mlx_backend import MlxEngine
     from breakthrough.engine.prefix_cache import cache_bytes
 
-    opened = len(loaded.encode((loaded.family.open_marker or "") + "\n"))
+    opened = len(open_ids(loaded))
     rows = len(cells) * protocol.samples
     engine = MlxEngine.from_loaded(
         loaded,
@@ -423,7 +427,7 @@ def run_reference(
     (A plain-family branch whose reasoning ends at EOS gets no answer phase, as in bt:
     pipeline.branches.)"""
     close, forced, eos = close_tokens(loaded)
-    opened = len(loaded.encode((loaded.family.open_marker or "") + "\n"))
+    opened = len(open_ids(loaded))
     per_anchor = min(branches or protocol.samples, protocol.samples)
     per_budget = min(branches or protocol.restart_samples, protocol.restart_samples)
     jobs = [

@@ -155,14 +155,15 @@ def _own_scores(query: mx.array, row: Any, scale: float) -> tuple:
     return (q @ keys[0].swapaxes(-1, -2)).astype(mx.float32), values[0], n
 
 
-def _alone(query: mx.array, row: Any, scale: float) -> mx.array:
-    """[1, q_heads, 1, dim]: a row that shares no prefix buffer attends over its own keys with
-    mlx-lm's function, unpadded and unmasked (`row_attention`'s row-by-row path)."""
+def attend_alone(query: mx.array, row: Any, scale: float, sinks: Any = None) -> mx.array:
+    """[1, q_heads, 1, dim]: one row (`query` [1, q_heads, 1, dim]) over its own keys, prefix
+    view and suffix joined, with mlx-lm's function, unpadded and unmasked: a row that shares no
+    prefix buffer, or any row of a quantized batch (`row_attention`)."""
     from mlx_lm.models.base import scaled_dot_product_attention
 
     keys, values = row.padded(0)
     return scaled_dot_product_attention(
-        query[None], keys, values, cache=row, scale=scale, mask=None
+        query, keys, values, cache=row, scale=scale, mask=None, sinks=sinks
     )
 
 
@@ -173,9 +174,12 @@ def attend_shared(queries: mx.array, rows: list[Any], scale: float) -> mx.array:
     none attends alone."""
     n, q_heads, _, dim = queries.shape
     groups: dict[int, list[int]] = {}
+    alone: list[int] = []
     for i, row in enumerate(rows):
         if _shares(row):
             groups.setdefault(id(row.base[0]), []).append(i)
+        else:
+            alone.append(i)
     tiles = []  # rows of one buffer, deepest first: a tile's blocks reach its deepest row's
     for members in groups.values():
         members.sort(key=lambda i: -rows[i].prefix_len)
@@ -211,10 +215,9 @@ def attend_shared(queries: mx.array, rows: list[Any], scale: float) -> mx.array:
         combined = combined.reshape(heads, t, -1, dim).transpose(1, 0, 2, 3)
         pieces.append(combined.reshape(t, q_heads, 1, dim).astype(queries.dtype))
         order += chunk
-    for i in range(n):
-        if not _shares(rows[i]):
-            pieces.append(_alone(queries[i], rows[i], scale))
-            order.append(i)
+    for i in alone:
+        pieces.append(attend_alone(queries[i : i + 1], rows[i], scale))
+        order.append(i)
     result = pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=0)
     if order == list(range(n)):
         return result

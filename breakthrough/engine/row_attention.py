@@ -28,7 +28,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models import base
 
-from breakthrough.engine.prefix_attention import attend_shared
+from breakthrough.engine.prefix_attention import attend_alone, attend_shared
 
 # mlx-lm's own function, kept before any module's name points at `attend`.
 _mlx_attention = base.scaled_dot_product_attention
@@ -57,12 +57,7 @@ def attend(
         )
     if GROUPED and sinks is None and not hasattr(cache, "bits"):
         return attend_shared(queries, rows, scale)
-    out = []
-    for i, row in enumerate(rows):
-        k, v = row.padded(0)
-        out.append(
-            _mlx_attention(queries[i : i + 1], k, v, cache=row, scale=scale, mask=None, sinks=sinks)
-        )
+    out = [attend_alone(queries[i : i + 1], row, scale, sinks) for i, row in enumerate(rows)]
     return out[0] if len(out) == 1 else mx.concatenate(out, axis=0)
 
 

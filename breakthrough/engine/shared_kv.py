@@ -122,10 +122,6 @@ class SharedRowCache(KVCache):
             vs.append(self.values[..., : self.suffix_len, :])
         return ks, vs
 
-    def suffix(self) -> tuple[Any, Any]:
-        """[1, heads, suffix_len, dim] keys and values of the row's own positions (views)."""
-        return self.keys[..., : self.suffix_len, :], self.values[..., : self.suffix_len, :]
-
     def _geometry(self) -> tuple[int, int, int, Any]:
         """(kv heads, key dim, value dim, dtype) of this row's layer."""
         k = self.keys if self.keys is not None else self.prefix_keys
