@@ -3,7 +3,7 @@ full anchor grid (64 ... 8,192) and restarts up to 8,192, under a `--memory-gb` 
 
 Prints, per phase, wall time, samples and generated tokens, and the memory picture:
   * the shared-prefix cache of the cell (`PrefixCache.nbytes`: the full plain layers plus the
-    snapshots of untrimmable layers) against `CacheBytes.prefix_cache`, the bound `capacity()`
+    snapshots of untrimmable layers) against `CacheBytes.prefix_cache`, the bound `MlxEngine.plan`
     reserves for it;
   * MLX's peak memory during `bt continue` minus the model's weights (rows' caches, prefix
     caches, logits, scratch) against the budget, and the rows the engine let run together.
@@ -47,6 +47,7 @@ from breakthrough.engine import (
     EngineSpec,  # noqa: E402
     mlx_backend,  # noqa: E402
 )
+from breakthrough.engine.contract import RowShape  # noqa: E402
 from breakthrough.engine.prefix_cache import PrefixCache, cache_bytes  # noqa: E402
 from breakthrough.models.offline import tokenizer_from_gguf  # noqa: E402
 from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs  # noqa: E402
@@ -178,7 +179,7 @@ def main() -> None:
     snaps = max((len(p.snapshots) for p in pcs), default=0)
     bound = layout.prefix_cache(prefix_tokens, snaps)
     row_tokens = prefix_tokens + max(args.budget, *restarts) + args.answer_budget
-    rows = engine.capacity(row_tokens, shared_tokens=prefix_tokens)
+    rows = engine.plan(RowShape(row_tokens, shared_tokens=prefix_tokens)).probe_rows
 
     mb = 2**20
     print(
@@ -213,7 +214,7 @@ def main() -> None:
     for label, value in (
         ("budget (--memory-gb)", budget),
         ("prefix cache held (full + snapshots)", held),
-        ("  bound reserved by capacity()", bound),
+        ("  bound reserved by plan()", bound),
         ("MLX peak during continue", peak),
         ("  minus model weights", peak - model_bytes),
     ):

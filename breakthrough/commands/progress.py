@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -33,20 +33,23 @@ from rich.progress import (
 )
 from rich.text import Text
 
+if TYPE_CHECKING:  # the contract needs NumPy, which `bt --help` should not load
+    from breakthrough.engine.contract import Engine
+
 
 @dataclass
 class Meter:
     """The live token account of one run: the engine's counter against the run's token bound."""
 
     bound: int = 0  # tokens the run generates at most (shrinks as samples end under their cap)
-    engine: Any = None
+    engine: Engine | None = None
     start_tokens: int = 0
     t0: float = field(default_factory=time.perf_counter)
 
-    def attach(self, engine: Any, bound: int) -> None:
+    def attach(self, engine: Engine, bound: int) -> None:
         """Start counting `engine`'s generated tokens against `bound`, from now."""
         self.engine, self.bound, self.t0 = engine, int(bound), time.perf_counter()
-        self.start_tokens = int(getattr(engine, "generated_tokens", 0) or 0)
+        self.start_tokens = engine.generated_tokens
 
     def shrink(self, unused: int) -> None:
         """A sample ended `unused` tokens under its cap: the bound loses them."""
@@ -56,7 +59,7 @@ class Meter:
     def tokens(self) -> int:
         if self.engine is None:
             return 0
-        return int(getattr(self.engine, "generated_tokens", 0) or 0) - self.start_tokens
+        return self.engine.generated_tokens - self.start_tokens
 
     @property
     def rate(self) -> float | None:
@@ -228,7 +231,7 @@ class SampleRun:
         self.task: TaskID = self.progress.add_task(label, total=None, meter=True, solved=0)
         self.solved = 0
 
-    def start(self, n: int, engine: Any) -> None:
+    def start(self, n: int, engine: Engine) -> None:
         self.meter.attach(engine, n * self.max_tokens)
         self.progress.update(self.task, total=n)
         self.progress.start()

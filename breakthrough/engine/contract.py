@@ -16,9 +16,10 @@ backend-specific, so the pipeline holds no backend object beyond an `Engine`."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 
@@ -148,33 +149,145 @@ def route_key(request: GenRequest) -> str:
     return request.key
 
 
-class Engine(Protocol):
-    """A generation backend. `generate` consumes requests lazily and yields each result as soon
-    as its row finishes (not in request order). The request source may yield None: "nothing is
-    ready now" (more work will follow from results still in flight); the backend stops
-    refilling until its next result and asks again. A source must not yield None while no row
-    of its is in flight. This lets one `generate` call serve a whole run whose next requests
-    depend on earlier results (pipeline.scheduler).
+@dataclass(frozen=True)
+class RowShape:
+    """The longest rows a run's cells will ask an engine for, what `Engine.plan` sizes its batch
+    by: a probe row (prompt + base trace to the deepest anchor + budget + answer, its first
+    `shared_tokens` a prefix the engine may hold once per cell) and a restart row (prompt +
+    restart budget + answer; 0: no restarts)."""
+
+    probe_tokens: int
+    shared_tokens: int = 0
+    restart_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """How an engine will run rows of a `RowShape`: what `Engine.plan` decides (without changing
+    the engine) and `Engine.configure` applies. The scheduler reads only this.
+
+    shape: the rows it was made for.
+    probe_rows / restart_rows: rows of the longest probe / restart the engine holds together.
+    batch_size: rows in flight at most.
+    prefix_slots: shared-prefix caches (one per cell) kept at once; None: no bound (the engine
+        keeps none, or a server manages its own cache). The scheduler lets no more cells probe.
+    share_prefixes: rows point into their cell's one prefix copy (MlxEngine, `shared_kv`).
+    admits_by_memory: the engine admits rows by the bytes they add and holds back one that does
+        not fit, so the scheduler may offer up to `batch_size` requests whatever their length.
+    groups_by_prefix: rows of one cell attend over their shared prefix together
+        (`prefix_attention`): the scheduler queues a cell's rows together.
+    budget: what bounds memory, in words (`--memory-gb 4`, the auto budget's line, or no cap).
+    """
+
+    shape: RowShape
+    probe_rows: int
+    restart_rows: int
+    batch_size: int
+    prefix_slots: int | None = None
+    share_prefixes: bool = False
+    admits_by_memory: bool = False
+    groups_by_prefix: bool = False
+    budget: str = "no --memory-gb cap"
+
+    @property
+    def rows_cap(self) -> int:
+        """Requests to keep in flight: up to the batch size where rows are admitted by the
+        bytes they add (a short restart never waits for the room a 16K probe would need), else
+        what holds at the longest row."""
+        if self.admits_by_memory:
+            return max(1, self.batch_size)
+        return max(1, min(self.probe_rows, self.restart_rows))
+
+    def line(self) -> str:
+        """What the memory budget admits, for the command's closing line and `--dry-run`."""
+
+        def limit(rows: int) -> str:
+            return "--batch-size" if rows >= self.batch_size else "memory"
+
+        return (
+            f"memory ({self.budget}) admits {self.probe_rows} rows at the deepest anchor "
+            f"({self.shape.probe_tokens:,} tokens; limited by {limit(self.probe_rows)}), "
+            f"{self.restart_rows} at the longest restart (limited by {limit(self.restart_rows)})"
+        )
+
+
+@dataclass
+class EngineStats:
+    """What an engine measured over its life, for closing lines, run records and the benches;
+    a field an engine cannot measure keeps its default (None / 0 / empty).
+
+    generated_tokens / prefill_tokens: tokens sampled; prompt tokens pushed through the model.
+    occupancy: token-weighted mean rows in flight / batch size (MlxEngine.occupancy).
+    attention_fill: real / padded attention positions of the decode steps.
+    peak_memory_bytes: the accelerator's peak allocation (weights included).
+    rows_in_flight_max: the most rows in flight at once.
+    rows_by_context: the most rows in flight in a decode step, by its longest context (powers
+        of two).
+    decode_by_context: [tokens made, seconds] of decode steps by the same powers of two.
+    notes: what happened that the user should know (endpoints that died).
+    """
+
+    generated_tokens: int = 0
+    prefill_tokens: int = 0
+    occupancy: float | None = None
+    attention_fill: float | None = None
+    peak_memory_bytes: int = 0
+    rows_in_flight_max: int = 0
+    rows_by_context: dict[int, int] = field(default_factory=dict)
+    decode_by_context: dict[int, list[float]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Engine(ABC):
+    """A generation backend: everything the pipeline asks of one. A new backend implements
+    `identity` and `generate`; the rest has defaults that suit an engine with a fixed number of
+    rows in flight and no reusable state (what an HTTP server or a plain loop is).
+
+    `generate` consumes requests lazily and yields each result as soon as its row finishes (not
+    in request order). The request source may yield None: "nothing is ready now" (more work
+    will follow from results still in flight); the backend stops refilling until its next
+    result and asks again. A source must not yield None while no row of its is in flight. This
+    lets one `generate` call serve a whole run whose next requests depend on earlier results
+    (pipeline.scheduler).
 
     generated_tokens / prefill_tokens: running totals over the engine's life (tokens sampled;
     prompt tokens actually pushed through the model, shared-prefix passes included), for
-    progress and the benchmarks."""
+    progress (read from another thread between results) and the benchmarks. An engine advances
+    them as it goes."""
 
-    generated_tokens: int
-    prefill_tokens: int
+    generated_tokens: int = 0
+    prefill_tokens: int = 0
+    batch_size: int = 8
 
+    @abstractmethod
     def identity(self) -> dict[str, Any]:
         """Backend name, version and the settings that can change tokens; a run records it in
         its manifest and refuses to mix engines."""
-        ...
 
-    def capacity(self, row_tokens: int, shared_tokens: int = 0) -> int:
-        """How many rows of at most `row_tokens` tokens (prompt + generated) to run together,
-        when their first `shared_tokens` are a prefix the engine may hold once for all of them;
-        raises BtError when a memory budget cannot hold even one."""
-        ...
+    @abstractmethod
+    def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]:
+        """Yield one result per request (see the class doc)."""
 
-    def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]: ...
+    def plan(self, shape: RowShape) -> EnginePlan:
+        """How rows of `shape` would run, without changing the engine; raises BtError when a
+        memory budget cannot hold even one row (before anything is written). Default: the
+        batch size at any length, no shared-prefix bound."""
+        return EnginePlan(shape, self.batch_size, self.batch_size, self.batch_size)
+
+    def configure(self, plan: EnginePlan) -> None:  # noqa: B027 (a default: nothing to do)
+        """Apply a plan this engine made (`plan`) before the requests it was made for. Default:
+        nothing to set."""
+
+    def release_prefix(self, key: str) -> None:  # noqa: B027 (a default: nothing to do)
+        """A hint: no further request will use the shared prefix kept under `key` (a cell whose
+        probes are done). Default: nothing is kept."""
+
+    def stats(self) -> EngineStats:
+        """What the engine measured so far (`EngineStats`)."""
+        return EngineStats(self.generated_tokens, self.prefill_tokens)
+
+    def close(self) -> None:  # noqa: B027 (a default: nothing to do)
+        """Release connections and threads (HTTP backends). Default: nothing held."""
 
 
 def check_batch_size(batch_size: int) -> None:

@@ -46,7 +46,16 @@ import numpy as np
 
 from breakthrough import __version__
 from breakthrough.engine import topk_stats, wire
-from breakthrough.engine.contract import GenRequest, GenResult, check_request, route_key
+from breakthrough.engine.contract import (
+    Engine,
+    EnginePlan,
+    EngineStats,
+    GenRequest,
+    GenResult,
+    RowShape,
+    check_request,
+    route_key,
+)
 from breakthrough.engine.fleet import Fleet
 from breakthrough.engine.http_client import Endpoint, EndpointDown, RequestFailed, RetryPolicy
 from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
@@ -68,7 +77,7 @@ def probe_ids(vocab_size: int, n: int = 24) -> list[int]:
     return [(7919 * i + 101) % span for i in range(1, n + 1)]
 
 
-class HttpEngine:
+class HttpEngine(Engine):
     """An `Engine` over one or more HTTP endpoints of one kind ("vllm" or "sglang")."""
 
     def __init__(
@@ -309,9 +318,14 @@ class HttpEngine:
         """What happened to endpoints (not answering at startup, died during the run)."""
         return list(self.fleet.notes)
 
-    def capacity(self, row_tokens: int, shared_tokens: int = 0) -> int:
-        """Requests in flight over the live fleet (the servers manage their own memory)."""
-        return self.fleet.capacity()
+    def plan(self, shape: RowShape) -> EnginePlan:
+        """Requests in flight over the live fleet at any length (the servers manage their own
+        memory and prefix caches)."""
+        rows = self.fleet.capacity()
+        return EnginePlan(shape, rows, rows, rows)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self.generated_tokens, self.prefill_tokens, notes=self.notes)
 
     def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]:
         source = iter(requests)

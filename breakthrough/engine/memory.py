@@ -194,3 +194,75 @@ def budget_without_loading(folder: Any, budget_bytes: int | None) -> tuple[int, 
         return budget_bytes, f"--memory-gb {budget_bytes / GiB:g}"
     auto = _auto(*offered_bytes(), folder_weights_bytes(folder), loaded=False)
     return auto.budget_bytes, auto.describe()
+
+
+@dataclass(frozen=True)
+class Booking:
+    """What one row in flight, or one kept state, holds in an MLX engine's caches.
+
+    nbytes: its own buffers (the positions past the shared prefix it points into), booked at
+        their final size when the row is admitted (0 when no budget is kept).
+    length: the row's final length (prompt + max tokens + the step ahead): a decode step's
+        transient grows with the longest row in flight. 0 for a kept state (not in a step).
+    prefix: the key of the shared prefix it points into (that prefix stays alive while it
+        does), or None.
+    """
+
+    nbytes: float
+    length: int = 0
+    prefix: str | None = None
+
+
+class MemoryBook:
+    """The bytes an MLX engine's caches hold, booked per row and per kept state, and the rule
+    that admits a new row (issue 28): what is held now, plus what the row adds, plus one decode
+    step's transient at the longest row, within the budget.
+
+    A shared prefix counts once, whoever points into it: the engine passes the prefixes it keeps
+    (`held`: key -> bytes, None while a prefix cache has not built its buffers); a prefix it has
+    released counts, at the size last seen (`prefix_bytes`), while a booking still points into
+    it."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, Booking] = {}
+        self.kept: dict[str, Booking] = {}
+        self.prefix_bytes: dict[str, float] = {}
+
+    def pointed_into(self) -> set[str]:
+        """Prefixes a row in flight or a kept state points into."""
+        bookings = [*self.rows.values(), *self.kept.values()]
+        return {b.prefix for b in bookings if b.prefix is not None}
+
+    def held_bytes(self, held: dict[str, float | None]) -> float:
+        """Bytes the caches hold now: every live prefix once, every row's and kept state's own."""
+        prefixes = 0.0
+        for key in set(held) | self.pointed_into():
+            size = held.get(key)
+            prefixes += size if size is not None else self.prefix_bytes.get(key, 0.0)
+        own = sum(b.nbytes for b in self.rows.values()) + sum(b.nbytes for b in self.kept.values())
+        return prefixes + own
+
+    def fits(
+        self,
+        held: dict[str, float | None],
+        adds: float,
+        length: int,
+        in_flight: int,
+        layout: Any,
+        budget: float,
+    ) -> bool:
+        """Whether a row of final `length` that adds `adds` bytes can join `in_flight` rows."""
+        longest = max([length, *(b.length for b in self.rows.values())])
+        need = self.held_bytes(held) + adds + layout.step_transient(in_flight + 1, longest)
+        return need <= budget
+
+    def retire(self, key: str, held: set[str]) -> str | None:
+        """Forget a finished row; returns the prefix it pointed into. The sizes of released
+        prefixes nothing points into any more are forgotten too (the one it pointed into is
+        kept: the row's final state may be kept next, pointing into it)."""
+        booking = self.rows.pop(key, None)
+        prefix = booking.prefix if booking is not None else None
+        live = held | self.pointed_into()
+        for k in [k for k in self.prefix_bytes if k not in live and k != prefix]:
+            del self.prefix_bytes[k]
+        return prefix

@@ -47,8 +47,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from breakthrough.engine.contract import GenRequest, GenResult, SharedPrefix, check_request
-from breakthrough.engine.memory import SHARED_PREFIXES, admission
+from breakthrough.engine.contract import (
+    Engine,
+    EnginePlan,
+    EngineStats,
+    GenRequest,
+    GenResult,
+    RowShape,
+    SharedPrefix,
+    check_request,
+)
+from breakthrough.engine.memory import (
+    SHARED_PREFIXES,
+    Admission,
+    Booking,
+    MemoryBook,
+    admission,
+)
 from breakthrough.engine.prefix_cache import (
     CacheBytes,
     PrefixCache,
@@ -175,7 +190,7 @@ class _Row:
         )
 
 
-class MlxEngine:
+class MlxEngine(Engine):
     """Continuous batching on mlx-lm's `BatchGenerator`.
 
     `generate(requests)` pulls requests lazily, keeps at most `batch_size` rows in flight,
@@ -256,20 +271,14 @@ class MlxEngine:
         self._prefixes: dict[str, tuple[SharedPrefix, PrefixCache]] = {}
         self._max_prefixes = max(1, shared_prefixes)
         # Shared prefixes kept now: `_max_prefixes`, fewer (down to MIN_PREFIX_SLOTS) when the
-        # memory budget is tight (`capacity`). The scheduler reads it as `prefix_slots`.
+        # memory budget is tight (`plan`, `configure`; the scheduler reads the plan's).
         self._prefix_slots = self._max_prefixes
         self._kept: dict[str, tuple[list[int], list]] = {}
         self._max_kept = kept_states or 2 * self.batch_size
         self._kv_bytes: CacheBytes | None = None
-        # Admission by bytes (issue 28): what each row in flight allocated (its own tokens) and
-        # its final length, what each kept state holds, and every prefix a row or kept state
-        # still points into (a released prefix stays alive while they do).
-        self._row_bytes: dict[str, float] = {}
-        self._row_len: dict[str, int] = {}
-        self._row_prefix: dict[str, str] = {}
-        self._kept_bytes: dict[str, float] = {}
-        self._kept_prefix: dict[str, str | None] = {}
-        self._prefix_bytes: dict[str, float] = {}
+        # Admission by bytes (issue 28): what each row in flight and each kept state holds, and
+        # the prefixes they point into (a released prefix stays alive while they do).
+        self.book = MemoryBook()
         self.admitted_rows_max = 0  # the most rows in flight at once (bench, closing line)
         self.peak_memory_bytes = 0  # MLX's peak allocation during `generate` (weights included)
         # The most rows in flight in a decode step whose longest context was up to each power of
@@ -358,13 +367,6 @@ class MlxEngine:
         return self.step_rows_sq / self.step_rows / self.batch_size
 
     @property
-    def prefix_slots(self) -> int | None:
-        """How many shared-prefix caches (one per cell: prompt + base trace) this engine keeps
-        at once; None when it keeps none (`mlx-fresh`). The scheduler lets no more cells probe
-        at once, so none of their prefixes is dropped and prefilled again."""
-        return self._prefix_slots if self.reuse_prefixes else None
-
-    @property
     def attention_fill(self) -> float | None:
         """Share of the attention positions of every decode step so far that are the rows' own
         tokens, not padding: mlx-lm's batch cache pads every row to the longest one in flight,
@@ -375,20 +377,17 @@ class MlxEngine:
             return None
         return self.attention_real / self.attention_padded
 
-    @property
-    def groups_by_prefix(self) -> bool:
-        """Rows that point into the same shared prefix attend over it once per step
-        (`prefix_attention`): the scheduler queues a cell's rows together, so that the rows in
-        flight share few prefixes (rather than longest context first across cells, which keeps
-        mlx-lm's padded batch cache full)."""
-        return self.share_prefixes and self.row_attention and self.kv_bits is None
-
-    @property
-    def admits_by_memory(self) -> bool:
-        """Rows are admitted by the bytes they add (`_fits`), not by a fixed row count: the
-        scheduler may offer up to `batch_size` requests and the engine holds back the one that
-        does not fit until rows finish (issue 28)."""
-        return bool(self.memory_budget_bytes) and self.share_prefixes
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            generated_tokens=self.generated_tokens,
+            prefill_tokens=self.prefill_tokens,
+            occupancy=self.occupancy,
+            attention_fill=self.attention_fill,
+            peak_memory_bytes=self.peak_memory_bytes,
+            rows_in_flight_max=self.admitted_rows_max,
+            rows_by_context=dict(self.rows_by_context),
+            decode_by_context={k: list(v) for k, v in self.decode_by_context.items()},
+        )
 
     def layout(self) -> CacheBytes:
         """The model's cache layout (`prefix_cache.CacheBytes`), measured once."""
@@ -396,51 +395,81 @@ class MlxEngine:
             self._kv_bytes = cache_bytes(self.model, self.kv_bits)
         return self._kv_bytes
 
-    def capacity(self, row_tokens: int, shared_tokens: int = 0) -> int:
-        """Rows of `row_tokens` positions, the first `shared_tokens` of them a shared prefix
-        (prompt + base trace, held once per cell by its `PrefixCache`), that `--memory-gb`
-        holds together; at most `batch_size`. Also sets `prefix_slots`: how many cells' prefixes
-        are kept at once (up to `shared_prefixes`, while they take at most PREFIX_SHARE of the
-        budget; fewer, down to one, before fewer rows). BtError when not even one row and one
-        prefix fit. The rule (`CacheBytes`): prefixes once, each row its own tokens allocated
-        once, plus one decode step's transient (issue 28)."""
-        tokens = max(int(row_tokens), 1)
-        shared = int(shared_tokens) if self.reuse_prefixes else 0
-        pays = bool(shared) and not self._share_fixed and self._sharing_pays(shared)
-        if pays:
-            self.share_prefixes = True
-        if not self.memory_budget_bytes:
-            return self.batch_size
-        budget = float(self.memory_budget_bytes)
-        rule = admission(
-            self.layout(),
-            budget,
-            tokens,
-            shared,
-            batch_size=self.batch_size,
-            max_prefixes=self._max_prefixes,
-            snapshots=self._snapshots(),
+    def plan(self, shape: RowShape) -> EnginePlan:
+        """How rows of `shape` run within `--memory-gb`, without changing the engine (`configure`
+        applies it). The rule (`engine.memory.admission`, `CacheBytes`): prefixes once, each
+        row its own tokens allocated once, plus one decode step's transient (issue 28).
+        - Rows: at most `batch_size`; BtError when not even one row and its prefix fit.
+        - Prefix slots: cells' prefixes kept at once, up to `shared_prefixes` while they take at
+          most PREFIX_SHARE of the budget; fewer, down to one, before fewer rows.
+        - Sharing: rows point into their cell's one prefix copy when that is faster
+          (`_sharing_pays`), or when a copy per row (counted twice, at the longest row) would
+          not fit the budget; once an engine shares it keeps sharing (rows in flight point into
+          prefixes), and `--kv-bits` always shares."""
+        probe = max(int(shape.probe_tokens), 1)
+        restart = max(int(shape.restart_tokens), self._unshared_tokens)
+        shared = int(shape.shared_tokens) if self.reuse_prefixes else 0
+        share = self.share_prefixes or (
+            bool(shared) and not self._share_fixed and self._sharing_pays(shared)
         )
-        if self.reuse_prefixes:
-            self._prefix_slots = rule.slots
-        if not shared:
-            self._unshared_tokens = max(self._unshared_tokens, tokens)
-        if shared and not self._share_fixed and not pays:
-            # memory's rule: every row its own copy, counted twice, at the longest row asked for
-            longest = max(tokens, self._unshared_tokens)
-            copies = self.layout().row(longest) * 2 * self.batch_size
-            reserve = rule.slots * self.layout().prefix_cache(shared, self._snapshots())
-            self.share_prefixes = reserve + copies > budget
-            if not self.share_prefixes:
-                return self.batch_size
+        slots = self._prefix_slots if self.reuse_prefixes else None
+        budget = float(self.memory_budget_bytes)
+        probe_rows = restart_rows = self.batch_size
+        if budget:
+            rule = dict(
+                batch_size=self.batch_size,
+                max_prefixes=self._max_prefixes,
+                snapshots=self._snapshots(),
+            )
+            if shape.restart_tokens:
+                rows = admission(self.layout(), budget, restart, 0, **rule)
+                restart_rows = self._admitted(rows, restart)
+            held = admission(self.layout(), budget, probe, shared, **rule)
+            if self.reuse_prefixes:
+                slots = held.slots
+            copies_fit = False
+            if shared and not share and not self._share_fixed:
+                # a copy per row, counted twice, at the longest row asked for
+                copies = self.layout().row(max(probe, restart)) * 2 * self.batch_size
+                reserve = held.slots * self.layout().prefix_cache(shared, self._snapshots())
+                share = reserve + copies > budget
+                copies_fit = not share
+            if not copies_fit:
+                probe_rows = self._admitted(held, probe, shared)
+        auto = self.memory_auto_line
+        words = auto or (f"--memory-gb {budget / 2**30:g}" if budget else "no --memory-gb cap")
+        return EnginePlan(
+            shape,
+            probe_rows,
+            restart_rows,
+            self.batch_size,
+            prefix_slots=slots,
+            share_prefixes=share,
+            admits_by_memory=bool(budget) and share,
+            groups_by_prefix=share and self.row_attention and self.kv_bits is None,
+            budget=words,
+        )
+
+    def _admitted(self, rule: Admission, tokens: int, shared: int = 0) -> int:
+        """`rule.rows`, or BtError when the budget holds not one row of `tokens` (and its
+        prefix)."""
         if rule.rows < 1:
             raise BtError(
-                f"--memory-gb {budget / 2**30:.3g} cannot hold one row of {tokens} tokens"
+                f"--memory-gb {self.memory_budget_bytes / 2**30:.3g} cannot hold one row of "
+                f"{tokens} tokens"
                 + (f" ({shared} of them a shared prefix held once)" if shared else "")
                 + f": {rule.need_bytes / 2**30:.3g} GB needed; raise --memory-gb (or "
                 "use auto)"
             )
-        return rule.rows
+        return int(rule.rows)
+
+    def configure(self, plan: EnginePlan) -> None:
+        """Apply `plan` (made by `plan`): the prefix slots kept and whether rows share their
+        prefix (once sharing, always: rows in flight point into the prefixes)."""
+        self.share_prefixes = self.share_prefixes or plan.share_prefixes
+        if self.reuse_prefixes and plan.prefix_slots is not None:
+            self._prefix_slots = plan.prefix_slots
+        self._unshared_tokens = max(self._unshared_tokens, plan.shape.restart_tokens)
 
     def _sharing_pays(self, shared_tokens: int) -> bool:
         """Whether rows whose shared prefix is `shared_tokens` long run faster pointing into
@@ -460,20 +489,12 @@ class MlxEngine:
         )
 
     # -- admission by bytes ----------------------------------------------------------------
-    def _held_bytes(self) -> float:
-        """Bytes the engine's caches hold now: every live prefix once (kept, or still pointed
-        into by a row or kept state), the rows' own buffers and the kept states'."""
-        live = set(self._prefixes) | set(self._row_prefix.values())
-        live |= {k for k in self._kept_prefix.values() if k}
-        prefixes = 0.0
-        for key in live:
-            held = self._prefixes.get(key)
-            prefixes += (
-                held[1].nbytes
-                if held is not None and held[1].full is not None
-                else self._prefix_bytes.get(key, 0.0)
-            )
-        return prefixes + sum(self._row_bytes.values()) + sum(self._kept_bytes.values())
+    def _held_prefixes(self) -> dict[str, float | None]:
+        """The prefixes kept now and their bytes (None: not built yet), for `MemoryBook`."""
+        return {
+            key: (pc.nbytes if pc.full is not None else None)
+            for key, (_, pc) in self._prefixes.items()
+        }
 
     def _cost(self, req: GenRequest) -> tuple[int, float]:
         """(final length, bytes it adds) of admitting `req` now, without building anything:
@@ -486,7 +507,8 @@ class MlxEngine:
         if req.follows is not None and req.follows in self._kept:
             seq, cache = self._kept[req.follows]
             own = prompt_len - self._kept_shared_len(cache) + extra
-            return prompt_len + extra, b.own_row(own) - self._kept_bytes.get(req.follows, 0.0)
+            kept = self.book.kept.get(req.follows)
+            return prompt_len + extra, b.own_row(own) - (kept.nbytes if kept else 0.0)
         shared = req.shared_prefix
         if shared is not None:
             n = min(common_prefix_length(shared.ids, req.prompt), prompt_len - 1)
@@ -512,9 +534,9 @@ class MlxEngine:
         if not self.memory_budget_bytes or not self.share_prefixes:
             return True  # without sharing, `capacity` admitted batch_size full rows up front
         length, add = self._cost(req)
-        longest = max([length, *self._row_len.values()])
-        need = self._held_bytes() + add + self.layout().step_transient(in_flight + 1, longest)
-        return need <= self.memory_budget_bytes
+        return self.book.fits(
+            self._held_prefixes(), add, length, in_flight, self.layout(), self.memory_budget_bytes
+        )
 
     def _make_room(self, req: GenRequest) -> None:
         """Nothing is in flight and `req` does not fit: drop kept states other than the one it
@@ -553,7 +575,7 @@ class MlxEngine:
         Its memory goes when the last row or kept state pointing into it does."""
         held = self._prefixes.pop(key, None)
         if held is not None and held[1].full is not None:
-            self._prefix_bytes[key] = float(held[1].nbytes)
+            self.book.prefix_bytes[key] = float(held[1].nbytes)
 
     @staticmethod
     def _restart_skips_prefix(shared: SharedPrefix, prompt: Sequence[int]) -> bool:
@@ -607,8 +629,8 @@ class MlxEngine:
             return None, prompt, None
         if req.follows is not None and req.follows in self._kept:
             seq, cache = self._kept.pop(req.follows)
-            self._kept_bytes.pop(req.follows, None)
-            key = self._kept_prefix.pop(req.follows, None)
+            booking = self.book.kept.pop(req.follows, None)
+            key = booking.prefix if booking is not None else None
             keep = min(cache_length(cache), common_prefix_length(seq, prompt), len(prompt) - 1)
             if keep > 0:
                 try:
@@ -629,24 +651,21 @@ class MlxEngine:
                 before = pc.prefill_tokens
                 state = pc.state(n)
                 self.prefill_tokens += pc.prefill_tokens - before
-                self._prefix_bytes[shared.key] = float(pc.nbytes)
+                self.book.prefix_bytes[shared.key] = float(pc.nbytes)
                 return state, prompt[n:], shared.key
         return None, prompt, None
 
     def _keep(self, key: str, seq: list[int], cache, prefix: str | None) -> None:
         self._drop_kept(key)
         self._kept[key] = (seq, cache)
-        self._kept_bytes[key] = float(
-            sum(getattr(layer, "nbytes", 0) for layer in cache if hasattr(layer, "prefix_len"))
-        )
-        self._kept_prefix[key] = prefix
+        own = sum(getattr(layer, "nbytes", 0) for layer in cache if hasattr(layer, "prefix_len"))
+        self.book.kept[key] = Booking(float(own), prefix=prefix)
         while len(self._kept) > self._max_kept:
             self._drop_kept(next(iter(self._kept)))
 
     def _drop_kept(self, key: str) -> None:
         self._kept.pop(key, None)
-        self._kept_bytes.pop(key, None)
-        self._kept_prefix.pop(key, None)
+        self.book.kept.pop(key, None)
 
     def _admit(self, req: GenRequest) -> tuple[list, list[int], int]:
         """Build `req`'s row (`_start`) and book what it holds: its own tokens' buffers at
@@ -656,24 +675,13 @@ class MlxEngine:
         self.prefill_tokens += fed
         length = len(req.prompt) + int(req.max_tokens) + 1
         shared = self._kept_shared_len(cache)
-        if self.memory_budget_bytes:
-            self._row_bytes[req.key] = self.layout().own_row(length - shared)
-        self._row_len[req.key] = length
-        if prefix is not None:
-            self._row_prefix[req.key] = prefix
+        own = self.layout().own_row(length - shared) if self.memory_budget_bytes else 0.0
+        self.book.rows[req.key] = Booking(own, length, prefix)
         return cache, feed, fed
 
     def _retire(self, key: str) -> str | None:
         """Forget a finished row's booking; returns the prefix it pointed into."""
-        self._row_bytes.pop(key, None)
-        self._row_len.pop(key, None)
-        prefix = self._row_prefix.pop(key, None)
-        live = (
-            set(self._prefixes) | set(self._row_prefix.values()) | set(self._kept_prefix.values())
-        )
-        for k in [k for k in self._prefix_bytes if k not in live and k != prefix]:
-            del self._prefix_bytes[k]
-        return prefix
+        return self.book.retire(key, set(self._prefixes))
 
     def _stop(self, req: GenRequest):
         from mlx_lm.generate import StopSequences

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from breakthrough.engine import make_engine
-from breakthrough.engine.contract import EngineSpec
+from breakthrough.engine.contract import Engine, EngineSpec
 from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import close_tokens
@@ -135,7 +135,7 @@ class ContinueReport:
     attention_fill: float | None = None  # real / padded attention positions (MlxEngine)
     batch_size: int = 0
     nothing_to_do: bool = False  # every sample was stored already: no model was loaded
-    memory: str = ""  # what the memory budget admits (scheduler.MemoryPlan.line)
+    memory: str = ""  # what the memory budget admits (contract.EnginePlan.line)
     peak_memory_bytes: int = 0  # MLX's peak allocation over the run (weights included)
     rows_in_flight_max: int = 0  # the most rows the engine had in flight at once
     rows_by_context: dict[int, int] = field(default_factory=dict)  # MlxEngine.rows_by_context
@@ -151,8 +151,11 @@ def continue_run(
     on_start: Callable[[dict, Any], None] | None = None,
     on_sample: Callable[[str, int], None] | None = None,
     tau: float | None = None,
+    engine: Engine | None = None,
 ) -> ContinueReport:
-    """All phases for every cell of one run that has a base trace."""
+    """All phases for every cell of one run that has a base trace; on `engine` when given (a
+    backend bt does not make itself: any `contract.Engine`), else on the one `opts.engine`
+    names."""
     tau = opts.protocol.tau if tau is None else tau
     report = ContinueReport(run_dir=run_dir)
     t0 = time.perf_counter()
@@ -169,9 +172,10 @@ def continue_run(
         for rec in store.base_traces():
             item, prompt = store.cell_prompt(rec["cell_id"])
             cells.append(plan_cell(rec["cell_id"], item, prompt, rec, opts.protocol, forced))
-        engine = make_engine(
-            replace(opts.engine, instrument=opts.instrument, kv_bits=opts.kv_bits), loaded
-        )
+        if engine is None:
+            engine = make_engine(
+                replace(opts.engine, instrument=opts.instrument, kv_bits=opts.kv_bits), loaded
+            )
         # refuses a --memory-gb that cannot hold one row, before anything is written
         memory = memory_plan(engine, cells, opts.protocol)
         if memory is not None:
@@ -223,7 +227,7 @@ def run_scheduled(
     scheduler: Callable[[Any], RunScheduler],
     store: RunStore,
     run_dir: Path,
-    engine: Any,
+    engine: Engine,
     cells: Sequence[Any],
     report: ContinueReport,
     batch_size: int,
@@ -244,14 +248,15 @@ def run_scheduled(
         counts.samples,
     )
     report.trace_tokens = sum(len(c.prompt) + len(c.trace) for c in cells)
-    report.generated_tokens = engine.generated_tokens
-    report.prefill_tokens = engine.prefill_tokens
-    report.notes += list(getattr(engine, "notes", []))
-    report.occupancy = getattr(engine, "occupancy", None)
-    report.attention_fill = getattr(engine, "attention_fill", None)
-    report.peak_memory_bytes = int(getattr(engine, "peak_memory_bytes", 0) or 0)
-    report.rows_in_flight_max = int(getattr(engine, "admitted_rows_max", 0) or 0)
-    report.rows_by_context = dict(getattr(engine, "rows_by_context", {}) or {})
+    stats = engine.stats()
+    report.generated_tokens = stats.generated_tokens
+    report.prefill_tokens = stats.prefill_tokens
+    report.notes += stats.notes
+    report.occupancy = stats.occupancy
+    report.attention_fill = stats.attention_fill
+    report.peak_memory_bytes = stats.peak_memory_bytes
+    report.rows_in_flight_max = stats.rows_in_flight_max
+    report.rows_by_context = dict(stats.rows_by_context)
     report.batch_size = batch_size
     record_throughput(
         store,

@@ -300,6 +300,7 @@ def memory_line(
     and the engine's own rule (`engine.memory.admission`), without loading the model."""
     import json
 
+    from breakthrough.engine.contract import EnginePlan
     from breakthrough.engine.memory import (
         SHARED_PREFIXES,
         admission,
@@ -307,7 +308,7 @@ def memory_line(
         layout_from_config,
     )
     from breakthrough.models.loading import local_folder
-    from breakthrough.pipeline.scheduler import MemoryPlan
+    from breakthrough.pipeline.scheduler import row_shape
 
     folder = local_folder(model_id) if model_id else None
     if folder is None or not (folder / "config.json").is_file() or not base:
@@ -324,18 +325,17 @@ def memory_line(
     cells = [
         plan_cell(rec["cell_id"], {}, [0] * prompts.get(rec["cell_id"], 0), rec, p) for rec in base
     ]
-    probe = max(c.probe_row(p) for c in cells)
-    restart = max(c.restart_row(p) for c in cells)
+    shape = row_shape(cells, p)
     rule = dict(batch_size=batch_size, max_prefixes=SHARED_PREFIXES, snapshots=len(p.anchors) + 1)
-    rows_p = admission(layout, budget, probe[0], probe[1], **rule)
-    rows_r = admission(layout, budget, restart, 0, **rule)
+    rows_p = admission(layout, budget, shape.probe_tokens, shape.shared_tokens, **rule)
+    rows_r = admission(layout, budget, shape.restart_tokens, 0, **rule)
     if min(rows_p.rows, rows_r.rows) < 1:
         need = max(rows_p.need_bytes, rows_r.need_bytes) / 2**30
         return (
             f"memory ({how}) cannot hold one row of the deepest anchor: {need:.3g} GB "
             f"needed; bt continue will refuse it"
         )
-    return MemoryPlan(rows_p.rows, rows_r.rows, probe[0], batch_size, how).line()
+    return EnginePlan(shape, rows_p.rows, rows_r.rows, batch_size, budget=how).line()
 
 
 SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}

@@ -56,7 +56,7 @@ import numpy as np
 from breakthrough.classify.panels import Outcome, PanelRow, probe_rows, restart_rows
 from breakthrough.classify.plan import bisection_midpoint, plan_rows, restart_budgets_of
 from breakthrough.classify.topup import TOPUP_RULES
-from breakthrough.engine.contract import Engine, GenRequest, GenResult
+from breakthrough.engine.contract import Engine, EnginePlan, GenRequest, GenResult, RowShape
 from breakthrough.models.tokens import decode
 from breakthrough.pipeline.branches import Branch, BranchRunner, check_budget
 from breakthrough.pipeline.cells import CellPlan
@@ -209,60 +209,23 @@ def _panels_of(
     return read
 
 
-@dataclass(frozen=True)
-class MemoryPlan:
-    """What the memory budget admits for a run's cells (issue 28): rows of the deepest probe
-    (prompt + base trace to the deepest anchor, held once, + B + answer) and of the longest
-    restart, and what limits them."""
-
-    probe_rows: int
-    restart_rows: int
-    probe_tokens: int
-    batch_size: int
-    budget: str  # e.g. "--memory-gb 4" or "auto: 14.2 GB for the KV cache = ..."
-
-    def line(self) -> str:
-        def limit(rows: int) -> str:
-            return "--batch-size" if rows >= self.batch_size else "memory"
-
-        return (
-            f"memory ({self.budget}) admits {self.probe_rows} rows at the deepest anchor "
-            f"({self.probe_tokens:,} tokens; limited by {limit(self.probe_rows)}), "
-            f"{self.restart_rows} at the longest restart (limited by {limit(self.restart_rows)})"
-        )
+def row_shape(cells: Sequence[CellPlan], protocol: Protocol) -> RowShape:
+    """The longest rows `cells` will ask for: the deepest probe (prompt + base trace to the
+    deepest anchor, its prefix held once, + B + answer) and the longest restart."""
+    probe = max((c.probe_row(protocol) for c in cells), default=(1, 0))
+    restart = max((c.restart_row(protocol) for c in cells), default=1)
+    return RowShape(probe[0], probe[1], restart)
 
 
-def memory_plan(engine: Engine, cells: Sequence[CellPlan], protocol: Protocol) -> MemoryPlan | None:
-    """The `MemoryPlan` of `cells` on `engine` (None without cells); raises BtError, before
+def memory_plan(engine: Engine, cells: Sequence[CellPlan], protocol: Protocol) -> EnginePlan | None:
+    """The engine's plan for `cells` (None without cells), applied to it; raises BtError, before
     anything is written, when the budget cannot hold one row of the deepest probe with its
     prefix, or one of the longest restart."""
     if not cells:
         return None
-    probe = max(c.probe_row(protocol) for c in cells)
-    restart = max(c.restart_row(protocol) for c in cells)
-    rows_r = engine.capacity(restart)
-    # after the restarts': leaves the probes' prefix slots set, and (MlxEngine) decides whether
-    # rows must share their prefix's one copy, knowing the longest restart too
-    rows_p = engine.capacity(probe[0], shared_tokens=probe[1])
-    budget = getattr(engine, "memory_budget_bytes", 0)
-    auto = getattr(engine, "memory_auto_line", None)
-    text = auto or (f"--memory-gb {budget / 2**30:g}" if budget else "no --memory-gb cap")
-    plan = MemoryPlan(rows_p, rows_r, probe[0], int(getattr(engine, "batch_size", rows_p)), text)
+    plan = engine.plan(row_shape(cells, protocol))
+    engine.configure(plan)
     return plan
-
-
-def rows_cap(engine: Engine, cells: Sequence[CellPlan], protocol: Protocol) -> int:
-    """How many requests to keep in flight for these cells. An engine that admits rows by the
-    bytes they add (`MlxEngine.admits_by_memory`, issue 28) is offered up to its batch size and
-    holds back what does not fit, so a short restart never waits for the room a 16K probe
-    would need; its `capacity` still runs, for the prefix slots it sets. Any other engine gets
-    its `capacity` at the longest row."""
-    probe = max((c.probe_row(protocol) for c in cells), default=(1, 0))
-    restart = max((c.restart_row(protocol) for c in cells), default=1)
-    cap = min(engine.capacity(probe[0], shared_tokens=probe[1]), engine.capacity(restart))
-    if getattr(engine, "admits_by_memory", False):
-        return max(1, int(getattr(engine, "batch_size", cap)))
-    return max(1, cap)
 
 
 @dataclass
@@ -314,6 +277,8 @@ class RunScheduler:
         self.deciding_queued = 0  # queued reasoning phases of rank 0
         self._order = itertools.count()
         self.in_flight = 0
+        # the engine's plan for the active cells (`memory_plan`, redone as cells are admitted)
+        self.plan: EnginePlan | None = None
         self.rows_cap = 1
         # request key -> (cell, branch, reasoning-phase state or None for a reasoning request)
         self.by_key: dict[str, tuple[CellState, Branch, Any]] = {}
@@ -330,12 +295,11 @@ class RunScheduler:
             return True
         if not self.fill or self.deciding_queued >= self.lookahead * self.rows_cap:
             return False
-        slots = getattr(self.engine, "prefix_slots", None)
+        slots = self.plan.prefix_slots if self.plan is not None else None
         probing = sum(1 for c in self.active if c.phase != "restarts")
         return not slots or probing < slots
 
     def _activate(self) -> None:
-        changed = False
         while self._wants_cell():
             plan = self.waiting.popleft()
             done = {k[2:] for k in self.store.existing_keys(cell_id=plan.cell_id)}
@@ -354,10 +318,17 @@ class RunScheduler:
             )
             cell.steps = self.program(cell)
             self.active.append(cell)
-            changed = True
+            self._replan()
             self._advance(cell)
-        if changed and self.active:
-            self.rows_cap = rows_cap(self.engine, [c.plan for c in self.active], self.protocol)
+
+    def _replan(self) -> None:
+        """The engine's plan for the active cells (before the new cell's phases are queued: the
+        queue order follows `groups_by_prefix`): their longest rows set the rows in flight and
+        the shared prefixes kept (`Engine.plan`; the whole run's plan already held, so this
+        never refuses)."""
+        self.plan = memory_plan(self.engine, [c.plan for c in self.active], self.protocol)
+        assert self.plan is not None  # a cell is active
+        self.rows_cap = self.plan.rows_cap
 
     def program(self, cell: CellState) -> Iterator[tuple[str, list[Branch]]]:
         """The cell's step program: the protocol's (`cell_steps`); `bt continue --add-budget`
@@ -393,7 +364,7 @@ class RunScheduler:
         shared prefix once for the rows in flight that point into it (`groups_by_prefix`)."""
         rank = 1 if b.kind == "restart" else 0
         length = -b.budget if rank else -len(req.prompt)
-        group = cell.order if getattr(self.engine, "groups_by_prefix", False) else 0
+        group = cell.order if self.plan is not None and self.plan.groups_by_prefix else 0
         heapq.heappush(self.reasoning, ((rank, group, length, next(self._order)), req))
         self.deciding_queued += rank == 0
 
@@ -403,11 +374,9 @@ class RunScheduler:
         return req
 
     def _release_prefix(self, cell: CellState) -> None:
-        """Let the engine drop the cell's shared-prefix cache (`MlxEngine.release_prefix`): its
+        """Let the engine drop the cell's shared-prefix cache (`Engine.release_prefix`): its
         probes are done, and the slot goes to the next cell's (module doc)."""
-        release = getattr(self.engine, "release_prefix", None)
-        if release is not None:
-            release(cell.plan.cell_id)
+        self.engine.release_prefix(cell.plan.cell_id)
 
     def _finish(self, cell: CellState) -> None:
         self._release_prefix(cell)

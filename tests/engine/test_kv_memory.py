@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from breakthrough.engine.contract import GenRequest, SharedPrefix
+from breakthrough.engine.contract import EnginePlan, GenRequest, RowShape, SharedPrefix
 from breakthrough.engine.memory import GiB, auto_budget
 from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.engine.prefix_cache import cache_bytes
@@ -32,9 +32,12 @@ def bf16_geometry(request):
     return request.param, geometry_model(request.param, vocab=1024, dtype="bfloat16")
 
 
-def _probe(engine: MlxEngine, t: int) -> int:
+def _probe(engine: MlxEngine, t: int) -> EnginePlan:
+    """The engine's plan for probes at anchor t (its prefix held once), applied."""
     shared = PROMPT + t
-    return engine.capacity(shared + B + CLOSE + ANSWER, shared_tokens=shared)
+    plan = engine.plan(RowShape(shared + B + CLOSE + ANSWER, shared_tokens=shared))
+    engine.configure(plan)
+    return plan
 
 
 def test_capacity_table_at_the_study_geometry(bf16_geometry) -> None:
@@ -49,8 +52,9 @@ def test_capacity_table_at_the_study_geometry(bf16_geometry) -> None:
     table = {}
     for gb in (4, 16, 24):
         engine = MlxEngine(model, [0], batch_size=256, memory_budget_bytes=gb * GiB)
-        table[gb] = [_probe(engine, t) for t in (1024, 4096, 8192, 16384)]
-        table[gb].append(engine.capacity(PROMPT + 8192 + ANSWER))  # restarts at 8k
+        table[gb] = [_probe(engine, t).probe_rows for t in (1024, 4096, 8192, 16384)]
+        restarts = RowShape(1, restart_tokens=PROMPT + 8192 + ANSWER)  # restarts at 8k
+        table[gb].append(engine.plan(restarts).restart_rows)
     print(f"\n{name}: rows at t = 1k, 4k, 8k, 16k; restarts at 8k: {table}")
     rows_8k, rows_16k, restarts_8k = table[24][2], table[24][3], table[24][4]
     assert rows_8k >= 16 and rows_16k >= 8 and restarts_8k >= 12
@@ -63,7 +67,7 @@ def test_auto_never_refuses_a_study_cell(bf16_geometry) -> None:
     _, model = bf16_geometry
     auto = auto_budget(model, offered=(int(10.7 * GiB), "Metal recommended working set"))
     engine = MlxEngine(model, [0], batch_size=32, memory_budget_bytes=auto.budget_bytes)
-    assert _probe(engine, 16384) >= 2
+    assert _probe(engine, 16384).probe_rows >= 2
     assert "Metal recommended working set" in auto.describe()
 
 
@@ -217,15 +221,21 @@ def test_rows_share_their_prefix_where_it_pays_or_memory_needs_it(bf16_geometry)
     name, model = bf16_geometry
     roomy = MlxEngine(model, [0], batch_size=4, memory_budget_bytes=64 * GiB)
     assert roomy.row_attention
-    assert _probe(roomy, 1024) == 4
-    assert roomy.share_prefixes and roomy.admits_by_memory and roomy.groups_by_prefix
+    plan = _probe(roomy, 1024)
+    assert plan.probe_rows == 4
+    assert plan.share_prefixes and plan.admits_by_memory and plan.groups_by_prefix
+    assert roomy.share_prefixes  # configured
     few = geometry_model(name, vocab=64, heads=8, dtype="bfloat16")
     roomy_few = MlxEngine(few, [0], batch_size=4, memory_budget_bytes=64 * GiB)
-    assert _probe(roomy_few, 1024) == 4
-    assert not roomy_few.share_prefixes and not roomy_few.admits_by_memory
+    plan = _probe(roomy_few, 1024)
+    assert plan.probe_rows == 4
+    assert not plan.share_prefixes and not plan.admits_by_memory and not roomy_few.share_prefixes
     tight = MlxEngine(few, [0], batch_size=32, memory_budget_bytes=24 * GiB)
-    assert _probe(tight, 16384) >= 8
-    assert tight.share_prefixes and tight.admits_by_memory
+    planned = tight.plan(RowShape(PROMPT + 16384 + B + CLOSE + ANSWER, PROMPT + 16384))
+    assert not tight.share_prefixes  # planning changes nothing
+    plan = _probe(tight, 16384)
+    assert plan == planned and plan.probe_rows >= 8
+    assert plan.share_prefixes and plan.admits_by_memory and tight.share_prefixes
     assert MlxEngine(model, [0], kv_bits=8).share_prefixes  # quantized rows are always shared
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from breakthrough.engine import prefix_attention, row_attention
-from breakthrough.engine.contract import GenRequest, SharedPrefix
+from breakthrough.engine.contract import GenRequest, RowShape, SharedPrefix
 from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.engine.shared_kv import SharedRowCache
 from breakthrough.models.offline import geometry_model
@@ -151,7 +151,7 @@ def test_engine_tokens_equal_fresh_prefills_at_qwen3_4b_attention(monkeypatch) -
     monkeypatch.setattr(prefix_attention, "_tile_scores", counted)
     shared = MlxEngine(model, [511], batch_size=16, share_prefixes=True)
     runs = {"shared": {r.key: r for r in shared.generate(reqs)}}
-    assert tiles["n"] > 0 and shared.groups_by_prefix
+    assert tiles["n"] > 0 and shared.plan(RowShape(270, shared_tokens=262)).groups_by_prefix
     for name, kwargs in (
         ("fresh", {"reuse_prefixes": False}),
         ("two", {"share_prefixes": True, "batch_size": 2}),
@@ -175,8 +175,8 @@ def test_sharing_follows_the_measured_rule() -> None:
     study = MlxEngine(
         geometry_model("qwen3-4b", vocab=64), [0], batch_size=8, memory_budget_bytes=0
     )
-    study.capacity(1200, shared_tokens=SHARED_ATTENTION_SCORES // 32)
-    assert study.share_prefixes and study.groups_by_prefix
+    plan = study.plan(RowShape(1200, shared_tokens=SHARED_ATTENTION_SCORES // 32))
+    assert plan.share_prefixes and plan.groups_by_prefix
     few = MlxEngine(geometry_model("qwen3-4b", vocab=64, heads=8), [0], memory_budget_bytes=0)
-    few.capacity(1200, shared_tokens=1150)
-    assert not few.share_prefixes and not few.groups_by_prefix
+    plan = few.plan(RowShape(1200, shared_tokens=1150))
+    assert not plan.share_prefixes and not plan.groups_by_prefix

@@ -16,7 +16,7 @@ from models.architectures import ARCHITECTURES
 from typer.testing import CliRunner
 
 from breakthrough.cli import app
-from breakthrough.engine.contract import GenRequest, SharedPrefix
+from breakthrough.engine.contract import GenRequest, RowShape, SharedPrefix
 from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.engine.prefix_cache import PrefixCache, cache_bytes
 from breakthrough.errors import BtError
@@ -132,16 +132,17 @@ def test_capacity_holds_a_shared_prefix_once(traces) -> None:
     engine = MlxEngine.from_loaded(
         loaded, batch_size=64, memory_budget_bytes=budget, shared_prefixes=2
     )
-    assert engine.capacity(row, shared_tokens=shared) == min(64, int((budget - 2 * per) // per_row))
-    assert engine.prefix_slots == 2
+    plan = engine.plan(RowShape(row, shared_tokens=shared))
+    assert plan.probe_rows == min(64, int((budget - 2 * per) // per_row))
+    assert plan.prefix_slots == 2
     fresh = MlxEngine.from_loaded(
         loaded, batch_size=64, memory_budget_bytes=budget, shared_prefixes=2, reuse_prefixes=False
     )
     whole = b.own_row(row) + b.step_transient(1, row)
-    assert fresh.capacity(row, shared_tokens=shared) == int(budget // whole)  # nothing shared
+    assert fresh.plan(RowShape(row, shared)).probe_rows == int(budget // whole)  # nothing shared
     tiny = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(per))
     with pytest.raises(BtError, match="--memory-gb"):
-        tiny.capacity(row, shared_tokens=shared)
+        tiny.plan(RowShape(row, shared_tokens=shared))
 
 
 def test_a_tight_budget_keeps_fewer_prefixes_before_fewer_rows(traces) -> None:
@@ -156,16 +157,16 @@ def test_a_tight_budget_keeps_fewer_prefixes_before_fewer_rows(traces) -> None:
     per_row = b.own_row(row - shared) + b.step_transient(1, row)
     budget = int(10 * per)  # 8 prefixes would take 80 % of it; 5 take half
     engine = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=budget)
-    cap = engine.capacity(row, shared_tokens=shared)
-    assert engine.prefix_slots == 5
-    assert cap == min(64, int((budget - 5 * per) // per_row))
+    shape = RowShape(row, shared_tokens=shared)
+    plan = engine.plan(shape)
+    assert plan.prefix_slots == 5
+    assert plan.probe_rows == min(64, int((budget - 5 * per) // per_row))
     roomy = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(100 * per))
-    roomy.capacity(row, shared_tokens=shared)
-    assert roomy.prefix_slots == 8
+    assert roomy.plan(shape).prefix_slots == 8
     tight = MlxEngine.from_loaded(loaded, batch_size=64, memory_budget_bytes=int(per + per_row) + 1)
-    assert tight.capacity(row, shared_tokens=shared) == 1
-    assert tight.prefix_slots == 1
-    assert MlxEngine.from_loaded(loaded, reuse_prefixes=False).prefix_slots is None
+    plan = tight.plan(shape)
+    assert plan.probe_rows == 1 and plan.prefix_slots == 1
+    assert MlxEngine.from_loaded(loaded, reuse_prefixes=False).plan(shape).prefix_slots is None
 
 
 CONTINUE = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from engine_tap import Tapped
 
 from breakthrough.engine.contract import GenRequest
 from breakthrough.engine.mlx_backend import MlxEngine
@@ -15,21 +16,6 @@ from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import Branch, BranchRunner, reference_branch
 from breakthrough.protocol import DEFAULT
-
-
-class _Counting:
-    """The real engine, counting the requests it was given (by key suffix)."""
-
-    def __init__(self, engine):
-        self.engine, self.keys = engine, []
-
-    def generate(self, requests):
-        def seen(reqs):
-            for r in reqs:
-                self.keys.append(r.key)
-                yield r
-
-        return self.engine.generate(seen(requests))
 
 
 @pytest.mark.parametrize("family", ["plain", "qwen"])
@@ -45,7 +31,7 @@ def test_reasoning_eos_ends_a_plain_branch_only(tiny_model_dir, family) -> None:
         )
     ]
     loaded = replace(loaded, eos_ids=frozenset(loaded.eos_ids | set(firsts)))
-    engine = _Counting(MlxEngine.from_loaded(loaded, batch_size=8))
+    engine = Tapped(MlxEngine.from_loaded(loaded, batch_size=8))  # counts the requests
     runner = BranchRunner(engine, loaded, prompt, [], protocol)
     branches = [Branch(f"r{i}", "restart", -1, 10, i, 100 + i, 0) for i in range(8)]
     got = runner.run(branches)
@@ -54,7 +40,7 @@ def test_reasoning_eos_ends_a_plain_branch_only(tiny_model_dir, family) -> None:
     fresh = MlxEngine.from_loaded(loaded, batch_size=1, reuse_prefixes=False)
     for r in got:  # the reference procedure (the oracle) follows the same rule
         assert r.tokens == reference_branch(fresh, loaded, prompt, [], 10, r.branch.seed, protocol)
-    n_answer_requests = len(engine.keys) - len(branches)  # one reasoning request per branch
+    n_answer_requests = len(engine.pulled) - len(branches)  # one reasoning request per branch
     if family == "plain":
         for r in ended:
             assert r.extra["answer_phase"] is False and r.extra["answer_tokens"] == 0

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from engine_tap import Tapped
 
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
@@ -53,48 +54,20 @@ def test_probes_go_longest_context_first_and_done_cells_free_their_prefix(
     """Issue 22: mlx-lm pads a batch's rows to its longest, so the scheduler hands the engine
     the queued probes of all admitted cells longest context first (similar rows in flight
     together), and a cell whose probes are done releases its shared-prefix cache."""
+    from breakthrough.engine import make_engine
     from breakthrough.engine.contract import EngineSpec
-    from breakthrough.pipeline import cell_loop
 
-    pulled, released = [], []
-    real_make = cell_loop.make_engine
-
-    class Recording:
-        """The real engine, recording the requests it pulls and the prefixes released."""
-
-        def __init__(self, inner):
-            self.inner = inner
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-        def release_prefix(self, key):
-            released.append(key)
-            self.inner.release_prefix(key)
-
-        def generate(self, requests):
-            def tap():
-                for req in requests:
-                    if req is not None:
-                        pulled.append(req)
-                    yield req
-
-            return self.inner.generate(tap())
-
-    monkeypatch.setattr(
-        cell_loop, "make_engine", lambda spec, loaded: Recording(real_make(spec, loaded))
-    )
     proto = DEFAULT.with_overrides(
         budget=8, answer_budget=4, restart_budgets=(8,), anchors=(64, 128, 256), refinement_rounds=0
     )
     loaded = load_model(str(tiny_model_dir), family="qwen")
+    spec = EngineSpec(batch_size=32, instrument=False)
+    engine = Tapped(make_engine(spec, loaded))  # the real engine, what it is asked recorded
     report = continue_run(
-        fixture_run,
-        loaded,
-        ContinueOptions(protocol=proto, topup=(), engine=EngineSpec(batch_size=32)),
+        fixture_run, loaded, ContinueOptions(protocol=proto, topup=(), engine=spec), engine=engine
     )
     assert report.cells == 2
-    probes = [r for r in pulled if "|probe:" in r.key and not r.key.endswith("|answer")]
+    probes = [r for r in engine.pulled if "|probe:" in r.key and not r.key.endswith("|answer")]
     cells = {r.key.split("|")[0] for r in probes}
     assert len(cells) == 2 and len(probes) == 2 * 3 * proto.samples
     # every probe of both cells was queued before the first pull: one sorted sequence, the
@@ -102,7 +75,7 @@ def test_probes_go_longest_context_first_and_done_cells_free_their_prefix(
     lengths = [len(r.prompt) for r in probes]
     assert lengths == sorted(lengths, reverse=True)
     assert {r.key.split("|")[0] for r in probes[: 2 * proto.samples]} == cells
-    assert set(released) == cells
+    assert set(engine.released) == cells
 
 
 def test_samples_are_committed_as_their_rows_finish(fixture_run: Path) -> None:
