@@ -94,7 +94,8 @@ class GenResult:
     logprobs / entropies: float32 arrays, one value per generated token, taken from the model's
         full next-token distribution (see the backend's docstring for the exact definition).
     sampling_entropies: float32, one per generated token: the entropy of the distribution the
-        token was actually drawn from (after temperature, top-p, top-k; 0 when greedy).
+        token was actually drawn from (after temperature, top-p, top-k; 0 when greedy); a
+        backend that cannot tell leaves it None and gets NaN for every token (`__post_init__`).
     finish_reason: "eos" | "length" | "stop_sequence", or "error" when a remote backend gave up
         on the request (then `tokens` is empty and `error` says why; nothing was generated).
     elapsed_s: wall time from the row's start to its last token.
@@ -138,6 +139,10 @@ class GenResult:
     endpoint: str = ""
     signals: dict[str, np.ndarray] | None = None
     hidden: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        if self.sampling_entropies is None:  # unknown, per token: what the store keeps
+            self.sampling_entropies = np.full(len(self.tokens), np.nan, dtype=np.float32)
 
 
 def route_key(request: GenRequest) -> str:
