@@ -15,8 +15,8 @@ that token's `StepStats` (log-prob, entropy, sampling entropy, the instrumentati
 the row is instrumented, and the step's most likely ids and log-probs when the row asks for
 them: `top`) instead of a full vocabulary vector, so nothing vocabulary-sized leaves the step.
 
-Written against mlx-lm 0.32.x (pinned in pyproject.toml): `_step` and `generate` follow that
-version's code."""
+Written against mlx-lm's `_step` and `generate` of the versions `mlx_compat.SUPPORTED` names
+(the module refuses others)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.generate import BatchGenerator, GenerationBatch, PromptProcessingBatch
 
+from breakthrough.engine.mlx_compat import BatchGenerator, GenerationBatch, PromptProcessingBatch
 from breakthrough.engine.sampling.keys import row_keys
 from breakthrough.engine.sampling.mlx_path import RowParams, row_params, sample_step, top_logprobs
 from breakthrough.engine.sampling.numpy_draw import RowSettingsNp, draw_np, row_settings_np

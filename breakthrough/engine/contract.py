@@ -355,6 +355,10 @@ class EngineSpec:
         if self.backend not in BACKENDS:
             raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
         check_batch_size(self.batch_size)
+        if self.backend not in HTTP_BACKENDS:  # an mlx-lm bt was not tested with: one line now
+            from breakthrough.engine.mlx_version import check_mlx_lm
+
+            check_mlx_lm()
         if self.endpoints and self.backend not in HTTP_BACKENDS:
             raise BtError(
                 f"--endpoint applies to --backend {' or '.join(HTTP_BACKENDS)}, not {self.backend}"

@@ -64,6 +64,7 @@ from breakthrough.engine.memory import (
     MemoryBook,
     admission,
 )
+from breakthrough.engine.mlx_version import check_mlx_lm
 from breakthrough.engine.prefix_cache import (
     CacheBytes,
     PrefixCache,
@@ -73,6 +74,8 @@ from breakthrough.engine.prefix_cache import (
 )
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
+
+check_mlx_lm()  # an mlx-lm this engine was not tested with: one line now (mlx_compat)
 
 if TYPE_CHECKING:  # batch_step imports mlx at its top; this module imports it only to generate
     from breakthrough.engine.batch_step import RowSpec
@@ -106,8 +109,8 @@ def check_kv_bits(model, bits: int) -> int:
     """`--kv-bits` for this model: 4 or 8, and head dimensions mlx can quantize in groups of
     `prefix_cache.KV_GROUP_SIZE` (read from a two-token forward; one-line BtError otherwise)."""
     import mlx.core as mx
-    from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+    from breakthrough.engine.mlx_compat import KVCache, make_prompt_cache
     from breakthrough.engine.prefix_cache import KV_GROUP_SIZE
 
     if bits not in KV_BITS:
@@ -597,8 +600,7 @@ class MlxEngine(Engine):
         (`shared_kv.SharedRowCache` for plain attention layers: a reused prefix stays the one
         shared copy), prefilled at batch 1 up to the prompt's last id, which is fed to the batch
         (the row's first logits come from it)."""
-        from mlx_lm.models.cache import KVCache, QuantizedKVCache
-
+        from breakthrough.engine.mlx_compat import KVCache, QuantizedKVCache
         from breakthrough.engine.prefix_cache import KV_GROUP_SIZE, make_cache, prefill
         from breakthrough.engine.shared_kv import QuantizedSharedRowCache, SharedRowCache
 
@@ -684,7 +686,7 @@ class MlxEngine(Engine):
         return self.book.retire(key, set(self._prefixes))
 
     def _stop(self, req: GenRequest):
-        from mlx_lm.generate import StopSequences
+        from breakthrough.engine.mlx_compat import StopSequences
 
         seqs: list[tuple[int, ...]] = [(e,) for e in sorted(self.eos_ids)]
         seqs += [tuple(int(t) for t in s) for s in req.stop_sequences if len(s) > 0]

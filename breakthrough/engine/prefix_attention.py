@@ -159,12 +159,10 @@ def attend_alone(query: mx.array, row: Any, scale: float, sinks: Any = None) -> 
     """[1, q_heads, 1, dim]: one row (`query` [1, q_heads, 1, dim]) over its own keys, prefix
     view and suffix joined, with mlx-lm's function, unpadded and unmasked: a row that shares no
     prefix buffer, or any row of a quantized batch (`row_attention`)."""
-    from mlx_lm.models.base import scaled_dot_product_attention
+    from breakthrough.engine.mlx_compat import mlx_attention
 
     keys, values = row.padded(0)
-    return scaled_dot_product_attention(
-        query, keys, values, cache=row, scale=scale, mask=None, sinks=sinks
-    )
+    return mlx_attention(query, keys, values, cache=row, scale=scale, mask=None, sinks=sinks)
 
 
 def attend_shared(queries: mx.array, rows: list[Any], scale: float) -> mx.array:

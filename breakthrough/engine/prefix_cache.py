@@ -36,7 +36,7 @@ def _stepped(tokens: int) -> int:
 
 
 def _is_plain(layer: Any) -> bool:
-    from mlx_lm.models.cache import KVCache, QuantizedKVCache
+    from breakthrough.engine.mlx_compat import KVCache, QuantizedKVCache
 
     return type(layer) in (KVCache, QuantizedKVCache)
 
@@ -44,7 +44,7 @@ def _is_plain(layer: Any) -> bool:
 def _plain_layer(layer: Any, n: int) -> Any:
     """A new `KVCache` (or `QuantizedKVCache`) holding views of the first n positions of a
     plain layer."""
-    from mlx_lm.models.cache import KVCache, QuantizedKVCache
+    from breakthrough.engine.mlx_compat import KVCache, QuantizedKVCache
 
     new: Any  # mlx-lm types its caches' slots as None until written
     keys, values = layer.keys, layer.values
@@ -81,7 +81,7 @@ def make_cache(model: Any, kv_bits: int | None = None) -> list[Any]:
     """mlx-lm's `make_prompt_cache`, with its plain `KVCache` layers as `QuantizedKVCache` of
     `kv_bits` bits when asked (`--kv-bits`: positions are quantized as they are written, and
     the attention reads them quantized)."""
-    from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache
+    from breakthrough.engine.mlx_compat import KVCache, QuantizedKVCache, make_prompt_cache
 
     cache = make_prompt_cache(model)
     if not kv_bits:
@@ -112,7 +112,7 @@ def _can_trim(layer: Any, k: int) -> bool:
     """Whether `layer` can drop its last k positions exactly. A sliding window that has rotated
     can drop ONE: the freed slot is the next write's, so the window the following token sees is
     exactly its W most recent positions (mlx-lm's own check refuses any trim once rotated)."""
-    from mlx_lm.models.cache import RotatingKVCache
+    from breakthrough.engine.mlx_compat import RotatingKVCache
 
     if k == 0:
         return True
@@ -236,7 +236,7 @@ class PrefixCache:
         self._plain_mask: list[bool] = []
 
     def _prefill(self) -> None:
-        from mlx_lm.models.cache import make_prompt_cache
+        from breakthrough.engine.mlx_compat import make_prompt_cache
 
         cache = make_cache(self.model, self.kv_bits)
         self._plain_mask = [_is_plain(c) for c in cache]
@@ -359,7 +359,13 @@ def cache_bytes(model: Any, kv_bits: int | None = None) -> CacheBytes:
     """The model's `CacheBytes`, from a two-token forward pass through a fresh cache (plain
     layers quantized to `kv_bits` bits when asked: their packed values, scales and biases)."""
     import mlx.core as mx
-    from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache, make_prompt_cache
+
+    from breakthrough.engine.mlx_compat import (
+        ArraysCache,
+        KVCache,
+        RotatingKVCache,
+        make_prompt_cache,
+    )
 
     cache = make_prompt_cache(model)
     model(mx.array([[0, 0]]), cache=cache)

@@ -22,16 +22,13 @@ path, still exact)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models import base
 
+from breakthrough.engine.mlx_compat import mlx_attention, route_attention
 from breakthrough.engine.prefix_attention import attend_alone, attend_shared
 
-# mlx-lm's own function, kept before any module's name points at `attend`.
-_mlx_attention = base.scaled_dot_product_attention
 # False: full-precision shared rows attend one by one too (the per-row baseline that
 # `bench/continue_throughput.py --attention rowwise` measures shared-prefix attention against).
 GROUPED = True
@@ -52,7 +49,7 @@ def attend(
     rows_of = getattr(cache, "rows_for_attention", None)
     rows = rows_of(queries, keys) if rows_of is not None else None
     if rows is None:
-        return _mlx_attention(
+        return mlx_attention(
             queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks
         )
     if GROUPED and sinks is None and not hasattr(cache, "bits"):
@@ -62,17 +59,7 @@ def attend(
 
 
 def install(model: Any) -> bool:
-    """Point the attention of `model`'s modules at `attend`; True when at least one of its
-    modules calls mlx-lm's shared attention function (so its shared rows attend row by row)."""
-    modules = model.modules() if hasattr(model, "modules") else []
-    names = {type(m).__module__ for m in modules} | {type(model).__module__}
-    routed = False
-    for name in sorted(names):
-        module = sys.modules.get(name)
-        current = getattr(module, "scaled_dot_product_attention", None)
-        if current is _mlx_attention:
-            module.scaled_dot_product_attention = attend  # type: ignore[union-attr]
-            routed = True
-        elif current is attend:
-            routed = True
-    return routed
+    """Point the attention of `model`'s modules at `attend` (`mlx_compat.route_attention`); True
+    when at least one of its modules calls mlx-lm's shared attention function (so its shared rows
+    take `attend`'s paths)."""
+    return route_attention(model, attend)

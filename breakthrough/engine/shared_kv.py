@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.models.base import create_causal_mask
-from mlx_lm.models.cache import KVCache
+
+from breakthrough.engine.mlx_compat import KVCache, create_causal_mask
 
 
 class SharedRowCache(KVCache):

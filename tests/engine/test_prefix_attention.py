@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from breakthrough.engine import prefix_attention, row_attention
+from breakthrough.engine import mlx_compat, prefix_attention
 from breakthrough.engine.contract import GenRequest, RowShape, SharedPrefix
 from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.engine.shared_kv import SharedRowCache
@@ -83,7 +83,7 @@ def test_a_row_attends_the_same_alone_and_among_other_cells_rows(dtype) -> None:
         alone = prefix_attention.attend_shared(queries[i : i + 1], [row], SCALE)
         assert mx.array_equal(alone, batch[i : i + 1]).item(), f"row {i} alone"
         keys, values = row.padded(0)
-        mlx_lm = row_attention._mlx_attention(
+        mlx_lm = mlx_compat.mlx_attention(
             queries[i : i + 1], keys, values, cache=row, scale=SCALE, mask=None
         )
         tolerance = 2e-2 if dtype == mx.bfloat16 else 1e-5

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from breakthrough.engine import row_attention
+from breakthrough.engine import mlx_compat, row_attention
 from breakthrough.engine.shared_kv import (
     QuantizedSharedRowCache,
     SharedBatchCache,
@@ -72,11 +72,11 @@ def test_row_by_row_is_batch_invariant_and_equals_the_padded_batch(dtype, quanti
         by_row = row_attention.attend(queries, keys, values, batch, scale, mask)
         for i, row in enumerate(rows):
             k, v = row.padded(0)
-            alone = row_attention._mlx_attention(
+            alone = mlx_compat.mlx_attention(
                 queries[i : i + 1], k, v, cache=row, scale=scale, mask=None
             )
             assert mx.array_equal(by_row[i : i + 1], alone).item()
-        padded = row_attention._mlx_attention(
+        padded = mlx_compat.mlx_attention(
             queries, keys, values, cache=batch, scale=scale, mask=mask
         )
         assert by_row.shape == padded.shape
@@ -101,5 +101,5 @@ def test_install_routes_the_models_attention_and_nothing_else() -> None:
     model = geometry_model("qwen3-4b", vocab=64, heads=8)
     assert row_attention.install(model) is True
     assert qwen3.scaled_dot_product_attention is row_attention.attend
-    assert base.scaled_dot_product_attention is row_attention._mlx_attention  # base itself kept
+    assert base.scaled_dot_product_attention is mlx_compat.mlx_attention  # base itself kept
     assert row_attention.install(model) is True  # idempotent
