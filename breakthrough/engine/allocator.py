@@ -4,11 +4,9 @@ faulted in afresh every decode step.
 MLX's CPU backend allocates each op's output with `malloc`. glibc hands big blocks back to
 the kernel when they are freed (mmap'd blocks, and a heap top above the trim threshold), so a
 decode step that joins and frees per-row keys and values in every layer (`row_attention`) pays
-a page fault for every 4 KiB it writes. On the Qwen3-4B-geometry bench (1k trace, shared rows,
-`--memory-gb 4`) the process spent more system time than user time: sys 659 s against user
-504 s, 77.7 M minor faults, 10.9 tok/s. With these settings (as environment variables): sys
-201 s, 0.5 M faults, 19.5 tok/s, 1.74x the plain mlx-lm loop instead of 1.12x (1.83x on an
-idle machine, through this module).
+a page fault for every 4 KiB it writes: on the Qwen3-4B-geometry bench the process spent more
+system time than user time, most of it in minor faults, until these settings (numbers in
+bench/RESULTS.md).
 
 `keep_freed_memory()` sets them once per process through `mallopt`: blocks up to 32 MiB come
 from the heap, and freed memory is trimmed only above 2 GiB. The cost is that RSS stays near

@@ -100,8 +100,8 @@ def _blas_notice_once() -> None:
 
 KV_BITS = (4, 8)
 # Query heads x shared prefix positions of a row from which shared-prefix attention beats
-# per-row copies (`MlxEngine._sharing_pays`; measured on CPU: the tiny bench model, 4 heads x
-# 1,150, copies 2.4x faster; Qwen3-4B's attention, 32 heads x 1,100, shared 8x faster).
+# per-row copies (`MlxEngine._sharing_pays`): between the two workloads bench/RESULTS.md gives,
+# where copies won (a few heads over short prefixes) and where sharing did (Qwen3-4B's attention).
 SHARED_ATTENTION_SCORES = 16_384
 
 

@@ -19,10 +19,10 @@ Batch invariance (a row's attention does not depend on which other rows are in f
 kill/resume and `--batch-size` give the same samples): every matrix product has a fixed shape.
 A tile always has `TILE_ROWS` query rows (missing rows are zeros whose results are dropped),
 a block always `BLOCK` positions (the buffer viewed as [heads, blocks, BLOCK, dim] without a
-copy: `mx.as_strided` of its contiguous storage), so BLAS's blocking, which follows a product's
-shape (OpenBLAS: measured on the M and the K dimension), never follows the batch; blocks past a
-row's prefix get an exactly zero weight. The suffix part involves the row alone. Only the
-sums over blocks and the final combination are elementwise, in a fixed order.
+copy: `mx.as_strided` of its contiguous storage), so BLAS's blocking, which follows a
+product's shape (OpenBLAS's results change with M and K: bench/RESULTS.md), never follows the
+batch; blocks past a row's prefix get an exactly zero weight. The suffix part involves the row
+alone. Only the sums over blocks and the final combination are elementwise, in a fixed order.
 
 Plain `mx` ops: CPU, Metal and CUDA alike. Full-precision caches only: a quantized cache
 (`--kv-bits`) attends row by row (`row_attention`)."""
@@ -147,8 +147,8 @@ def _tile_scores(queries: mx.array, rows: list[Any], lengths: list[int], scale: 
 def _own_scores(query: mx.array, row: Any, scale: float) -> tuple:
     """(scores [heads, repeats, size] float32, values [heads, size, dim], positions n that are
     real) of a sharing row over its own positions: its whole suffix buffer, allocated at the
-    row's final length (a slice would be a strided operand, which MLX's CPU matmul first copies,
-    ~20x slower than the product)."""
+    row's final length (a slice would be a strided operand, which MLX's CPU matmul first copies:
+    far slower than the product, bench/RESULTS.md)."""
     keys, values, n = row.keys, row.values, row.suffix_len
     heads, dim = int(keys.shape[1]), int(query.shape[-1])
     q = (query * scale).reshape(heads, -1, dim)

@@ -310,8 +310,9 @@ class QuantizedSharedRowCache(SharedRowCache):
     """A `SharedRowCache` whose keys and values are mlx quantized triples (packed, scales,
     biases; `bits`, `group_size`), as mlx-lm's `QuantizedKVCache`: each position is quantized when
     written and the attention reads the quantized cache (mlx-lm's attention takes its quantized
-    path for a cache with `bits`). `--kv-bits`: about 0.53x (8 bits) or 0.28x (4 bits) of a
-    bfloat16 cache; it changes tokens, so it is part of a run's identity."""
+    path for a cache with `bits`). `--kv-bits` holds about half (8 bits) or a quarter (4 bits)
+    of a bfloat16 cache's bytes (`CacheBytes`); it changes tokens, so it is part of a run's
+    identity."""
 
     def __init__(
         self,

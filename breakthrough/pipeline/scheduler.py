@@ -22,11 +22,9 @@ stream for the whole run:
     anchor-1024 one pays the long row's attention for both. (Where the engine attends over a
     shared prefix once for all the rows in flight that point into it, `groups_by_prefix`, a
     cell's phases are queued together instead, longest context first within the cell: the rows
-    in flight then share few prefixes, and padding does not arise.) On the bench's workload
-    (`bench/continue_throughput.py`, tiny model, `MlxEngine.attention_fill`) 57 % of the
-    attention positions were real tokens in cell order (2 cells); longest first, 77 % (2 cells)
-    and 91 % (8 cells), and the bench's ratio to the plain mlx-lm loop rose from 11.2x to
-    12.5x at the same occupancy (8 cells, the same run on both sides). The engine's
+    in flight then share few prefixes, and padding does not arise.) Longest first raised the
+    share of real attention positions (`attention_fill`) and the bench's ratio to the plain
+    mlx-lm loop at the same occupancy (bench/RESULTS.md). The engine's
     `prefix_slots` (the shared-prefix caches it keeps, each cell's prompt + base trace) caps
     the cells that still probe, so sorting never evicts a prefix that a queued probe will need
     again (which would cost a fresh prefill of the whole trace).
