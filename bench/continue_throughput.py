@@ -68,6 +68,7 @@ import numpy as np
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # mlx-lm's import notes PyTorch's absence
 
 from breakthrough.engine.blas import blas_name
+from breakthrough.engine.decode_counters import DecodeCounters
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import load_model
 from breakthrough.models.segments import reasoning_length, segment_ids
@@ -136,9 +137,10 @@ def force_attention(path: str) -> None:
 def depth_line(engine) -> str:
     """Decode tokens/s by the longest context in flight (powers of two), with the most rows
     in flight at that depth: the Hydragen curve of a whole run."""
+    stats = engine.stats()
     parts = [
-        f"<={d:,}: {made / max(sec, 1e-9):.1f} ({engine.rows_by_context.get(d, 0)} rows)"
-        for d, (made, sec) in sorted(engine.decode_by_context.items())
+        f"<={d:,}: {made / max(sec, 1e-9):.1f} ({stats.rows_by_context.get(d, 0)} rows)"
+        for d, (made, sec) in sorted(stats.decode_by_context.items())
     ]
     return "    decode tok/s by longest context: " + ", ".join(parts)
 
@@ -375,10 +377,10 @@ def decode_curve(loaded, cells, protocol: Protocol, tokens: int) -> None:
         rates, made = [], []
         for grouped in (True, False):
             row_attention.GROUPED = grouped
-            engine.decode_by_context = {}
+            engine.counters = DecodeCounters()  # this anchor's steps only
             out = {r.key[1:]: r.tokens for r in engine.generate(probes(t, tokens, "ab"[grouped]))}
-            n = sum(m for m, _ in engine.decode_by_context.values())
-            sec = sum(x for _, x in engine.decode_by_context.values())
+            n = sum(m for m, _ in engine.counters.decode_by_context.values())
+            sec = sum(x for _, x in engine.counters.decode_by_context.values())
             rates.append(n / sec)
             made.append(out)
         row_attention.GROUPED = True

@@ -41,7 +41,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -57,6 +56,7 @@ from breakthrough.engine.contract import (
     SharedPrefix,
     check_request,
 )
+from breakthrough.engine.decode_counters import DecodeCounters
 from breakthrough.engine.memory import (
     SHARED_PREFIXES,
     Admission,
@@ -78,7 +78,7 @@ from breakthrough.protocol import DEFAULT
 check_mlx_lm()  # an mlx-lm this engine was not tested with: one line now (mlx_compat)
 
 if TYPE_CHECKING:  # batch_step imports mlx at its top; this module imports it only to generate
-    from breakthrough.engine.batch_step import RowSpec
+    from breakthrough.engine.batch_step import RowSpec, StepStats
 
 _noticed = False
 
@@ -171,6 +171,17 @@ class _Row:
         self.signals: list[list[float]] = []
         self.t0 = time.perf_counter()
 
+    def add(self, token: int, stats: StepStats, instrument: bool) -> None:
+        """One generated token and its statistics (`batch_step.StepStats`)."""
+        self.tokens.append(int(token))
+        self.logprobs.append(stats.logprob)
+        self.entropies.append(stats.entropy)
+        self.sampling_entropies.append(stats.sampling_entropy)
+        if instrument:
+            self.signals.append(stats.signals)
+        if stats.top_ids is not None and stats.top_logprobs is not None:  # both or neither
+            self.top.append((stats.top_ids, stats.top_logprobs))
+
     def hidden(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(token indices int32 [m], vectors float16 [m, d]) of the kept vectors of this row's
         tokens (a row may have run one step past its last token: that vector is dropped); None
@@ -191,6 +202,33 @@ class _Row:
             np.asarray([k for k, _ in kept], dtype=np.int32),
             np.array(stacked, dtype=np.float16),
         )
+
+
+class _Feed:
+    """The request source as `generate` pulls it: a request pulled but not admitted yet is
+    `held` (it waits for memory), and the source may be exhausted or have nothing ready now
+    (None: contract.Engine)."""
+
+    def __init__(self, source: Iterator[GenRequest | None]) -> None:
+        self.source = source
+        self.held: GenRequest | None = None
+        self.exhausted = False
+        self.keys: set[str] = set()
+
+    def next(self) -> GenRequest | None:
+        """The held request, else the source's next one (checked, and held until admitted);
+        None when the source is exhausted or has nothing ready."""
+        if self.held is None and not self.exhausted:
+            try:
+                req = next(self.source)
+            except StopIteration:
+                self.exhausted = True
+                return None
+            if req is None:
+                return None
+            check_request(req, self.keys)
+            self.held = req
+        return self.held
 
 
 class MlxEngine(Engine):
@@ -260,15 +298,8 @@ class MlxEngine(Engine):
         self.generated_tokens = 0
         self.prefill_tokens = 0
         self.last_elapsed_s = 0.0
-        # Batch occupancy: over every decode step, the sum of rows in flight (= tokens made)
-        # and of its square; `occupancy` is their ratio (token-weighted mean rows) / batch_size.
-        self.step_rows = 0
-        self.step_rows_sq = 0
-        # Attention positions of every decode step: the rows' own context lengths, and the rows
-        # times the longest one (mlx-lm pads a batch's cache to its longest row); their ratio is
-        # `attention_fill`.
-        self.attention_real = 0
-        self.attention_padded = 0
+        # Occupancy, attention fill, rows and tokens/s by context depth (`stats`).
+        self.counters = DecodeCounters()
         # Reuse state: the last few shared prefixes' caches, and the final caches of rows that
         # asked to be continued (bounded FIFO: an evicted state only costs a fresh prefill).
         self._prefixes: dict[str, tuple[SharedPrefix, PrefixCache]] = {}
@@ -282,14 +313,7 @@ class MlxEngine(Engine):
         # Admission by bytes (issue 28): what each row in flight and each kept state holds, and
         # the prefixes they point into (a released prefix stays alive while they do).
         self.book = MemoryBook()
-        self.admitted_rows_max = 0  # the most rows in flight at once (bench, closing line)
         self.peak_memory_bytes = 0  # MLX's peak allocation during `generate` (weights included)
-        # The most rows in flight in a decode step whose longest context was up to each power of
-        # two (the bench's "rows in flight at each anchor depth").
-        self.rows_by_context: dict[int, int] = {}
-        # Decode steps by the same power of two: [tokens made, seconds in the step] (the bench's
-        # tokens/s at each context depth; the step's own time, not the admissions' prefills).
-        self.decode_by_context: dict[int, list[float]] = {}
         # Keys of rows to drop before their end (`cancel`: bt serve's client went away).
         self._cancelled: set[str] = set()
         self._cancel_lock = threading.Lock()
@@ -361,24 +385,17 @@ class MlxEngine(Engine):
 
     @property
     def occupancy(self) -> float | None:
-        """Mean batch occupancy of every decode step so far: the token-weighted mean of rows in
-        flight (a step with r rows makes r tokens, so sum r^2 / sum r) divided by `batch_size`;
-        None before the first step. Why token-weighted: it says how full the batch was for the
-        average generated token, which is what the throughput depends on."""
-        if not self.step_rows:
-            return None
-        return self.step_rows_sq / self.step_rows / self.batch_size
+        """Mean batch occupancy of the decode steps so far (`DecodeCounters.occupancy`)."""
+        return self.counters.occupancy(self.batch_size)
 
     @property
     def attention_fill(self) -> float | None:
-        """Share of the attention positions of every decode step so far that are the rows' own
-        tokens, not padding: mlx-lm's batch cache pads every row to the longest one in flight,
-        and on CPU that padded attention is a large part of a step at long contexts (what the
-        scheduler's longest-context-first order reduces); 1.0 where rows share their prefix
-        (`prefix_attention`, `row_attention`: no padding); None before the first step."""
-        if not self.attention_padded:
-            return None
-        return self.attention_real / self.attention_padded
+        """Real / padded attention positions of the decode steps so far: mlx-lm's batch cache
+        pads every row to the longest one in flight, and on CPU that padded attention is a large
+        part of a step at long contexts (what the scheduler's longest-context-first order
+        reduces); 1.0 where rows share their prefix (`prefix_attention`, `row_attention`: no
+        padding); None before the first step."""
+        return self.counters.attention_fill
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -387,9 +404,9 @@ class MlxEngine(Engine):
             occupancy=self.occupancy,
             attention_fill=self.attention_fill,
             peak_memory_bytes=self.peak_memory_bytes,
-            rows_in_flight_max=self.admitted_rows_max,
-            rows_by_context=dict(self.rows_by_context),
-            decode_by_context={k: list(v) for k, v in self.decode_by_context.items()},
+            rows_in_flight_max=self.counters.rows_in_flight_max,
+            rows_by_context=dict(self.counters.rows_by_context),
+            decode_by_context={k: list(v) for k, v in self.counters.decode_by_context.items()},
         )
 
     def layout(self) -> CacheBytes:
@@ -695,127 +712,34 @@ class MlxEngine(Engine):
     def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]:
         import mlx.core as mx
 
-        from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator, StepStats
+        from breakthrough.engine.batch_step import SeededBatchGenerator
 
-        pending = iter(requests)
         gen = SeededBatchGenerator(
             self.model,
             completion_batch_size=self.batch_size,
             prefill_batch_size=self.prefill_batch_size,
             prefill_step_size=self.prefill_step_size,
         )
+        feed = _Feed(iter(requests))
         rows: dict[int, _Row] = {}
-        keys: set[str] = set()
-        exhausted = False
-        held: GenRequest | None = None  # pulled, waiting for memory
         t_start = time.perf_counter()
         try:
             mx.reset_peak_memory()
         except Exception:  # pragma: no cover
             pass
-        ready: deque[GenResult] = deque()
         try:
             while True:
                 if self._cancelled:
                     yield from self._drop_cancelled(gen, rows)
-                # Refill free slots, admitting each request only while its bytes fit the
-                # budget; one that does not waits (`held`) until rows finish (issue 28).
-                new: list[tuple[GenRequest, list, list[int], int]] = []
-                while len(rows) + len(new) < self.batch_size:
-                    if held is None:
-                        if exhausted:
-                            break
-                        try:
-                            req = next(pending)
-                        except StopIteration:
-                            exhausted = True
-                            break
-                        if req is None:  # the source has nothing ready now (contract: Engine)
-                            break
-                        check_request(req, keys)
-                        held = req
-                    if not self._fits(held, len(rows) + len(new)):
-                        if rows or new:
-                            break
-                        self._make_room(held)
-                    req, held = held, None
-                    new.append((req, *self._admit(req)))
-                if new:
-                    specs = [
-                        RowSpec(
-                            r.seed,
-                            r.sampling,
-                            self.top_logprobs,
-                            self.instrument,
-                            hidden_stride=r.hidden_stride,
-                        )
-                        for r, _, _, _ in new
-                    ]
-                    uids = gen.insert(
-                        [feed for _, _, feed, _ in new],
-                        max_tokens=[int(r.max_tokens) for r, _, _, _ in new],
-                        caches=[cache for _, cache, _, _ in new],
-                        samplers=[*specs],  # RowSpecs in mlx-lm's sampler slots
-                        stop_sequences=[self._stop(r) for r, _, _, _ in new],
-                    )
-                    for uid, (r, _, _, fed), spec in zip(uids, new, specs, strict=True):
-                        rows[uid] = _Row(r, spec, len(r.prompt) - fed)
-                    self.admitted_rows_max = max(self.admitted_rows_max, len(rows))
+                self._refill(gen, feed, rows)
                 if not rows:
-                    if exhausted and held is None:
+                    if feed.exhausted and feed.held is None:
                         break
                     raise BtError("the request source had nothing ready while no row was in flight")
                 step_start = time.perf_counter()
                 responses = gen.next_generated()
-                step_seconds = time.perf_counter() - step_start
-                if not responses:
-                    continue
-                longest = step_real = 0
-                for resp in responses:
-                    row = rows[resp.uid]
-                    context = len(row.req.prompt) + len(row.tokens)  # before this token
-                    step_real += context
-                    longest = max(longest, context)
-                    stats: StepStats = resp.logprobs  # this token's, from the batched step
-                    row.tokens.append(int(resp.token))
-                    row.logprobs.append(stats.logprob)
-                    row.entropies.append(stats.entropy)
-                    row.sampling_entropies.append(stats.sampling_entropy)
-                    if self.instrument:
-                        row.signals.append(stats.signals)
-                    if (
-                        stats.top_ids is not None and stats.top_logprobs is not None
-                    ):  # both or neither
-                        row.top.append((stats.top_ids, stats.top_logprobs))
-                    if resp.finish_reason is None:
-                        continue
-                    del rows[resp.uid]
-                    prefix = self._retire(row.req.key)
-                    if row.req.keep_state and self.reuse_prefixes and resp.prompt_cache is not None:
-                        self._keep(
-                            row.req.key,
-                            [int(t) for t in row.req.prompt] + row.tokens,
-                            resp.prompt_cache,
-                            prefix,
-                        )
-                    ready.append(self._result(row, resp))
-                self.attention_real += step_real
-                if self.share_prefixes and self.row_attention:
-                    self.attention_padded += step_real  # shared rows: no padding
-                else:
-                    self.attention_padded += len(responses) * longest
-                depth = 1 << max(longest - 1, 0).bit_length()
-                self.rows_by_context[depth] = max(
-                    self.rows_by_context.get(depth, 0), len(responses)
-                )
-                made = self.decode_by_context.setdefault(depth, [0, 0.0])
-                made[0] += len(responses)
-                made[1] += step_seconds
-                self.generated_tokens += len(responses)
-                self.step_rows += len(responses)
-                self.step_rows_sq += len(responses) ** 2
-                while ready:
-                    yield ready.popleft()
+                if responses:
+                    yield from self._record_step(rows, responses, time.perf_counter() - step_start)
         finally:
             self.last_elapsed_s = time.perf_counter() - t_start
             gen.close()
@@ -823,6 +747,63 @@ class MlxEngine(Engine):
                 self.peak_memory_bytes = max(self.peak_memory_bytes, int(mx.get_peak_memory()))
             except Exception:  # pragma: no cover
                 pass
+
+    def _refill(self, gen, feed: _Feed, rows: dict[int, _Row]) -> None:
+        """Fill free slots, admitting each request only while its bytes fit the budget; one that
+        does not waits (`feed.held`) until rows finish (issue 28)."""
+        from breakthrough.engine.batch_step import RowSpec
+
+        new: list[tuple[GenRequest, list, list[int], int]] = []
+        while len(rows) + len(new) < self.batch_size:
+            req = feed.next()
+            if req is None:
+                break
+            if not self._fits(req, len(rows) + len(new)):
+                if rows or new:
+                    break
+                self._make_room(req)
+            feed.held = None
+            new.append((req, *self._admit(req)))
+        if not new:
+            return
+        specs = [
+            RowSpec(r.seed, r.sampling, self.top_logprobs, self.instrument, r.hidden_stride)
+            for r, _, _, _ in new
+        ]
+        uids = gen.insert(
+            [ids for _, _, ids, _ in new],
+            max_tokens=[int(r.max_tokens) for r, _, _, _ in new],
+            caches=[cache for _, cache, _, _ in new],
+            samplers=[*specs],  # RowSpecs in mlx-lm's sampler slots
+            stop_sequences=[self._stop(r) for r, _, _, _ in new],
+        )
+        for uid, (r, _, _, fed), spec in zip(uids, new, specs, strict=True):
+            rows[uid] = _Row(r, spec, len(r.prompt) - fed)
+        self.counters.admitted(len(rows))
+
+    def _record_step(
+        self, rows: dict[int, _Row], responses: list, seconds: float
+    ) -> Iterator[GenResult]:
+        """Append one decode step's tokens and statistics to their rows, count the step, and
+        yield the results of the rows it finished (their kept states stored first)."""
+        contexts = []
+        ready = []
+        for resp in responses:
+            row = rows[resp.uid]
+            contexts.append(len(row.req.prompt) + len(row.tokens))  # before this token
+            row.add(resp.token, resp.logprobs, self.instrument)
+            if resp.finish_reason is None:
+                continue
+            del rows[resp.uid]
+            prefix = self._retire(row.req.key)
+            if row.req.keep_state and self.reuse_prefixes and resp.prompt_cache is not None:
+                seq = [int(t) for t in row.req.prompt] + row.tokens
+                self._keep(row.req.key, seq, resp.prompt_cache, prefix)
+            ready.append(self._result(row, resp))
+        shared = self.share_prefixes and self.row_attention  # shared rows: no padding
+        self.counters.step(contexts, padded=not shared, seconds=seconds)
+        self.generated_tokens += len(responses)
+        yield from ready
 
     def _result(self, row: _Row, resp) -> GenResult:
         import mlx.core as mx

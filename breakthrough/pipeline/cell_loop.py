@@ -138,7 +138,7 @@ class ContinueReport:
     memory: str = ""  # what the memory budget admits (contract.EnginePlan.line)
     peak_memory_bytes: int = 0  # MLX's peak allocation over the run (weights included)
     rows_in_flight_max: int = 0  # the most rows the engine had in flight at once
-    rows_by_context: dict[int, int] = field(default_factory=dict)  # MlxEngine.rows_by_context
+    rows_by_context: dict[int, int] = field(default_factory=dict)  # EngineStats.rows_by_context
     topup: TopupChoice | None = None  # the --topup rules the run was continued under
     notes: list[str] = field(default_factory=list)  # the engine's (e.g. endpoints that died)
 

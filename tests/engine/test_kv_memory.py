@@ -145,7 +145,7 @@ def test_branches_hold_one_copy_of_their_prefix_and_equal_fresh_prefills(fp32_qw
     before = mx.get_active_memory()
     engine = MlxEngine(fp32_qwen3, [511], batch_size=8, share_prefixes=True)
     shared = {r.key: r.tokens for r in engine.generate(reqs)}
-    assert engine.admitted_rows_max == 4
+    assert engine.stats().rows_in_flight_max == 4
     assert engine.peak_memory_bytes - before < 2 * prefix
     fresh = MlxEngine(fp32_qwen3, [511], batch_size=8, reuse_prefixes=False)
     assert {r.key: r.tokens for r in fresh.generate(reqs)} == shared
@@ -162,7 +162,7 @@ def test_branches_hold_one_copy_of_their_prefix_and_equal_fresh_prefills(fp32_qw
         memory_budget_bytes=int(prefix + 2.5 * row),
     )
     assert {r.key: r.tokens for r in tight.generate(reqs)} == shared
-    assert tight.admitted_rows_max == 2
+    assert tight.stats().rows_in_flight_max == 2
 
 
 @pytest.mark.parametrize("bits", [8, 4])
