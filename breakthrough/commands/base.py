@@ -12,10 +12,11 @@ from breakthrough.commands.options import (
     check_engine_options,
     check_wait,
     count,
-    given_text,
+    dry_run_option,
     hidden_stride_for,
     hidden_stride_option,
-    name_list,
+    model_names,
+    problems_option,
     runs_dir_option,
     wait_option,
 )
@@ -46,18 +47,12 @@ def base(
         "a longer one is refused before anything is written.",
     ),
     runs_dir: Path = runs_dir_option("Folder that holds run directories."),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Print the samples and tokens each "
-        "phase would generate and an ETA from this machine's measured "
-        "tokens/s; load no model, write nothing.",
-    ),
+    dry_run: bool = dry_run_option(),
     run: str | None = typer.Option(
         None, help="Run name (default COHORT-MODEL); with several models, NAME-MODEL per model."
     ),
     limit: int | None = typer.Option(None, help="Only the first N problems of the cohort."),
-    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    problems: str | None = problems_option(),
     batch_size: int = typer.Option(
         8, help="Rows (sequences) generated together at most (continuous batching)."
     ),
@@ -84,14 +79,7 @@ def base(
     console = Console(stderr=True)  # the progress display, notes, warnings
     status = Console()  # what is about to run, on stdout: a refusal after it is stderr's one line
     check_engine_options(http.backend, batch_size)
-    for value, option in (
-        (model, "--model"),
-        (problems, "--problems"),
-        (run, "--run"),
-        (cohort, "--cohort"),
-    ):
-        given_text(value, option)
-    models, _ = name_list(model, "--model"), name_list(problems, "--problems")
+    models = model_names(model, problems, run, cohort)
     http.check()
     protocol = DEFAULT.with_overrides(
         base_max_tokens=max_tokens, base_seed=seed, max_prompt_tokens=max_prompt_tokens

@@ -15,6 +15,7 @@ from breakthrough.commands.options import (
     check_engine_options,
     check_wait,
     count,
+    dry_run_option,
     int_list,
     memory_budget,
     runs_dir_option,
@@ -83,13 +84,7 @@ def continue_(
         help="Solve-rate threshold for a crossing. " + RUNS_SETTING.format(default=DEFAULT.tau),
     ),
     runs_dir: Path = runs_dir_option("Where runs live (used when no RUN is given)."),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Print the samples and tokens each "
-        "phase would generate and an ETA from this machine's measured "
-        "tokens/s; load no model, write nothing.",
-    ),
+    dry_run: bool = dry_run_option(),
     batch_size: int = typer.Option(
         32,
         help="Rows (sequences) generated together at most "

@@ -13,10 +13,11 @@ from breakthrough.commands.options import (
     check_engine_options,
     check_wait,
     count,
-    given_text,
+    dry_run_option,
     hidden_stride_for,
     hidden_stride_option,
-    name_list,
+    model_names,
+    problems_option,
     runs_dir_option,
     wait_option,
 )
@@ -51,13 +52,10 @@ def sample(
         None, help="Run name under RUNS/attempts (default COHORT-MODEL)."
     ),
     limit: int | None = typer.Option(None, help="Only the first N problems of the cohort."),
-    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    problems: str | None = problems_option(),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Print the attempts and tokens still "
-        "to generate and an ETA; load no model, write nothing.",
+    dry_run: bool = dry_run_option(
+        "Print the attempts and tokens still to generate and an ETA; load no model, write nothing."
     ),
     http: HttpOptions,  # --backend, --endpoint ... --api-key (with_http_options)
     hidden_stride: int | None = hidden_stride_option(),
@@ -77,14 +75,7 @@ def sample(
     console = Console(stderr=True)  # notes and warnings
     status = Console()  # what is about to run, on stdout: a refusal after it is stderr's one line
     check_engine_options(http.backend, batch_size)
-    for value, option in (
-        (model, "--model"),
-        (problems, "--problems"),
-        (run, "--run"),
-        (cohort, "--cohort"),
-    ):
-        given_text(value, option)
-    models, _ = name_list(model, "--model"), name_list(problems, "--problems")
+    models = model_names(model, problems, run, cohort)
     http.check()
     if limit is not None and limit < 1:
         raise BtError(f"--limit: expected a positive integer, got {limit}")

@@ -148,18 +148,7 @@ def base_runs(
         line = large_run_line(base_plan(run_dir, alias, rows, todo, req))
         if line:  # before a model loads: the bound and ETA of a large run
             say(line)
-        job = BaseRun(
-            name=name,
-            run_dir=run_dir,
-            rows=rows,
-            cohort=cohort_name,
-            digest=digest,
-            protocol=req.protocol,
-            engine=req.engine,
-            hidden_stride=req.hidden_stride,
-            lock_wait=req.lock_wait,
-            prompt_variant=req.variant,
-        )
+        job = BaseRun.of(req, name, run_dir, rows, cohort_name, digest, prompt_variant=req.variant)
         reports.append(run_model(job, say, drive))
     return reports
 

@@ -158,18 +158,8 @@ def sample_runs(
         large = large_run_line(_plan_one(req, rows, alias, cohort_name))
         if large:  # said before the model loads
             say(large)
-        job = AttemptRun(
-            name=name,
-            run_dir=run_dir,
-            rows=rows,
-            cohort=cohort_name,
-            digest=digest,
-            protocol=req.protocol,
-            engine=req.engine,
-            hidden_stride=req.hidden_stride,
-            lock_wait=req.lock_wait,
-            attempts=req.attempts,
-            seeds=req.seeds,
+        job = AttemptRun.of(
+            req, name, run_dir, rows, cohort_name, digest, attempts=req.attempts, seeds=req.seeds
         )
         reports.append(run_model(job, say, drive))
     return reports

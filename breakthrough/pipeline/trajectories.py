@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+from typing import Protocol as Shape
 
 import numpy as np
 
@@ -69,6 +70,22 @@ class Trajectory:
     seed: int
 
 
+class _Request(Shape):
+    """What a `bt base` or `bt sample` request says of every model's run."""
+
+    @property
+    def protocol(self) -> Protocol: ...
+    @property
+    def engine(self) -> EngineSpec: ...
+    @property
+    def hidden_stride(self) -> int: ...
+    @property
+    def lock_wait(self) -> float: ...
+
+
+_Run = TypeVar("_Run", bound="ModelRun")
+
+
 @dataclass(frozen=True)
 class ModelRun:
     """One model's run: the `--model` name `name` into `run_dir`, over `rows` of the cohort
@@ -88,6 +105,31 @@ class ModelRun:
     engine: EngineSpec
     hidden_stride: int
     lock_wait: float
+
+    @classmethod
+    def of(
+        cls: type[_Run],
+        req: _Request,
+        name: str,
+        run_dir: Path,
+        rows: Sequence[dict],
+        cohort: str,
+        digest: str,
+        **more: Any,
+    ) -> _Run:
+        """The run of model `name` a request asks for (`more`: the subclass's own fields)."""
+        return cls(
+            name=name,
+            run_dir=run_dir,
+            rows=rows,
+            cohort=cohort,
+            digest=digest,
+            protocol=req.protocol,
+            engine=req.engine,
+            hidden_stride=req.hidden_stride,
+            lock_wait=req.lock_wait,
+            **more,
+        )
 
     @property
     def variant(self) -> str:
