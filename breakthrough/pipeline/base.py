@@ -19,9 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
-from typing import Protocol as Shape
 
-from breakthrough.engine import EngineSpec
 from breakthrough.errors import BtError
 from breakthrough.models.loading import fetch_hub_models, model_identity
 from breakthrough.pipeline.dry_run import (
@@ -34,7 +32,6 @@ from breakthrough.pipeline.dry_run import (
 )
 from breakthrough.pipeline.manifest import (
     cell_id,
-    check_run_name,
     refuse_changed_run,
     request_identity,
     run_name,
@@ -42,22 +39,16 @@ from breakthrough.pipeline.manifest import (
 from breakthrough.pipeline.trajectories import (
     ModelReport,
     ModelRun,
+    ModelsRequest,
     Trajectory,
-    check_hidden_stride,
     run_model,
     stored_keys,
 )
-from breakthrough.protocol import HIDDEN_STRIDE, Protocol
+from breakthrough.protocol import HIDDEN_STRIDE
 from breakthrough.store import RunStore, is_run_dir
 from breakthrough.tasks.cohorts import cohort_digest, load_cohort
 
-
-class _NamesModels(Shape):
-    @property
-    def models(self) -> tuple[str, ...]: ...
-
-
-_Req = TypeVar("_Req", bound=_NamesModels)  # a request naming `models` (distinct_models)
+_Req = TypeVar("_Req", bound=ModelsRequest)  # a base or sample request (distinct_models)
 
 
 def select_rows(
@@ -78,21 +69,13 @@ def select_rows(
     return rows
 
 
-@dataclass(frozen=True)
-class BaseRequest:
-    """What `bt base` was asked for: a cohort (subset), models, protocol and engine."""
+@dataclass(frozen=True, kw_only=True)
+class BaseRequest(ModelsRequest):
+    """What `bt base` was asked for: a cohort (subset), models, protocol and engine, and the
+    prompt variant."""
 
-    cohort: str
-    models: tuple[str, ...]
-    protocol: Protocol
-    engine: EngineSpec
-    runs_dir: Path
-    run: str | None = None
-    limit: int | None = None
-    problems: str | None = None
     variant: str = "plain"
     hidden_stride: int = HIDDEN_STRIDE  # protocol 2.2: every 8th token's hidden vector; 0 none
-    lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
 
 
 def base_runs(
@@ -111,10 +94,7 @@ def base_runs(
         raise BtError(f"--prompt-variant: expected plain or explicit, got {req.variant!r}")
     if req.protocol.base_max_tokens < 1:
         raise BtError("--max-tokens must be >= 1")
-    check_hidden_stride(req.hidden_stride, req.engine.backend)
-    check_runs_dir(req.runs_dir)
-    if req.run is not None:
-        check_run_name(req.run)  # before a cohort is read or a hub model fetched
+    req.check_outputs()  # before a cohort is read or a hub model fetched
     if not req.models:
         raise BtError("--model: no model named")
     all_rows = load_cohort(req.cohort)
@@ -190,16 +170,6 @@ class BaseRun(ModelRun):
         return todo, len(cells)
 
 
-def check_runs_dir(runs_dir: Path) -> None:
-    """--runs-dir: a folder, or a path where one can be made (checked before any model loads)."""
-    p = Path(runs_dir)
-    for q in (p, *p.parents):
-        if q.exists():
-            if not q.is_dir():
-                raise BtError(f"--runs-dir {runs_dir}: {q} is a file, not a folder")
-            return
-
-
 def refuse_other_backend(run_dir: Path, backend: str) -> None:
     """A run that recorded its engine's backend refuses another before any model is loaded."""
     if not is_run_dir(run_dir):
@@ -240,7 +210,7 @@ def distinct_models(req: _Req, key: Callable[[str], object], say: Callable[[str]
         if first != name:
             say(f"--model {name}: the same model as {first} (same weights); one run for both")
     names = tuple(kept.values())
-    return req if names == req.models else replace(req, models=names)  # type: ignore[type-var]
+    return req if names == req.models else replace(req, models=names)
 
 
 def plan_base(req: BaseRequest, say: Callable[[str], None] | None = None) -> list[RunPlan]:

@@ -27,13 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from breakthrough.engine import EngineSpec
 from breakthrough.errors import BtError
 from breakthrough.models.loading import fetch_hub_models, model_identity
-from breakthrough.pipeline.base import check_runs_dir, distinct_models, select_rows, weights_key
+from breakthrough.pipeline.base import distinct_models, select_rows, weights_key
 from breakthrough.pipeline.dry_run import PhasePlan, RunPlan, large_run_line, rate_for, sibling_runs
 from breakthrough.pipeline.manifest import (
-    check_run_name,
     refuse_changed_run,
     request_identity,
     run_name,
@@ -41,12 +39,11 @@ from breakthrough.pipeline.manifest import (
 from breakthrough.pipeline.trajectories import (
     ModelReport,
     ModelRun,
+    ModelsRequest,
     Trajectory,
-    check_hidden_stride,
     run_model,
     stored_keys,
 )
-from breakthrough.protocol import Protocol
 from breakthrough.seeds import attempt_seed
 from breakthrough.store import RunStore
 from breakthrough.tasks.cohorts import cohort_digest, load_cohort
@@ -56,26 +53,16 @@ MAX_ATTEMPTS = 4096
 SampleReport = ModelReport  # what one call did for one model (the name screens know)
 
 
-@dataclass(frozen=True)
-class SampleRequest:
+@dataclass(frozen=True, kw_only=True)
+class SampleRequest(ModelsRequest):
     """What `bt sample` (or a screen) asks for: a cohort (subset), models, N attempts of at most
-    `protocol.base_max_tokens` tokens each, an engine, and where the runs go."""
+    `protocol.base_max_tokens` tokens each, an engine, and where the runs go. Its hidden
+    stride: `bt sample` passes protocol 2.2's 8, screens keep the 0 (they only count
+    successes)."""
 
-    cohort: str
-    models: tuple[str, ...]
     attempts: int
-    protocol: Protocol
-    engine: EngineSpec
-    runs_dir: Path
-    run: str | None = None
-    limit: int | None = None
-    problems: str | None = None
     seeds: tuple[int, ...] | None = None  # explicit seed of attempt b (screens); else attempt_seed
     subdir: str = "attempts"
-    # store every Nth token's hidden vector (0: none; `bt sample` passes protocol 2.2's 8,
-    # screens keep the 0 here: they only count successes)
-    hidden_stride: int = 0
-    lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
 
 
 def seed_of(cell: str, branch: int, seeds: tuple[int, ...] | None) -> int:
@@ -94,10 +81,7 @@ def check_request(req: SampleRequest) -> None:
         raise BtError(f"--seeds: {len(req.seeds)} seeds for {req.attempts} attempts")
     if not req.models:
         raise BtError("--model: no model named")
-    check_hidden_stride(req.hidden_stride, req.engine.backend)
-    check_runs_dir(req.runs_dir)
-    if req.run is not None:
-        check_run_name(req.run)
+    req.check_outputs()
 
 
 def run_dir_for(req: SampleRequest, cohort_name: str, alias: str) -> Path:

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
-from typing import Protocol as Shape
 
 import numpy as np
 
@@ -32,6 +31,7 @@ from breakthrough.pipeline.branches import request_facts
 from breakthrough.pipeline.manifest import (
     cell_id,
     check_engine,
+    check_run_name,
     record_throughput,
     run_alias,
     run_manifest,
@@ -70,17 +70,29 @@ class Trajectory:
     seed: int
 
 
-class _Request(Shape):
-    """What a `bt base` or `bt sample` request says of every model's run."""
+@dataclass(frozen=True, kw_only=True)
+class ModelsRequest:
+    """What `bt base` and `bt sample` (a screen) are both asked for: a cohort (subset), models,
+    protocol and engine, where the runs go, the hidden vectors' stride and --wait."""
 
-    @property
-    def protocol(self) -> Protocol: ...
-    @property
-    def engine(self) -> EngineSpec: ...
-    @property
-    def hidden_stride(self) -> int: ...
-    @property
-    def lock_wait(self) -> float: ...
+    cohort: str
+    models: tuple[str, ...]
+    protocol: Protocol
+    engine: EngineSpec
+    runs_dir: Path
+    run: str | None = None
+    limit: int | None = None
+    problems: str | None = None
+    hidden_stride: int = 0  # store every Nth token's hidden vector (0: none)
+    lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
+
+    def check_outputs(self) -> None:
+        """Refuse, before anything is read or loaded, what the runs cannot be: a hidden stride
+        the backend cannot give, a --runs-dir that is no folder, a --run that is no name."""
+        check_hidden_stride(self.hidden_stride, self.engine.backend)
+        check_runs_dir(self.runs_dir)
+        if self.run is not None:
+            check_run_name(self.run)
 
 
 _Run = TypeVar("_Run", bound="ModelRun")
@@ -109,7 +121,7 @@ class ModelRun:
     @classmethod
     def of(
         cls: type[_Run],
-        req: _Request,
+        req: ModelsRequest,
         name: str,
         run_dir: Path,
         rows: Sequence[dict],
@@ -302,6 +314,16 @@ def base_cells(loaded: Any, rows: Sequence[dict], protocol: Protocol, variant: s
             }
         )
     return cells
+
+
+def check_runs_dir(runs_dir: Path) -> None:
+    """--runs-dir: a folder, or a path where one can be made (checked before any model loads)."""
+    p = Path(runs_dir)
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                raise BtError(f"--runs-dir {runs_dir}: {q} is a file, not a folder")
+            return
 
 
 def check_hidden_stride(stride: int, backend: str) -> int:
