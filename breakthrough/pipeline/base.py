@@ -97,12 +97,7 @@ def base_runs(
     req.check_outputs()  # before a cohort is read or a hub model fetched
     if not req.models:
         raise BtError("--model: no model named")
-    all_rows = load_cohort(req.cohort)
-    digest = cohort_digest(all_rows)
-    rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
-    cohort_name = Path(req.cohort).stem
-    fetch_hub_models(req.models)  # every missing hub model named at once, before any run
-    req = distinct_models(req, weights_key, say)
+    req, rows, digest, cohort_name = read_request(req, say)
     reports = []
     for name in req.models:
         ident = model_identity(name)  # from the files: a differing run is refused before loading
@@ -168,6 +163,18 @@ class BaseRun(ModelRun):
         seed = self.protocol.base_seed
         todo = [Trajectory(c["cell_id"], c, 0, seed) for c in cells if c["cell_id"] not in done]
         return todo, len(cells)
+
+
+def read_request(req: _Req, say: Callable[[str], None]) -> tuple[_Req, list[dict], str, str]:
+    """(the request with a second name of one model dropped, `distinct_models`; the rows of
+    the cohort it selects; the whole cohort's digest; the cohort's name): the cohort read
+    once, and every missing hub model fetched at once, before any run. Serves `bt base` and
+    `bt sample`."""
+    all_rows = load_cohort(req.cohort)
+    digest = cohort_digest(all_rows)
+    rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
+    fetch_hub_models(req.models)  # every missing hub model named at once, before any run
+    return distinct_models(req, weights_key, say), rows, digest, Path(req.cohort).stem
 
 
 def refuse_other_backend(run_dir: Path, backend: str) -> None:

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from breakthrough.errors import BtError
-from breakthrough.models.loading import fetch_hub_models, model_identity
-from breakthrough.pipeline.base import distinct_models, select_rows, weights_key
+from breakthrough.models.loading import model_identity
+from breakthrough.pipeline.base import distinct_models, read_request, select_rows, weights_key
 from breakthrough.pipeline.dry_run import PhasePlan, RunPlan, large_run_line, rate_for, sibling_runs
 from breakthrough.pipeline.manifest import (
     refuse_changed_run,
@@ -46,7 +46,7 @@ from breakthrough.pipeline.trajectories import (
 )
 from breakthrough.seeds import attempt_seed
 from breakthrough.store import RunStore
-from breakthrough.tasks.cohorts import cohort_digest, load_cohort
+from breakthrough.tasks.cohorts import load_cohort
 
 KIND = "attempt"
 MAX_ATTEMPTS = 4096
@@ -119,12 +119,7 @@ def sample_runs(
     (`trajectories.run_model`)."""
     say = announce or (lambda line: None)
     check_request(req)
-    all_rows = load_cohort(req.cohort)
-    digest = cohort_digest(all_rows)
-    rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
-    cohort_name = Path(req.cohort).stem
-    fetch_hub_models(req.models)  # every missing hub model named at once, before any run
-    req = distinct_models(req, weights_key, say)
+    req, rows, digest, cohort_name = read_request(req, say)
     planned, aliases = [], []
     for name in req.models:  # every model checked before any is loaded or written
         ident = model_identity(name)
