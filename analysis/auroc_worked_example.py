@@ -40,7 +40,7 @@ def worked_example() -> dict[str, Any]:
     """The study's two-problem example; returns the decompositions of the score and of LOO."""
     group = ["A"] * 4 + ["C"] * 4
     correct = [1, 1, 1, 0, 1, 0, 0, 0]
-    score = S.group_score(group, {"A": 0.75, "C": 0.25})
+    score = np.array([{"A": 0.75, "C": 0.25}[g] for g in group])  # a question-only score
     d = S.decompose(group, score, correct)
     loo = S.loo_score(group, correct)
     return {
@@ -118,8 +118,8 @@ def decompose_frame(df: Any, group_col: str, n_boot: int, seed: int, title: str)
     s = df["score"].to_numpy(dtype=np.float64)
     d = S.decompose(g, s, y)
     k, n = int(y.sum()), int(y.size)
-    w = S.wilson_interval(k, n)
-    cp = S.clopper_pearson_interval(k, n)
+    w = S.proportion_ci(k, n, method="wilson")
+    cp = S.proportion_ci(k, n, method="exact")
     print(
         f"{title}: {n:,} base samples, {d.n_groups:,} groups ({group_col}), "
         f"{d.n_groups_mixed:,} with both outcomes; correct {k:,} = {k / n:.4f} "

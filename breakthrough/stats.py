@@ -1,4 +1,5 @@
-"""AUROC decomposition, trace-blind baselines, clustered bootstrap and binomial intervals.
+"""AUROC decomposition, trace-blind baselines, clustered bootstrap and binomial intervals
+(scipy's).
 
 Pure functions over numpy arrays: no I/O, no module state. Conventions (protocol 9.8, 16.15):
 
@@ -20,7 +21,7 @@ bootstrap reuses that sort and costs O(n) per draw.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,21 +31,16 @@ __all__ = [
     "DECOMPOSITION_STATS",
     "BootstrapResult",
     "Decomposition",
-    "GroupAUROC",
     "auroc",
     "bootstrap_decomposition",
-    "clopper_pearson_interval",
-    "cluster_bootstrap",
     "decompose",
     "encode_groups",
-    "group_score",
     "loo_score",
     "missing",
-    "per_group_auroc",
     "percentile_interval",
+    "proportion_ci",
     "summarize",
     "summarize_difference",
-    "wilson_interval",
 ]
 
 # Statistics produced by decompose() / bootstrap_decomposition(), in report order.
@@ -244,59 +240,12 @@ def auroc(score: Any, label: Any) -> float:
     return r.u_total / (n_pos * n_neg)
 
 
-@dataclass(frozen=True)
-class GroupAUROC:
-    """Per-group counts and AUROC (NaN where a group has only one class), aligned with
-    ``groups``."""
-
-    groups: np.ndarray
-    n: np.ndarray
-    successes: np.ndarray
-    failures: np.ndarray
-    u: np.ndarray  # concordant success/failure pairs inside the group, ties 0.5
-    auroc: np.ndarray
-
-    def weighted_mean(self, weights: str = "failures") -> float:
-        """Mean of the per-group AUROCs over groups with both classes.
-
-        ``weights``: "failures" (f_g, pre-registered) or "pairs" (s_g * f_g, equal to the
-        pair-level within AUROC) or "equal".
-        """
-        mixed = (self.successes > 0) & (self.failures > 0)
-        if not mixed.any():
-            return float("nan")
-        if weights == "failures":
-            w = self.failures[mixed].astype(np.float64)
-        elif weights == "pairs":
-            w = (self.successes[mixed] * self.failures[mixed]).astype(np.float64)
-        elif weights == "equal":
-            w = np.ones(int(mixed.sum()))
-        else:
-            raise ValueError(f"unknown weights {weights!r}; use failures, pairs or equal")
-        return float(np.dot(w, self.auroc[mixed]) / w.sum())
-
-
 def _groups_for(group: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     """`encode_groups(group)`, checked to have one group id per row."""
     codes, uniques = encode_groups(group)
     if codes.size != n:
         raise ValueError(f"group has {codes.size} rows, expected {n}")
     return codes, uniques
-
-
-def per_group_auroc(group: Any, score: Any, label: Any) -> GroupAUROC:
-    """AUROC inside each group (rank-based, all groups at once)."""
-    y = _as_label(label)
-    s = _as_score(score, y.size)
-    codes, uniques = _groups_for(group, y.size)
-    r = _rank(codes, uniques.size, y, s)
-    succ = r.succ.astype(np.int64)
-    fail = r.fail.astype(np.int64)
-    u = r.u_group
-    pairs = succ * fail
-    with np.errstate(invalid="ignore", divide="ignore"):
-        a = np.where(pairs > 0, u / np.where(pairs > 0, pairs, 1), np.nan)
-    return GroupAUROC(groups=uniques, n=succ + fail, successes=succ, failures=fail, u=u, auroc=a)
 
 
 @dataclass(frozen=True)
@@ -386,51 +335,20 @@ def loo_score(group: Any, label: Any) -> np.ndarray:
         return np.where(others > 0, (s[codes] - y) / np.where(others > 0, others, 1.0), np.nan)
 
 
-def group_score(group: Any, fn: Callable[[Any], float] | Mapping[Any, float]) -> np.ndarray:
-    """A question-only score: a value that depends on the row's group alone.
-
-    ``fn`` is a mapping group id -> value or a function of the group id. Any such score has
-    within AUROC exactly 0.5 (all within pairs tie).
-    """
-    codes, uniques = encode_groups(group)
-    get = fn.__getitem__ if isinstance(fn, Mapping) else fn
-    values = np.array([float(get(u)) for u in uniques.tolist()], dtype=np.float64)
-    return values[codes]
-
-
 # --------------------------------------------------------------------------- intervals
 
 
-def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a success rate (NaNs when n == 0)."""
-    from scipy.stats import norm
-
-    if n <= 0:
-        return (float("nan"), float("nan"))
-    if not 0 <= successes <= n:
-        raise ValueError(f"successes must lie in [0, {n}], got {successes}")
-    z = float(norm.ppf(0.5 + confidence / 2.0))
-    p = successes / n
-    den = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def clopper_pearson_interval(
-    successes: int, n: int, confidence: float = 0.95
+def proportion_ci(
+    successes: int, n: int, confidence: float = 0.95, method: str = "wilson"
 ) -> tuple[float, float]:
-    """Exact (Clopper-Pearson) interval for a success rate (NaNs when n == 0)."""
-    from scipy.stats import beta
+    """scipy's interval for a success rate, `binomtest(k, n).proportion_ci(...)`: method
+    "wilson" (Wilson score) or "exact" (Clopper-Pearson); NaNs when n == 0 (no rate)."""
+    from scipy.stats import binomtest
 
     if n <= 0:
         return (float("nan"), float("nan"))
-    if not 0 <= successes <= n:
-        raise ValueError(f"successes must lie in [0, {n}], got {successes}")
-    alpha = 1.0 - confidence
-    lo = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, n - successes + 1))
-    hi = 1.0 if successes == n else float(beta.ppf(1 - alpha / 2, successes + 1, n - successes))
-    return (lo, hi)
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method=method)
+    return (float(ci.low), float(ci.high))
 
 
 def percentile_interval(draws: Any, confidence: float = 0.95) -> tuple[float, float]:
@@ -452,8 +370,8 @@ def _count_draws(
 ) -> Iterator[np.ndarray]:
     """Yield (m, G) arrays: how often each group is drawn, G draws with replacement per row.
 
-    Both bootstrap paths consume the generator through this function, so the same seed gives
-    the same resamples in each.
+    Every resampling consumes the generator through this function, so the same seed gives the
+    same resamples in each (the generic resampling tests/test_stats.py checks against too).
     """
     done = 0
     while done < n_boot:
@@ -462,45 +380,6 @@ def _count_draws(
         flat = (idx + (np.arange(m) * n_groups)[:, None]).ravel()
         yield np.bincount(flat, minlength=m * n_groups).reshape(m, n_groups)
         done += m
-
-
-def cluster_bootstrap(
-    group: Any,
-    statistic: Callable[..., Any],
-    *arrays: Any,
-    n_boot: int = 2000,
-    seed: int | np.random.Generator = 0,
-) -> np.ndarray:
-    """Problem-clustered bootstrap of any statistic.
-
-    Each draw resamples the groups with replacement (as many as there are) and takes all rows
-    of each drawn group; a group drawn twice enters as two distinct groups. ``statistic`` is
-    called as ``statistic(group_codes, *resampled_arrays)`` and returns a float or a 1-D
-    array (e.g. a difference between two scores on the same rows). Returns the draws, shape
-    (n_boot,) or (n_boot, k); use percentile_interval on them.
-    """
-    codes, uniques = encode_groups(group)
-    G = uniques.size
-    cols = [np.asarray(a) for a in arrays]
-    for a in cols:
-        if a.shape[0] != codes.size:
-            raise ValueError(f"array has {a.shape[0]} rows, expected {codes.size}")
-    if G == 0:
-        raise ValueError("no groups to resample")
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    order = np.argsort(codes, kind="stable")
-    size = np.bincount(codes, minlength=G)
-    start = np.r_[0, np.cumsum(size)[:-1]]
-    out = []
-    for counts in _count_draws(rng, G, n_boot, chunk=64):
-        for c in counts:
-            drawn = np.repeat(np.arange(G), c)  # group ids, one entry per copy
-            lens = size[drawn]
-            copy_id = np.repeat(np.arange(drawn.size), lens)
-            offs = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
-            rows = order[start[drawn][copy_id] + offs]
-            out.append(np.asarray(statistic(copy_id, *(a[rows] for a in cols)), dtype=np.float64))
-    return np.stack(out) if out else np.zeros((0,))
 
 
 @dataclass(frozen=True)
@@ -567,9 +446,10 @@ def bootstrap_decomposition(
     twice enters as two copies whose groups are distinct groups.
 
     All scores see the same resamples (draws are paired), so differences between scores on
-    the same rows come from ``BootstrapResult.difference``. Equivalent to
-    ``cluster_bootstrap(group, lambda g, s, y: decompose(g, s, y)...)`` with the same seed, but
-    O(n) per draw with no re-sorting: a drawn group's rows enter with multiplicity = its count.
+    the same rows come from ``BootstrapResult.difference``. Equivalent to resampling the rows of
+    the drawn groups and calling ``decompose`` on each draw with the same seed (the reference in
+    tests/test_stats.py), but O(n) per draw with no re-sorting: a drawn group's rows enter with
+    multiplicity = its count.
     """
     y = _as_label(label)
     codes, uniques = _groups_for(group, y.size)

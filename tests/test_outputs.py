@@ -15,6 +15,7 @@ import pytest
 from classify_fixture import frames
 
 from breakthrough.classify.frames import classify_frames
+from breakthrough.classify.settings import ClassifySettings
 from breakthrough.errors import BtError
 from breakthrough.outputs import json_ready, replace_atomic, write_atomic, write_json
 from breakthrough.plotting import DPI, new_figure, save_png
@@ -68,7 +69,7 @@ def test_classify_summary_and_plan_are_strict_json_with_float32_nan(tmp_path):
     """The defect, through classify's own writer: NumPy float32 NaN / ±inf in what the summary
     and plan carry from a result used to reach summary.json and plan.json as NaN / Infinity."""
     samples, cells = frames()
-    res = classify_frames(samples, cells, draws=5)
+    res = classify_frames(samples, cells, settings=ClassifySettings(draws=5))
     res.summary["posterior_band"] = [np.float32("nan"), np.float32("inf")]
     res.summary["survival_seed"] = {"lo": np.float32("-inf"), "hi": [np.float64("nan")]}
     out = tmp_path / "out"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.stats import binomtest
+from scipy.stats import beta, norm
 from sklearn.metrics import roc_auc_score
 
 from breakthrough import stats as S
@@ -18,6 +18,34 @@ from breakthrough import stats as S
 EX_GROUP = ["A"] * 4 + ["C"] * 4
 EX_LABEL = [1, 1, 1, 0, 1, 0, 0, 0]
 EX_SCORE = [0.75] * 4 + [0.25] * 4
+
+
+def _group_score(group, value):
+    """A question-only score: `value(group id)` for every row of the group."""
+    return np.array([float(value(g)) for g in group])
+
+
+def _cluster_bootstrap(group, statistic, *arrays, n_boot, seed):
+    """The generic resampling `bootstrap_decomposition` must equal: each draw takes the rows
+    of the drawn groups (a group drawn twice enters as two distinct groups) and calls
+    `statistic(copy ids, *resampled arrays)`; the draws come from `S._count_draws`, as the
+    fast path's do."""
+    codes, uniques = S.encode_groups(group)
+    G = uniques.size
+    cols = [np.asarray(a) for a in arrays]
+    order = np.argsort(codes, kind="stable")
+    size = np.bincount(codes, minlength=G)
+    start = np.r_[0, np.cumsum(size)[:-1]]
+    out = []
+    for counts in S._count_draws(np.random.default_rng(seed), G, n_boot, chunk=64):
+        for c in counts:
+            drawn = np.repeat(np.arange(G), c)  # group ids, one entry per copy
+            lens = size[drawn]
+            copy_id = np.repeat(np.arange(drawn.size), lens)
+            offs = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
+            rows = order[start[drawn][copy_id] + offs]
+            out.append(np.asarray(statistic(copy_id, *(a[rows] for a in cols)), dtype=np.float64))
+    return np.stack(out)
 
 
 def _brute(group, score, label):
@@ -66,11 +94,9 @@ def test_question_only_score_within_is_half():
     rng = np.random.default_rng(1)
     g = rng.integers(0, 30, 400)
     y = rng.random(400) < 0.5
-    q = S.group_score(g, lambda gid: (gid * 37) % 11)
+    q = _group_score(g, lambda gid: (gid * 37) % 11)
     d = S.decompose(g, q, y)
     assert d.within == 0.5 and d.within_failure_weighted == 0.5
-    q2 = S.group_score(EX_GROUP, {"A": 0.75, "C": 0.25})
-    np.testing.assert_array_equal(q2, EX_SCORE)
 
 
 rows = st.integers(2, 40).flatmap(
@@ -104,20 +130,24 @@ def test_identity_and_sklearn_agreement(data):
         assert np.isnan(d.pooled) and np.isnan(d.lam)
 
 
-def test_per_group_auroc_and_weightings():
+def test_within_is_the_weighted_mean_of_per_group_aurocs():
+    """Within AUROC over pairs = per-group AUROCs (scikit-learn's) weighted s_g * f_g; the
+    failure-weighted one weights them f_g."""
     rng = np.random.default_rng(2)
     g = rng.integers(0, 12, 300)
     y = (rng.random(300) < 0.6).astype(int)
     s = rng.normal(size=300) + y * 0.3
-    pg = S.per_group_auroc(g, s, y)
-    for gid, a, n_s, n_f in zip(pg.groups, pg.auroc, pg.successes, pg.failures, strict=True):
+    per_group = []  # (AUROC, successes, failures) of each group with both outcomes
+    for gid in np.unique(g):
         m = g == gid
-        assert (n_s, n_f) == (y[m].sum(), (1 - y[m]).sum())
+        n_s, n_f = int(y[m].sum()), int((1 - y[m]).sum())
         if n_s and n_f:
-            assert a == pytest.approx(roc_auc_score(y[m], s[m]))
+            per_group.append((roc_auc_score(y[m], s[m]), n_s, n_f))
+    a, n_s, n_f = (np.array(c, dtype=float) for c in zip(*per_group, strict=True))
     d = S.decompose(g, s, y)
-    assert pg.weighted_mean("pairs") == pytest.approx(d.within)
-    assert pg.weighted_mean("failures") == pytest.approx(d.within_failure_weighted)
+    assert d.n_groups_mixed == len(per_group)
+    assert d.within == pytest.approx(np.average(a, weights=n_s * n_f))
+    assert d.within_failure_weighted == pytest.approx(np.average(a, weights=n_f))
 
 
 def test_bootstrap_fast_path_matches_generic_resampling():
@@ -131,7 +161,7 @@ def test_bootstrap_fast_path_matches_generic_resampling():
         da, db = S.decompose(codes, a, yy), S.decompose(codes, b, yy)
         return [getattr(da, k) for k in S.DECOMPOSITION_STATS] + [da.pooled - db.pooled]
 
-    generic = S.cluster_bootstrap(g, stat, s1, s2, y, n_boot=150, seed=11)
+    generic = _cluster_bootstrap(g, stat, s1, s2, y, n_boot=150, seed=11)
     fast = S.bootstrap_decomposition(g, y, {"s1": s1, "loo": s2}, n_boot=150, seed=11, chunk=7)
     expect = np.column_stack(
         [fast.draws["s1"][k] for k in S.DECOMPOSITION_STATS]
@@ -156,12 +186,19 @@ def test_bootstrap_skips_single_class_draws():
 
 @pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (29, 33), (1, 1)])
 def test_binomial_intervals(k, n):
-    ref = binomtest(k, n)
-    w = ref.proportion_ci(0.95, method="wilson")
-    cp = ref.proportion_ci(0.95, method="exact")
-    assert S.wilson_interval(k, n) == pytest.approx((w.low, w.high), abs=1e-12)
-    assert S.clopper_pearson_interval(k, n) == pytest.approx((cp.low, cp.high), abs=1e-9)
-    assert all(np.isnan(S.wilson_interval(0, 0)))
+    """scipy's methods are the textbook intervals: Wilson's score interval and the exact
+    Clopper-Pearson one (Beta quantiles); no rate, no interval."""
+    z = norm.ppf(0.975)
+    p = k / n
+    centre, half = p + z * z / (2 * n), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    wilson = ((centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n))
+    exact = (
+        0.0 if k == 0 else beta.ppf(0.025, k, n - k + 1),
+        1.0 if k == n else beta.ppf(0.975, k + 1, n - k),
+    )
+    assert S.proportion_ci(k, n) == pytest.approx(wilson, abs=1e-12)
+    assert S.proportion_ci(k, n, method="exact") == pytest.approx(exact, abs=1e-9)
+    assert all(np.isnan(S.proportion_ci(0, 0)))
 
 
 def test_input_validation():
@@ -188,7 +225,7 @@ def test_bootstrap_with_coarser_clusters_matches_generic():
         d = S.decompose(copy_id * 1000 + c, ss, yy)
         return [getattr(d, k) for k in S.DECOMPOSITION_STATS]
 
-    generic = S.cluster_bootstrap(problem, stat, cell, s, y, n_boot=60, seed=9)
+    generic = _cluster_bootstrap(problem, stat, cell, s, y, n_boot=60, seed=9)
     fast = S.bootstrap_decomposition(cell, y, {"s": s}, n_boot=60, seed=9, cluster=problem)
     expect = np.column_stack([fast.draws["s"][k] for k in S.DECOMPOSITION_STATS])
     np.testing.assert_allclose(generic, expect, atol=1e-12, equal_nan=True)

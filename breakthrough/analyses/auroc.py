@@ -135,8 +135,8 @@ def analyse_section(
         "success_rate": {
             "estimate": k / n if n else None,
             "successes": k,
-            "wilson": list(S.wilson_interval(k, n, confidence)),
-            "clopper_pearson": list(S.clopper_pearson_interval(k, n, confidence)),
+            "wilson": list(S.proportion_ci(k, n, confidence, "wilson")),
+            "clopper_pearson": list(S.proportion_ci(k, n, confidence, "exact")),
         },
     }
     loo = S.loo_score(codes, y)

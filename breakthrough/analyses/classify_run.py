@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,8 @@ from typing import Any
 import pandas as pd
 
 from breakthrough.classify.completeness import STATUSES, owed_grids
-from breakthrough.classify.frames import Band, ClassifyResult, classify_frames
+from breakthrough.classify.frames import ClassifyResult, classify_frames
+from breakthrough.classify.settings import DEFAULT_SETTINGS, ClassifySettings
 from breakthrough.report.cell_details import CellDetail, cell_details, problem_line, problem_text
 from breakthrough.report.classify_outputs import write_outputs
 from breakthrough.store import RunStore, find_runs, run_names
@@ -77,18 +78,12 @@ def classify_runs(
     runs: Sequence[Path],
     out: Path | None = None,
     *,
-    topup: str | Iterable[str] = "terminal,ambiguous",
-    tau: float | None = None,
-    delta: float | None = None,
-    prior: str | None = None,
-    band: Band | None = None,
-    draws: int = 200,
-    seed: int = 0,
+    settings: ClassifySettings = DEFAULT_SETTINGS,
     cell_pages: bool = True,
 ) -> ClassifyReport:
     """`bt classify RUN...`: classify every run (run directories or folders of them) under its
-    stored protocol (τ, δ, prior and band override it when given) and write every output
-    under `out` (default `default_out_dir(runs)`)."""
+    stored protocol (`settings`' τ, δ, prior and band override it when given) and write every
+    output under `out` (default `default_out_dir(runs)`)."""
     results: dict[str, ClassifyResult] = {}
     details: dict[str, dict[str, CellDetail]] = {}
     problems: dict[str, dict[str, str | None]] = {}
@@ -106,13 +101,7 @@ def classify_runs(
             samples,
             cells,
             protocol=protocol,
-            topup=topup,
-            tau=tau,
-            delta=delta,
-            prior=prior,
-            band=band,
-            draws=draws,
-            seed=seed,
+            settings=settings,
             grids=grids,
         )
         if cell_pages:

@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from breakthrough.analyses.classify_run import classify_runs, default_out_dir
+from breakthrough.classify.settings import DRAWS, SEED, ClassifySettings
 from breakthrough.errors import BtError
 from breakthrough.outputs import write_atomic, write_json
 from breakthrough.report import headlines as HL
@@ -257,8 +258,8 @@ def study_report(
     *,
     confirm: Path | str | None = None,
     probes: Sequence[Path | str] | None = None,
-    draws: int = 200,
-    seed: int = 0,
+    draws: int = DRAWS,
+    seed: int = SEED,
     cell_pages: bool = True,
 ) -> StudyReport:
     """`bt report study RUN...` (see module doc). `confirm`: a `bt confirm` output folder
@@ -276,7 +277,8 @@ def study_report(
         else [d / "probe" for d in dirs if (d / "probe" / PROBE_SUMMARY).is_file()]
     )
 
-    cl = classify_runs(roots, out_dir / "classify", draws=draws, seed=seed, cell_pages=cell_pages)
+    settings = ClassifySettings(draws=draws, seed=seed)
+    cl = classify_runs(roots, out_dir / "classify", settings=settings, cell_pages=cell_pages)
     dirs = cl.runs  # the study runs: no `bt sample` run, no output folder (cl.notes says so)
     runs_text = " ".join(str(r) for r in dirs)  # a hint names only the runs it would fill
     summary, labels = cl.summary, cl.paths["labels"]

@@ -11,13 +11,12 @@ run's store is `breakthrough.analyses.classify_run`; writing tables, figures and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from breakthrough.classify.arms import a2_table, a2_verdict, arm_labels
-from breakthrough.classify.beta import PRIORS, describe_prior
+from breakthrough.classify.beta import describe_prior
 from breakthrough.classify.completeness import status_counts, unfinished_cells
 from breakthrough.classify.hardening import hardening_counts, topup_resolution
 from breakthrough.classify.panels import probe_panel, restart_panel, rows_by_cell
@@ -25,9 +24,8 @@ from breakthrough.classify.plan import PlanItem, plan_next
 from breakthrough.classify.pooling import whole_beyond_rule
 from breakthrough.classify.posterior import regime_survival, with_posterior
 from breakthrough.classify.regimes import cell_curves, label_panels, pooling_rule
+from breakthrough.classify.settings import DEFAULT_SETTINGS, ClassifySettings
 from breakthrough.classify.summary import summarize
-from breakthrough.classify.topup import TOPUP_DEFAULT, parse_topup, topup_text
-from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT, Protocol
 
 # The plans every summary compares, besides the chosen one: the study's rule and the posterior
@@ -62,69 +60,26 @@ class ClassifyResult:
         return self.plans[self.topup]
 
 
-Band = tuple[float | None, float | None]
-
-
-def checked_protocol(
-    protocol: Protocol,
-    *,
-    tau: float | None = None,
-    delta: float | None = None,
-    prior: str | None = None,
-    band: Band | None = None,
-) -> Protocol:
-    """The protocol with the given overrides (None, also for one side of the band, keeps the
-    protocol's value), checked: τ in (0, 1], a known prior, 0 ≤ lo < hi ≤ 1; BtError naming
-    the option otherwise."""
-    lo, hi = band if band is not None else (None, None)
-    p = protocol.with_overrides(
-        tau=None if tau is None else float(tau),
-        delta=None if delta is None else float(delta),
-        prior=prior,
-        posterior_band=(
-            protocol.posterior_band[0] if lo is None else float(lo),
-            protocol.posterior_band[1] if hi is None else float(hi),
-        ),
-    )
-    if not 0 < p.tau <= 1:
-        raise BtError(f"--tau must be in (0, 1], got {p.tau}")
-    if p.prior not in PRIORS:
-        raise BtError(f"--prior must be one of {', '.join(PRIORS)}, got {p.prior!r}")
-    lo, hi = p.posterior_band
-    if not 0 <= lo < hi <= 1:
-        raise BtError(
-            f"posterior band (--band-lo, --band-hi) must satisfy 0 <= lo < hi <= 1, "
-            f"got {p.posterior_band}"
-        )
-    return p
-
-
 def classify_frames(
     samples: pd.DataFrame,
     cells: pd.DataFrame | None = None,
     *,
     protocol: Protocol = DEFAULT,
-    topup: str | Iterable[str] = TOPUP_DEFAULT,
-    tau: float | None = None,
-    delta: float | None = None,
-    prior: str | None = None,
-    band: Band | None = None,
-    draws: int = 200,
-    seed: int = 0,
+    settings: ClassifySettings = DEFAULT_SETTINGS,
     grids: dict[str, tuple[int, ...]] | None = None,
 ) -> ClassifyResult:
     """Labels, posteriors, survival, the plans and the summary of one run's frames
     (`RunStore.samples_frame()`, `RunStore.cells_frame()`; cells may be None) under the run's
-    protocol; τ, δ, the prior and the posterior band override the protocol's when given. The
-    chosen `topup` rules also decide which top-up branches the labels count
+    protocol; `settings`' τ, δ, prior and posterior band override the protocol's when given. The
+    chosen `settings.topup` rules also decide which top-up branches the labels count
     (`classify.pooling`): "terminal,ambiguous" labels as the study's wave 3 (A5.1 pooled),
     "terminal" as its development and supplement cohorts (canonical 4-branch probe summaries;
     restart cells count every attempt, `classify.pooling`). Cells that have not run their
     protocol (`completeness.unfinished_cells`; `grids`, `completeness.owed_grids` of the base
     traces: the anchors each cell's probes must hold) get no label:
     `ClassifyResult.unfinished`."""
-    protocol = checked_protocol(protocol, tau=tau, delta=delta, prior=prior, band=band)
-    chosen = topup_text(parse_topup(topup) if isinstance(topup, str) else topup)
+    protocol = settings.protocol(protocol)
+    chosen = settings.topup_text
     all_pp = probe_panel(samples, protocol)
     all_rp = restart_panel(samples, protocol)
     unfinished = unfinished_cells(
@@ -137,9 +92,7 @@ def classify_frames(
         cells = cells[~cells["cell_id"].astype(str).isin(skip)]
     labels = label_panels(pp, rp, cells, protocol=protocol, topup=chosen)
     if len(labels):
-        surv = regime_survival(
-            pp, rp, labels, protocol=protocol, topup=chosen, draws=draws, seed=seed
-        )
+        surv = regime_survival(pp, rp, labels, protocol=protocol, settings=settings)
         labels["regime_survival"] = labels["cell_id"].map(surv).astype(float)
     plans = {
         rule: plan_next(all_pp, all_rp, protocol=protocol, topup=rule)
@@ -164,8 +117,8 @@ def classify_frames(
     summary.update(
         topup=chosen,
         posterior_band=list(protocol.posterior_band),
-        survival_draws=draws,
-        survival_seed=seed,
+        survival_draws=settings.draws,
+        survival_seed=settings.seed,
         unfinished_counts=status_counts(unfinished),
         restart_cells_whole=whole,
         protocol=protocol.to_dict()

@@ -21,6 +21,7 @@ import pandas as pd
 from breakthrough.classify.beta import prior_params, prob_rate_at_least
 from breakthrough.classify.panels import PanelRow, rows_by_cell
 from breakthrough.classify.regimes import cell_counts, pooling_rule, regime_of
+from breakthrough.classify.settings import DEFAULT_SETTINGS, DRAWS, SEED, ClassifySettings
 from breakthrough.classify.topup import TOPUP_DEFAULT
 from breakthrough.protocol import DEFAULT, Protocol
 
@@ -61,8 +62,8 @@ def regime_draws(
     tau: float | None = None,
     delta: float | None = None,
     topup: str | Iterable[str] = TOPUP_DEFAULT,
-    draws: int = 200,
-    seed: int = 0,
+    draws: int = DRAWS,
+    seed: int = SEED,
     prior: str | None = None,
 ) -> list[str]:
     """The regimes of `draws` posterior redraws of one cell's rates (its panel rows as
@@ -97,16 +98,12 @@ def regime_survival(
     labels: pd.DataFrame,
     *,
     protocol: Protocol = DEFAULT,
-    tau: float | None = None,
-    delta: float | None = None,
-    topup: str | Iterable[str] = TOPUP_DEFAULT,
-    draws: int = 200,
-    seed: int = 0,
-    prior: str | None = None,
+    settings: ClassifySettings = DEFAULT_SETTINGS,
 ) -> pd.Series:
-    """Per cell (index cell_id): the share of `draws` posterior redraws (`regime_draws`) under
-    which the regime label equals `labels.regime`. τ, δ and the prior default to the
-    protocol's; `topup` is the `--topup` rules the labels were made under."""
+    """Per cell (index cell_id): the share of `settings.draws` posterior redraws
+    (`regime_draws`, seeded by `settings.seed`) under which the regime label equals
+    `labels.regime`. `settings`' τ, δ and prior override the protocol's when given;
+    `settings.topup` is the `--topup` rules the labels were made under."""
     probes = rows_by_cell(probe_panel, "anchor")
     restarts = rows_by_cell(restart_panel, "budget")
     out = {}
@@ -116,12 +113,13 @@ def regime_survival(
             probes.get(cell, []),
             restarts.get(cell, []),
             protocol=protocol,
-            tau=tau,
-            delta=delta,
-            topup=topup,
-            draws=draws,
-            seed=seed,
-            prior=prior,
+            tau=settings.tau,
+            delta=settings.delta,
+            topup=settings.rules,
+            draws=settings.draws,
+            seed=settings.seed,
+            prior=settings.prior,
         )
-        out[cell] = sum(g == observed for g in got) / draws if draws else float("nan")
+        n = settings.draws
+        out[cell] = sum(g == observed for g in got) / n if n else float("nan")
     return pd.Series(out, name="regime_survival", dtype=float)

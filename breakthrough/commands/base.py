@@ -6,22 +6,17 @@ from pathlib import Path
 
 import typer
 
+from breakthrough.commands.engine_options import HttpOptions, with_http_options
 from breakthrough.commands.options import (
     EXIT_FAILURES,
-    api_key_option,
-    backend_option,
     check_engine_options,
     check_wait,
     count,
-    endpoint_option,
-    given_text,
+    dry_run_option,
     hidden_stride_for,
     hidden_stride_option,
-    max_inflight_option,
-    name_list,
-    processed_logprobs_option,
-    request_timeout_option,
-    retries_option,
+    model_names,
+    problems_option,
     runs_dir_option,
     wait_option,
 )
@@ -31,7 +26,9 @@ from breakthrough.protocol import DEFAULT
 STUDY_MODELS = "gemma4-e4b,ministral3-3b"
 
 
+@with_http_options
 def base(
+    *,
     cohort: str = typer.Option(
         "math89", help="Cohort name (see `bt cohorts list`) or a .jsonl path."
     ),
@@ -50,18 +47,12 @@ def base(
         "a longer one is refused before anything is written.",
     ),
     runs_dir: Path = runs_dir_option("Folder that holds run directories."),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Print the samples and tokens each "
-        "phase would generate and an ETA from this machine's measured "
-        "tokens/s; load no model, write nothing.",
-    ),
+    dry_run: bool = dry_run_option(),
     run: str | None = typer.Option(
         None, help="Run name (default COHORT-MODEL); with several models, NAME-MODEL per model."
     ),
     limit: int | None = typer.Option(None, help="Only the first N problems of the cohort."),
-    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    problems: str | None = problems_option(),
     batch_size: int = typer.Option(
         8, help="Rows (sequences) generated together at most (continuous batching)."
     ),
@@ -71,13 +62,7 @@ def base(
     seed: int = typer.Option(
         DEFAULT.base_seed, help="Base seed (the protocol uses 11 for every cell)."
     ),
-    backend: str = backend_option(),
-    endpoint: str | None = endpoint_option(),
-    max_inflight: int = max_inflight_option(),
-    accept_processed_logprobs: bool = processed_logprobs_option(),
-    request_timeout: float = request_timeout_option(),
-    retries: int = retries_option(),
-    api_key: str | None = api_key_option(),
+    http: HttpOptions,  # --backend, --endpoint ... --api-key (with_http_options)
     hidden_stride: int | None = hidden_stride_option(),
     wait: float = wait_option(),
 ) -> None:
@@ -88,31 +73,14 @@ def base(
     Each trace also stores every 8th token's hidden vector (protocol 2.2; see --hidden-stride)."""
     from rich.console import Console
 
-    from breakthrough.commands.engine_options import http_options
-    from breakthrough.engine import EngineSpec
     from breakthrough.models.registry import OFFLINE_DEFAULT
     from breakthrough.pipeline.base import BaseRequest, base_runs
 
     console = Console(stderr=True)  # the progress display, notes, warnings
     status = Console()  # what is about to run, on stdout: a refusal after it is stderr's one line
-    check_engine_options(backend, batch_size)
-    for value, option in (
-        (model, "--model"),
-        (problems, "--problems"),
-        (run, "--run"),
-        (cohort, "--cohort"),
-    ):
-        given_text(value, option)
-    models, _ = name_list(model, "--model"), name_list(problems, "--problems")
-    remote = http_options(
-        backend,
-        endpoint,
-        max_inflight,
-        accept_processed_logprobs,
-        request_timeout,
-        retries,
-        api_key,
-    )
+    check_engine_options(http.backend, batch_size)
+    models = model_names(model, problems, run, cohort)
+    http.check()
     protocol = DEFAULT.with_overrides(
         base_max_tokens=max_tokens, base_seed=seed, max_prompt_tokens=max_prompt_tokens
     ).validate()
@@ -129,13 +97,13 @@ def base(
         cohort=cohort,
         models=models,
         protocol=protocol,
-        engine=EngineSpec(backend=backend, batch_size=batch_size, **remote),
+        engine=http.engine(batch_size),
         runs_dir=runs_dir,
         run=run,
         limit=limit,
         problems=problems,
         variant=prompt_variant,
-        hidden_stride=hidden_stride_for(hidden_stride, backend),
+        hidden_stride=hidden_stride_for(hidden_stride, http.backend),
         lock_wait=check_wait(wait),
     )
     if dry_run:

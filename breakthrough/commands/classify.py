@@ -12,10 +12,10 @@ from pathlib import Path
 
 import typer
 
-from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
+from breakthrough.classify.settings import DEFAULT_SETTINGS, ClassifySettings
+from breakthrough.classify.topup import TOPUP_HELP
 from breakthrough.commands.options import MAX_DRAWS, count
-from breakthrough.errors import BtError
-from breakthrough.protocol import DEFAULT, MAX_SEED
+from breakthrough.protocol import MAX_SEED
 
 
 def _print_tables(
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
             None, help="Primary prefix-value margin δ (default: the run's)."
         ),
         topup: str = typer.Option(
-            TOPUP_DEFAULT,
+            DEFAULT_SETTINGS.topup,
             help="The plan of next work written to "
             "plan.json, as `bt continue --topup` would run it. " + TOPUP_HELP,
         ),
@@ -115,9 +115,14 @@ def register(app: typer.Typer) -> None:
             help="--topup posterior: upper P(rate≥τ) bound (default: the run's posterior band).",
         ),
         draws: int = typer.Option(
-            200, min=0, max=MAX_DRAWS, help="Posterior redraws for regime survival."
+            DEFAULT_SETTINGS.draws,
+            min=0,
+            max=MAX_DRAWS,
+            help="Posterior redraws for regime survival.",
         ),
-        seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the posterior redraws."),
+        seed: int = typer.Option(
+            DEFAULT_SETTINGS.seed, min=0, max=MAX_SEED, help="Seed of the posterior redraws."
+        ),
         cell_pages: bool = typer.Option(True, help="Write one HTML page per cell."),
     ) -> None:
         """Label every cell (T_F, R̂, adv, T_V, regime) under the protocol stored in its run,
@@ -125,27 +130,16 @@ def register(app: typer.Typer) -> None:
         report."""
         from breakthrough.analyses.classify_run import classify_runs  # not at `bt` start-up
 
-        DEFAULT.with_overrides(tau=tau, delta=delta, prior=prior).validate()  # before any read
-        band = (band_lo, band_hi)
-        if not all(b is None or 0 <= b <= 1 for b in band) or (
-            band_lo is not None and band_hi is not None and not band_lo < band_hi
-        ):
-            raise BtError(
-                f"--band-lo/--band-hi: expected 0 <= lo < hi <= 1, got {band_lo}, {band_hi}"
-            )
-
-        report = classify_runs(
-            runs,
-            out,
-            topup=parse_topup(topup),
+        settings = ClassifySettings(
+            topup=topup,
             tau=tau,
             delta=delta,
             prior=prior,
-            band=band,
+            band=(band_lo, band_hi),
             draws=draws,
             seed=seed,
-            cell_pages=cell_pages,
-        )
+        ).check()  # before any read
+        report = classify_runs(runs, out, settings=settings, cell_pages=cell_pages)
         _print_tables(
             report.summary, report.index, report.plan_items, report.summary["topup"], report.notes
         )

@@ -9,10 +9,12 @@ from pathlib import Path
 import typer
 
 from breakthrough.commands.options import (
+    dry_run_option,
     given_text,
     json_option,
     name_list,
     print_json,
+    problems_option,
     runs_dir_option,
 )
 from breakthrough.outputs import write_bytes
@@ -346,14 +348,11 @@ def screen_cmd(
         "--seeds) needs its own.",
     ),
     limit: int | None = typer.Option(None, help="Only the first N problems of the source."),
-    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    problems: str | None = problems_option(),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Print the attempts and tokens still "
-        "to generate and an ETA from this machine's measured tokens/s; "
-        "load no model, write nothing.",
+    dry_run: bool = dry_run_option(
+        "Print the attempts and tokens still to generate and an ETA from this machine's "
+        "measured tokens/s; load no model, write nothing."
     ),
 ) -> None:
     """Screen a cohort (protocol 6.2): seeds x models x a screening budget, keep the problems

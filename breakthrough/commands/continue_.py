@@ -8,21 +8,16 @@ from typing import Any
 import typer
 
 from breakthrough.classify.topup import TOPUP_DEFAULT, TOPUP_HELP, parse_topup
+from breakthrough.commands.engine_options import HttpOptions, with_http_options
 from breakthrough.commands.options import (
     EXIT_FAILURES,
     MEMORY_GB_HELP,
-    api_key_option,
-    backend_option,
     check_engine_options,
     check_wait,
     count,
-    endpoint_option,
+    dry_run_option,
     int_list,
-    max_inflight_option,
     memory_budget,
-    processed_logprobs_option,
-    request_timeout_option,
-    retries_option,
     runs_dir_option,
     wait_option,
 )
@@ -35,7 +30,9 @@ RUNS_SETTING = (
 )
 
 
+@with_http_options
 def continue_(
+    *,
     runs: list[Path] = typer.Argument(
         None, help="Run directories (default: every run under --runs-dir)."
     ),
@@ -87,26 +84,14 @@ def continue_(
         help="Solve-rate threshold for a crossing. " + RUNS_SETTING.format(default=DEFAULT.tau),
     ),
     runs_dir: Path = runs_dir_option("Where runs live (used when no RUN is given)."),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Print the samples and tokens each "
-        "phase would generate and an ETA from this machine's measured "
-        "tokens/s; load no model, write nothing.",
-    ),
+    dry_run: bool = dry_run_option(),
     batch_size: int = typer.Option(
         32,
         help="Rows (sequences) generated together at most "
         "(continuous batching; also capped by --memory-gb).",
     ),
     memory_gb: str = typer.Option("auto", help=MEMORY_GB_HELP),
-    backend: str = backend_option(),
-    endpoint: str = endpoint_option(),
-    max_inflight: int = max_inflight_option(),
-    accept_processed_logprobs: bool = processed_logprobs_option(),
-    request_timeout: float = request_timeout_option(),
-    retries: int = retries_option(),
-    api_key: str = api_key_option(),
+    http: HttpOptions,  # --backend, --endpoint ... --api-key (with_http_options)
     add_budget: int | None = typer.Option(
         None,
         "--add-budget",
@@ -143,27 +128,17 @@ def continue_(
     identity, so the result equals an uninterrupted run)."""
     from rich.console import Console
 
-    from breakthrough.commands.engine_options import http_options
-    from breakthrough.engine import EngineSpec
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
     from breakthrough.store import find_runs
 
     console = Console(stderr=True)
-    remote = http_options(
-        backend,
-        endpoint,
-        max_inflight,
-        accept_processed_logprobs,
-        request_timeout,
-        retries,
-        api_key,
-    )
+    http.check()
     rules = None if topup is None else parse_topup(topup)
-    check_engine_options(backend, batch_size, memory_gb)
+    check_engine_options(http.backend, batch_size, memory_gb)
     if kv_bits is not None and kv_bits not in (4, 8):
         raise BtError(f"--kv-bits: expected 4 or 8, got {kv_bits}")
-    if kv_bits is not None and backend not in ("mlx", "mlx-fresh"):
-        raise BtError(f"--kv-bits applies to --backend mlx or mlx-fresh, not {backend}")
+    if kv_bits is not None and http.backend not in ("mlx", "mlx-fresh"):
+        raise BtError(f"--kv-bits applies to --backend mlx or mlx-fresh, not {http.backend}")
     settings = dict(
         budget=budget,
         answer_budget=answer_budget,
@@ -181,20 +156,14 @@ def continue_(
             runs or [runs_dir],
             add_budget,
             dry_run,
-            backend,
-            remote,
+            http,
             batch_size,
             memory_gb,
             check_wait(wait),
             (settings, kv_bits, instrument),
         )
         return
-    engine = EngineSpec(
-        backend=backend,
-        batch_size=batch_size,
-        memory_budget_bytes=memory_budget(memory_gb),
-        **remote,
-    )
+    engine = http.engine(batch_size, memory_budget(memory_gb))
     opts = ContinueOptions(
         topup=rules,
         engine=engine,
@@ -274,42 +243,35 @@ def _add_budget(
     paths: list[Path],
     budget: int,
     dry_run: bool,
-    backend: str,
-    remote: dict,
+    http: HttpOptions,
     batch_size: int,
     memory_gb: str,
     lock_wait: float,
     asked: tuple[dict[str, Any], int | None, bool] | None = None,
 ) -> None:
-    """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm); `remote` is
-    the HTTP backends' settings (`engine_options.http_options`); `asked` the run settings
+    """`--add-budget B2`: the second probe arm of every run (pipeline.budget_arm) on the engine
+    `http` names (`--backend` and the HTTP backends' settings); `asked` the run settings
     typed beside it (protocol settings, --kv-bits, --instrument: `budget_arm.ArmAsked`),
     refused where they differ from the run's."""
     from rich.console import Console
 
-    from breakthrough.engine import EngineSpec
     from breakthrough.pipeline.budget_arm import ArmAsked, add_budget_runs
     from breakthrough.store import find_runs
 
     if budget < 1:
         raise BtError(f"--add-budget: expected a positive number of tokens, got {budget}")
     arm_asked = ArmAsked(*asked) if asked is not None else None
-    check_engine_options(backend, batch_size, memory_gb)
+    check_engine_options(http.backend, batch_size, memory_gb)
     found = find_runs(paths, study=True)  # no output folder, no `bt sample` run
     for note in found.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
     if dry_run:
         from breakthrough.pipeline.budget_arm import plan_add_budget
 
-        for plan in plan_add_budget(found.runs, budget, batch_size, backend, asked=arm_asked):
+        for plan in plan_add_budget(found.runs, budget, batch_size, http.backend, asked=arm_asked):
             typer.echo("\n".join(plan.lines()))
         return
-    engine = EngineSpec(
-        backend=backend,
-        batch_size=batch_size,
-        memory_budget_bytes=memory_budget(memory_gb),
-        **remote,
-    )
+    engine = http.engine(batch_size, memory_budget(memory_gb))
 
     status = Console()  # on stdout, as `bt continue`'s announcement
 

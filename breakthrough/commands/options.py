@@ -223,6 +223,23 @@ def given_text(value: str | None, option: str) -> str | None:
     return value
 
 
+def model_names(
+    model: str | None, problems: str | None, run: str | None, cohort: str | None
+) -> tuple[str, ...] | None:
+    """The `--model` names of a command that generates (None: not given), once --model,
+    --problems, --run and --cohort are checked: none given empty, no empty element in the
+    --model and --problems lists."""
+    for value, option in (
+        (model, "--model"),
+        (problems, "--problems"),
+        (run, "--run"),
+        (cohort, "--cohort"),
+    ):
+        given_text(value, option)
+    models, _ = name_list(model, "--model"), name_list(problems, "--problems")
+    return models
+
+
 def name_list(text: str | None, option: str) -> tuple[str, ...] | None:
     """A comma-separated list of names (--model, --problems) checked whole: no empty element
     (`--model X,` or `a,,b` is a typo, never "X and nothing"). None (not given) stays None."""
@@ -261,6 +278,21 @@ def runs_dir_option(help: str) -> Any:
     return typer.Option(
         Path("runs"), "--runs-dir", parser=path("--runs-dir"), metavar="<path>", help=help
     )
+
+
+def problems_option() -> Any:
+    return typer.Option(None, help="Only these problem ids (comma-separated).")
+
+
+# `bt base` and `bt continue`: a run of phases (`bt sample` and a screen say theirs)
+PHASES_DRY_RUN_HELP = (
+    "Print the samples and tokens each phase would generate and an ETA from this machine's "
+    "measured tokens/s; load no model, write nothing."
+)
+
+
+def dry_run_option(help: str = PHASES_DRY_RUN_HELP) -> Any:
+    return typer.Option(False, "--dry-run", help=help)
 
 
 def wait_option() -> Any:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from breakthrough.classify.settings import DRAWS, SEED
 from breakthrough.commands.options import MAX_DRAWS
 from breakthrough.errors import BtError
 from breakthrough.protocol import MAX_SEED
@@ -76,9 +77,12 @@ def study(
         "of each run that has one).",
     ),
     draws: int = typer.Option(
-        200, min=0, max=MAX_DRAWS, help="Posterior redraws for regime survival (as `bt classify`)."
+        DRAWS,
+        min=0,
+        max=MAX_DRAWS,
+        help="Posterior redraws for regime survival (as `bt classify`).",
     ),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the posterior redraws."),
+    seed: int = typer.Option(SEED, min=0, max=MAX_SEED, help="Seed of the posterior redraws."),
     cell_pages: bool = typer.Option(
         True, help="Write one HTML page per cell (under OUT/classify/cells)."
     ),

@@ -7,22 +7,17 @@ from pathlib import Path
 
 import typer
 
+from breakthrough.commands.engine_options import HttpOptions, with_http_options
 from breakthrough.commands.options import (
     EXIT_FAILURES,
-    api_key_option,
-    backend_option,
     check_engine_options,
     check_wait,
     count,
-    endpoint_option,
-    given_text,
+    dry_run_option,
     hidden_stride_for,
     hidden_stride_option,
-    max_inflight_option,
-    name_list,
-    processed_logprobs_option,
-    request_timeout_option,
-    retries_option,
+    model_names,
+    problems_option,
     runs_dir_option,
     wait_option,
 )
@@ -30,7 +25,9 @@ from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
 
+@with_http_options
 def sample(
+    *,
     cohort: str = typer.Option(..., help="Cohort name (see `bt cohorts list`) or a .jsonl path."),
     attempts: int = typer.Option(
         ...,
@@ -55,21 +52,12 @@ def sample(
         None, help="Run name under RUNS/attempts (default COHORT-MODEL)."
     ),
     limit: int | None = typer.Option(None, help="Only the first N problems of the cohort."),
-    problems: str | None = typer.Option(None, help="Only these problem ids (comma-separated)."),
+    problems: str | None = problems_option(),
     batch_size: int = typer.Option(8, help="Rows generated together at most."),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Print the attempts and tokens still "
-        "to generate and an ETA; load no model, write nothing.",
+    dry_run: bool = dry_run_option(
+        "Print the attempts and tokens still to generate and an ETA; load no model, write nothing."
     ),
-    backend: str = backend_option(),
-    endpoint: str | None = endpoint_option(),
-    max_inflight: int = max_inflight_option(),
-    accept_processed_logprobs: bool = processed_logprobs_option(),
-    request_timeout: float = request_timeout_option(),
-    retries: int = retries_option(),
-    api_key: str | None = api_key_option(),
+    http: HttpOptions,  # --backend, --endpoint ... --api-key (with_http_options)
     hidden_stride: int | None = hidden_stride_option(),
     wait: float = wait_option(),
 ) -> None:
@@ -80,32 +68,15 @@ def sample(
     every 8th token's hidden vector (protocol 2.2; see --hidden-stride)."""
     from rich.console import Console
 
-    from breakthrough.commands.engine_options import http_options
     from breakthrough.commands.progress import drive_samples
-    from breakthrough.engine import EngineSpec
     from breakthrough.models.registry import OFFLINE_DEFAULT
     from breakthrough.pipeline.sample import SampleRequest, plan_sample, sample_runs
 
     console = Console(stderr=True)  # notes and warnings
     status = Console()  # what is about to run, on stdout: a refusal after it is stderr's one line
-    check_engine_options(backend, batch_size)
-    for value, option in (
-        (model, "--model"),
-        (problems, "--problems"),
-        (run, "--run"),
-        (cohort, "--cohort"),
-    ):
-        given_text(value, option)
-    models, _ = name_list(model, "--model"), name_list(problems, "--problems")
-    remote = http_options(
-        backend,
-        endpoint,
-        max_inflight,
-        accept_processed_logprobs,
-        request_timeout,
-        retries,
-        api_key,
-    )
+    check_engine_options(http.backend, batch_size)
+    models = model_names(model, problems, run, cohort)
+    http.check()
     if limit is not None and limit < 1:
         raise BtError(f"--limit: expected a positive integer, got {limit}")
     if max_tokens < 1:
@@ -121,12 +92,12 @@ def sample(
         models=models,
         attempts=attempts,
         protocol=protocol,
-        engine=EngineSpec(backend=backend, batch_size=batch_size, **remote),
+        engine=http.engine(batch_size),
         runs_dir=runs_dir,
         run=run,
         limit=limit,
         problems=problems,
-        hidden_stride=hidden_stride_for(hidden_stride, backend),
+        hidden_stride=hidden_stride_for(hidden_stride, http.backend),
         lock_wait=check_wait(wait),
     )
     if dry_run:

@@ -31,7 +31,7 @@ from breakthrough.errors import BtError
 from breakthrough.pipeline.cells import plan_cell
 from breakthrough.pipeline.manifest import machine_name, record_continuation_protocol, resolve_topup
 from breakthrough.protocol import Protocol
-from breakthrough.store import STORE_FILE, RunStore
+from breakthrough.store import RunStore, is_run_dir
 
 
 @dataclass
@@ -166,7 +166,7 @@ def measured(
     machine = machine_name()
     keys = (phase,) if batch_size is None else (f"{phase}@{int(batch_size)}", phase)
     for run_dir in run_dirs:
-        if not (run_dir / STORE_FILE).exists():
+        if not is_run_dir(run_dir):
             continue
         try:
             with RunStore(run_dir, readonly=True) as store:
@@ -232,7 +232,7 @@ def sibling_runs(run_dir: Path) -> list[Path]:
     """The run itself, then the other runs beside it (same model, maybe measured there)."""
     parent = run_dir.parent
     others = (
-        sorted(d for d in parent.iterdir() if d != run_dir and (d / STORE_FILE).exists())
+        sorted(d for d in parent.iterdir() if d != run_dir and is_run_dir(d))
         if parent.is_dir()
         else []
     )

@@ -17,7 +17,7 @@ from typing import Any
 from breakthrough.classify.topup import TOPUP_DEFAULT, topup_rules, topup_text
 from breakthrough.errors import BtError
 from breakthrough.protocol import Protocol
-from breakthrough.store import STORE_FILE, RunStore, check_writable
+from breakthrough.store import RunStore, check_writable, is_run_dir
 
 PACKAGES = ("mlx", "mlx-lm", "math-verify", "transformers", "numpy", "breakthrough")
 
@@ -144,7 +144,7 @@ def run_manifest(
 def refuse_changed_run(run_dir: Path, wanted: dict) -> None:
     """Before a model is loaded: refuse a request whose identity differs from the existing run
     in `run_dir` (read-only; nothing happens when there is no run yet)."""
-    if not (run_dir / STORE_FILE).exists():
+    if not is_run_dir(run_dir):
         return
     with RunStore(run_dir, readonly=True) as store:
         store.check_identity(wanted)
@@ -157,7 +157,7 @@ def run_alias(run_dir: Path, loaded: Any) -> Any:
     after `refuse_changed_run` (which refused other weights)."""
     from dataclasses import replace
 
-    if not (run_dir / STORE_FILE).exists():
+    if not is_run_dir(run_dir):
         return loaded
     with RunStore(run_dir, readonly=True) as store:
         alias = store.manifest().get("model_alias")

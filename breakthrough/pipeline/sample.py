@@ -22,84 +22,47 @@ RUN/hidden/<sample_id>.npz, committed with it (see pipeline.base); screens store
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from breakthrough.engine import EngineSpec, make_engine
-from breakthrough.engine.contract import GenRequest
 from breakthrough.errors import BtError
-from breakthrough.models.loading import fetch_hub_models, load_model, model_identity
-from breakthrough.pipeline.base import (
-    base_cells,
-    check_hidden_stride,
-    check_runs_dir,
-    commit_trajectory,
-    discard_if_empty,
-    distinct_models,
-    select_rows,
-    weights_key,
-)
+from breakthrough.models.loading import model_identity
+from breakthrough.pipeline.base import distinct_models, read_request, select_rows, weights_key
 from breakthrough.pipeline.dry_run import PhasePlan, RunPlan, large_run_line, rate_for, sibling_runs
 from breakthrough.pipeline.manifest import (
-    check_engine,
-    check_run_name,
-    record_throughput,
     refuse_changed_run,
     request_identity,
-    run_alias,
-    run_manifest,
     run_name,
 )
-from breakthrough.protocol import Protocol
-from breakthrough.runlock import run_lock
+from breakthrough.pipeline.trajectories import (
+    ModelReport,
+    ModelRun,
+    ModelsRequest,
+    Trajectory,
+    run_model,
+    stored_keys,
+)
 from breakthrough.seeds import attempt_seed
-from breakthrough.store import RunStore, SampleRecord
-from breakthrough.tasks.cohorts import cohort_digest, load_cohort
-from breakthrough.tasks.family import family_of, make_grader
+from breakthrough.store import RunStore
+from breakthrough.tasks.cohorts import load_cohort
 
 KIND = "attempt"
 MAX_ATTEMPTS = 4096
+SampleReport = ModelReport  # what one call did for one model (the name screens know)
 
 
-@dataclass(frozen=True)
-class SampleRequest:
+@dataclass(frozen=True, kw_only=True)
+class SampleRequest(ModelsRequest):
     """What `bt sample` (or a screen) asks for: a cohort (subset), models, N attempts of at most
-    `protocol.base_max_tokens` tokens each, an engine, and where the runs go."""
+    `protocol.base_max_tokens` tokens each, an engine, and where the runs go. Its hidden
+    stride: `bt sample` passes protocol 2.2's 8, screens keep the 0 (they only count
+    successes)."""
 
-    cohort: str
-    models: tuple[str, ...]
     attempts: int
-    protocol: Protocol
-    engine: EngineSpec
-    runs_dir: Path
-    run: str | None = None
-    limit: int | None = None
-    problems: str | None = None
     seeds: tuple[int, ...] | None = None  # explicit seed of attempt b (screens); else attempt_seed
     subdir: str = "attempts"
-    # store every Nth token's hidden vector (0: none; `bt sample` passes protocol 2.2's 8,
-    # screens keep the 0 here: they only count successes)
-    hidden_stride: int = 0
-    lock_wait: float = 0.0  # --wait: seconds to wait for another bt writing the same run
-
-
-@dataclass
-class SampleReport:
-    """What one call did for one model."""
-
-    run_dir: Path
-    model: str
-    todo: int
-    generated: int = 0
-    tokens: int = 0
-    elapsed_s: float = 0.0
-    skipped: int = 0
-    failed: int = 0
-    solved: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 def seed_of(cell: str, branch: int, seeds: tuple[int, ...] | None) -> int:
@@ -118,10 +81,7 @@ def check_request(req: SampleRequest) -> None:
         raise BtError(f"--seeds: {len(req.seeds)} seeds for {req.attempts} attempts")
     if not req.models:
         raise BtError("--model: no model named")
-    check_hidden_stride(req.hidden_stride, req.engine.backend)
-    check_runs_dir(req.runs_dir)
-    if req.run is not None:
-        check_run_name(req.run)
+    req.check_outputs()
 
 
 def run_dir_for(req: SampleRequest, cohort_name: str, alias: str) -> Path:
@@ -148,139 +108,6 @@ def _accepts_attempts(store: RunStore) -> None:
         raise BtError(f"{store.run_dir}: this run's store predates attempts; use another --run")
 
 
-def run_sample(
-    *,
-    loaded: Any,
-    rows: Sequence[dict],
-    cohort: str,
-    digest: str,
-    run_dir: Path,
-    attempts: int,
-    protocol: Protocol,
-    engine: EngineSpec = EngineSpec(),
-    seeds: tuple[int, ...] | None = None,
-    hidden_stride: int = 0,
-    on_start: Callable[[int, Any], None] | None = None,
-    on_sample: Callable[[SampleRecord, Any], None] | None = None,
-) -> SampleReport:
-    """Generate, segment, grade and store the missing attempts 0..N-1 of every row's cell for
-    one loaded model (with the hidden vectors of every `hidden_stride`-th token); each attempt
-    is committed when it finishes."""
-    family = family_of(rows)
-    check_hidden_stride(hidden_stride, engine.backend)
-    cells = base_cells(
-        loaded, rows, protocol, "plain"
-    )  # a too-long prompt: refused before any write
-    gen = make_engine(engine, loaded)
-    store = RunStore(run_dir, create=True)
-    try:
-        try:
-            _accepts_attempts(store)
-            store.ensure_manifest(
-                run_manifest(
-                    loaded,
-                    rows,
-                    protocol,
-                    cohort,
-                    digest,
-                    "plain",
-                    gen.identity(),
-                    hidden_stride,
-                    run_kind="sample",
-                )
-            )
-            check_engine(store, gen)
-        except BaseException:
-            store.discard_new()  # a creation that failed leaves nothing a rerun would trip on
-            raise
-        store.remove_orphan_hidden()  # files a kill left between their rename and their commit
-        _refuse_other_seeds(
-            store, lambda c, b: seed_of(c, b, seeds) if seeds is None or b < len(seeds) else -1
-        )
-        store.update_manifest(
-            {
-                "attempts": {
-                    "kind": KIND,
-                    "max_tokens": protocol.base_max_tokens,
-                    "seeds": list(seeds) if seeds is not None else "attempt_seed",
-                }
-            }
-        )
-        store.add_cells(cells)
-        done = {(k[0], k[4]) for k in store.existing_keys(KIND)}
-        by_key: dict[str, tuple[dict, int]] = {}
-        requests = []
-        for c in cells:
-            for b in range(attempts):
-                if (c["cell_id"], b) in done:
-                    continue
-                key = f"{c['cell_id']}#{KIND}{b}"
-                by_key[key] = (c, b)
-                requests.append(
-                    GenRequest(
-                        key=key,
-                        prompt=c["prompt_ids"],
-                        max_tokens=protocol.base_max_tokens,
-                        seed=seed_of(c["cell_id"], b, seeds),
-                        sampling=protocol.sampling,
-                        hidden_stride=hidden_stride,
-                    )
-                )
-        report = SampleReport(
-            run_dir=run_dir,
-            model=loaded.alias,
-            todo=len(requests),
-            skipped=len(cells) * attempts - len(requests),
-        )
-        if on_start:
-            on_start(len(requests), gen)
-        grader = make_grader(family, run_dir)
-        t0 = time.perf_counter()
-        try:
-            for res in gen.generate(iter(requests)):
-                cell, branch = by_key[res.key]
-                stored = commit_trajectory(
-                    store,
-                    grader,
-                    loaded,
-                    res,
-                    cell["item"],
-                    cell_id=cell["cell_id"],
-                    kind=KIND,
-                    budget=protocol.base_max_tokens,
-                    branch=branch,
-                    seed=seed_of(cell["cell_id"], branch, seeds),
-                    hidden_stride=hidden_stride,
-                )
-                if stored is None:
-                    report.failed += 1
-                    continue
-                rec, grade = stored
-                report.generated += 1
-                report.tokens += len(res.tokens)
-                report.solved += int(bool(grade and grade.correct))
-                if on_sample:
-                    on_sample(rec, grade)
-        finally:
-            getattr(grader, "close", lambda: None)()
-        report.elapsed_s = time.perf_counter() - t0
-        report.notes = list(getattr(gen, "notes", []))
-        record_throughput(
-            store,
-            KIND,
-            report.tokens,
-            report.elapsed_s,
-            batch_size=engine.batch_size,
-            occupancy=getattr(gen, "occupancy", None),
-        )
-        return report
-    except Exception:  # a crash; an interrupt keeps the run to resume
-        discard_if_empty(store)  # a new run that made nothing under its identity: removed
-        raise
-    finally:
-        store.close()
-
-
 def sample_runs(
     req: SampleRequest,
     *,
@@ -288,15 +115,11 @@ def sample_runs(
     drive: Callable[[Callable], SampleReport] | None = None,
 ) -> list[SampleReport]:
     """`bt sample`: for each model, check the request against an existing run (before loading),
-    load the model and run `run_sample` into its run directory."""
+    load the model and generate its missing attempts into its run directory
+    (`trajectories.run_model`)."""
     say = announce or (lambda line: None)
     check_request(req)
-    all_rows = load_cohort(req.cohort)
-    digest = cohort_digest(all_rows)
-    rows = select_rows(all_rows, req.problems, req.limit, req.cohort)
-    cohort_name = Path(req.cohort).stem
-    fetch_hub_models(req.models)  # every missing hub model named at once, before any run
-    req = distinct_models(req, weights_key, say)
+    req, rows, digest, cohort_name = read_request(req, say)
     planned, aliases = [], []
     for name in req.models:  # every model checked before any is loaded or written
         ident = model_identity(name)
@@ -314,46 +137,62 @@ def sample_runs(
         large = large_run_line(_plan_one(req, rows, alias, cohort_name))
         if large:  # said before the model loads
             say(large)
-        with run_lock(run_dir, wait=req.lock_wait):  # before loading: a busy run costs nothing
-            reports.append(_sample_one(req, name, run_dir, rows, digest, cohort_name, say, drive))
+        job = AttemptRun.of(
+            req, name, run_dir, rows, cohort_name, digest, attempts=req.attempts, seeds=req.seeds
+        )
+        reports.append(run_model(job, say, drive))
     return reports
 
 
-def _sample_one(
-    req: SampleRequest,
-    name: str,
-    run_dir: Path,
-    rows: list[dict],
-    digest: str,
-    cohort_name: str,
-    say: Callable[[str], None],
-    drive: Callable[[Callable], SampleReport] | None,
-) -> SampleReport:
-    """Load one model and run (or hand `drive`) its attempts, holding the run's lock."""
-    loaded = run_alias(run_dir, load_model(name))  # one model, one name per run
-    base_cells(loaded, rows, req.protocol, "plain")
-    say(
-        f"[bold]{loaded.alias}[/]: {req.attempts} attempt{'' if req.attempts == 1 else 's'} x "
-        f"{len(rows)} problem{'' if len(rows) == 1 else 's'} of {cohort_name} -> {run_dir}"
-    )
+@dataclass(frozen=True)
+class AttemptRun(ModelRun):
+    """One model's attempts: attempts 0..N-1 of every cell, attempt b with the seed
+    `seed_of(cell, b, seeds)`, stored with the token cap as their budget."""
 
-    def run(on_start=None, on_sample=None):
-        return run_sample(
-            loaded=loaded,
-            rows=rows,
-            cohort=cohort_name,
-            digest=digest,
-            run_dir=run_dir,
-            attempts=req.attempts,
-            protocol=req.protocol,
-            engine=req.engine,
-            seeds=req.seeds,
-            hidden_stride=req.hidden_stride,
-            on_start=on_start,
-            on_sample=on_sample,
+    kind: ClassVar[str] = KIND
+    run_kind: ClassVar[str] = "sample"
+
+    attempts: int = 1
+    seeds: tuple[int, ...] | None = None
+
+    @property
+    def budget(self) -> int:
+        return self.protocol.base_max_tokens
+
+    def headline(self, loaded: Any) -> list[str]:
+        n, rows = self.attempts, len(self.rows)
+        return [
+            f"[bold]{loaded.alias}[/]: {n} attempt{'' if n == 1 else 's'} x "
+            f"{rows} problem{'' if rows == 1 else 's'} of {self.cohort} -> {self.run_dir}"
+        ]
+
+    def check_store(self, store: RunStore) -> None:
+        _accepts_attempts(store)
+
+    def prepare(self, store: RunStore) -> None:
+        seeds = self.seeds
+        _refuse_other_seeds(
+            store, lambda c, b: seed_of(c, b, seeds) if seeds is None or b < len(seeds) else -1
+        )
+        store.update_manifest(
+            {
+                "attempts": {
+                    "kind": KIND,
+                    "max_tokens": self.protocol.base_max_tokens,
+                    "seeds": list(seeds) if seeds is not None else "attempt_seed",
+                }
+            }
         )
 
-    return drive(run) if drive else run()
+    def trajectories(self, store: RunStore, cells: list[dict]) -> tuple[list[Trajectory], int]:
+        done = {(k[0], k[4]) for k in store.existing_keys(KIND)}
+        todo = [
+            Trajectory(f"{c['cell_id']}#{KIND}{b}", c, b, seed_of(c["cell_id"], b, self.seeds))
+            for c in cells
+            for b in range(self.attempts)
+            if (c["cell_id"], b) not in done
+        ]
+        return todo, len(cells) * self.attempts
 
 
 def success_counts(run_dirs: Sequence[Path], attempts: int) -> dict[str, tuple[int, int]]:
@@ -387,11 +226,9 @@ def plan_sample(req: SampleRequest) -> list[RunPlan]:
 def _plan_one(req: SampleRequest, rows: list[dict], alias: str, cohort_name: str) -> RunPlan:
     """The attempts one model's run still needs (see `plan_sample`)."""
     run_dir = run_dir_for(req, cohort_name, alias)
-    have: set[tuple[str, int]] = set()
-    if (run_dir / "store.sqlite").exists():
-        with RunStore(run_dir, readonly=True) as store:
-            have = {(k[0], k[4]) for k in store.existing_keys(KIND)}
-            alias = store.manifest().get("model_alias") or alias
+    keys, stored_alias = stored_keys(run_dir, KIND)
+    have = {(k[0], k[4]) for k in keys}
+    alias = stored_alias or alias
     missing = sum(
         1 for r in rows for b in range(req.attempts) if (f"{alias}:{r['id']}", b) not in have
     )

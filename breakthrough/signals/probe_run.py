@@ -65,7 +65,9 @@ def read_source(path: Path, model: str | None) -> Source:
     """Recognise and read RUN|DUMP; every problem a user can cause is one BtError line."""
     if not path.exists():
         raise BtError(f"{path}: no such file or directory")
-    if path.is_dir() and (path / "store.sqlite").exists():
+    from breakthrough.store import is_run_dir
+
+    if is_run_dir(path):
         if model is not None:
             raise BtError("--model: a run is probed with the model that generated it; drop --model")
         return _read_run(path)

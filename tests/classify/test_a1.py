@@ -19,6 +19,7 @@ from breakthrough.classify import regimes as C
 from breakthrough.classify.frames import classify_frames
 from breakthrough.classify.panels import probe_panel, restart_panel, rows_by_cell
 from breakthrough.classify.posterior import regime_draws, regime_survival
+from breakthrough.classify.settings import ClassifySettings
 from breakthrough.protocol import DEFAULT
 
 ZERO_R = R(0, 0, 0, 0)
@@ -124,7 +125,10 @@ def test_non_candidate_never_draws_terminal():
     assert "terminal_A1" not in got
     pp, rp = panels({"m:p": probes}, {"m:p": ZERO_R})
     lab = C.label_panels(pp, rp)
-    assert regime_survival(pp, rp, lab, draws=400)["m:p"] == got.count("unsolved_hard") / 400
+    assert (
+        regime_survival(pp, rp, lab, settings=ClassifySettings(draws=400))["m:p"]
+        == got.count("unsolved_hard") / 400
+    )
     # the control: a replicated candidate at 6/8 (canonical 4/4) does draw terminal_A1
     cand = grid(0, 0, 0, 0, 0, 0, 0) | {8192: (6, 8, 4)}
     assert label(cand, ZERO_R)["regime"] == "terminal_A1"
@@ -178,7 +182,7 @@ def test_one_ungraded_branch_of_eight_keeps_the_terminal_event():
         (gap, "terminal_A1", 6 / 7),
         (short, "unsolved_hard", None),
     ):
-        res = classify_frames(frame, None, draws=2)
+        res = classify_frames(frame, None, settings=ClassifySettings(draws=2))
         row = res.labels.iloc[0]
         assert row["regime"] == regime
         if rate is None:

@@ -20,6 +20,7 @@ from classify_fixture import frames, write_store
 
 from breakthrough.classify.frames import classify_frames
 from breakthrough.classify.panels import restart_panel, rows_by_cell
+from breakthrough.classify.settings import ClassifySettings
 
 CELL = "gemma:math_03190"
 
@@ -63,7 +64,7 @@ def test_the_dev_cell_gives_its_published_numbers(topup):
     restart panel held this cell at 8 attempts per budget, counted whole. Under the wave-3
     rule the three cells at 1-3/4 are pooled as A5.1 asks and the 0/4 one is counted whole."""
     samples, cells = frames(dev_cell())
-    res = classify_frames(samples, cells, topup=topup, draws=0)
+    res = classify_frames(samples, cells, settings=ClassifySettings(topup=topup, draws=0))
     _published(res.labels, res.curves)
     assert res.restarts_whole == 1  # C = 4,096: 0/4 in its first four, 8 attempts
 

@@ -10,12 +10,13 @@ import pytest
 from classify_fixture import SMALL, frames, small_spec
 
 from breakthrough.classify.frames import classify_frames
+from breakthrough.classify.settings import ClassifySettings
 from breakthrough.errors import BtError
 
 
 def test_classify_frames_labels_plans_summary():
     samples, cells = frames()
-    res = classify_frames(samples, cells, draws=20)
+    res = classify_frames(samples, cells, settings=ClassifySettings(draws=20))
     reg = dict(zip(res.labels["cell_id"], res.labels["regime"], strict=True))
     assert reg == {
         "g:p1": "prefix_limited",
@@ -53,13 +54,17 @@ def test_classify_frames_labels_plans_summary():
 
 def test_classify_frames_topup_words_overrides_and_errors():
     samples, cells = frames()
-    res = classify_frames(samples, cells, topup="posterior", draws=5, prior="uniform")
+    res = classify_frames(
+        samples, cells, settings=ClassifySettings(topup="posterior", draws=5, prior="uniform")
+    )
     assert res.topup == "posterior" and res.plan == res.plans["posterior"]
     assert {r for i in res.plan for r in i.reason.split("+")} <= {"posterior", "bisection"}
     assert res.summary["prior"].startswith("uniform") and res.protocol.prior == "uniform"
     assert set(res.summary["plans"]) == {"posterior", "terminal,ambiguous", "terminal,posterior"}
     # one side of the band overrides the protocol's, the other side is kept
-    res = classify_frames(samples, cells, draws=2, band=(0.2, None), tau=0.5)
+    res = classify_frames(
+        samples, cells, settings=ClassifySettings(draws=2, band=(0.2, None), tau=0.5)
+    )
     assert res.protocol.posterior_band == (0.2, 0.9) and res.summary["tau"] == 0.5
     for bad, option in (
         ({"topup": "fixed"}, "--topup"),
@@ -68,7 +73,7 @@ def test_classify_frames_topup_words_overrides_and_errors():
         ({"band": (0.9, 0.1)}, "band"),
     ):
         with pytest.raises(BtError, match=option):
-            classify_frames(samples, cells, draws=2, **bad)
+            classify_frames(samples, cells, settings=ClassifySettings(draws=2, **bad))
 
 
 def test_classify_frames_cells_without_samples():
@@ -87,7 +92,7 @@ def test_classify_frames_cells_without_samples():
             }
         ]
     )
-    res = classify_frames(samples, pd.concat([cells, extra]), draws=5)
+    res = classify_frames(samples, pd.concat([cells, extra]), settings=ClassifySettings(draws=5))
     # issue 29, item 9: a cell with no probe and no restart has not run its protocol: no regime
     # (it was `unsolved_hard`), listed apart and counted in the summary
     assert "g:p9" not in set(res.labels["cell_id"])
@@ -99,13 +104,13 @@ def test_classify_frames_cells_without_samples():
 def test_small_budget_run_classifies_under_its_protocol():
     # B = 64 with restarts 64 … 512: 4B = 256 is the budget-limited budget, B the scratch one
     samples, cells = frames(small_spec(), budget=64)
-    res = classify_frames(samples, cells, protocol=SMALL, draws=2)
+    res = classify_frames(samples, cells, protocol=SMALL, settings=ClassifySettings(draws=2))
     reg = dict(zip(res.labels["cell_id"], res.labels["regime"], strict=True))
     assert reg["m:p1"] == "budget_limited" and reg["g:p2"] == "instant_scratch_solvable"
     assert res.summary["protocol"]["budget_limited_at"] == 256
     assert res.summary["protocol"]["budget"] == 64
     # under the default protocol the same samples hold no probe at B = 1,024 and none of its
     # restart budgets: no cell ran that protocol, so none is labelled (issue 29, item 9)
-    default = classify_frames(samples, cells, draws=2)
+    default = classify_frames(samples, cells, settings=ClassifySettings(draws=2))
     assert default.labels.empty and set(default.unfinished["status"]) == {"incomplete"}
     assert all("restarts at 1024" in m for m in default.unfinished["missing"])

@@ -7,6 +7,7 @@ from panel_builders import GRID, R, grid, panels
 
 from breakthrough.classify.posterior import prob_rate_at_least, regime_survival, with_posterior
 from breakthrough.classify.regimes import label_panels
+from breakthrough.classify.settings import ClassifySettings
 
 
 def test_posterior_probabilities():
@@ -26,8 +27,8 @@ def test_regime_survival_seeded_and_sensible():
         {"a:x": R(), "a:y": {c: (8, 8, 4) for c in (1024, 2048, 4096, 8192)}},
     )
     lab = label_panels(pp, rp)
-    s1 = regime_survival(pp, rp, lab, draws=50, seed=1)
-    s2 = regime_survival(pp, rp, lab.iloc[::-1], draws=50, seed=1)
+    s1 = regime_survival(pp, rp, lab, settings=ClassifySettings(draws=50, seed=1))
+    s2 = regime_survival(pp, rp, lab.iloc[::-1], settings=ClassifySettings(draws=50, seed=1))
     assert s1.sort_index().equals(s2.sort_index())
     assert s1["a:x"] > 0.9  # 0 of 4 everywhere: unsolved almost surely
     assert 0.0 <= s1["a:y"] <= 1.0

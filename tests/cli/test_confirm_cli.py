@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from bt_cli import assert_one_line_error, run_bt
 
+from breakthrough.classify.settings import ClassifySettings
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 from breakthrough.signals.confirm import hash_splits
@@ -188,7 +189,7 @@ def test_forecast_token_sweep_in_one_call(run):
     for bad, why in (("32,x", "integers"), ("64,64", "repeated"), ("1,64", "at least 2")):
         with pytest.raises(BtError, match=why):
             parse_forecast_tokens(bad)
-    classify_runs([run], draws=2, cell_pages=False)
+    classify_runs([run], cell_pages=False, settings=ClassifySettings(draws=2))
     proc = run_bt("confirm", run, "--forecast-token", "64,32", "--draws", "20")
     assert proc.returncode == 0, proc.stderr
     out = run / "confirm"

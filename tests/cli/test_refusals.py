@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-import breakthrough.pipeline.base as base_pipeline
+import breakthrough.pipeline.trajectories as trajectories
 from breakthrough.cli import main
 
 
@@ -42,7 +42,7 @@ def test_base_refuses_other_max_tokens_before_loading_the_model(
     def no_loading(*a, **k):
         raise AssertionError("the model was loaded before the refusal")
 
-    monkeypatch.setattr(base_pipeline, "load_model", no_loading)
+    monkeypatch.setattr(trajectories, "load_model", no_loading)
     code, err = _bt(monkeypatch, capsys, *args, "--max-tokens", "48")
     assert code == 2 and err.count("\n") == 1, err
     assert "protocol.base_max_tokens" in err and "16 vs 48" in err

@@ -11,13 +11,15 @@ from classify_fixture import cell_spec, write_store
 from rich.console import Console
 
 from breakthrough.commands.continue_ import _add_budget
+from breakthrough.commands.engine_options import HttpOptions
 from breakthrough.errors import BtError
 from breakthrough.pipeline.budget_arm import arm_protocol
 from breakthrough.store import RunStore
 
 
 def test_add_budget_option_refusals_before_any_read(tmp_path: Path) -> None:
-    args = ("mlx", {}, 8, 1.0, 0.0)  # backend, HTTP settings, batch size, memory GB, lock wait
+    http = HttpOptions("mlx", None, 0, False, 600.0, 2)
+    args = (http, 8, 1.0, 0.0)  # engine options, batch size, memory GB, lock wait
     with pytest.raises(BtError, match="--add-budget: expected a positive"):
         _add_budget(Console(), [tmp_path], 0, False, *args)
     with pytest.raises(BtError, match="--add-budget: expected a positive"):

@@ -26,7 +26,7 @@ from engine.fake_vllm import FakeVllm
 from engine.serve_procs import bt_serve
 
 from breakthrough.cli import app
-from breakthrough.commands.engine_options import http_options
+from breakthrough.commands.engine_options import HttpOptions
 from breakthrough.commands.options import EXIT_FAILURES
 from breakthrough.engine.contract import EngineSpec
 from breakthrough.engine.http_client import RetryPolicy
@@ -271,7 +271,7 @@ def test_out_of_range_options_are_one_line(
     ],
 )
 def test_http_options_are_checked(args: dict, words: str) -> None:
-    """The options are refused by `http_options` (the command's parsing) and by `EngineSpec`
+    """The options are refused by `HttpOptions` (the command's parsing) and by `EngineSpec`
     itself (the one home of each value's rule), with the same line."""
     base = dict(
         backend="vllm",
@@ -282,7 +282,7 @@ def test_http_options_are_checked(args: dict, words: str) -> None:
         retries=RETRIES,
     )
     with pytest.raises(BtError, match=words) as parsed:
-        http_options(**{**base, **args})
+        HttpOptions(**{"api_key": None, **base, **args}).check()
     fields = {"request_timeout": "request_timeout_s"}
     with pytest.raises(BtError) as made:
         EngineSpec(
@@ -291,12 +291,12 @@ def test_http_options_are_checked(args: dict, words: str) -> None:
             **{fields.get(k, k): v for k, v in args.items()},
         )
     assert str(made.value) == str(parsed.value)
-    ok = http_options(**{**base, "request_timeout": 2.5, "retries": 0}, api_key="k")
-    assert (ok["request_timeout_s"], ok["retries"], ok["api_key"]) == (2.5, 0, "k")
-    assert (
-        http_options(**{**base, "backend": "mlx", "endpoint": None}, api_key="k")["api_key"] is None
-    )
+    ok = HttpOptions(**{**base, "request_timeout": 2.5, "retries": 0}, api_key="k").engine(8)
+    assert (ok.request_timeout_s, ok.retries, ok.api_key, ok.batch_size) == (2.5, 0, "k", 8)
+    mlx = HttpOptions(**{**base, "backend": "mlx", "endpoint": None}, api_key="k")
+    assert mlx.fields()["api_key"] is None
     assert "sekret" not in repr(EngineSpec(api_key="sekret"))  # never shown
+    assert "sekret" not in repr(HttpOptions(**base, api_key="sekret"))
 
 
 def test_the_options_have_help() -> None:

@@ -20,6 +20,7 @@ from classify_fixture import SMALL, cell_spec, frames, small_spec, write_store
 from breakthrough.analyses.classify_run import classify_runs
 from breakthrough.classify.frames import classify_frames
 from breakthrough.classify.regimes import FIGURE_CLASSES
+from breakthrough.classify.settings import ClassifySettings
 from breakthrough.report import figures as F
 from breakthrough.report.cell_details import cell_details, cut_offset
 from breakthrough.report.cell_figure import cell_svg
@@ -193,7 +194,7 @@ def test_cell_plot_is_large_with_a_full_legend(classified):
 
 def test_cell_svg_y_range_follows_the_data():
     samples, cells = frames()
-    res = classify_frames(samples, cells, draws=2)
+    res = classify_frames(samples, cells, settings=ClassifySettings(draws=2))
     for cid in ("g:p1", "m:p1", "m:p2"):
         row = res.labels.set_index("cell_id").loc[cid].to_dict() | {"cell_id": cid}
         curve = res.curves[res.curves["cell_id"] == cid]
@@ -240,7 +241,7 @@ def test_one_report_per_call_with_the_cells_table_first(classified):
 
 def test_write_outputs(tmp_path):
     samples, cells = frames()
-    res = classify_frames(samples, cells, draws=5)
+    res = classify_frames(samples, cells, settings=ClassifySettings(draws=5))
     paths = write_outputs({"run1": res}, tmp_path / "out")
     out = tmp_path / "out"
     for name in (
@@ -309,7 +310,7 @@ def test_several_runs_share_one_report(tmp_path):
         tmp_path / "runs" / "big", {c: s for c, s in cell_spec().items() if c.startswith("g:")}
     )
     write_store(tmp_path / "runs" / "small", small_spec(), SMALL)
-    classify_runs([tmp_path / "runs"], draws=2)
+    classify_runs([tmp_path / "runs"], settings=ClassifySettings(draws=2))
     out = tmp_path / "runs" / "classify"
     assert sorted(p.name for p in out.glob("**/index.html")) == ["index.html"]
     page = Tables((out / "index.html").read_text())
@@ -337,7 +338,7 @@ def test_several_runs_share_one_report(tmp_path):
 def labelled():
     """Labels and probe cells of the five known cells (two models, g and m)."""
     samples, cells = frames()
-    return classify_frames(samples, cells, draws=2)
+    return classify_frames(samples, cells, settings=ClassifySettings(draws=2))
 
 
 def _drawn(fig):
@@ -425,7 +426,7 @@ def test_restart_rates_are_drawn_at_their_value(labelled):
 
 def test_dose_response_uses_the_run_budgets():
     samples, cells = frames(small_spec(), budget=64)
-    res = classify_frames(samples, cells, protocol=SMALL, draws=2)
+    res = classify_frames(samples, cells, protocol=SMALL, settings=ClassifySettings(draws=2))
     fig = F.dose_response(res.labels, SMALL.restart_budgets)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["64", "128", "256", "512"]
 
