@@ -276,14 +276,15 @@ def generate(
         finally:
             getattr(grader, "close", lambda: None)()
         report.elapsed_s = time.perf_counter() - t0
-        report.notes = list(getattr(gen, "notes", []))
+        stats = gen.stats()
+        report.notes = list(stats.notes)
         record_throughput(
             store,
             job.kind,
             report.tokens,
             report.elapsed_s,  # for --dry-run ETAs
             batch_size=job.engine.batch_size,
-            occupancy=getattr(gen, "occupancy", None),
+            occupancy=stats.occupancy,
         )
         return report
     except Exception:  # a crash; an interrupt (Ctrl-C, SIGTERM) keeps the run to resume
