@@ -383,8 +383,7 @@ class SeededPromptBatch(PromptProcessingBatch):
 
 
 class SeededBatchGenerator(BatchGenerator):
-    """`BatchGenerator` whose decode step is one batched seeded sampler (insert rows with
-    `samplers=[RowSpec(...), ...]`)."""
+    """`BatchGenerator` whose decode step is one batched seeded sampler (`insert_rows`)."""
 
     def __init__(self, model, **kwargs):
         super().__init__(model, **kwargs)
@@ -392,3 +391,24 @@ class SeededBatchGenerator(BatchGenerator):
             self.model, self.sampler, prefill_step_size=self.prefill_step_size
         )
         self._generation_batch = SeededGenerationBatch.empty(self.model, self.sampler)
+
+    def insert_rows(
+        self,
+        feeds: list[list[int]],
+        specs: list[RowSpec],
+        caches: list[Any],
+        max_tokens: list[int],
+        stop_sequences: list[Any],
+    ) -> list[int]:
+        """Add rows (their ids still to feed, their `RowSpec`s, caches, token caps and stop
+        matchers); returns their uids. The specs travel in mlx-lm's per-row sampler slots, which
+        `SeededGenerationBatch._step` reads instead of calling them."""
+        return list(
+            self.insert(
+                feeds,
+                max_tokens=max_tokens,
+                caches=caches,
+                samplers=list(specs),
+                stop_sequences=stop_sequences,
+            )
+        )

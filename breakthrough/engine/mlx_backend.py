@@ -770,11 +770,11 @@ class MlxEngine(Engine):
             RowSpec(r.seed, r.sampling, self.top_logprobs, self.instrument, r.hidden_stride)
             for r, _, _, _ in new
         ]
-        uids = gen.insert(
+        uids = gen.insert_rows(
             [ids for _, _, ids, _ in new],
-            max_tokens=[int(r.max_tokens) for r, _, _, _ in new],
+            specs,
             caches=[cache for _, cache, _, _ in new],
-            samplers=[*specs],  # RowSpecs in mlx-lm's sampler slots
+            max_tokens=[int(r.max_tokens) for r, _, _, _ in new],
             stop_sequences=[self._stop(r) for r, _, _, _ in new],
         )
         for uid, (r, _, _, fed), spec in zip(uids, new, specs, strict=True):
