@@ -68,8 +68,9 @@ def _stored(
     }
 
 
-def _owed_budgets(probe_rows: list[PanelRow], protocol: Protocol) -> tuple[int, ...]:
-    """The restart budgets a cell is owed (4), those that fit the total cap."""
+def owed_budgets(probe_rows: list[PanelRow], protocol: Protocol) -> tuple[int, ...]:
+    """The restart budgets a cell is owed (4), those that fit the total cap (`bt verify` asks
+    the same of a cell whose rows are gone)."""
     room = protocol.total_cap - protocol.answer_budget
     return tuple(c for c in restart_budgets_of(probe_rows, protocol.tau, protocol) if c <= room)
 
@@ -144,7 +145,7 @@ def unfinished_rows(
                 for a, n in sorted(counts.items())
                 if n < protocol.samples
             ]
-            owed = _owed_budgets((probe_rows or {}).get(cell, []), protocol)
+            owed = owed_budgets((probe_rows or {}).get(cell, []), protocol)
             lack = [str(c) for c in owed if have_r.get(c, 0) < protocol.restart_samples]
             if not short and not lack:
                 continue

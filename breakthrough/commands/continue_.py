@@ -129,7 +129,7 @@ def continue_(
     from rich.console import Console
 
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
-    from breakthrough.store import find_runs
+    from breakthrough.pipeline.targets import continue_targets
 
     console = Console(stderr=True)
     http.check()
@@ -171,7 +171,7 @@ def continue_(
         instrument=instrument,
         kv_bits=kv_bits,
     )
-    found = find_runs(runs or [runs_dir], study=True)  # no output folder, no `bt sample` run
+    found = continue_targets(runs or [runs_dir])  # study runs; a folder's uoo runs skipped
     for note in found.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
     dirs = found.runs
@@ -256,13 +256,13 @@ def _add_budget(
     from rich.console import Console
 
     from breakthrough.pipeline.budget_arm import ArmAsked, add_budget_runs
-    from breakthrough.store import find_runs
+    from breakthrough.pipeline.targets import continue_targets
 
     if budget < 1:
         raise BtError(f"--add-budget: expected a positive number of tokens, got {budget}")
     arm_asked = ArmAsked(*asked) if asked is not None else None
     check_engine_options(http.backend, batch_size, memory_gb)
-    found = find_runs(paths, study=True)  # no output folder, no `bt sample` run
+    found = continue_targets(paths)  # study runs; a folder's uoo runs skipped
     for note in found.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
     if dry_run:

@@ -104,15 +104,26 @@ def _check_rows(store: RunStore, report: VerifyReport) -> set[str]:
 
 
 def _check_gone(store: RunStore, report: VerifyReport, skip: Collection[str] = ()) -> None:
-    """One line per cell missing probe rows its stored work proves were written. The scheduler
-    runs a cell's steps in order (its grid probes, then bisection, restarts, top-ups), so a
-    cell holding a restart, a bisection probe or a top-up branch at the run's B held every
-    probe of the grid its base trace asks for (`completeness.owed_grid`), all canonical
-    branches. Missing now, they were deleted (a row alone has no checksum to fail). A cell
-    without a stored base trace has no grid to check. Skipped when the manifest holds no whole
-    protocol (reported above), and for cells in `skip`, whose damaged rows (a changed anchor,
-    a changed kind) are reported already: one line per damage."""
-    from breakthrough.classify.completeness import owed_grid
+    """One line per cell missing rows its stored work proves were written. A checksum covers
+    the rows that exist, not their absence (a row alone has no checksum to fail), so two facts
+    of how a store grows are checked:
+
+      * the order of a cell's work: the scheduler runs its grid probes, then bisection,
+        restarts, top-ups, so a cell holding a restart, a bisection probe or a top-up branch at
+        the run's B held every probe of the grid its base trace asks for
+        (`completeness.owed_grid`), all canonical branches;
+      * the order of the store's rows: sample ids are SQLite rowids, each one more than the
+        largest before it, and bt never deletes a sample (a batch that fails is rolled back
+        whole, using no id), so an id missing below the largest is a row deleted. A cell that
+        then lacks probes or restarts its protocol owes it (the rule `bt status` and `bt
+        classify` use) is named with what it lacks. The last row written leaves no gap: its
+        loss is the one this cannot tell from a run stopped before it.
+
+    A cell without a stored base trace has no grid to check. Skipped when the manifest holds no
+    whole protocol (reported above), and for cells in `skip`, whose damaged rows (a changed
+    anchor, a changed kind) are reported already: one line per damage. Rows deleted and then
+    made again by `bt continue` (same keys, same seeds) leave their ids missing but no cell
+    short: nothing is reported."""
     from breakthrough.errors import BtError
 
     try:
@@ -120,10 +131,13 @@ def _check_gone(store: RunStore, report: VerifyReport, skip: Collection[str] = (
     except BtError:
         return
     by_cell: dict[str, list[tuple[str, int, int, int]]] = {}
-    for cid, kind, a, b, br in store.conn.execute(
-        "SELECT cell_id, kind, anchor, budget, branch FROM samples"
+    ids: list[int] = []
+    for sid, cid, kind, a, b, br in store.conn.execute(
+        "SELECT sample_id, cell_id, kind, anchor, budget, branch FROM samples ORDER BY sample_id"
     ):
+        ids.append(int(sid))
         by_cell.setdefault(str(cid), []).append((str(kind), int(a), int(b), int(br)))
+    gone = _gone_ids(ids)
     segments = {
         str(cid): seg
         for cid, seg in store.conn.execute(
@@ -135,31 +149,106 @@ def _check_gone(store: RunStore, report: VerifyReport, skip: Collection[str] = (
             continue
         if cell not in segments or segments[cell] is None:  # no grid to hold probes against
             continue
-        probes = {(a, br) for k, a, b, br in rows if k == "probe" and b == protocol.budget}
-        later = any(
-            k == "restart"
-            or (
-                k == "probe"
-                and b == protocol.budget
-                and (a not in protocol.anchors or br >= protocol.samples)
-            )
-            for k, a, b, br in rows
+        line = _probes_gone(cell, rows, bytes(segments[cell]), protocol)
+        if line is None and gone:
+            line = _owed_rows_gone(store, cell, rows, bytes(segments[cell]), protocol, gone)
+        if line is not None:
+            report.problems.append(f"{store.path}: cell {cell}: {line}")
+
+
+def _gone_ids(ids: list[int]) -> str:
+    """The sample ids missing below the largest stored (ranges, at most 10 shown), or ''."""
+    have = set(ids)
+    missing = [i for i in range(1, max(ids, default=0)) if i not in have]
+    spans: list[str] = []
+    for i in missing:
+        if spans and spans[-1].split("-")[-1] == str(i - 1):
+            spans[-1] = f"{spans[-1].split('-')[0]}-{i}"
+        else:
+            spans.append(str(i))
+    if not spans:
+        return ""
+    shown = ", ".join(spans[:10]) + (f" and {len(spans) - 10} more" if len(spans) > 10 else "")
+    return f"sample id{'s' if len(missing) > 1 else ''} {shown}"
+
+
+def _probes_gone(
+    cell: str, rows: list[tuple[str, int, int, int]], segments: bytes, protocol: Protocol
+) -> str | None:
+    """Grid probes missing beside the later steps that run after them (`_check_gone`)."""
+    from breakthrough.classify.completeness import owed_grid
+
+    probes = {(a, br) for k, a, b, br in rows if k == "probe" and b == protocol.budget}
+    later = any(
+        k == "restart"
+        or (
+            k == "probe"
+            and b == protocol.budget
+            and (a not in protocol.anchors or br >= protocol.samples)
         )
-        if not later:
-            continue
-        grid = owed_grid(bytes(segments[cell]), protocol)
-        short = [
-            f"{a} ({n} of {protocol.samples} branches stored)"
-            for a in grid
-            if (n := sum((a, br) in probes for br in range(protocol.samples))) < protocol.samples
+        for k, a, b, br in rows
+    )
+    if not later:
+        return None
+    short = [
+        f"{a} ({n} of {protocol.samples} branches stored)"
+        for a in owed_grid(segments, protocol)
+        if (n := sum((a, br) in probes for br in range(protocol.samples))) < protocol.samples
+    ]
+    if not short:
+        return None
+    return (
+        f"probe rows at B={protocol.budget} are gone at "
+        f"anchor{'s' if len(short) > 1 else ''} {', '.join(short)}: "
+        f"its later steps (restarts, bisection or top-ups), which run after every "
+        f"probe of its grid, are stored; rows were deleted from the store"
+    )
+
+
+def _owed_rows_gone(
+    store: RunStore,
+    cell: str,
+    rows: list[tuple[str, int, int, int]],
+    segments: bytes,
+    protocol: Protocol,
+    gone: str,
+) -> str | None:
+    """In a store missing sample ids: what a continued cell lacks of the probes and restarts
+    its protocol owes it (`completeness`, as `bt status` and `bt classify` count it)."""
+    from breakthrough.classify.completeness import owed_budgets, owed_grid
+    from breakthrough.classify.panels import Outcome, probe_rows
+    from breakthrough.errors import BtError
+
+    if not any(k in ("probe", "restart") for k, *_ in rows):
+        return None  # never continued: nothing it owes was written
+    try:
+        outcomes = [
+            Outcome(c, k, a, b, br, ok, sid)
+            for sid, c, k, a, b, br, ok, _ in store.outcomes(cell_id=cell)
         ]
-        if short:
-            report.problems.append(
-                f"{store.path}: cell {cell}: probe rows at B={protocol.budget} are gone at "
-                f"anchor{'s' if len(short) > 1 else ''} {', '.join(short)}: "
-                f"its later steps (restarts, bisection or top-ups), which run after every "
-                f"probe of its grid, are stored; rows were deleted from the store"
+    except BtError:
+        return None  # a damaged row: reported by `_check_rows`
+    short = []
+    for a in owed_grid(segments, protocol):
+        n = sum(
+            k == "probe" and b == protocol.budget and x == a and br < protocol.samples
+            for k, x, b, br in rows
+        )
+        if n < protocol.samples:
+            short.append(
+                f"probe rows at B={protocol.budget}, anchor {a} ({n} of {protocol.samples} stored)"
             )
+    for c in owed_budgets(probe_rows(outcomes, protocol).get(cell, []), protocol):
+        n = sum(k == "restart" and b == c and br < protocol.restart_samples for k, _, b, br in rows)
+        if n < protocol.restart_samples:
+            short.append(f"restart rows at C={c} ({n} of {protocol.restart_samples} stored)")
+    if not short:
+        return None
+    return (
+        f"lacks {'; '.join(short)}, which its protocol owes; {gone} "
+        f"{'are' if gone.startswith('sample ids') else 'is'} missing from the store, whose ids "
+        f"only grow (bt never deletes a row): rows were deleted from the store"
+    )
 
 
 def _check_manifest(store: RunStore, report: VerifyReport) -> None:

@@ -20,8 +20,6 @@ from classify_fixture import cell_spec, write_store
 from cli.test_confirm_cli import write_run
 from cli.test_unfinished import _sample_run
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _notes(text: str) -> list[str]:
     return [
@@ -88,7 +86,8 @@ def test_worked_example_runs_after_the_pipeline(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "analysis" / "auroc_worked_example.py"),
+            "-m",
+            "breakthrough.analyses.auroc_worked_example",
             *[f"{p}/" for p in _star(runs)],
             "--bootstrap",
             "0",

@@ -161,6 +161,26 @@ def test_installed_wheel_runs_the_first_day_commands_from_an_empty_directory(ins
     assert (work / "runs" / "math89-smollm2-135m" / "store.sqlite").is_file()  # ./runs of the cwd
     status = _bt(installed, work, "status", work / "runs" / "math89-smollm2-135m")
     assert status.returncode == 0 and "1" in status.stdout, status.stderr
+    # the README's worked example is the wheel's module, not a script of the clone
+    example = subprocess.run(
+        [
+            str(installed / "python"),
+            "-m",
+            "breakthrough.analyses.auroc_worked_example",
+            "runs/math89-smollm2-135m/",
+            "--bootstrap",
+            "0",
+        ],
+        cwd=work,
+        env=_user_env(work),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert example.returncode == 0, example.stderr
+    assert (
+        "pooled  = 12/16" in example.stdout and "Runs: runs/math89-smollm2-135m" in example.stdout
+    )
     assert [p.name for p in work.iterdir()] == ["runs"]  # nothing else written in the cwd
 
 

@@ -231,14 +231,9 @@ def test_missing_values_dropped_and_other_errors(app, tmp_path):
 
 
 def _load_analysis():
-    import importlib.util
-    from pathlib import Path
+    from breakthrough.analyses import auroc_worked_example
 
-    path = Path(__file__).resolve().parents[2] / "analysis" / "auroc_worked_example.py"
-    spec = importlib.util.spec_from_file_location("auroc_worked_example", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return auroc_worked_example
 
 
 def test_analysis_worked_example(capsys):

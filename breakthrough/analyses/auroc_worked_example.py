@@ -13,8 +13,11 @@
    several runs (models) a problem's base samples form one group; with a single base sample per
    problem every group has one row and lambda = 0 (all pairs are between problems).
 
-    .venv/bin/python analysis/auroc_worked_example.py [RUN_DIR ...] [--tokens 256]
+    python -m breakthrough.analyses.auroc_worked_example [RUN_DIR ...] [--tokens 256]
         [--group problem_id] [--bootstrap 2000] [--seed 20260831] [--include-short]
+
+A module of the package (not a script of the clone), so the installed wheel runs it from any
+folder, as the README's pipeline does; `bt auroc` is the same decomposition on any table.
 """
 
 from __future__ import annotations
@@ -212,7 +215,10 @@ def analyse_runs(
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m breakthrough.analyses.auroc_worked_example",
+        description=__doc__.splitlines()[0],
+    )
     ap.add_argument("runs", nargs="*", help="run directories (each holding store.sqlite)")
     ap.add_argument("--tokens", type=int, default=256, help="early tokens averaged (default 256)")
     ap.add_argument("--group", default="problem_id", help="group column (default problem_id)")

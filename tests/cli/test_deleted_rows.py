@@ -1,0 +1,51 @@
+"""Issue 40, item 4: rows deleted from a finished run. Deleted probe rows were caught last
+session (tests/cli/test_trust_round_three.py); a deleted restart row passed `bt verify` as
+intact. Sample ids only grow and bt never deletes a sample, so an id missing below the largest
+is a deleted row (`pipeline.verify._check_gone`); the cell that now lacks what its protocol owes
+is named, `bt classify` leaves it unlabelled, and the plain rerun makes it again. Through the
+installed `bt`. (A deleted grade row is damage to its sample's checksum: held by
+test_trust_round_three.test_4_a_deleted_grade_row_is_damage_not_ungraded.)"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from bt_cli import assert_one_line_error, run_bt
+
+# the module-scoped run of the tiny model and its continued copies (fixtures found by pytest)
+from cli.test_trust_round_three import _continued, _delete_samples, runs  # noqa: F401
+
+
+def test_a_deleted_restart_row_is_reported_and_its_cell_left_unlabelled(runs, tmp_path):  # noqa: F811
+    run = _continued(runs, tmp_path)
+    conn = sqlite3.connect(run / "store.sqlite")
+    sid, cell, budget = conn.execute(
+        "SELECT sample_id, cell_id, budget FROM samples WHERE kind='restart' "
+        "ORDER BY sample_id LIMIT 1"
+    ).fetchone()
+    (last,) = conn.execute("SELECT max(sample_id) FROM samples").fetchone()
+    conn.close()
+    assert sid < last  # a row written before others: its id leaves a gap
+    assert _delete_samples(run, f"sample_id={sid}") == [sid]
+
+    proc = run_bt("verify", run)
+    assert_one_line_error(proc, 1, "damaged")
+    lines = [line for line in proc.stdout.splitlines() if f"cell {cell}:" in line]
+    assert len(lines) == 1, proc.stdout
+    assert f"restart rows at C={budget} (1 of 2 stored)" in lines[0], lines[0]
+    assert f"sample id {sid} is missing" in lines[0] and "rows were deleted" in lines[0]
+
+    proc = run_bt("status", run)
+    assert proc.returncode == 0 and f"incomplete: restarts at {budget}" in proc.stdout, proc.stdout
+    out = tmp_path / "classify"
+    proc = run_bt("classify", run, "--draws", "2", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert cell not in (out / "labels.csv").read_text()
+    assert cell in (out / "unfinished.csv").read_text()
+
+    # the plain rerun makes it again (same key, same seed): intact and labelled, though its old
+    # id stays unused
+    assert run_bt("continue", run).returncode == 0
+    assert run_bt("verify", run).returncode == 0
+    proc = run_bt("classify", run, "--draws", "2", "-o", tmp_path / "again")
+    assert proc.returncode == 0 and cell in (tmp_path / "again" / "labels.csv").read_text()
