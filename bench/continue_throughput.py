@@ -58,6 +58,7 @@ import argparse
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -149,11 +150,10 @@ def build_model(arg: str, query_heads: int = GEOMETRY_QUERY_HEADS) -> str:
     """A random-weight llama folder for `tiny` / `deep` / `wide-vocab` (SmolLM2 tokenizer; the
     wide-vocab model's head has 151,936 rows, whose ids past the tokenizer's decode to
     nothing), else `arg`."""
-    from breakthrough.models.offline import (
-        tokenizer_from_gguf,
-        write_geometry_model,
-        write_tiny_model,
-    )
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/models/tiny.py
+    from models.tiny import write_geometry_model, write_tiny_model
+
+    from breakthrough.models.offline import tokenizer_from_gguf
 
     if arg in GEOMETRY_MODELS:
         out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"

@@ -122,7 +122,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
         if model == "tiny":
-            from breakthrough.models.offline import tokenizer_from_gguf, write_tiny_model
+            # tests/models/tiny.py
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+            from models.tiny import write_tiny_model
+
+            from breakthrough.models.offline import tokenizer_from_gguf
 
             model = str(
                 write_tiny_model(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -70,7 +71,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-smollm2", action="store_true")
     args = ap.parse_args()
-    from breakthrough.models.offline import tokenizer_from_gguf, write_tiny_model
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/models/tiny.py
+    from models.tiny import write_tiny_model
+
+    from breakthrough.models.offline import tokenizer_from_gguf
 
     print(f"BLAS: {blas_name()}")
     tiny = write_tiny_model(

@@ -14,6 +14,17 @@ import pytest
 BT = Path(sys.executable).parent / "bt"
 
 
+def require_bt() -> None:
+    """Fail (never skip) without the installed console script: a missing script is a broken
+    install, and a test that skipped for it would let a green suite hide that."""
+    if not BT.is_file():
+        pytest.fail(
+            f"no installed console script at {BT}: a broken install "
+            "(pip install -e . puts it there)",
+            pytrace=False,
+        )
+
+
 def bt_env(**extra: str) -> dict[str, str]:
     """The test process's environment (HF_HUB_OFFLINE, BT_CACHE_DIR) plus `extra`."""
     return {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **extra}

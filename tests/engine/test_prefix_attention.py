@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from models.tiny import geometry_model
 
 from breakthrough.engine import mlx_compat, prefix_attention
 from breakthrough.engine.contract import GenRequest, RowShape, SharedPrefix
 from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.engine.shared_kv import SharedRowCache
-from breakthrough.models.offline import geometry_model
 
 # mlx after breakthrough's engine: bt loads an optimised BLAS for MLX before MLX is imported
 import mlx.core as mx  # noqa: E402  isort:skip

@@ -60,7 +60,7 @@ def _metric(url: str, name: str) -> float:
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory, smollm2_tokenizer):
-    from breakthrough.models.offline import write_tiny_model
+    from models.tiny import write_tiny_model
 
     root = tmp_path_factory.mktemp("vllm")
     model = write_tiny_model(

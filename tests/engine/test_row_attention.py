@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from models.tiny import geometry_model
 
 from breakthrough.engine import mlx_compat, row_attention
 from breakthrough.engine.shared_kv import (
@@ -13,7 +14,6 @@ from breakthrough.engine.shared_kv import (
     SharedBatchCache,
     SharedRowCache,
 )
-from breakthrough.models.offline import geometry_model
 
 # mlx after breakthrough's engine: bt loads an optimised BLAS for MLX before MLX is imported
 import mlx.core as mx  # noqa: E402  isort:skip

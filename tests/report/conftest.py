@@ -1,6 +1,7 @@
 """A real classified run shared by the report tests: base traces with a boxed answer at known
 places (`continue_fixture`), continued by `bt continue` on the tiny model, then labelled by the
-installed `bt classify` console script. Built once per session (about 20 s on 2 cores)."""
+installed `bt classify` console script. Built once per session, shared by the xdist workers
+(tests/build_once.py): every test reads it, none writes into it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from build_once import build_once
 from continue_fixture import make_run
 from typer.testing import CliRunner
 
@@ -30,32 +32,44 @@ CONTINUE = [
 
 @pytest.fixture(scope="session")
 def classified(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path]:
-    """(run dir, classify output dir) of the real run."""
-    run = tmp_path_factory.mktemp("report") / "runs" / "fx"
-    make_run(run, tiny_model_dir, LAYOUT).close()
-    from breakthrough.cli import app
+    """(run dir, classify output dir) of the real run; built once per session, read-only."""
 
-    res = CliRunner().invoke(app, ["continue", str(run), *CONTINUE])
-    assert res.exit_code == 0, res.output
-    done = subprocess.run(
-        [str(BT), "classify", str(run), "--draws", "5"], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
+    def build(root: Path) -> None:
+        run = root / "runs" / "fx"
+        make_run(run, tiny_model_dir, LAYOUT).close()
+        from breakthrough.cli import app
+
+        res = CliRunner().invoke(app, ["continue", str(run), *CONTINUE])
+        assert res.exit_code == 0, res.output
+        done = subprocess.run(
+            [str(BT), "classify", str(run), "--draws", "5"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+
+    run = build_once(tmp_path_factory, "report", build) / "runs" / "fx"
     return run, run / "classify"
 
 
 @pytest.fixture(scope="session")
 def studied(classified, tmp_path_factory) -> tuple[Path, Path]:
     """(run dir, study dir): a copy of the real classified run with a second probe arm
-    (`bt continue --add-budget 32`), then `bt report study` on it."""
+    (`bt continue --add-budget 32`), then `bt report study` on it; built once per session,
+    read-only."""
     import shutil
 
     from breakthrough.analyses.study import study_report
     from breakthrough.cli import app
 
-    run = tmp_path_factory.mktemp("study") / "runs" / "fx"
-    shutil.copytree(classified[0], run, ignore=shutil.ignore_patterns("classify"))
-    res = CliRunner().invoke(app, ["continue", str(run), "--add-budget", "32"])
-    assert res.exit_code == 0, res.output
-    rep = study_report([run], draws=2, cell_pages=False)
-    return run, rep.out_dir
+    def build(root: Path) -> None:
+        run = root / "runs" / "fx"
+        shutil.copytree(classified[0], run, ignore=shutil.ignore_patterns("classify"))
+        res = CliRunner().invoke(app, ["continue", str(run), "--add-budget", "32"])
+        assert res.exit_code == 0, res.output
+        rep = study_report([run], draws=2, cell_pages=False)
+        (root / "out").write_text(str(rep.out_dir))
+
+    root = build_once(tmp_path_factory, "study", build)
+    return root / "runs" / "fx", Path((root / "out").read_text())

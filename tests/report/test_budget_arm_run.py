@@ -7,6 +7,7 @@ refused in one line with nothing written."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 from bt_cli import assert_one_line_error, run_bt
@@ -61,8 +62,8 @@ def test_classify_labels_each_arm_and_writes_the_a2_outputs(studied):
     assert labels.loc["pA", "regime"] == "prefix_limited"  # the primary labels read B = 8
 
 
-def test_a_rerun_adds_nothing_and_the_own_budget_is_refused(studied):
-    run = studied[0]
+def test_a_rerun_adds_nothing_and_the_own_budget_is_refused(studied, tmp_path):
+    run = shutil.copytree(studied[0], tmp_path / "runs" / "fx")  # `studied` is shared: read-only
     n = len(_probes(run)[0])
     assert CliRunner().invoke(app, ["continue", str(run), "--add-budget", "32"]).exit_code == 0
     assert len(_probes(run)[0]) == n

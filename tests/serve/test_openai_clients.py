@@ -84,10 +84,10 @@ def _first_holding(tokenizer, ids: list[int], stop: str) -> int:
     return next(k for k in range(1, len(ids) + 1) if stop in decode(tokenizer, ids[:k]))
 
 
-def _stop_in(pieces: list[str], full: str, within: bool) -> str:
+def _stop_in(pieces: list[str], full: str, within: bool) -> str | None:
     """A stop string taken from the middle of a generated text: one token's whole text (four
     characters or more: few tokens hold it), or spanning two tokens (the last character of one
-    and the first of the next)."""
+    and the first of the next); None when this sample has none."""
     for i in range(len(pieces) // 3, len(pieces) - 1):
         a, b = pieces[i], pieces[i + 1]
         cand = a if within else a[-1:] + b[:1]
@@ -98,25 +98,36 @@ def _stop_in(pieces: list[str], full: str, within: bool) -> str:
             and full.find(cand) > 0
         ):
             return cand
-    pytest.skip("no usable stop string in this sample")
+    return None
+
+
+SEEDS = range(21, 37)  # sampled texts looked at in turn until one holds a usable stop string
 
 
 @pytest.mark.parametrize("within", [True, False], ids=["inside-a-token", "across-tokens"])
 def test_stop_strings_cut_the_text_and_the_tokens(server, client, tiny_model, within: bool) -> None:
+    """Whatever the model generates: the first seed whose sample holds a usable stop string
+    is the one checked (the tiny model's text is random, so which seed it is depends on the
+    platform's arithmetic; one of 16 samples of 48 tokens always holds one)."""
     tok = tiny_model.tokenizer
-    common = {
+    base = {
         "prompt": PROMPT_TEXT,
         "max_tokens": 48,
-        "seed": 21,
         "temperature": 1.0,
         "return_token_ids": True,
         "skip_special_tokens": False,
         "logprobs": 2,
     }
-    free = _post(client, "/v1/completions", common)["choices"][0]
-    ids = free["token_ids"]
-    full = decode(tok, ids)
-    stop = _stop_in([decode(tok, [t]) for t in ids], full, within)
+    for seed in SEEDS:
+        common = {**base, "seed": seed}
+        free = _post(client, "/v1/completions", common)["choices"][0]
+        ids = free["token_ids"]
+        full = decode(tok, ids)
+        stop = _stop_in([decode(tok, [t]) for t in ids], full, within)
+        if stop is not None:
+            break
+    else:
+        pytest.fail(f"no sample of seeds {SEEDS.start}-{SEEDS.stop - 1} holds a stop string")
     k = _first_holding(tok, ids, stop)
     before = server.metrics()["bt_generation_tokens_total"]
     cut = _post(client, "/v1/completions", {**common, "stop": stop})["choices"][0]

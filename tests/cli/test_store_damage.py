@@ -1,7 +1,8 @@
-"""Issue 29 ("Trust, round two"), items 1-4. Each failure the issue reproduced, through the
-installed `bt` (exit code, the one line, what is and is not on disk): fields a result depends on
-that a row's checksum did not cover (1), a column holding another storage class (2), an archived
-run that could not be read (3), and a damaged manifest that was still used (4).
+"""Damage to a stored run is found and named (issue 29, items 1-4). Each failure the issue
+reproduced, through the installed `bt` (exit code, the one line, what is and is not on disk):
+fields a result depends on that a row's checksum did not cover (1), a column holding another
+storage class (2), an archived run that could not be read (3), and a damaged manifest that was
+still used (4).
 
 The runs are written through the store without a model (store_writer.write_run, well under a
 second; `as_schema_2`: the same run as a bt before issue 29 wrote it). Only `bt continue` on a

@@ -1,5 +1,5 @@
-"""Issue 29's weak spots, through the installed `bt`: each refusal is exactly one line on stderr
-(exit 2) naming the option the user typed, and nothing is written.
+"""Each refusal is exactly one line on stderr (exit 2) naming the option the user typed, and
+nothing is written (issue 29's weak spots), through the installed `bt`.
 
 * A status line came before the one-line error, so stderr held two lines: an HTTP backend that
   does not answer at start-up, a server that wants an API key, a port in use. What is about to

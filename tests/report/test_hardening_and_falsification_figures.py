@@ -1,6 +1,7 @@
-"""The figures issue 23 adds, drawn from known counts: label hardening (stacked bars before vs
-after, integer ticks, the study's display names, legend outside) and the A2 budget
-falsification (ring at B1, dot at B2, rows "index (L level)", a cross without a B2 crossing)."""
+"""The label-hardening and budget-falsification figures (issue 23), drawn from known counts:
+label hardening (stacked bars before vs after, integer ticks, the study's display names, legend
+outside) and the A2 budget falsification (ring at B1, dot at B2, rows "index (L level)", a
+cross without a B2 crossing)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The three display fixes of issue 23: the swimmer axis starts at the first probed anchor (a
-run probed from t = 32), special tokens are hidden from displayed traces (kept in the store),
-and the run index names each cell's problem."""
+"""How traces and cells are displayed (issue 23): the swimmer axis starts at the first probed
+anchor (a run probed from t = 32), special tokens are hidden from displayed traces (kept in the
+store), and the run index names each cell's problem."""
 
 from __future__ import annotations
 

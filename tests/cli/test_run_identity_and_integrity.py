@@ -1,7 +1,8 @@
-"""Issue 21: a run a reviewer can trust. Each failure the issue reproduced, through the installed
-`bt` (exit code, the one line, what is and is not on disk): model identity by a content digest
-(1, 2), one protocol per run (3, 4, 5), integrity of what is read (6, 7, 8), inputs that reached
-a traceback or wrote first (13, 14, 15), and the run lock (16), plus the weak spots behind them.
+"""A run's identity and integrity (issue 21, "a run a reviewer can trust"). Each failure the
+issue reproduced, through the installed `bt` (exit code, the one line, what is and is not on
+disk): model identity by a content digest (1, 2), one protocol per run (3, 4, 5), integrity of
+what is read (6, 7, 8), inputs that reached a traceback or wrote first (13, 14, 15), and the run
+lock (16), plus the weak spots behind them.
 
 One base run and one continued run are built once for the module by the real pipeline on the
 tiny model (the expensive part); every test that damages or changes a run works on a copy."""
