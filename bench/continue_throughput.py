@@ -107,7 +107,7 @@ MODELS = {
     "wide-vocab": dict(layers=4, hidden=128, vocab=151_936),
 }
 # The study models' attention geometry (layers x KV heads x head_dim and 32 query heads;
-# models.offline.STUDY_GEOMETRIES) with a small hidden size: the KV cache and the attention's
+# tests/models/tiny.py STUDY_GEOMETRIES) with a small hidden size: the KV cache and the attention's
 # work per token are the study model's, the weights a fraction.
 GEOMETRY_MODELS = {"study-geometry": "qwen3-4b", "study-geometry-ministral": "ministral-3-3b"}
 GEOMETRY_QUERY_HEADS = 32  # Qwen3-4B's and Ministral-3's; --query-heads 8 for a cheaper model

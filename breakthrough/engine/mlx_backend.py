@@ -204,6 +204,21 @@ class _Row:
         )
 
 
+def _evaluate_module_arrays(model) -> None:
+    """Evaluate the arrays a model's modules keep outside their parameters (RoPE frequencies of
+    Gemma-4's proportional and Ministral-3's YaRN rope, computed lazily when the model was
+    built). MLX binds a lazy array to the stream of the thread that made it; evaluated first in
+    another thread (`bt serve` generates in its own) it fails with "There is no Stream(cpu, 0)
+    in current thread". Evaluated here, in the thread that loaded the model, they are plain
+    data any thread can read."""
+    import mlx.core as mx
+
+    modules = model.modules() if hasattr(model, "modules") else []
+    lazy = [v for m in modules for v in vars(m).values() if isinstance(v, mx.array)]
+    if lazy:
+        mx.eval(lazy)
+
+
 class _Feed:
     """The request source as `generate` pulls it: a request pulled but not admitted yet is
     `held` (it waits for memory), and the source may be exhausted or have nothing ready now
@@ -260,6 +275,7 @@ class MlxEngine(Engine):
         from breakthrough.engine.row_attention import install
 
         keep_freed_memory()  # MLX's per-step buffers reused, not faulted in afresh (allocator)
+        _evaluate_module_arrays(model)
 
         # Shared-prefix rows attend together over their cell's one prefix copy, each over its
         # own suffix apart (`prefix_attention`, through `row_attention.install`); quantized

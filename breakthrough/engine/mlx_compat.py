@@ -38,8 +38,10 @@ from mlx_lm.models.cache import (  # noqa: E402
     make_prompt_cache,
 )
 
-# mlx-lm's own attention function, kept before any model module's name is pointed elsewhere.
+# mlx-lm's own attention function, kept before any model module's name is pointed elsewhere,
+# and its attention over quantized keys and values.
 mlx_attention = _models_base.scaled_dot_product_attention
+mlx_quantized_attention = _models_base.quantized_scaled_dot_product_attention
 
 
 def route_attention(model: Any, attend: Any) -> bool:
@@ -76,5 +78,6 @@ __all__ = [
     "create_causal_mask",
     "make_prompt_cache",
     "mlx_attention",
+    "mlx_quantized_attention",
     "route_attention",
 ]

@@ -26,7 +26,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from breakthrough.engine.mlx_compat import mlx_attention, route_attention
+from breakthrough.engine.mlx_compat import mlx_attention, mlx_quantized_attention, route_attention
 from breakthrough.engine.prefix_attention import attend_alone, attend_shared
 
 # False: full-precision shared rows attend one by one too (the per-row baseline that
@@ -46,6 +46,10 @@ def attend(
     """mlx-lm's `scaled_dot_product_attention`, except for a one-token step of a
     `SharedBatchCache` whose last fetched keys these are: shared-prefix attention for
     full-precision rows, row by row for quantized ones (module doc)."""
+    if cache is None and isinstance(keys, tuple):
+        # a layer that reads another layer's keys and values (Gemma-4's KV-sharing layers get
+        # them with no cache of their own) when that layer's cache is quantized (--kv-bits)
+        return attend_quantized(queries, keys, values, scale, mask)
     rows_of = getattr(cache, "rows_for_attention", None)
     rows = rows_of(queries, keys) if rows_of is not None else None
     if rows is None:
@@ -56,6 +60,19 @@ def attend(
         return attend_shared(queries, rows, scale)
     out = [attend_alone(queries[i : i + 1], row, scale, sinks) for i, row in enumerate(rows)]
     return out[0] if len(out) == 1 else mx.concatenate(out, axis=0)
+
+
+def attend_quantized(queries: Any, keys: tuple, values: tuple, scale: float, mask: Any) -> Any:
+    """mlx-lm's quantized attention over (packed, scales, biases) triples that arrive without the
+    cache that wrote them: the group size and bits are read from the triples' shapes (head_dim =
+    scales' last dimension x group size; bits = packed words x 32 / head_dim)."""
+    packed, scales, _ = keys
+    head_dim = queries.shape[-1]
+    group_size = head_dim // scales.shape[-1]
+    bits = packed.shape[-1] * 32 // head_dim
+    return mlx_quantized_attention(
+        queries, keys, values, scale=scale, mask=mask, group_size=group_size, bits=bits
+    )
 
 
 def install(model: Any) -> bool:

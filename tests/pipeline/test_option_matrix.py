@@ -60,8 +60,9 @@ pytestmark = pytest.mark.model
 def shapes(request, tmp_path_factory, smollm2_tokenizer):
     """shape -> (LoadedModel, what `bt serve --model` takes, extra environment for it), built
     on first use from the suite's own fixtures."""
+    from models.tiny import write_geometry_model
+
     from breakthrough.models.loading import load_model
-    from breakthrough.models.offline import write_geometry_model
 
     built: dict = {}
 
