@@ -1,5 +1,6 @@
 """The page of `bt report study`: one self-contained HTML page across both halves of the study,
-rendered from a Jinja2 template (report/templates/study.html.j2), every value escaped; it needs
+rendered from a Jinja2 template (report/templates/study.html.j2 on the shared layout of
+`report.templating`), every value escaped by the template engine; it needs
 nothing but its folder (no scripts, no network). What goes on it is decided by
 `breakthrough.analyses.study`.
 """
@@ -14,13 +15,12 @@ from typing import Any
 
 import pandas as pd
 
-from breakthrough.outputs import write_text
 from breakthrough.protocol import Protocol
 from breakthrough.report import headlines as HL
-from breakthrough.report.html import LEFT, STYLE, fmt, plural
-from breakthrough.report.names import GLOSSARY, field_name, model_name
+from breakthrough.report.display import plural, table_data
+from breakthrough.report.names import model_name
+from breakthrough.report.templating import write_page as render_page
 
-TEMPLATES = Path(__file__).parent / "templates"
 PROBE_SUMMARY, PROBE_FIGURE = "probe_summary.json", "probe_figure.png"
 
 # Protocol 10's figure list, in its order: name → caption.
@@ -51,40 +51,6 @@ class Missing:
     command: str
 
 
-def _table_rows(frame: pd.DataFrame) -> dict:
-    """A frame as the template shows it: human headers (raw name in the tooltip), formatted
-    cells, text columns (`html.LEFT`, and any column of text) left-aligned."""
-    from markupsafe import Markup
-
-    cols = list(frame.columns)
-    left = [
-        c in LEFT or frame[c].dtype == object and frame[c].map(lambda v: isinstance(v, str)).any()
-        for c in cols
-    ]
-    return {
-        "columns": [(field_name(c), c, lf) for c, lf in zip(cols, left, strict=True)],
-        "rows": [
-            [(Markup(fmt(v, c)), lf) for c, v, lf in zip(cols, rec, left, strict=True)]
-            for rec in frame.itertuples(index=False, name=None)
-        ],
-    }
-
-
-def render(path: Path, context: Mapping[str, Any]) -> Path:
-    """The page from templates/study.html.j2 (autoescaped)."""
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-
-    env = Environment(
-        loader=FileSystemLoader(str(TEMPLATES)),
-        autoescape=select_autoescape(("html", "j2")),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["count"] = plural  # "1 cell", "2 cells"
-    return write_text(path, env.get_template("study.html.j2").render(**context))
-
-
 def write_page(
     path: Path,
     *,
@@ -112,8 +78,6 @@ def write_page(
     models = sorted(map(str, labels["model"].unique())) if len(labels) else []
     context = {
         "title": f"Study report: {plural(len(runs), 'run')}, {plural(len(models), 'model')}",
-        "style": STYLE,
-        "glossary": GLOSSARY,
         "runs": [
             {"name": n, "cells": r["cells"], "path": str(d)}
             for (n, r), d in zip(summary.get("runs", {}).items(), runs, strict=False)
@@ -132,7 +96,7 @@ def write_page(
                 "title": h.title,
                 "sentences": h.sentences,
                 "tables": [
-                    (n, _table_rows(f))
+                    table_data(f, cls=n, text_left=True)
                     for n, f in h.tables.items()
                     if f is not None and len(f.columns)
                 ],
@@ -150,4 +114,4 @@ def write_page(
         "classify_index": os.path.relpath(classify_index, out_dir),
         "tables": [os.path.relpath(p, out_dir) for p in tables],
     }
-    return render(path, context)
+    return render_page(path, "study.html.j2", **context)
