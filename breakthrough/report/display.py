@@ -77,7 +77,7 @@ def table_data(
         c: c in LEFT
         or (
             text_left
-            and frame[c].dtype == object
+            and (pd.api.types.is_string_dtype(frame[c]) or frame[c].dtype == object)
             and bool(frame[c].map(lambda v: isinstance(v, str)).any())
         )
         for c in cols

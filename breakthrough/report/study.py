@@ -37,7 +37,7 @@ STUDY_FIGURES: dict[str, str] = {
     "trajectory at B1 (ring) and B2 (dot).",
     "probe_dissection": "Probe dissection: pooled vs within-problem AUROC per anchor (bt probe).",
     "prefix_sweep": "Forecast-point sweep: ΔAUROC with its CI per t, primary and secondary "
-    "(t = 512 starred).",
+    "(a star marks the pre-registered t = 512 where it was swept).",
     "confirmatory_forest": "Confirmatory test: test AUROCs and ΔAUROC for both endpoints.",
 }
 
@@ -73,7 +73,8 @@ def write_page(
     shown_figs = {
         h.key: [(n, STUDY_FIGURES.get(n, n)) for n in h.figures if n in figures] for h in heads
     }
-    used = {n for v in shown_figs.values() for n, _ in v}
+    empty = {n for h in heads for n in h.gaps}  # a figure with nothing drawn: a line instead
+    used = {n for v in shown_figs.values() for n, _ in v} | empty
     extra = [(n, STUDY_FIGURES.get(n, n.replace("_", " "))) for n in figures if n not in used]
     models = sorted(map(str, labels["model"].unique())) if len(labels) else []
     context = {
@@ -105,7 +106,8 @@ def write_page(
                     (n.replace("_", " "), gaps[n])
                     for n in h.figures
                     if n not in figures and n in gaps
-                ],
+                ]
+                + [(n.replace("_", " "), why) for n, why in h.gaps.items()],
             }
             for h in heads
         ],
