@@ -8,8 +8,10 @@ of `report.templating`), every value escaped by the template engine; inline SVG 
 (`report.mathtext`: problem statements and answers), no scripts. Headers and field names are
 the human names of `report.names`; each carries the raw column name as its tooltip, so a
 reader can find it in labels.csv, and every page shows the glossary of `names.GLOSSARY` in
-plain view. Tables scroll inside their own box (`div.scroll`), so no table widens the page; a
-figure without data is replaced by one line saying why. This module only gathers what the
+plain view, right after its main result (the cells table; a cell's facts and plot), so a phone's
+first screen shows the result. Tables scroll inside their own box (`div.scroll`: a shaded edge
+where there is more, the cells table's first column kept in place), so no table widens the
+page; a figure without data is replaced by one line saying why. This module only gathers what the
 templates show.
 """
 

@@ -220,8 +220,8 @@ def test_one_report_per_call_with_the_cells_table_first(classified):
         "index.html",
     ]
     page = Tables((out / "index.html").read_text())
-    # the glossary, then the cells table first (issue 30)
-    assert page.order[:4] == ["h1:bt classify: fx", "h2:Glossary", "h2:Cells", "table:cells"]
+    # the cells table first (issue 30), the glossary after it (issue 40: results first)
+    assert page.order[:4] == ["h1:bt classify: fx", "h2:Cells", "table:cells", "h2:Glossary"]
     head, *rows = page.table("cells")
     # R(C) from the run's stored protocol (restarts 8 and 16), not the study's 1,024-8,192
     assert [h for h in head if h.startswith("R(")] == ["R(8)", "R(16)"]
