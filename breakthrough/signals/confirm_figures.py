@@ -70,6 +70,7 @@ def forest(results: Sequence[Mapping[str, Any]], forecast_token: int):
                 va="center",
                 fontsize=7,
                 color="#666",
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},  # over the 0 line
                 transform=right.get_yaxis_transform(),
             )
             continue
