@@ -381,3 +381,44 @@ def test_the_unfit_study_page_says_so_and_draws_no_empty_figure(browser, unfit_s
     section.screenshot(path=str(tmp_path / "study-unfit-confirmatory.png"))
     _shot(page, tmp_path / "study-unfit.png")
     assert problems == []
+
+
+def test_hostile_text_on_a_cell_page_runs_nothing(browser, tmp_path):
+    """A problem, answer and model name holding script tags, an onerror image and MathML that
+    latex2mathml would pass through (\\text{<script>…}, \\href{javascript:…}): Chromium
+    shows them as text and no script runs (no dialog, no global set)."""
+    import pandas as pd
+
+    from breakthrough.report.cell_details import CellDetail
+    from breakthrough.report.html import write_cell_page
+
+    hostile = "<script>window.pwned=1;alert(1)</script> & <img src=x onerror=alert(2)>"
+    folder = tmp_path / "site"
+    write_cell_page(
+        folder / "cell.html",
+        row={"cell_id": f"m:{hostile}", "model": hostile, "regime": "prefix_limited"},
+        curve=pd.DataFrame(),
+        svg="<svg class='cell-plot'></svg>",
+        detail=CellDetail(
+            problem=hostile + r" $\text{<script>window.pwned=2</script>}$"
+            r" $\href{javascript:alert(3)}{x}$",
+            answer=hostile,
+            base_text=hostile,
+        ),
+    )
+    server = _serve(folder)
+    url = next(server)
+    try:
+        page, problems = _open(browser, f"{url}/cell.html")
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.reload(wait_until="load")
+        assert page.evaluate("window.pwned") is None and dialogs == []
+        assert page.locator("script").count() == 0
+        facts = page.locator("dl.facts").inner_text()
+        assert "<script>window.pwned=1;alert(1)</script> & <img" in facts
+        assert "<script>window.pwned=2</script>" in facts  # drawn as math text, not run
+        assert page.title() == f"cell m:{hostile}"
+        assert problems == []
+    finally:
+        server.close()
