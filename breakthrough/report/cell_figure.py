@@ -9,12 +9,12 @@ the data (down to the lowest advantage); the x axis is log2 over the probed anch
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
+from markupsafe import Markup, escape
 
 from breakthrough.report.names import regime_name
 from breakthrough.stats import missing
@@ -37,7 +37,8 @@ TAU_COLOR, DELTA_COLOR, BAND_COLOR, TV_COLOR = "#1f77b4", "#c44e52", "#4c72b0", 
 
 
 def _esc(s: object) -> str:
-    return html.escape(str(s), quote=True)
+    """Text inside the SVG, escaped as the page templates escape (markupsafe)."""
+    return str(escape(str(s)))
 
 
 def _marker(kind: str, x: float, y: float, color: str) -> str:
@@ -93,8 +94,9 @@ def cell_svg(
     tau: float = 0.75,
     delta: float = 0.5,
     budget: int | None = None,
-) -> str:
-    """The plot of one cell (its `cell_curves` rows and its label row) as an SVG string."""
+) -> Markup:
+    """The plot of one cell (its `cell_curves` rows and its label row) as SVG markup (every
+    text in it escaped), which the cell page's template inserts as it is."""
     pw = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
     ph = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
     title = f"{row.get('cell_id')}: {regime_name(row.get('regime'))}"
@@ -108,9 +110,9 @@ def cell_svg(
     )
     c = curve.sort_values("anchor") if len(curve) else curve
     if c.empty:
-        return head + (
-            f"<text x='{MARGIN_LEFT}' y='{HEIGHT / 2}' font-size='14'>no probed "
-            f"anchors yet: run `bt continue`</text></svg>"
+        return Markup(  # built from numbers and escaped text
+            head + f"<text x='{MARGIN_LEFT}' y='{HEIGHT / 2}' font-size='14'>no probed "
+            "anchors yet: run `bt continue`</text></svg>"
         )
     t = c["anchor"].to_numpy(float)
     lo_x, hi_x = math.log2(max(1.0, t.min() / 1.5)), math.log2(t.max() * 1.5)
@@ -240,4 +242,4 @@ def cell_svg(
         )
     )
     parts += _legend(MARGIN_LEFT + pw + 22, MARGIN_TOP + 8, entries)
-    return "".join(parts) + "</svg>"
+    return Markup("".join(parts) + "</svg>")  # numbers and escaped text

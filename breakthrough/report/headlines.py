@@ -25,8 +25,9 @@ from breakthrough.report.names import model_name, regime_name
 @dataclass
 class Headline:
     """One headline: its section title, the sentences (filled templates), the numbers they
-    hold, the tables they come from (name → frame; written as tables/NAME.{csv,parquet}) and
-    the figures that show them (names of the study's figures)."""
+    hold, the tables they come from (name → frame; written as tables/NAME.{csv,parquet}), the
+    figures that show them (names of the study's figures) and the figures it would show but
+    that would be empty (name → why), which the page names in a line instead of drawing."""
 
     key: str
     title: str
@@ -34,6 +35,7 @@ class Headline:
     numbers: dict[str, Any] = field(default_factory=dict)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     figures: tuple[str, ...] = ()
+    gaps: dict[str, str] = field(default_factory=dict)
 
 
 def _n(v: float) -> str:
@@ -467,14 +469,28 @@ def _ci(r: Mapping[str, Any]) -> str:
     return f"[{_signed(lo, 3)}, {_signed(hi, 3)}]"
 
 
+def _included(confirm: Mapping[str, Any]) -> str:
+    """ "1 of 2 labelled cells included (1 excluded: base run reached fewer than …)"."""
+    cells = confirm.get("cells", {})
+    text = f"{cells.get('included', '—')} of {cells.get('labelled', '—')} labelled cells included"
+    excluded = confirm.get("excluded") or {}
+    short = int(excluded.get("short_base_run") or 0) + int(excluded.get("no_base_run") or 0)
+    if short:
+        rule = excluded.get("rule") or "no base run long enough"
+        text += f" ({short:,} excluded: {rule})"
+    return text
+
+
 def confirmatory(
     confirm: Mapping[str, Any] | None, sweep: Mapping[str, Any] | None
 ) -> Headline | None:
     """9.5: ΔAUROC with its CI for both endpoints and variants at the forecast point, and the
-    post-hoc sweep (negative point estimates, CIs including 0)."""
+    post-hoc sweep (negative point estimates, CIs including 0). When no endpoint could be fit
+    the first sentence says so and why (never that the test ran), and the figures, which would
+    be empty frames, are not shown: `Headline.gaps` says why instead."""
     if not confirm:
         return None
-    rows, sentences = [], []
+    rows, fitted, reasons = [], [], []
     for r in confirm.get("results", []):
         fit = r.get("status") == "fit"
         rows.append(
@@ -482,6 +498,7 @@ def confirmatory(
                 "endpoint": r["endpoint"],
                 "variant": r["variant"],
                 "status": r["status"],
+                "reason": None if fit else r.get("reason"),
                 "test_rows": r.get("test_rows"),
                 "test_problems": r.get("test_problems"),
                 "baseline_auroc": r.get("baseline_auroc"),
@@ -489,31 +506,50 @@ def confirmatory(
                 "delta_auroc": r.get("delta_auroc"),
                 "ci_low": (r.get("ci") or [None])[0],
                 "ci_high": (r.get("ci") or [None, None])[1],
-                "success": r.get("success"),
+                "success": r.get("success") if fit else None,  # no test, no verdict
             }
         )
+        name = f"{r['endpoint'].capitalize()} ({r['variant']})"
         if fit:
-            sentences.append(
-                f"{r['endpoint'].capitalize()} ({r['variant']}): ΔAUROC "
+            fitted.append(
+                f"{name}: ΔAUROC "
                 f"{_signed(r['delta_auroc'], 3)} {_ci(r)} on {r['test_rows']} test rows "
                 f"({_count(r['test_problems'], 'problem')}; baseline {r['baseline_auroc']:.3f}, "
                 f"+ early {r['early_auroc']:.3f}) → {'success' if r['success'] else 'no success'}."
             )
         else:
-            sentences.append(
-                f"{r['endpoint'].capitalize()} ({r['variant']}): not fit ({r.get('reason')})."
-            )
+            reasons.append((name, str(r.get("reason") or "no reason given")))
     t = confirm.get("forecast_token")
-    sentences.insert(
-        0,
-        f"Confirmatory early-signal test at forecast token {_fmt_int(t)}: "
-        f"{confirm.get('cells', {}).get('included', '—')} of "
-        f"{confirm.get('cells', {}).get('labelled', '—')} labelled cells included.",
-    )
-    numbers: dict[str, Any] = {"forecast_token": t, "results": rows}
+    if fitted:
+        sentences = [
+            f"Confirmatory early-signal test at forecast token {_fmt_int(t)}: "
+            f"{_included(confirm)}.",
+            *fitted,
+            *(f"{name}: not fit ({why})." for name, why in reasons),
+        ]
+    else:  # said first, plainly: no test ran
+        why = sorted({w for _, w in reasons})
+        sentences = [
+            f"The confirmatory early-signal test at forecast token {_fmt_int(t)} could not be "
+            "fit: " + (f"{why[0]}." if len(why) == 1 else "no endpoint had enough data."),
+            f"{_included(confirm)[0].upper()}{_included(confirm)[1:]}.",
+        ]
+        if len(why) > 1:
+            sentences += [f"{name}: not fit ({w})." for name, w in reasons]
+    numbers: dict[str, Any] = {"forecast_token": t, "fit": bool(fitted), "results": rows}
     tables = {"confirmatory": pd.DataFrame(rows)}
+    figures: tuple[str, ...] = ("confirmatory_forest",)
+    gaps: dict[str, str] = {}
+    if not fitted:
+        gaps["confirmatory_forest"] = "no endpoint of the confirmatory test could be fit"
     if sweep:
-        tables["forecast_sweep"] = pd.DataFrame(sweep.get("rows") or [])
+        sweep_rows = pd.DataFrame(sweep.get("rows") or [])
+        for e in ("primary", "secondary"):  # no verdict where nothing was fit
+            if {f"{e}_status", f"{e}_success"} <= set(sweep_rows.columns):
+                sweep_rows[f"{e}_success"] = sweep_rows[f"{e}_success"].where(
+                    sweep_rows[f"{e}_status"] == "fit", None
+                )
+        tables["forecast_sweep"] = sweep_rows
         n, neg, zero = (
             sweep.get("estimates", 0),
             sweep.get("negative_estimates", 0),
@@ -521,11 +557,15 @@ def confirmatory(
         )
         post = [x for x in sweep.get("forecast_tokens", []) if x != sweep.get("preregistered")]
         swept = ", ".join(f"{x:,}" for x in sweep.get("forecast_tokens", []))
-        sentences.append(
-            f"Forecast-point sweep over t ∈ {{{swept}}}"
-            f" (post-hoc: {len(post)} points): {neg} of {n} point estimates negative;"
-            f" {zero} of {n} CIs include 0."
-        )
+        head = f"Forecast-point sweep over t ∈ {{{swept}}} (post-hoc: {len(post)} points)"
+        if n:
+            sentences.append(
+                f"{head}: {neg} of {n} point estimates negative; {zero} of {n} CIs include 0."
+            )
+            figures += ("prefix_sweep",)
+        else:
+            sentences.append(f"{head}: no point could be fit, so there is no estimate to show.")
+            gaps["prefix_sweep"] = "no forecast point of the sweep could be fit"
         numbers["sweep"] = {"estimates": n, "negative": neg, "ci_including_zero": zero}
     return Headline(
         "confirmatory",
@@ -533,7 +573,8 @@ def confirmatory(
         sentences,
         numbers,
         tables,
-        ("confirmatory_forest", "prefix_sweep") if sweep else ("confirmatory_forest",),
+        tuple(f for f in figures if f not in gaps),
+        gaps,
     )
 
 

@@ -3,64 +3,37 @@ regime counts, figures and the plan of next work) and one page per cell (problem
 answer, the plot, the base trace with every anchor's cut point marked, and every branch's
 extracted answer and verdict).
 
-Plain HTML, inline SVG and MathML (`report.mathtext`: problem statements and answers), no
-scripts, every value escaped. Headers and field names are the human names of `report.names`;
-each carries the raw column name as its tooltip, so a reader can find it in labels.csv, and
-every page opens with the glossary of `names.GLOSSARY` in plain view. Tables scroll inside
-their own box (`div.scroll`), so no table widens the page; a figure without data is replaced
-by one line saying why.
+Rendered from Jinja2 templates (templates/classify.html.j2, cell.html.j2 on the shared layout
+of `report.templating`), every value escaped by the template engine; inline SVG and MathML
+(`report.mathtext`: problem statements and answers), no scripts. Headers and field names are
+the human names of `report.names`; each carries the raw column name as its tooltip, so a
+reader can find it in labels.csv, and every page shows the glossary of `names.GLOSSARY` in
+plain view, right after its main result (the cells table; a cell's facts and plot), so a phone's
+first screen shows the result. Tables scroll inside their own box (`div.scroll`: a shaded edge
+where there is more, the cells table's first column kept in place), so no table widens the
+page; a figure without data is replaced by one line saying why. This module only gathers what the
+templates show.
 """
 
 from __future__ import annotations
 
-import html
 import os
 import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import pandas as pd
+from markupsafe import Markup
 
-from breakthrough.outputs import write_text
 from breakthrough.report.cell_details import CUT_OFF, CellDetail, is_cut_off, shown_text
+from breakthrough.report.display import fmt, plural, table_data
 from breakthrough.report.mathtext import answer_html, math_html
-from breakthrough.report.names import GLOSSARY, field_name, finish_name, regime_name
+from breakthrough.report.names import field_name, finish_name, regime_name
+from breakthrough.report.templating import write_page
 from breakthrough.stats import missing
 
-STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1500px;color:#222}
-h1{font-size:1.6em} h2{margin-top:1.6em}
-table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}
-th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;vertical-align:top}
-th{background:#f0f0f0} td.l,th.l{text-align:left} td a{white-space:nowrap}
-table.cells td{white-space:nowrap} table.cells td.problem{white-space:normal;min-width:14em;
-  max-width:26em}
-div.scroll{overflow-x:auto;max-width:100%;margin:0.5em 0 1.5em}
-div.scroll>table{margin:0}
-section.glossary{background:#f7f7f2;border:1px solid #ddd;padding:6px 12px;margin:0.6em 0 1em;
-  font-size:13px}
-section.glossary h2{font-size:14px;margin:0.2em 0 0.4em}
-section.glossary dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0}
-section.glossary dt{font-weight:bold} section.glossary dd{margin:0}
-p.no-data{color:#555;font-style:italic;margin:0.3em 0 1em}
-math{font-size:1.1em}
-details.asy{color:#555;font-size:13px} details.asy pre{white-space:pre-wrap;font-size:12px}
-img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
-.note{color:#555;font-size:13px}
-dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;font-size:15px}
-dl.facts dt{font-weight:bold} dl.facts dd{margin:0;white-space:pre-wrap}
-pre.trace{white-space:pre-wrap;word-break:break-word;background:#fafafa;border:1px solid #ddd;
-  padding:10px;max-height:520px;overflow:auto;font-size:13px;line-height:1.5}
-mark.cut{background:#ffe08a;border-left:3px solid #b8860b;padding:0 3px;font-weight:bold;
-  font-family:sans-serif;font-size:11px}
-mark.cut.solved{background:#bfe5bf;border-left-color:#2e7d32}
-td.v-correct{color:#1b5e20;font-weight:bold} td.v-wrong,td.v-no-answer{color:#b71c1c}
-td.text{font-family:monospace;font-size:12px;text-align:left;white-space:pre-wrap;
-  max-width:640px;word-break:break-word}
-svg.cell-plot{max-width:100%;height:auto;border:1px solid #eee}
-"""
 BRANCH_TAIL = 300  # characters of each branch's text shown (its end, where the answer is)
 
 
@@ -70,119 +43,8 @@ def cell_slug(cell_id: str) -> str:
     return safe if safe == cell_id else f"{safe}-{abs(hash_str(cell_id)) % 10**8:08d}"
 
 
-def glossary_html() -> str:
-    """The glossary every page shows in plain view (`names.GLOSSARY`), so T_F, adv, R̂, T_V, δ,
-    τ and the regimes are defined without hovering."""
-    items = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in GLOSSARY)
-    return f"<section class='glossary'><h2>Glossary</h2><dl>{items}</dl></section>"
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """ "1 cell", "2 cells" ("1 trajectory", "3 trajectories" with `many`)."""
-    return f"{int(n):,} {word if int(n) == 1 else many or word + 's'}"
-
-
 def hash_str(s: str) -> int:
     return zlib.crc32(s.encode())
-
-
-def fmt(v, col: str | None = None) -> str:
-    """A value as the pages show it (escaped): — for missing, yes/no for flags, regimes by
-    their human names, whole numbers without decimals (thousands separated), others to 3
-    decimals."""
-    if missing(v) or (col == "anchor" and v == -1):  # -1: a restart has no anchor
-        return "—"
-    if col == "regime":
-        return html.escape(regime_name(v))
-    if isinstance(v, (bool, np.bool_)):
-        return "yes" if v else "no"
-    if isinstance(v, (int, np.integer)) or (
-        isinstance(v, (float, np.floating)) and float(v).is_integer()
-    ):
-        return f"{int(v):,}"
-    if isinstance(v, (float, np.floating)):
-        return f"{float(v):.3f}"
-    return html.escape(str(v))
-
-
-LEFT = (
-    "cell_id",
-    "problem_text",
-    "regime",
-    "run",
-    "model",
-    "stage",
-    "kind",
-    "reason",
-    "extracted",
-    "verdict",
-    "finish_reason",
-    "problem_id",
-    "subject",
-    "position",
-)
-
-
-def table(
-    frame: pd.DataFrame,
-    columns: Iterable[str] | None = None,
-    links: Mapping[str, str] | None = None,
-    cls: str = "",
-) -> str:
-    """An HTML table of frame[columns] under human headers (raw name as tooltip); values of
-    `cell_id` become links when given."""
-    cols = [c for c in (columns or frame.columns) if c in frame.columns]
-    head = "".join(
-        f"<th{' class=l' if c in LEFT else ''} title='{html.escape(field_name(c, long=True))}"
-        f" [{html.escape(c)}]'>{html.escape(field_name(c))}</th>"
-        for c in cols
-    )
-    rows = []
-    for rec in frame[cols].to_dict(orient="records"):
-        cells = []
-        for c in cols:
-            v = rec[c]
-            left = " class='l'" if c in LEFT else ""
-            if c == "cell_id" and links and v in links:
-                cells.append(
-                    f"<td{left}><a href='{html.escape(links[v])}'>{html.escape(str(v))}</a></td>"
-                )
-            elif c == "problem_text":  # the problem's start, its math as MathML
-                cells.append(
-                    f"<td class='l problem'>{'—' if missing(v) else math_html(str(v))}</td>"
-                )
-            else:
-                cells.append(f"<td{left}>{fmt(v, c)}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    return scroll(f"<table class='{cls}'><tr>{head}</tr>{''.join(rows)}</table>")
-
-
-def scroll(table_html: str) -> str:
-    """A table in its own scrolling box: a wide table scrolls sideways instead of widening the
-    page."""
-    return f"<div class='scroll'>{table_html}</div>"
-
-
-def no_data(name: str, reason: str) -> str:
-    """The one line that stands where a figure without data would be."""
-    return (
-        f"<p class='no-data'>{html.escape(name.replace('_', ' '))}: no data because "
-        f"{html.escape(reason)}.</p>"
-    )
-
-
-def _page(title: str, body: str) -> str:
-    return (
-        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<link rel='icon' href='data:,'>"  # no favicon request: a static report has none
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>{glossary_html()}{body}</body></html>\n"
-    )
-
-
-def _write(path: Path, text: str) -> Path:
-    return write_text(path, text)
 
 
 def _rel(target: Path, start: Path) -> str:
@@ -220,69 +82,35 @@ def cells_columns(labels: pd.DataFrame, restart_budgets: Sequence[int]) -> list[
     )
 
 
-def _settings(summary: Mapping) -> str:
-    return (
-        f"<p class='note'>τ = {summary.get('tau')}, B = {summary.get('budget')}, "
-        f"primary δ = {summary.get('primary_delta')}, prior: "
-        f"{html.escape(str(summary.get('prior', '—')))}, top-up rule: "
-        f"{html.escape(str(summary.get('topup', '—')))}. The glossary above defines the "
-        f"terms; a column header's tooltip gives its full meaning and its name in "
-        f"labels.csv.</p>"
-    )
-
-
-def _summary_block(summary: Mapping) -> str:
-    parts = []
+def summary_context(summary: Mapping) -> dict[str, Any]:
+    """What the report page shows of summary.json below the cells table: regime counts, the
+    cells not labelled, δ sensitivity, label hardening, the second probe arm and the plans."""
     counts = summary.get("regime_counts") or {}
+    regime_counts = None
     if counts:
         regs = list(next(iter(counts.values())).keys())
         frame = pd.DataFrame(
             {m: [c.get(r, 0) for r in regs] for m, c in counts.items()}, index=regs
         ).reset_index(names="regime")
-        parts.append("<h2>Regime counts</h2>" + table(frame))
-    unfinished = summary.get("unfinished_counts") or {}
-    if unfinished:  # classify.completeness: no regime, counted apart (unfinished.csv)
-        parts.append(
-            "<h2>Not labelled</h2><p class='note'>Cells that have not run their "
-            "protocol (no probes and no restarts, or restarts they are owed missing) "
-            "get no regime; unfinished.csv lists them and what each lacks.</p><p>"
-            + "; ".join(
-                f"{html.escape(str(m))}: "
-                + ", ".join(plural(n, html.escape(str(st))) for st, n in c.items())
-                for m, c in unfinished.items()
-            )
-            + "</p>"
-        )
+        regime_counts = table_data(frame)
+    unfinished = [  # classify.completeness: no regime, counted apart (unfinished.csv)
+        (str(m), ", ".join(plural(n, str(st)) for st, n in c.items()))
+        for m, c in (summary.get("unfinished_counts") or {}).items()
+    ]
     ds = summary.get("delta_sensitivity_counts")
-    if ds:
-        parts.append(
-            "<p>δ sensitivity (non-instant cells with T_V(δ)): "
-            + ", ".join(f"δ = {html.escape(k)}: {v}" for k, v in ds.items())
-            + "; conservative R̂ "
-            f"disagreements: {len(summary.get('conservative_disagreements', []))}; cross-model "
-            f"agreement: {html.escape(str(summary.get('cross_model_agreement', {}).get('text')))}"
-            "</p>"
-        )
+    delta_sensitivity = (
+        {
+            "counts": list(ds.items()),
+            "disagreements": len(summary.get("conservative_disagreements", [])),
+            "agreement": str(summary.get("cross_model_agreement", {}).get("text")),
+        }
+        if ds
+        else None
+    )
     hard = summary.get("label_hardening")
-    if hard:
-        parts.append(
-            "<h2>Label hardening</h2><p class='note'>Trajectories per category before "
-            "the top-ups (canonical 4-branch rates, A1 annotated) and after them (the "
-            "chosen --topup rules).</p>" + table(pd.DataFrame(hard))
-        )
-    for b2, v in (summary.get("a2") or {}).items():
-        parts.append(
-            f"<h2>Second probe arm B = {html.escape(str(b2))} (A2)</h2><p>"
-            f"{plural(v['trajectories'], 'trajectory', 'trajectories')} re-probed; "
-            f"first crossings earlier by "
-            f"≥ 2B: {v['earlier_by_2b']}; no crossing at B = {html.escape(str(b2))}: "
-            f"{v['no_crossing_at_b2']}; median shift "
-            f"{fmt(v['median_shift_steps'])} anchor steps; verdict: "
-            f"<b>{html.escape(v['verdict'])}</b> ({html.escape(v['rule'])}).</p>"
-        )
     plans = summary.get("plans")
-    if plans:
-        frame = pd.DataFrame(
+    plan_frame = (
+        pd.DataFrame(
             [
                 {
                     "rule": k,
@@ -292,8 +120,17 @@ def _summary_block(summary: Mapping) -> str:
                 for k, v in plans.items()
             ]
         )
-        parts.append("<h2>Next work per --topup rule</h2>" + table(frame))
-    return "".join(parts)
+        if plans
+        else None
+    )
+    return {
+        "regime_counts": regime_counts,
+        "unfinished": unfinished,
+        "delta_sensitivity": delta_sensitivity,
+        "hardening": table_data(pd.DataFrame(hard)) if hard else None,
+        "a2": [{"budget": str(b2), **v} for b2, v in (summary.get("a2") or {}).items()],
+        "plans": table_data(plan_frame) if plan_frame is not None else None,
+    }
 
 
 def write_report(
@@ -314,7 +151,7 @@ def write_report(
     `figure_gaps`, name → reason, as one "no data because …" line instead), the plan of next
     work and the written tables."""
     path = Path(path)
-    body = [_settings(summary), "<h2>Cells</h2>"]
+    cell_tables = []
     if len(labels):
         multi = "run" in labels.columns and labels["run"].nunique() > 1
         cols = [c for c in cells_columns(labels, restart_budgets) if multi or c != "run"]
@@ -323,70 +160,68 @@ def write_report(
             links = {
                 c: _rel(p, path.parent) for (r, c), p in (cell_pages or {}).items() if r == run
             }
-            if multi:
-                body.append(f"<h3>run {html.escape(str(run))}</h3>")
-            body.append(table(g, cols, links, cls="cells"))
-    else:
-        body.append("<p>no cells</p>")
-    body.append(_summary_block(summary))
-    body.append("<h2>Figures</h2>")
-    for name, fig in figures.items():
-        body.append(
-            f"<h3>{html.escape(name.replace('_', ' '))}</h3>"
-            f"<img src='{html.escape(_rel(fig, path.parent))}' "
-            f"alt='{html.escape(name)}'>"
-        )
-    for name, reason in (figure_gaps or {}).items():
-        body.append(no_data(name, reason))
-    if plan is not None and len(plan):
-        body.append("<h2>Plan of next work</h2>" + table(plan))
-    files = list(files)
-    if files:
-        body.append(
-            "<p class='note'>Tables: "
-            + ", ".join(
-                f"<a href='{html.escape(_rel(f, path.parent))}'>{html.escape(f.name)}</a>"
-                for f in files
+            cell_tables.append(
+                {
+                    "run": str(run) if multi else None,
+                    "table": table_data(g, cols, links=links, cls="cells"),
+                }
             )
-            + "</p>"
-        )
-    return _write(path, _page(title, "".join(body)))
+    return write_page(
+        path,
+        "classify.html.j2",
+        title=title,
+        settings={
+            k: str(summary.get(k, default))
+            for k, default in (
+                ("tau", None),
+                ("budget", None),
+                ("primary_delta", None),
+                ("prior", "—"),
+                ("topup", "—"),
+            )
+        },
+        cell_tables=cell_tables,
+        **summary_context(summary),
+        figures=[(name, _rel(fig, path.parent)) for name, fig in figures.items()],
+        figure_gaps=list((figure_gaps or {}).items()),
+        plan=table_data(plan) if plan is not None and len(plan) else None,
+        files=[(_rel(f, path.parent), f.name) for f in files],
+    )
 
 
-def _trace_html(detail: CellDetail, curve: pd.DataFrame, tau: float) -> str:
-    """The base trace, escaped, with a mark before each anchor's cut (its p(t; B) in it)."""
+def trace_parts(detail: CellDetail, curve: pd.DataFrame, tau: float) -> list[dict[str, Any]]:
+    """The base trace as the cell page shows it: text pieces (special tokens hidden) with a
+    mark before each anchor's cut ({anchor, k, n, solved}: its p(t; B) in it)."""
     text = detail.base_text or ""
     rates = {int(r.anchor): (int(r.k), int(r.n)) for r in curve.itertuples()} if len(curve) else {}
     marks: dict[int, list[int]] = {}
     for a, off in detail.cuts.items():
         marks.setdefault(min(off, len(text)), []).append(a)
-    out, pos = [], 0
+    out: list[dict[str, Any]] = []
+    pos = 0
     for off in sorted(marks):
-        out.append(html.escape(shown_text(text[pos:off])))
+        out.append({"anchor": None, "text": shown_text(text[pos:off])})
         for a in sorted(marks[off]):
             k, n = rates.get(a, (0, 0))
-            solved = n and k / n >= tau - 1e-9
-            out.append(
-                f"<mark class='cut{' solved' if solved else ''}' id='cut-{a}' "
-                f"title='cut at anchor t = {a}: {k} of {n} continuations solved'>"
-                f"✂ t={a:,} · {k}/{n}</mark>"
-            )
+            out.append({"anchor": a, "k": k, "n": n, "solved": bool(n and k / n >= tau - 1e-9)})
         pos = off
-    out.append(html.escape(shown_text(text[pos:])))
-    return f"<pre class='trace'>{''.join(out)}</pre>"
+    out.append({"anchor": None, "text": shown_text(text[pos:])})
+    return out
 
 
-def _branches_html(branches: pd.DataFrame) -> str:
+def _cell(text: Any, left: bool = False, cls: str = "") -> dict[str, Any]:
+    return {"text": text, "left": left, "href": None, "cls": cls}
+
+
+def branch_tables(branches: pd.DataFrame) -> list[dict[str, Any]]:
     """Per probe anchor and per restart budget: each branch's extracted answer, verdict and
-    the end of its text."""
-    if branches.empty:
-        return "<p>no branches yet</p>"
-    parts = []
+    the end of its text ([{heading, table}], for the `table` macro)."""
+    out = []
     for kind, key, heading in (
         ("probe", "anchor", "Continuations from the base trace"),
         ("restart", "budget", "Restarts from scratch"),
     ):
-        g = branches[branches["kind"] == kind]
+        g = branches[branches["kind"] == kind] if len(branches) else branches
         if g.empty:
             continue
         rows = []
@@ -394,36 +229,44 @@ def _branches_html(branches: pd.DataFrame) -> str:
             text = shown_text(str(r["continuation"] or ""))
             tail = ("…" if len(text) > BRANCH_TAIL else "") + text[-BRANCH_TAIL:]
             v = str(r["verdict"])
-            cut = is_cut_off(r["extracted"], r["finish_reason"], r.get("correct"))
-            if cut:  # one rendering of a cut-off answer, wherever it shows
-                answer, v = f"— ({CUT_OFF})", f"no answer ({CUT_OFF})"
+            answer: Any
+            if is_cut_off(r["extracted"], r["finish_reason"], r.get("correct")):
+                answer, v = f"— ({CUT_OFF})", f"no answer ({CUT_OFF})"  # one rendering of it
                 tail += f" [{CUT_OFF}: {finish_name(r['finish_reason'])}]"
             else:
                 answer = "—" if missing(r["extracted"]) else answer_html(str(r["extracted"]))
-            arm = f"<td>{fmt(r['budget'])}</td>" if kind == "probe" else ""
             rows.append(
-                f"<tr><td>{fmt(r[key])}</td>{arm}<td>{r['branch']}</td>"
-                f"<td class='l'>{answer}</td>"
-                f"<td class='l v-{v.split(' (')[0].replace(' ', '-')}'>"
-                f"{html.escape(v)}</td>"
-                f"<td class='l'>{html.escape(finish_name(r['finish_reason']))}</td>"
-                f"<td class='text'>{html.escape(tail)}</td></tr>"
+                [
+                    _cell(fmt(r[key])),
+                    *([_cell(fmt(r["budget"]))] if kind == "probe" else []),
+                    _cell(str(r["branch"])),
+                    _cell(answer, left=True),
+                    _cell(v, left=True, cls="v-" + v.split(" (")[0].replace(" ", "-")),
+                    _cell(finish_name(r["finish_reason"]), left=True),
+                    _cell(tail, cls="text"),
+                ]
             )
-        first = field_name(key)
         what = "text after the cut (its end)" if kind == "probe" else "text (its end)"
-        arm_head = (
-            "<th title='continuation budget B of the probe arm'>B</th>" if kind == "probe" else ""
+        columns = [
+            {"head": field_name(key), "title": "", "left": False},
+            *(
+                [{"head": "B", "title": "continuation budget B of the probe arm", "left": False}]
+                if kind == "probe"
+                else []
+            ),
+            {"head": "branch", "title": "", "left": False},
+            {"head": "extracted answer", "title": "", "left": True},
+            {"head": "verdict", "title": "", "left": True},
+            {"head": "finish", "title": "", "left": True},
+            {"head": what, "title": "", "left": True},
+        ]
+        out.append(
+            {
+                "heading": heading,
+                "table": {"cls": f"branches {kind}", "columns": columns, "rows": rows},
+            }
         )
-        parts.append(
-            f"<h3>{heading}</h3>"
-            + scroll(
-                f"<table class='branches {kind}'><tr><th>"
-                f"{html.escape(first)}</th>{arm_head}<th>branch</th><th class='l'>extracted answer"
-                f"</th><th class='l'>verdict</th><th class='l'>finish</th>"
-                f"<th class='l'>{what}</th></tr>{''.join(rows)}</table>"
-            )
-        )
-    return "".join(parts)
+    return out
 
 
 def write_cell_page(
@@ -439,13 +282,11 @@ def write_cell_page(
 ) -> Path:
     """One cell: problem and reference answer, the p(t; B) / R̂(t + B) / adv(t) plot, the base
     trace with the cut of every anchor marked, every branch's answer and verdict, the anchor
-    and restart tables and all labels under their human names."""
+    and restart tables and all labels under their human names. `svg` is the plot of
+    `report.cell_figure.cell_svg` (markup, shown as it is)."""
     path = Path(path)
     detail = detail or CellDetail()
-    body = []
-    if back is not None:
-        body.append(f"<p><a href='{html.escape(_rel(back, path.parent))}'>← report</a></p>")
-    facts = [
+    facts: list[tuple[str, Any]] = [
         ("Problem", detail.problem),
         ("Reference answer", detail.answer),
         ("Regime", regime_name(row.get("regime"))),
@@ -455,48 +296,36 @@ def write_cell_page(
         ("Stage / level", f"{row.get('stage', '—')} / {fmt(row.get('level'))}"),
     ]
     shown = {"Problem": math_html, "Reference answer": answer_html}  # their math as MathML
-    body.append(
-        "<dl class='facts'>"
-        + "".join(
-            f"<dt>{html.escape(k)}</dt><dd>"
-            f"{shown[k](v) if k in shown and not missing(v) else fmt(v)}</dd>"
-            for k, v in facts
-        )
-        + "</dl>"
-    )
-    body.append(f"<h2>Solve rates along the base trace</h2><div class='plot'>{svg}</div>")
-    body.append("<h2>Base trace</h2>")
-    if detail.base_text is not None:
-        body.append(
-            "<p class='note'>✂ marks each probed anchor's cut (where its "
-            "continuations leave the base text) with its solved continuations; green "
-            f"when p(t; B) ≥ τ = {tau:g}. A continuation is graded on the prefix and "
-            "its own text together (protocol 7).</p>" + _trace_html(detail, curve, tau)
-        )
-    else:
-        body.append("<p>no base trace in the run</p>")
-    body.append("<h2>Branches</h2>" + _branches_html(detail.branches))
-    body.append(
-        "<h2>Anchors</h2>" + table(curve.drop(columns=["cell_id"], errors="ignore"), cls="anchors")
-    )
-    if restarts is not None and len(restarts):
-        body.append(
-            "<h2>Restart panel</h2>"
-            + table(
+    facts = [(k, shown[k](v) if k in shown and not missing(v) else fmt(v)) for k, v in facts]
+    labels = {
+        "cls": "labels",
+        "columns": [{"head": h, "title": "", "left": True} for h in ("label", "value", "column")],
+        "rows": [
+            [
+                _cell(field_name(k, long=True), left=True),
+                _cell(fmt(v, k), left=True),
+                _cell(k, left=True, cls="note"),
+            ]
+            for k, v in row.items()
+        ],
+    }
+    return write_page(
+        path,
+        "cell.html.j2",
+        title=f"cell {row.get('cell_id')}",
+        back=_rel(back, path.parent) if back is not None else None,
+        facts=facts,
+        svg=Markup(svg),  # the plot's SVG (cell_svg escapes every text in it)
+        trace=trace_parts(detail, curve, tau) if detail.base_text is not None else None,
+        tau=tau,
+        branches=branch_tables(detail.branches),
+        anchors=table_data(curve.drop(columns=["cell_id"], errors="ignore"), cls="anchors"),
+        restarts=(
+            table_data(
                 restarts.drop(columns=["cell_id", "model"], errors="ignore"), cls="restart-panel"
             )
-        )
-    labels = "".join(
-        f"<tr><td class='l'>{html.escape(field_name(k, long=True))}</td>"
-        f"<td class='l'>{fmt(v, k)}</td><td class='l note'>{html.escape(k)}</td>"
-        f"</tr>"
-        for k, v in row.items()
+            if restarts is not None and len(restarts)
+            else None
+        ),
+        labels=labels,
     )
-    body.append(
-        "<h2>All labels</h2>"
-        + scroll(
-            "<table class='labels'><tr><th class='l'>label</th><th class='l'>value</th>"
-            f"<th class='l'>column</th></tr>{labels}</table>"
-        )
-    )
-    return _write(path, _page(f"cell {row.get('cell_id')}", "".join(body)))

@@ -12,8 +12,12 @@ answer that is bare LaTeX (`\\frac{1}{2}`, `x^2`). What is left as text: an uncl
 problem cut short, an answer cut off by the token budget), a `$` that reads as money ("$5 and
 $10": pandoc's rule, no space inside the delimiters and no digit right after the closing one,
 unless the span holds a LaTeX command), and anything the converter refuses; such text is shown
-escaped, never lost. An Asymptote figure (`[asy]…[/asy]`, which no browser draws) is folded
-into a closed <details> block: there on a click, not raw code in the reader's way.
+escaped, never lost. The converter's MathML is rebuilt element by element (`_Sanitizer`): only
+MathML elements and presentation attributes pass and every text is escaped, so a problem holding
+`$\\text{<script>…}$` or `\\href{javascript:…}` shows that text and runs nothing. The results
+are `markupsafe.Markup`, which the page templates (autoescaped) insert as they are. An
+Asymptote figure (`[asy]…[/asy]`, which no browser draws) is folded into a closed <details>
+block: there on a click, not raw code in the reader's way.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from __future__ import annotations
 import html
 import re
 from functools import lru_cache
+from html.parser import HTMLParser
+
+from markupsafe import Markup, escape
 
 # One math span: display ($$…$$, \[…\], a bare \begin{env}…\end{env}) before inline ($…$,
 # \(…\)). The inline $ rule is pandoc's (no space after the opening or before the closing $,
@@ -38,35 +45,91 @@ _ASY = re.compile(r"\[asy\](.*?)\[/asy\]", re.DOTALL)
 _LATEX_HINT = re.compile(r"\\[A-Za-z]+|[\^_{}]")  # a bare answer that is LaTeX
 
 
+# What may pass of the converter's output: MathML's presentation elements and attributes (no
+# href, no style, no event handlers); anything else is shown as escaped text.
+MATHML_ELEMENTS = frozenset(
+    "math mrow mi mn mo ms mtext mspace msub msup msubsup mfrac msqrt mroot mstyle merror "
+    "mpadded mphantom mfenced menclose munder mover munderover mtable mtr mtd mlabeledtr "
+    "mmultiscripts mprescripts none semantics annotation".split()
+)
+MATHML_ATTRIBUTES = frozenset(
+    "xmlns display mathvariant mathsize mathcolor mathbackground stretchy fence separator "
+    "separators lspace rspace minsize maxsize symmetric movablelimits largeop form accent "
+    "accentunder linethickness bevelled columnalign rowalign columnspacing rowspacing "
+    "columnlines rowlines columnspan rowspan frame framespacing displaystyle scriptlevel width "
+    "height depth voffset notation open close align linebreak".split()
+)
+
+
+class _Sanitizer(HTMLParser):
+    """MathML rebuilt from the converter's output with only `MATHML_ELEMENTS` and
+    `MATHML_ATTRIBUTES`; other tags (and all text) are escaped text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+
+    def _tag(self, tag: str, attrs: list[tuple[str, str | None]], end: str) -> None:
+        if tag not in MATHML_ELEMENTS:
+            self.out.append(escape(self.get_starttag_text() or ""))
+            return
+        kept = "".join(
+            f' {k}="{escape(v or "")}"' for k, v in attrs if k.lower() in MATHML_ATTRIBUTES
+        )
+        self.out.append(f"<{tag}{kept}{end}>")
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._tag(tag, attrs, "")
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._tag(tag, attrs, " /")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.out.append(f"</{tag}>" if tag in MATHML_ELEMENTS else escape(f"</{tag}>"))
+
+    def handle_data(self, data: str) -> None:
+        self.out.append(escape(data))
+
+
+def _sanitize(mathml: str) -> str:
+    parser = _Sanitizer()
+    parser.feed(mathml)
+    parser.close()
+    return "".join(parser.out)
+
+
 @lru_cache(maxsize=4096)
 def latex_to_mathml(latex: str, display: bool = False) -> str | None:
-    """MathML for one LaTeX expression, or None when the converter refuses it (unbalanced
-    braces, an unknown construct)."""
+    """MathML for one LaTeX expression (sanitized: `_Sanitizer`), or None when the converter
+    refuses it (unbalanced braces, an unknown construct)."""
     from latex2mathml.converter import convert
 
     try:
         out = convert(latex.strip(), display="block" if display else "inline")
     except Exception:  # the converter raises several types on bad input; text is the fallback
         return None
-    return out if "<math" in out else None
+    return _sanitize(out) if "<math" in out else None
 
 
-def math_html(text: str | None) -> str:
+def math_html(text: str | None) -> Markup:
     """Running text (a problem statement) as HTML: every closed math span as MathML, the rest
     escaped; "" for None."""
     if text is None:
-        return ""
+        return Markup("")
     text = str(text)
     if _ASY.search(text):  # math around the figures, each figure folded
         parts = _ASY.split(text)  # text, figure source, text, ...
-        return "".join(
+        return Markup("").join(
             math_html(t)
             if i % 2 == 0
-            else "<details class='asy'><summary>figure (Asymptote source, not drawn)"
-            f"</summary><pre>{html.escape(t.strip())}</pre></details>"
+            else Markup(
+                '<details class="asy"><summary>figure (Asymptote source, not drawn)'
+                "</summary><pre>{}</pre></details>"
+            ).format(t.strip())
             for i, t in enumerate(parts)
         )
-    out, pos = [], 0
+    out: list[str] = []
+    pos = 0
     for m in _SPAN.finditer(text):
         display = (
             m.group("dd") is not None or m.group("bd") is not None or m.group("env") is not None
@@ -75,25 +138,25 @@ def math_html(text: str | None) -> str:
         mathml = latex_to_mathml(latex, display)
         if mathml is None:
             continue  # left as text (escaped below with what surrounds it)
-        out.append(html.escape(text[pos : m.start()]))
+        out.append(escape(text[pos : m.start()]))
         out.append(mathml)
         pos = m.end()
-    out.append(html.escape(text[pos:]))
-    return "".join(out)
+    out.append(escape(text[pos:]))
+    return Markup("".join(out))
 
 
-def answer_html(answer: str | None) -> str:
+def answer_html(answer: str | None) -> Markup:
     """An answer (reference or extracted) as HTML: text with math spans as `math_html` does;
     a bare LaTeX answer (`\\frac{14}{3}`) converted whole; plain text escaped."""
     if answer is None:
-        return ""
+        return Markup("")
     answer = str(answer)
     if answer.count("{") != answer.count("}"):  # a fragment (a cut-off answer): as text
-        return html.escape(answer)
+        return escape(answer)
     if _SPAN.search(answer) or not _LATEX_HINT.search(answer):
         return math_html(answer)
     mathml = latex_to_mathml(answer)
-    return mathml if mathml is not None else html.escape(answer)
+    return Markup(mathml) if mathml is not None else escape(answer)
 
 
 def has_raw_latex(rendered: str) -> bool:

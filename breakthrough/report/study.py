@@ -1,5 +1,6 @@
 """The page of `bt report study`: one self-contained HTML page across both halves of the study,
-rendered from a Jinja2 template (report/templates/study.html.j2), every value escaped; it needs
+rendered from a Jinja2 template (report/templates/study.html.j2 on the shared layout of
+`report.templating`), every value escaped by the template engine; it needs
 nothing but its folder (no scripts, no network). What goes on it is decided by
 `breakthrough.analyses.study`.
 """
@@ -14,13 +15,12 @@ from typing import Any
 
 import pandas as pd
 
-from breakthrough.outputs import write_text
 from breakthrough.protocol import Protocol
 from breakthrough.report import headlines as HL
-from breakthrough.report.html import LEFT, STYLE, fmt, plural
-from breakthrough.report.names import GLOSSARY, field_name, model_name
+from breakthrough.report.display import plural, table_data
+from breakthrough.report.names import model_name
+from breakthrough.report.templating import write_page as render_page
 
-TEMPLATES = Path(__file__).parent / "templates"
 PROBE_SUMMARY, PROBE_FIGURE = "probe_summary.json", "probe_figure.png"
 
 # Protocol 10's figure list, in its order: name → caption.
@@ -37,7 +37,7 @@ STUDY_FIGURES: dict[str, str] = {
     "trajectory at B1 (ring) and B2 (dot).",
     "probe_dissection": "Probe dissection: pooled vs within-problem AUROC per anchor (bt probe).",
     "prefix_sweep": "Forecast-point sweep: ΔAUROC with its CI per t, primary and secondary "
-    "(t = 512 starred).",
+    "(a star marks the pre-registered t = 512 where it was swept).",
     "confirmatory_forest": "Confirmatory test: test AUROCs and ΔAUROC for both endpoints.",
 }
 
@@ -49,40 +49,6 @@ class Missing:
     what: str
     why: str
     command: str
-
-
-def _table_rows(frame: pd.DataFrame) -> dict:
-    """A frame as the template shows it: human headers (raw name in the tooltip), formatted
-    cells, text columns (`html.LEFT`, and any column of text) left-aligned."""
-    from markupsafe import Markup
-
-    cols = list(frame.columns)
-    left = [
-        c in LEFT or frame[c].dtype == object and frame[c].map(lambda v: isinstance(v, str)).any()
-        for c in cols
-    ]
-    return {
-        "columns": [(field_name(c), c, lf) for c, lf in zip(cols, left, strict=True)],
-        "rows": [
-            [(Markup(fmt(v, c)), lf) for c, v, lf in zip(cols, rec, left, strict=True)]
-            for rec in frame.itertuples(index=False, name=None)
-        ],
-    }
-
-
-def render(path: Path, context: Mapping[str, Any]) -> Path:
-    """The page from templates/study.html.j2 (autoescaped)."""
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-
-    env = Environment(
-        loader=FileSystemLoader(str(TEMPLATES)),
-        autoescape=select_autoescape(("html", "j2")),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["count"] = plural  # "1 cell", "2 cells"
-    return write_text(path, env.get_template("study.html.j2").render(**context))
 
 
 def write_page(
@@ -107,13 +73,12 @@ def write_page(
     shown_figs = {
         h.key: [(n, STUDY_FIGURES.get(n, n)) for n in h.figures if n in figures] for h in heads
     }
-    used = {n for v in shown_figs.values() for n, _ in v}
+    empty = {n for h in heads for n in h.gaps}  # a figure with nothing drawn: a line instead
+    used = {n for v in shown_figs.values() for n, _ in v} | empty
     extra = [(n, STUDY_FIGURES.get(n, n.replace("_", " "))) for n in figures if n not in used]
     models = sorted(map(str, labels["model"].unique())) if len(labels) else []
     context = {
         "title": f"Study report: {plural(len(runs), 'run')}, {plural(len(models), 'model')}",
-        "style": STYLE,
-        "glossary": GLOSSARY,
         "runs": [
             {"name": n, "cells": r["cells"], "path": str(d)}
             for (n, r), d in zip(summary.get("runs", {}).items(), runs, strict=False)
@@ -132,7 +97,7 @@ def write_page(
                 "title": h.title,
                 "sentences": h.sentences,
                 "tables": [
-                    (n, _table_rows(f))
+                    table_data(f, cls=n, text_left=True)
                     for n, f in h.tables.items()
                     if f is not None and len(f.columns)
                 ],
@@ -141,7 +106,8 @@ def write_page(
                     (n.replace("_", " "), gaps[n])
                     for n in h.figures
                     if n not in figures and n in gaps
-                ],
+                ]
+                + [(n.replace("_", " "), why) for n, why in h.gaps.items()],
             }
             for h in heads
         ],
@@ -150,4 +116,4 @@ def write_page(
         "classify_index": os.path.relpath(classify_index, out_dir),
         "tables": [os.path.relpath(p, out_dir) for p in tables],
     }
-    return render(path, context)
+    return render_page(path, "study.html.j2", **context)

@@ -73,3 +73,33 @@ def studied(classified, tmp_path_factory) -> tuple[Path, Path]:
 
     root = build_once(tmp_path_factory, "study", build)
     return root / "runs" / "fx", Path((root / "out").read_text())
+
+
+@pytest.fixture(scope="session")
+def unfit_study(classified, tmp_path_factory) -> tuple[Path, Path]:
+    """(run dir, study dir): a copy of the real classified run after `bt signals` and
+    `bt confirm --forecast-token 256,512` (the sweep, and the test at the pre-registered
+    t = 512), whose confirmatory test cannot be fit (both base runs are shorter than 512
+    tokens), then `bt report study`: the page a new user gets from the README's pipeline on a
+    small run (issue 40 section 5)."""
+    import shutil
+
+    from breakthrough.analyses.study import study_report
+    from breakthrough.cli import app
+
+    def build(root: Path) -> None:
+        run = root / "runs" / "fx"
+        shutil.copytree(classified[0], run, ignore=shutil.ignore_patterns("classify"))
+        shutil.copytree(classified[1], run / "classify")
+        for args in (
+            ["signals", str(run)],
+            ["confirm", str(run), "--split-seed", "1", "--draws", "20"]
+            + ["--forecast-token", "256,512"],
+        ):
+            res = CliRunner().invoke(app, args)
+            assert res.exit_code == 0, res.output
+        rep = study_report([run], draws=2, cell_pages=False)
+        (root / "out").write_text(str(rep.out_dir))
+
+    root = build_once(tmp_path_factory, "unfit-study", build)
+    return root / "runs" / "fx", Path((root / "out").read_text())

@@ -88,19 +88,19 @@ def test_cell_page_shows_problem_answer_and_the_trace_cut_at_every_anchor(classi
     facts = dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", page))
     assert facts["Problem"] == "What is 3+4?" and facts["Reference answer"] == "7"
     assert facts["Regime"] == "prefix-limited"
-    trace = re.search(r"<pre class='trace'>(.*?)</pre>", page, re.S).group(1)
-    cuts = re.findall(r"<mark class='cut[^']*' id='cut-(\d+)'", trace)
+    trace = re.search(r'<pre class="trace">(.*?)</pre>', page, re.S).group(1)
+    cuts = re.findall(r'<mark class="cut[^"]*" id="cut-(\d+)"', trace)
     assert sorted(map(int, cuts)) == [64, 96, 112, 128, 256]
     # the box sits between anchors 96 and 112: before the cut at 112, after the one at 96
     before = {
         int(a): trace[: m.start()]
         for a, m in (
             (int(m.group(1)), m)
-            for m in re.finditer(r"<mark class='cut[^']*' id='cut-(\d+)'", trace)
+            for m in re.finditer(r'<mark class="cut[^"]*" id="cut-(\d+)"', trace)
         )
     }
     assert "boxed{7}" not in before[96] and "boxed{7}" in before[112]
-    assert re.search(r"id='cut-112'[^>]*>✂ t=112 · 4/4</mark>", trace)
+    assert re.search(r'id="cut-112"[^>]*>✂ t=112 · 4/4</mark>', trace)
 
 
 def store_items(classified):
@@ -221,8 +221,8 @@ def test_one_report_per_call_with_the_cells_table_first(classified):
         "index.html",
     ]
     page = Tables((out / "index.html").read_text())
-    # the glossary, then the cells table first (issue 30)
-    assert page.order[:4] == ["h1:bt classify: fx", "h2:Glossary", "h2:Cells", "table:cells"]
+    # the cells table first (issue 30), the glossary after it (issue 40: results first)
+    assert page.order[:4] == ["h1:bt classify: fx", "h2:Cells", "table:cells", "h2:Glossary"]
     head, *rows = page.table("cells")
     # R(C) from the run's stored protocol (restarts 8 and 16), not the study's 1,024-8,192
     assert [h for h in head if h.startswith("R(")] == ["R(8)", "R(16)"]
@@ -235,8 +235,8 @@ def test_one_report_per_call_with_the_cells_table_first(classified):
     # the run index names the problem of each cell (issue 23)
     assert head[1] == "problem" and {r[1] for r in rows} == {"What is 3+4?"}
     html = (out / "index.html").read_text()
-    assert f"href='cells/{slug('tiny-llama:pA')}.html'" in html
-    assert "href='../index.html'" in _cell(classified, "pA")
+    assert f'href="cells/{slug("tiny-llama:pA")}.html"' in html
+    assert 'href="../index.html"' in _cell(classified, "pA")
 
 
 def test_write_outputs(tmp_path):

@@ -10,12 +10,15 @@ import re
 
 import numpy as np
 import pandas as pd
+from markupsafe import escape
 
 from breakthrough.report import figures as F
 from breakthrough.report import html as H
 from breakthrough.report.cell_details import CellDetail, is_cut_off, problem_line
+from breakthrough.report.display import plural
 from breakthrough.report.mathtext import answer_html, has_raw_latex, math_html
 from breakthrough.report.names import GLOSSARY
+from breakthrough.report.templating import render
 
 PROBLEM = (
     r"If $f(x) = \frac{3x-2}{x-2}$, what is the value of $f(-2) + f(-1) + f(0)$? "
@@ -50,7 +53,7 @@ def test_math_as_math_problems_write_it():
         r"The graph of $y=f(x)$ is shown. [asy] draw((0,0)--(1,1)); [/asy] "
         r"Find $f(1)$."
     )
-    assert asy.count("<math") == 2 and "<details class='asy'>" in asy
+    assert asy.count("<math") == 2 and '<details class="asy">' in asy
     assert "draw((0,0)--(1,1));" in asy and not has_raw_latex(asy)  # folded, not lost
 
 
@@ -71,7 +74,16 @@ def test_the_run_index_line_never_cuts_a_formula_in_half():
     assert not has_raw_latex(math_html(line))
 
 
-def test_a_cut_off_answer_has_one_rendering():
+def cell_page(tmp_path, detail: CellDetail, curve: pd.DataFrame | None = None) -> str:
+    """The text of a cell page written for `detail` (and its anchors' `curve`)."""
+    row = {"cell_id": "m:p1", "regime": "prefix_limited"}
+    curve = pd.DataFrame() if curve is None else curve
+    return H.write_cell_page(
+        tmp_path / "c.html", row=row, curve=curve, svg="<svg/>", detail=detail
+    ).read_text()
+
+
+def test_a_cut_off_answer_has_one_rendering(tmp_path):
     assert is_cut_off(r"\(\boxed{(5,", "length") and is_cut_off(None, "answer_reserve")
     assert not is_cut_off("7", "length") and not is_cut_off(None, "eos")
     branches = pd.DataFrame(
@@ -92,9 +104,9 @@ def test_a_cut_off_answer_has_one_rendering():
             )
         ]
     )
-    page = H._branches_html(branches)
+    page = cell_page(tmp_path, CellDetail(branches=branches)).split("<h2>Branches</h2>")[1]
     assert page.count("— (cut off)") == 2 and page.count("no answer (cut off)") == 2
-    assert r"\boxed{(5," not in page.split("<td class='text'>")[0]  # not as an answer
+    assert r"\boxed{(5," not in page.split('<td class="text">')[0]  # not as an answer
     assert page.count("[cut off: token limit]") == 2
 
 
@@ -105,28 +117,39 @@ def test_cell_page_problem_and_answer_as_math(tmp_path):
         tmp_path / "c.html", row=row, curve=pd.DataFrame(), svg="<svg/>", detail=detail
     )
     text = path.read_text()
-    facts = text.split("<dl class='facts'>")[1].split("</dl>")[0]
+    facts = text.split('<dl class="facts">')[1].split("</dl>")[0]
     assert facts.count("<math") == 5 and not has_raw_latex(facts)
-    assert "<section class='glossary'>" in text and "<script" not in text
+    assert '<section class="glossary"' in text and "<script" not in text
 
 
-def test_every_page_has_the_glossary_in_plain_view():
+def test_every_page_has_the_glossary_in_plain_view(tmp_path):
     terms = [t for t, _ in GLOSSARY]
     for need in ("τ", "T_F", "adv", "R(C), R̂", "δ", "T_V", "regimes"):
         assert need in terms
     words = dict(GLOSSARY)
     assert "prefix-limited" in words["regimes"] and "budget-limited" in words["regimes"]
-    page = H._page("t", "<p>x</p>")
-    assert page.index("<section class='glossary'>") < page.index("<p>x</p>")
-    assert "title=" not in H.glossary_html()  # words on the page, not in a tooltip
+    page = cell_page(tmp_path, CellDetail(problem="What is 3+4?"))
+    glossary = page.split('<section class="glossary"')[1].split("</section>")[0]
+    assert all(f"<dt>{escape(t)}</dt>" in glossary for t in terms)
+    assert "title=" not in glossary  # words on the page, not in a tooltip
 
 
-def test_tables_sit_in_a_scrolling_box():
-    frame = pd.DataFrame({"cell_id": ["m:p1"], "problem_text": [r"What is $\frac12$?"]})
-    out = H.table(frame, cls="cells")
-    assert out.startswith("<div class='scroll'><table class='cells'>")
-    assert "div.scroll{overflow-x:auto;max-width:100%" in H.STYLE
-    assert "<math" in out and "class='l problem'" in out
+def test_tables_sit_in_a_scrolling_box(tmp_path):
+    labels = pd.DataFrame(
+        {"cell_id": ["m:p1"], "problem_text": [r"What is $\frac12$?"], "regime": ["x"]}
+    )
+    page = H.write_report(
+        tmp_path / "index.html",
+        title="t",
+        labels=labels,
+        restart_budgets=(8,),
+        figures={},
+        summary={},
+    ).read_text()
+    assert '<div class="scroll"><table class="cells">' in page
+    assert "div.scroll{overflow:auto;max-width:100%" in render("style.css.j2")
+    problem = page.split('<td class="l problem">')[1].split("</td>")[0]
+    assert problem.startswith("What is <math") and "<mfrac>" in problem
 
 
 def _labels(rows):
@@ -263,16 +286,21 @@ def test_a_figure_without_data_is_one_line_not_an_empty_frame(tmp_path):
         figure_gaps=gaps,
     ).read_text()
     assert "matched compute: no data because no cell has an A1 terminal event." in page
-    assert page.count("<p class='no-data'>") == 4 and page.count("<img") == 3
+    assert page.count('<p class="no-data">') == 4 and page.count("<img") == 3
     empty = F.figure_gaps(labels.iloc[:0], probe.iloc[:0], budgets=(8, 16))
     assert set(empty) == {*F.FIGURES, *F.ARM_FIGURES}
 
 
-def test_counts_take_the_right_plural():
-    assert H.plural(1, "cell") == "1 cell" and H.plural(2, "cell") == "2 cells"
-    assert H.plural(1, "trajectory", "trajectories") == "1 trajectory"
-    block = H._summary_block(
-        {
+def test_counts_take_the_right_plural(tmp_path):
+    assert plural(1, "cell") == "1 cell" and plural(2, "cell") == "2 cells"
+    assert plural(1, "trajectory", "trajectories") == "1 trajectory"
+    block = H.write_report(
+        tmp_path / "index.html",
+        title="t",
+        labels=pd.DataFrame(),
+        restart_budgets=(8,),
+        figures={},
+        summary={
             "a2": {
                 "32": {
                     "trajectories": 1,
@@ -283,6 +311,6 @@ def test_counts_take_the_right_plural():
                     "rule": "r",
                 }
             }
-        }
-    )
+        },
+    ).read_text()
     assert "1 trajectory re-probed" in block and not re.search(r"\b1 trajectories", block)

@@ -5,8 +5,12 @@ with no console error and no failed request, that every figure and the per-cell 
 visible with content, and that the plot's legend is not cut off; and what issue 30 asks of every
 page: the glossary in plain view, no table wider than its box (tables scroll inside it, the
 page never scrolls sideways at 1,400 px), no empty figure (a "no data because …" line
-instead), and math drawn as MathML with no raw LaTeX. Screenshots go to the test's tmp_path
-(never into the repository), and also to $BT_SCREENSHOTS when set. Skipped when chromium or
+instead), and math drawn as MathML with no raw LaTeX; and what issue 40 asks of the layout: a
+cells table wider than a 1,400 × 900 window scrolls in its own box with a visible sign (a
+shaded edge, a hint, the cell column kept), and on a 390 × 844 phone the first screen shows
+the headline results (the glossary after them) and every figure is nearly the screen's width.
+Screenshots go to the test's tmp_path (never into the repository), and also to
+$BT_SCREENSHOTS when set. Skipped when chromium or
 playwright is missing (.ci/run installs both when it can)."""
 
 from __future__ import annotations
@@ -95,6 +99,12 @@ def _serve(report):
 
 
 @pytest.fixture(scope="module")
+def unfit_server(unfit_study):
+    """http://127.0.0.1:PORT serving the study page whose confirmatory test was not fit."""
+    yield from _serve(unfit_study[1])
+
+
+@pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     """A headless Chromium with a fresh profile (under the test's temporary folder)."""
     with sync_api.sync_playwright() as pw:
@@ -111,10 +121,12 @@ def browser(tmp_path_factory):
             ctx.close()
 
 
-def _open(ctx, url: str):
-    """The page at url, with every console error, page error, failed request and HTTP error
-    it produced."""
+def _open(ctx, url: str, size: tuple[int, int] | None = None):
+    """The page at url (in a window of `size`, else the context's), with every console
+    error, page error, failed request and HTTP error it produced."""
     page = ctx.new_page()
+    if size is not None:
+        page.set_viewport_size({"width": size[0], "height": size[1]})
     problems: list[str] = []
     page.on(
         "console",
@@ -297,3 +309,116 @@ def test_math_is_drawn_as_mathml_without_raw_latex(browser, tmp_path):
         assert problems == []
     finally:
         server.close()  # stops the http.server (its finally)
+
+
+def test_a_wide_cells_table_scrolls_in_its_box_with_a_visible_sign(browser, server, tmp_path):
+    page, problems = _open(browser, f"{server}/index.html", (1400, 900))
+    info = page.evaluate("""() => {
+        const t = document.querySelector('table.cells'), box = t.parentElement;
+        const cs = getComputedStyle(box);
+        return {page: document.documentElement.scrollWidth,
+                vw: document.documentElement.clientWidth, table: t.scrollWidth,
+                box: box.clientWidth, scrolls: box.scrollWidth > box.clientWidth,
+                overflow: cs.overflowX, shade: cs.backgroundImage,
+                sticky: getComputedStyle(t.querySelector('td')).position,
+                top: box.getBoundingClientRect().top};
+    }""")
+    assert info["page"] <= info["vw"], info  # the page itself never scrolls sideways
+    assert info["table"] > info["box"] and info["scrolls"], info  # this run's table is wide
+    assert info["overflow"] == "auto" and info["shade"].count("radial-gradient") == 2, info
+    assert info["sticky"] == "sticky" and info["top"] < 900, info  # in the first screen
+    hint = page.locator("p.scroll-hint").first
+    assert hint.is_visible() and "scroll the table sideways" in hint.inner_text()
+    assert hint.inner_text().startswith(f"{page.locator('table.cells th').count()} columns")
+    _shot(page, tmp_path / "classify-1400x900.png")
+    # no column is out of reach: scrolled to its end, the last column lies inside the box and
+    # the cell column is still in view beside it
+    page.evaluate("""() => { const b = document.querySelector('table.cells').parentElement;
+        b.scrollLeft = b.scrollWidth; }""")
+    box = page.locator("div.scroll:has(table.cells)").first.bounding_box()
+    last = page.locator("table.cells th").last.bounding_box()
+    first = page.locator("table.cells td").first.bounding_box()
+    assert box["x"] <= last["x"] and last["x"] + last["width"] <= box["x"] + box["width"] + 1
+    assert box["x"] - 1 <= first["x"] <= box["x"] + 1
+    _shot(page, tmp_path / "classify-1400x900-scrolled.png")
+    assert problems == []
+
+
+@pytest.mark.parametrize("which", ["study", "classify"])
+def test_on_a_phone_the_results_come_first_and_figures_fill_the_width(
+    browser, study_server, server, tmp_path, which
+):
+    width, height = 390, 844
+    url = f"{study_server}/index.html" if which == "study" else f"{server}/index.html"
+    page, problems = _open(browser, url, (width, height))
+    lead = "ul.headlines li" if which == "study" else "table.cells td"
+    first = page.locator(lead).first.bounding_box()
+    assert first["y"] + first["height"] <= height, first  # the headline result, on screen
+    glossary = page.locator("section.glossary").bounding_box()
+    assert glossary["y"] >= first["y"] + first["height"]  # after the results, still in view
+    widths = page.evaluate("""() => Array.from(document.images).map(i => ({
+        ok: i.complete && i.naturalWidth > 0, w: i.getBoundingClientRect().width}))""")
+    assert widths and all(i["ok"] and i["w"] >= 0.9 * width for i in widths), widths
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(path=str(tmp_path / f"{which}-390.png"))  # the first screen
+    _shot(page, tmp_path / f"{which}-390-full.png")
+    assert problems == []
+
+
+def test_the_unfit_study_page_says_so_and_draws_no_empty_figure(browser, unfit_server, tmp_path):
+    page, problems = _open(browser, f"{unfit_server}/index.html", (1400, 900))
+    section = page.locator("section#confirmatory")
+    assert (
+        section.locator("p.sentence")
+        .first.inner_text()
+        .startswith("The confirmatory early-signal test at forecast token 512 could not be fit:")
+    )
+    assert section.locator("img").count() == 0
+    assert section.locator("p.no-data").count() == 2
+    _no_empty_figure(page)
+    _tables_fit(page)
+    assert "could not be fit" in page.locator("ul.headlines").inner_text()
+    section.screenshot(path=str(tmp_path / "study-unfit-confirmatory.png"))
+    _shot(page, tmp_path / "study-unfit.png")
+    assert problems == []
+
+
+def test_hostile_text_on_a_cell_page_runs_nothing(browser, tmp_path):
+    """A problem, answer and model name holding script tags, an onerror image and MathML that
+    latex2mathml would pass through (\\text{<script>…}, \\href{javascript:…}): Chromium
+    shows them as text and no script runs (no dialog, no global set)."""
+    import pandas as pd
+
+    from breakthrough.report.cell_details import CellDetail
+    from breakthrough.report.html import write_cell_page
+
+    hostile = "<script>window.pwned=1;alert(1)</script> & <img src=x onerror=alert(2)>"
+    folder = tmp_path / "site"
+    write_cell_page(
+        folder / "cell.html",
+        row={"cell_id": f"m:{hostile}", "model": hostile, "regime": "prefix_limited"},
+        curve=pd.DataFrame(),
+        svg="<svg class='cell-plot'></svg>",
+        detail=CellDetail(
+            problem=hostile + r" $\text{<script>window.pwned=2</script>}$"
+            r" $\href{javascript:alert(3)}{x}$",
+            answer=hostile,
+            base_text=hostile,
+        ),
+    )
+    server = _serve(folder)
+    url = next(server)
+    try:
+        page, problems = _open(browser, f"{url}/cell.html")
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.reload(wait_until="load")
+        assert page.evaluate("window.pwned") is None and dialogs == []
+        assert page.locator("script").count() == 0
+        facts = page.locator("dl.facts").inner_text()
+        assert "<script>window.pwned=1;alert(1)</script> & <img" in facts
+        assert "<script>window.pwned=2</script>" in facts  # drawn as math text, not run
+        assert page.title() == f"cell m:{hostile}"
+        assert problems == []
+    finally:
+        server.close()

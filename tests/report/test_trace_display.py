@@ -39,14 +39,16 @@ def test_swimmer_starts_at_the_first_anchor_and_arrows_start_there():
     assert F.swimmer(labels).axes[0].get_xlim() == (128.0, 1024.0)  # the old behaviour
 
 
-def test_special_tokens_are_hidden_from_the_displayed_trace():
+def test_special_tokens_are_hidden_from_the_displayed_trace(tmp_path):
     text = "<think>\nso x = 7</think>\n\\boxed{7}<|im_end|><|endoftext|>"
     assert shown_text(text) == "<think>\nso x = 7</think>\n\\boxed{7}"
     assert shown_text("a<end_of_turn>b</s><eos>") == "ab"
     assert shown_text("x < y and y > z") == "x < y and y > z"
     detail = CellDetail(base_text=text, cuts={64: 10})
     curve = pd.DataFrame({"anchor": [64], "n": [4], "k": [4]})
-    page = H._trace_html(detail, curve, 0.75)
+    page = H.write_cell_page(
+        tmp_path / "a.html", row={"cell_id": "m:p"}, curve=curve, svg="", detail=detail
+    ).read_text()
     assert "im_end" not in page and "endoftext" not in page
     assert "&lt;think&gt;" in page and "t=64" in page
     branches = pd.DataFrame(
@@ -64,7 +66,14 @@ def test_special_tokens_are_hidden_from_the_displayed_trace():
             }
         ]
     )
-    assert "im_end" not in H._branches_html(branches)
+    page = H.write_cell_page(
+        tmp_path / "b.html",
+        row={"cell_id": "m:p"},
+        curve=curve,
+        svg="",
+        detail=CellDetail(branches=branches),
+    ).read_text()
+    assert "im_end" not in page and "done" in page
 
 
 def test_problem_line_is_one_short_line():
