@@ -214,7 +214,10 @@ def _evaluate_module_arrays(model) -> None:
     import mlx.core as mx
 
     modules = model.modules() if hasattr(model, "modules") else []
-    lazy = [v for m in modules for v in vars(m).values() if isinstance(v, mx.array)]
+    # an MLX module keeps arrays as its dict's items; `parameters()` (what mlx-lm evaluates at
+    # load) leaves out the private ones (`_freqs`)
+    held = [v for m in modules for v in [*m.values(), *vars(m).values()]]
+    lazy = [v for v in held if isinstance(v, mx.array)]
     if lazy:
         mx.eval(lazy)
 

@@ -8,11 +8,12 @@ geometry model (Qwen3-4B's KV cache, head_dim 128; breakthrough/models/offline.p
 Options: `--kv-bits 8|4`, a `--memory-gb` small enough that rows share their cell's prefix,
 `--batch-size 1`, `--instrument`, `--add-budget` and the HTTP backend against `bt serve`. Each
 continues a copy of one base run per shape, in-process through the pipeline (`continue_run`,
-`add_budget_run`, `run_base`), and is compared with the default path's run: the token ids of
-every sample are equal wherever the option must not change them (all but `--kv-bits`, which
-changes the model's distribution: there it runs, commits samples, and a plain rerun of the run
-works, or a model whose head dimension it cannot quantize is refused in one line with nothing
-recorded). One cell goes through the installed `bt` (`test_one_cell_through_the_installed_bt`).
+`add_budget_run`, `pipeline.trajectories.generate`), and is compared with the default path's
+run: the token ids of every sample are equal wherever the option must not change them (all but
+`--kv-bits`, which changes the model's distribution: there it runs, commits samples, and a
+plain rerun of the run works, or a model whose head dimension it cannot quantize is refused in
+one line with nothing recorded). One cell goes through the installed `bt`
+(`test_one_cell_through_the_installed_bt`).
 
 Sizes are tiny (one arith problem, a 12-token base trace, B = 4 + 4 answer tokens, anchors 4
 and 8, restarts at 4 and 8, two samples) so the engine's paths, not its speed, are exercised."""
@@ -31,9 +32,10 @@ from engine.serve_procs import bt_serve
 from breakthrough.engine import EngineSpec
 from breakthrough.engine.prefix_cache import cache_bytes
 from breakthrough.errors import BtError
-from breakthrough.pipeline.base import run_base
+from breakthrough.pipeline.base import BaseRun
 from breakthrough.pipeline.budget_arm import add_budget_run
 from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run, run_kv_bits
+from breakthrough.pipeline.trajectories import base_cells, generate
 from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore
 from breakthrough.tasks.cohorts import load_cohort
@@ -134,15 +136,18 @@ def runs(shapes, tmp_path_factory):
 def _base(loaded, run: Path, engine: EngineSpec) -> None:
     """`bt base --cohort arith --limit 1 --max-tokens 12` into `run`, in-process."""
     rows = load_cohort("arith")[:1]
-    run_base(
-        loaded=loaded,
+    job = BaseRun(
+        name=str(loaded.alias),
+        run_dir=run,
         rows=rows,
         cohort="arith",
-        cohort_digest="matrix",
-        run_dir=run,
+        digest="matrix",
         protocol=PROTOCOL,
         engine=engine,
+        hidden_stride=0,
+        lock_wait=0.0,
     )
+    generate(job, loaded, base_cells(loaded, rows, PROTOCOL, "plain"))
 
 
 def _copy(base: Path, dst: Path) -> Path:
@@ -163,7 +168,7 @@ def _kv_bits(loaded, run: Path, bits: int, default: dict) -> None:
         assert snapshot(run) == before
         continue_run(run, loaded, _options())  # the plain path on the same run
         assert _tokens(run) == default
-        pytest.xfail(f"refused as it should be: {exc}")  # reported as the matrix's cell
+        return  # refused as it should be (the tiny llama's and Ministral-3's head dimensions)
     got = _tokens(run)
     # the grid's probes as the default path; restarts as its own outcomes owe (they may differ)
     grid = {k for k in default if k[1] == "probe" and k[4] < PROTOCOL.samples}
@@ -187,20 +192,11 @@ def _memory_budget(loaded, run: Path) -> int:
     return int(cache_bytes(loaded.model).row(longest) * BATCH)
 
 
-# Engine bugs (breakthrough/engine/, the lead's): each cell fails today, and is to pass once fixed.
-ENGINE_BUGS = {
-    ("gemma4-e4b", "kv-bits 8"): "quantized KV on Gemma-4: mlx-lm's gemma4 attention passes the "
-    "(packed, scales, biases) key/value tuples to mx.fast.scaled_dot_product_attention: TypeError "
-    "(a traceback from bt continue --kv-bits); the engine should quantize only layers whose "
-    "attention reads a quantized cache, or refuse the model in one line",
-    ("gemma4-e4b", "kv-bits 4"): "as kv-bits 8 on gemma4-e4b",
-}
-SERVE_BUGS = {
-    name: "bt serve of this hub-shaped 4-bit checkpoint answers every completion with HTTP 500 "
-    "'RuntimeError: There is no Stream(cpu, 0) in current thread' (its generation thread; "
-    "qwen3-4b and the float models serve fine), so the HTTP backend refuses the endpoint"
-    for name in ("gemma4-e4b", "ministral3-3b")
-}
+# Cells that failed when the matrix was written and are to pass (none now; an entry makes the
+# cell a strict xfail with its reason: quantized KV on Gemma-4's KV-sharing layers, and bt serve
+# of Gemma-4 / Ministral-3 from its generation thread, were the first two, both fixed in engine/).
+ENGINE_BUGS: dict[tuple[str, str], str] = {}
+SERVE_BUGS: dict[str, str] = {}
 
 
 def _cases(options, bugs) -> list:
