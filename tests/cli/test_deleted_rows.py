@@ -1,10 +1,10 @@
-"""Issue 40, item 4: rows deleted from a finished run. Deleted probe rows were caught last
-session (tests/cli/test_trust_round_three.py); a deleted restart row passed `bt verify` as
-intact. Sample ids only grow and bt never deletes a sample, so an id missing below the largest
-is a deleted row (`pipeline.verify._check_gone`); the cell that now lacks what its protocol owes
-is named, `bt classify` leaves it unlabelled, and the plain rerun makes it again. Through the
-installed `bt`. (A deleted grade row is damage to its sample's checksum: held by
-test_trust_round_three.test_4_a_deleted_grade_row_is_damage_not_ungraded.)"""
+"""Rows deleted from a finished run (issue 40): deleted probe rows are caught
+(tests/cli/test_crashes_and_refusals_keep_runs_whole.py); a deleted restart row passed `bt
+verify` as intact. Sample ids only grow and bt never deletes a sample, so an id missing below
+the largest is a deleted row (`pipeline.verify._check_gone`); the cell that now lacks what its
+protocol owes is named, `bt classify` leaves it unlabelled, and the plain rerun makes it again.
+Through the installed `bt`. (A deleted grade row is damage to its sample's checksum:
+test_crashes_and_refusals_keep_runs_whole.test_4_a_deleted_grade_row_is_damage_not_ungraded.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sqlite3
 from bt_cli import assert_one_line_error, run_bt
 
 # the module-scoped run of the tiny model and its continued copies (fixtures found by pytest)
-from cli.test_trust_round_three import _continued, _delete_samples, runs  # noqa: F401
+from cli.test_crashes_and_refusals_keep_runs_whole import _continued, _delete_samples, runs  # noqa: F401
 
 
 def test_a_deleted_restart_row_is_reported_and_its_cell_left_unlabelled(runs, tmp_path):  # noqa: F811

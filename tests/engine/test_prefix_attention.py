@@ -135,10 +135,11 @@ def _cells(rng, n_cells: int, prompt_len: int, trace_len: int, anchors, branches
 
 @pytest.mark.model  # builds its model at run time (tests/conftest.py)
 def test_engine_tokens_equal_fresh_prefills_at_qwen3_4b_attention(monkeypatch) -> None:
-    """Qwen3-4B's attention (36 layers x 8 KV heads x 128, 32 query heads), two cells whose
-    prefixes span two blocks: rows sharing their cell's prefix make exactly the tokens of fresh
-    prefills (`mlx-fresh`, today's reference path), and the same tokens two rows at a time."""
-    model = geometry_model("qwen3-4b", vocab=512)
+    """Qwen3-4B's attention (8 KV heads x 128, 32 query heads; 4 of its 36 layers, each as the
+    study model's), two cells whose prefixes span two blocks: rows sharing their cell's prefix
+    make exactly the tokens of fresh prefills (`mlx-fresh`, today's reference path), and the
+    same tokens two rows at a time."""
+    model = geometry_model("qwen3-4b", vocab=512, layers=4)
     assert model.args.num_attention_heads == 32
     reqs = _cells(np.random.default_rng(5), 2, 12, 262, (60, 262), 2, 5)
     tiles = {"n": 0}

@@ -69,6 +69,7 @@ def geometry_config(
     hidden: int = 256,
     dtype: str = "float32",
     heads: int | None = None,
+    layers: int | None = None,
 ) -> dict:
     """A qwen3 `config.json` with the KV geometry of study model `name` (STUDY_GEOMETRIES) and
     a small hidden size, so the matmuls stay cheap while every cache holds what the study
@@ -78,7 +79,7 @@ def geometry_config(
         "model_type": "qwen3",
         "architectures": ["Qwen3ForCausalLM"],
         "hidden_size": hidden,
-        "num_hidden_layers": g["layers"],
+        "num_hidden_layers": layers or g["layers"],
         "intermediate_size": 2 * hidden,
         "num_attention_heads": heads or g["heads"],
         "num_key_value_heads": g["kv_heads"],
@@ -100,14 +101,17 @@ def geometry_model(
     dtype: str = "float32",
     seed: int = 0,
     heads: int | None = None,
+    layers: int | None = None,
 ):
     """A random-weight mlx-lm `qwen3.Model` with study model `name`'s KV geometry
     (`geometry_config`), built through mlx-lm's own classes. `heads`: fewer query heads than
-    the study model's (the KV cache is the same; the CPU's unfused attention is cheaper)."""
+    the study model's (the KV cache is the same; the CPU's unfused attention is cheaper);
+    `layers`: fewer layers (each layer's attention and cache as the study model's: for tests of
+    what one layer does, at a fraction of the time)."""
     import mlx.core as mx
     from mlx_lm.models import qwen3
 
-    cfg = geometry_config(name, vocab, None, dtype=dtype, heads=heads)
+    cfg = geometry_config(name, vocab, None, dtype=dtype, heads=heads, layers=layers)
     mx.random.seed(seed)
     model = qwen3.Model(qwen3.ModelArgs.from_dict(cfg))
     if dtype != "float32":
