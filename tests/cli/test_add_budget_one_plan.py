@@ -48,11 +48,12 @@ def test_no_target_anchor_with_room_is_nothing_to_do_everywhere(tiny_model_dir, 
 
 
 def test_dry_run_and_arm_count_the_same_when_an_anchor_lacks_room(tiny_model_dir, tmp_path):
-    # one cell, a trace of ~16,100 reasoning tokens probed at 64 (0/4), 8,192 and 16,000 (4/4):
-    # targets 64, 8,192, 16,000; after a 16,000-token prefix B2 + 512 does not fit the cap
+    # one cell, a trace of ~16,100 reasoning tokens probed at 64 (0/4), 128 and 16,000 (4/4):
+    # targets 64, 128, 16,000; after a 16,000-token prefix B2 + 512 does not fit the cap (the
+    # arm's 8 samples branch from 64 and 128 tokens: short prefills, the same counts)
     run = tmp_path / "runs" / "long"
     make_run(run, tiny_model_dir, {"pL": (100, 16000)}).close()
-    store_probes(run, {64: False, 8192: True, 16000: True})
+    store_probes(run, {64: False, 128: True, 16000: True})
     plan = run_bt("continue", run, "--add-budget", "16", "--dry-run")
     assert plan.returncode == 0, plan.stderr
     assert "arm B=16 8 samples, at most 4,224 tokens" in _said(plan), plan.stdout  # 8 x (16+512)
