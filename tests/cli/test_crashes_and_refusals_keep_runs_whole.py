@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 from bt_cli import assert_one_line_error, freeze, run_bt, snapshot, thaw
+from shared_runs import ARITH_BASE, copy_of_arith_base
 
-BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
+BASE = ARITH_BASE  # the session's shared run's arguments
 CONTINUE = ("--answer-budget", "4", "--anchors", "4,8", "--restarts", "4", "--samples", "2")
 
 CRASH_HOOK = """
@@ -36,11 +37,11 @@ if where:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_model_dir):
-    """A `bt base` run of the tiny model, and the folder holding the crash hook."""
+def runs(tmp_path_factory, tiny_model_dir, arith_base_run):
+    """A `bt base` run of the tiny model (`BASE`, the session's shared one copied), and the
+    folder holding the crash hook."""
     root = tmp_path_factory.mktemp("trust3")
-    proc = run_bt("base", *BASE, "--model", tiny_model_dir, "--runs-dir", root, "--run", "base")
-    assert proc.returncode == 0, proc.stderr
+    copy_of_arith_base(arith_base_run, root)
     hook = root / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(CRASH_HOOK)

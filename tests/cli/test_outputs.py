@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from bt_cli import assert_one_line_error, run_bt
 from classify_fixture import cell_spec, write_store
+from shared_runs import copy_of_arith_base
 
 from breakthrough.protocol import DEFAULT
 
@@ -46,26 +47,10 @@ def store_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def base_run(tmp_path_factory, tiny_model_dir) -> Path:
-    """A base run of the tiny model, ready for `bt continue`."""
-    runs = tmp_path_factory.mktemp("outputs-base")
-    proc = run_bt(
-        "base",
-        "--cohort",
-        "arith",
-        "--limit",
-        "1",
-        "--max-tokens",
-        "24",
-        "--model",
-        tiny_model_dir,
-        "--runs-dir",
-        runs,
-        "--run",
-        "base",
-    )
-    assert proc.returncode == 0, proc.stderr
-    return runs / "base"
+def base_run(tmp_path_factory, arith_base_run) -> Path:
+    """A base run of the tiny model, ready for `bt continue`
+    (`ARITH_BASE`: the session's shared one, copied)."""
+    return copy_of_arith_base(arith_base_run, tmp_path_factory.mktemp("outputs-base"))
 
 
 CONTINUE = (

@@ -23,8 +23,9 @@ import pytest
 from bt_cli import assert_one_line_error, run_bt
 from engine.fake_vllm import FakeVllm
 from engine.serve_procs import bt_serve
+from shared_runs import ARITH_BASE, copy_of_arith_base
 
-BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
+BASE = ARITH_BASE  # the session's shared run's arguments
 CONTINUE = (
     "--budget",
     "4",
@@ -66,11 +67,11 @@ def _closed_port_url() -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_model_dir):
-    """A base run of the tiny model (mlx) and a copy of it continued without --instrument."""
+def runs(tmp_path_factory, tiny_model_dir, arith_base_run):
+    """A base run of the tiny model (mlx; `BASE`, the session's shared one copied) and a copy
+    of it continued without --instrument."""
     root = tmp_path_factory.mktemp("weak")
-    proc = run_bt("base", *BASE, "--model", tiny_model_dir, "--runs-dir", root, "--run", "base")
-    assert proc.returncode == 0, proc.stderr
+    copy_of_arith_base(arith_base_run, root)
     shutil.copytree(root / "base", root / "cont")
     proc = run_bt("continue", root / "cont", *CONTINUE)
     assert proc.returncode == 0, proc.stderr

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from bt_cli import assert_one_line_error, freeze, run_bt, snapshot, thaw
+from shared_runs import copy_of_arith_base
 from store_writer import CELL, as_schema_2, write_run
 
 SCHEMA_3 = "checksums cover every field a label or signal is computed from (schema 3)"
@@ -269,26 +270,10 @@ def test_4_a_damaged_manifest_is_one_line_naming_the_key_and_nothing_is_written(
 
 
 @pytest.fixture(scope="module")
-def base_run(tmp_path_factory, tiny_model_dir) -> Path:
-    """A `bt base` run of the tiny model, the kind `bt continue` wrote into despite damage."""
-    runs = tmp_path_factory.mktemp("trust2-base")
-    proc = run_bt(
-        "base",
-        "--cohort",
-        "arith",
-        "--limit",
-        "1",
-        "--max-tokens",
-        "24",
-        "--model",
-        tiny_model_dir,
-        "--runs-dir",
-        runs,
-        "--run",
-        "base",
-    )
-    assert proc.returncode == 0, proc.stderr
-    return runs / "base"
+def base_run(tmp_path_factory, arith_base_run) -> Path:
+    """A `bt base` run of the tiny model, the kind `bt continue` wrote into despite damage
+    (`ARITH_BASE`: the session's shared one, copied)."""
+    return copy_of_arith_base(arith_base_run, tmp_path_factory.mktemp("trust2-base"))
 
 
 @pytest.mark.parametrize("damage", ["schema_version deleted", "budget 'four'"])
