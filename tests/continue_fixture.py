@@ -44,8 +44,11 @@ def trace_with_box(loaded, before: int, after: int) -> list[int]:
     )
 
 
-def make_run(run_dir: Path, model_dir: Path, layout: dict[str, tuple[int, int]]) -> RunStore:
-    """A run store with one base trace per problem id in `layout` (id -> (before, after))."""
+def make_run(
+    run_dir: Path, model_dir: Path, layout: dict[str, tuple[int, int]], protocol=DEFAULT
+) -> RunStore:
+    """A run store with one base trace per problem id in `layout` (id -> (before, after)),
+    made under `protocol` (the default one unless a test needs, say, a short answer reserve)."""
     loaded = load_model(str(model_dir), family="qwen")
     rows = [
         {
@@ -63,7 +66,7 @@ def make_run(run_dir: Path, model_dir: Path, layout: dict[str, tuple[int, int]])
         for i, pid in enumerate(layout)
     ]
     store = RunStore(run_dir, create=True)
-    store.ensure_manifest(run_manifest(loaded, rows, DEFAULT, "fixture", "digest", "plain"))
+    store.ensure_manifest(run_manifest(loaded, rows, protocol, "fixture", "digest", "plain"))
     store.add_cells(
         [
             {
@@ -96,10 +99,10 @@ def make_run(run_dir: Path, model_dir: Path, layout: dict[str, tuple[int, int]])
     return store
 
 
-def two_cell_run(root: Path, model_dir: Path) -> Path:
+def two_cell_run(root: Path, model_dir: Path, protocol=DEFAULT) -> Path:
     """ROOT/runs/fx: the `TWO_CELLS` run (store closed), the pipeline tests' common fixture."""
     run_dir = root / "runs" / "fx"
-    make_run(run_dir, model_dir, TWO_CELLS).close()
+    make_run(run_dir, model_dir, TWO_CELLS, protocol).close()
     return run_dir
 
 

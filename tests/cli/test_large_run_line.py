@@ -18,6 +18,8 @@ from pathlib import Path
 from bt_cli import run_bt, start_bt
 from continue_fixture import make_run, store_probes, two_cell_run
 
+from breakthrough.protocol import DEFAULT
+
 LARGE = "a large run"
 # A cell's box at ~100 reasoning tokens of ~300: anchors 64, 128, 256 fit its trace.
 TWENTY_CELLS = {f"p{i:02d}": (100, 200) for i in range(20)}
@@ -109,10 +111,12 @@ def test_add_budget_says_a_large_run_before_it_starts_and_a_small_one_not(tiny_m
     lines = _stdout_until(start_bt("continue", big, "--add-budget", "4096"), LARGE)
     _assert_large_line(lines, big, bound)
 
-    small = _with_probes(two_cell_run(tmp_path / "small", tiny_model_dir))
+    # a run whose answer reserve is 16 (not 512): its arm generates 32 tokens a sample, not 528
+    short = DEFAULT.with_overrides(answer_budget=16)
+    small = _with_probes(two_cell_run(tmp_path / "small", tiny_model_dir, short))
     plan = run_bt("continue", small, "--add-budget", "16", "--dry-run")
     assert plan.returncode == 0, plan.stderr
-    assert _bound(plan.stdout) == 2 * 3 * 4 * (16 + 512), plan.stdout
+    assert _bound(plan.stdout) == 2 * 3 * 4 * (16 + 16), plan.stdout
     ran = run_bt("continue", small, "--add-budget", "16", "--batch-size", "32")
     assert ran.returncode == 0, ran.stderr
     assert "fx: probe arm at B=16" in ran.stdout and "arm B=16: 2 cells, 24 probe samples" in (
