@@ -16,7 +16,7 @@ from breakthrough.models.loading import load_model
 from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.models.tokens import decode
 from breakthrough.pipeline.manifest import cell_id, run_manifest
-from breakthrough.protocol import DEFAULT
+from breakthrough.protocol import DEFAULT, Protocol
 from breakthrough.store import RunStore, SampleRecord
 
 FILLER = " the cat sat on the mat and then"
@@ -45,7 +45,7 @@ def trace_with_box(loaded, before: int, after: int) -> list[int]:
 
 
 def make_run(
-    run_dir: Path, model_dir: Path, layout: dict[str, tuple[int, int]], protocol=DEFAULT
+    run_dir: Path, model_dir: Path, layout: dict[str, tuple[int, int]], protocol: Protocol = DEFAULT
 ) -> RunStore:
     """A run store with one base trace per problem id in `layout` (id -> (before, after)),
     made under `protocol` (the default one unless a test needs, say, a short answer reserve)."""
@@ -99,7 +99,7 @@ def make_run(
     return store
 
 
-def two_cell_run(root: Path, model_dir: Path, protocol=DEFAULT) -> Path:
+def two_cell_run(root: Path, model_dir: Path, protocol: Protocol = DEFAULT) -> Path:
     """ROOT/runs/fx: the `TWO_CELLS` run (store closed), the pipeline tests' common fixture."""
     run_dir = root / "runs" / "fx"
     make_run(run_dir, model_dir, TWO_CELLS, protocol).close()
