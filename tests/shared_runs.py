@@ -21,3 +21,11 @@ def copy_of_arith_base(shared: Path, runs_dir: Path) -> Path:
     """RUNS_DIR/base: a module's own copy of the session's `arith_base_run`."""
     runs_dir.mkdir(parents=True, exist_ok=True)
     return Path(shutil.copytree(shared, runs_dir / "base"))
+
+
+# The continuation the CLI tests run on such a run: B = 4, answer 4, anchors 4 and 8, one
+# restart budget, 2 samples (every phase of the protocol, at a few tokens each).
+SMALL_CONTINUE = (
+    *("--budget", "4", "--answer-budget", "4", "--anchors", "4,8"),
+    *("--restarts", "4", "--samples", "2"),
+)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from bt_cli import assert_one_line_error, run_bt
 from classify_fixture import cell_spec, write_store
-from shared_runs import copy_of_arith_base
+from shared_runs import SMALL_CONTINUE, copy_of_arith_base
 
 from breakthrough.protocol import DEFAULT
 
@@ -53,18 +53,7 @@ def base_run(tmp_path_factory, arith_base_run) -> Path:
     return copy_of_arith_base(arith_base_run, tmp_path_factory.mktemp("outputs-base"))
 
 
-CONTINUE = (
-    "--budget",
-    "4",
-    "--answer-budget",
-    "4",
-    "--anchors",
-    "4,8",
-    "--restarts",
-    "4",
-    "--samples",
-    "2",
-)
+CONTINUE = SMALL_CONTINUE  # shared_runs
 
 
 @pytest.fixture

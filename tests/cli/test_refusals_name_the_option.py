@@ -23,21 +23,10 @@ import pytest
 from bt_cli import assert_one_line_error, run_bt
 from engine.fake_vllm import FakeVllm
 from engine.serve_procs import bt_serve
-from shared_runs import ARITH_BASE, copy_of_arith_base
+from shared_runs import ARITH_BASE, SMALL_CONTINUE, copy_of_arith_base
 
 BASE = ARITH_BASE  # the session's shared run's arguments
-CONTINUE = (
-    "--budget",
-    "4",
-    "--answer-budget",
-    "4",
-    "--anchors",
-    "4,8",
-    "--restarts",
-    "4",
-    "--samples",
-    "2",
-)
+CONTINUE = SMALL_CONTINUE  # shared_runs
 FAST = ("--retries", "0", "--request-timeout", "2")
 
 

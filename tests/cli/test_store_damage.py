@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from bt_cli import assert_one_line_error, freeze, run_bt, snapshot, thaw
-from shared_runs import copy_of_arith_base
+from shared_runs import SMALL_CONTINUE, copy_of_arith_base
 from store_writer import CELL, as_schema_2, write_run
 
 SCHEMA_3 = "checksums cover every field a label or signal is computed from (schema 3)"
@@ -282,19 +282,6 @@ def test_4_continue_writes_nothing_into_a_damaged_manifest(base_run, tmp_path, d
     run = _copy(base_run, tmp_path / "run")
     _sql(run, sql)
     before = snapshot(run)
-    proc = run_bt(
-        "continue",
-        run,
-        "--budget",
-        "4",
-        "--answer-budget",
-        "4",
-        "--anchors",
-        "4,8",
-        "--restarts",
-        "4",
-        "--samples",
-        "2",
-    )
+    proc = run_bt("continue", run, *SMALL_CONTINUE)
     assert_one_line_error(proc, 2, "damaged manifest", key, what)
     assert snapshot(run) == before

@@ -18,23 +18,13 @@ from pathlib import Path
 
 import pytest
 from bt_cli import assert_one_line_error, run_bt
+from shared_runs import SMALL_CONTINUE
 
 from breakthrough.store import RunStore
 from breakthrough.tasks.grade import Grade
 
 BASE = ("--cohort", "arith", "--limit", "2", "--max-tokens", "24")
-CONTINUE = (
-    "--budget",
-    "4",
-    "--answer-budget",
-    "4",
-    "--anchors",
-    "4,8",
-    "--restarts",
-    "4",
-    "--samples",
-    "2",
-)
+CONTINUE = SMALL_CONTINUE  # shared_runs
 
 
 def _said(proc) -> str:
