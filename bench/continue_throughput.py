@@ -104,7 +104,7 @@ MODELS = {
     "tiny": dict(layers=4, hidden=128),
     "deep": dict(layers=8, hidden=384, heads=6, kv_heads=2, intermediate=1024),
     # Qwen's vocabulary size: the full-distribution pass per token is 3.1x SmolLM2's
-    "wide-vocab": dict(layers=4, hidden=128, vocab=151_936),
+    "wide-vocab": dict(layers=4, hidden=128, intermediate=256, vocab=151_936),
 }
 # The study models' attention geometry (layers x KV heads x head_dim and 32 query heads;
 # tests/models/tiny.py STUDY_GEOMETRIES) with a small hidden size: the KV cache and the attention's
@@ -161,43 +161,8 @@ def build_model(arg: str, query_heads: int = GEOMETRY_QUERY_HEADS) -> str:
     if arg not in MODELS:
         return arg
     out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"
-    shape = dict(MODELS[arg])
-    vocab = shape.pop("vocab", None)
-    if vocab is None:
-        write_tiny_model(out, tokenizer_from_gguf(), **shape)
-    else:
-        _write_wide_vocab_model(out, vocab, **shape)
+    write_tiny_model(out, tokenizer_from_gguf(), **MODELS[arg])
     return str(out)
-
-
-def _write_wide_vocab_model(out: Path, vocab: int, *, layers: int, hidden: int) -> None:
-    """`write_tiny_model`'s llama with a `vocab`-row embedding and head (random weights)."""
-    import mlx.core as mx
-    from mlx_lm.models import llama
-
-    from breakthrough.models.offline import save_model_folder, tokenizer_from_gguf
-
-    tok = tokenizer_from_gguf()
-    cfg = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        "hidden_size": hidden,
-        "num_hidden_layers": layers,
-        "intermediate_size": 2 * hidden,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "rms_norm_eps": 1e-5,
-        "vocab_size": vocab,
-        "rope_theta": 10000.0,
-        "max_position_embeddings": 8192,
-        "tie_word_embeddings": False,
-        "eos_token_id": tok.eos_token_id,
-    }
-    mx.random.seed(0)
-    model = llama.Model(llama.ModelArgs.from_dict(cfg))
-    model.lm_head.weight = mx.random.normal(model.lm_head.weight.shape) * 0.4
-    mx.eval(model.parameters())
-    save_model_folder(out, model, cfg, tok)
 
 
 def open_ids(loaded) -> list[int]:

@@ -22,14 +22,17 @@ def write_tiny_model(
     kv_heads: int = 2,
     intermediate: int = 128,
     seed: int = 0,
+    vocab: int | None = None,
 ) -> Path:
     """A random-weight llama mlx-lm folder with a real tokenizer (default: SmolLM2's, rebuilt
-    from the GGUF). Float32 weights, so a decode step costs next to nothing on the CPU."""
+    from the GGUF). Float32 weights, so a decode step costs next to nothing on the CPU.
+    `vocab`: embedding and head rows (default: the tokenizer's; more rows than it has are ids
+    that decode to nothing, the bench's wide-vocabulary model)."""
     import mlx.core as mx
     from mlx_lm.models import llama
 
     tok = tokenizer if tokenizer is not None else tokenizer_from_gguf()
-    vocab = len(tok)
+    vocab = vocab or len(tok)
     cfg = {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
