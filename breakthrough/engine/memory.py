@@ -3,7 +3,7 @@
 `--memory-gb auto` (the default, issue 28): on Apple silicon the GPU's recommended working set
 (what Metal lets a process keep resident; MLX reports it), elsewhere the RAM the OS reports as
 available, minus the loaded weights and a margin for activations, logits and the Python side.
-A number is taken as given. `rows_admitted` is the rule `MlxEngine.capacity` applies to a budget
+A number is taken as given. `rows_admitted` is the rule `MlxEngine.plan` applies to a budget
 (`prefix_cache.CacheBytes`: rows hold their own tokens, allocated once, plus a decode step's
 transient)."""
 
@@ -119,7 +119,7 @@ def admission(
     max_prefixes: int,
     snapshots: int,
 ) -> Admission:
-    """The rule of `MlxEngine.capacity`: rows of `row_tokens` positions whose first
+    """The rule of `MlxEngine.plan`: rows of `row_tokens` positions whose first
     `shared_tokens` are a prefix held once per cell. Up to `max_prefixes` cells' prefixes are
     kept while they take at most PREFIX_SHARE of the budget, fewer (down to MIN_PREFIX_SLOTS)
     before fewer rows; each row holds its own tokens (allocated once) and adds its share of a

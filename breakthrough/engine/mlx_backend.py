@@ -204,24 +204,6 @@ class _Row:
         )
 
 
-def _evaluate_module_arrays(model) -> None:
-    """Evaluate the arrays a model's modules keep outside their parameters (RoPE frequencies of
-    Gemma-4's proportional and Ministral-3's YaRN rope, computed lazily when the model was
-    built). MLX binds a lazy array to the stream of the thread that made it; evaluated first in
-    another thread (`bt serve` generates in its own) it fails with "There is no Stream(cpu, 0)
-    in current thread". Evaluated here, in the thread that loaded the model, they are plain
-    data any thread can read."""
-    import mlx.core as mx
-
-    modules = model.modules() if hasattr(model, "modules") else []
-    # an MLX module keeps arrays as its dict's items; `parameters()` (what mlx-lm evaluates at
-    # load) leaves out the private ones (`_freqs`)
-    held = [v for m in modules for v in [*m.values(), *vars(m).values()]]
-    lazy = [v for v in held if isinstance(v, mx.array)]
-    if lazy:
-        mx.eval(lazy)
-
-
 class _Feed:
     """The request source as `generate` pulls it: a request pulled but not admitted yet is
     `held` (it waits for memory), and the source may be exhausted or have nothing ready now
@@ -278,7 +260,6 @@ class MlxEngine(Engine):
         from breakthrough.engine.row_attention import install
 
         keep_freed_memory()  # MLX's per-step buffers reused, not faulted in afresh (allocator)
-        _evaluate_module_arrays(model)
 
         # Shared-prefix rows attend together over their cell's one prefix copy, each over its
         # own suffix apart (`prefix_attention`, through `row_attention.install`); quantized
@@ -288,11 +269,11 @@ class MlxEngine(Engine):
         # (None: the model's dtype). It changes tokens: a run records it (cell_loop).
         self.kv_bits = None if kv_bits is None else check_kv_bits(model, kv_bits)
         # Rows point into their cell's one prefix copy (`shared_kv`) when that pays or memory
-        # needs it (None: `capacity` decides, `_sharing_pays`); otherwise each row keeps a copy
+        # needs it (None: `plan` decides, `_sharing_pays`); otherwise each row keeps a copy
         # in mlx-lm's batch cache. Quantized KV exists only as shared rows.
         self.share_prefixes = bool(share_prefixes) or kv_bits is not None
         self._share_fixed = share_prefixes is not None or kv_bits is not None
-        self._unshared_tokens = 0  # the longest row without a shared prefix `capacity` saw
+        self._unshared_tokens = 0  # the longest restart row a configured plan named
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         if not self.eos_ids:
             raise BtError("the model has no EOS token id; cannot generate")
@@ -571,7 +552,7 @@ class MlxEngine(Engine):
         budget): what the caches hold now, plus the bytes it adds, plus one decode step's
         transient at the longest row."""
         if not self.memory_budget_bytes or not self.share_prefixes:
-            return True  # without sharing, `capacity` admitted batch_size full rows up front
+            return True  # without sharing, `plan` admitted batch_size full rows up front
         length, add = self._cost(req)
         return self.book.fits(
             self._held_prefixes(), add, length, in_flight, self.layout(), self.memory_budget_bytes
@@ -581,7 +562,7 @@ class MlxEngine(Engine):
         """Nothing is in flight and `req` does not fit: drop kept states other than the one it
         follows, then prefixes other than its own, oldest first, until it fits (a dropped
         prefix costs only a prefill when a later request names it). It is admitted even when
-        nothing more can go: `capacity` refused, before the run, any budget that cannot hold
+        nothing more can go: `plan` refused, before the run, any budget that cannot hold
         one row and its prefix."""
         own = req.shared_prefix.key if req.shared_prefix is not None else None
         for key in [k for k in self._kept if k != req.follows]:

@@ -18,7 +18,7 @@ layers plus, per snapshot, a bounded state (the window, or the fixed recurrent s
 for a prefix of L tokens and S snapshots: linear in the trace length, linear in the anchor count
 with a slope that does not grow with the trace. (Snapshots that deep-copied every layer cost
 sum_i cut_i * plain_bytes_per_token, about twice the full cache for the doubling anchor grid.)
-`cache_bytes` gives the layout of a model for `capacity` (the engine's memory budget)."""
+`cache_bytes` gives the layout of a model for `MlxEngine.plan` (the engine's memory budget)."""
 
 from __future__ import annotations
 

@@ -76,6 +76,7 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
         with hub.hub_offline():
             # mlx_lm types load() as a 2- or 3-tuple; return_config=True gives the 3-tuple
             model, tokenizer, config = mlx_lm.load(str(folder), return_config=True)  # type: ignore[misc]
+        evaluate_module_arrays(model)
     except BtError:
         raise
     except Exception as exc:
@@ -107,6 +108,24 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
         config=dict(config),
         digest=ident.digest,
     )
+
+
+def evaluate_module_arrays(model: Any) -> None:
+    """Evaluate the arrays a model's modules keep outside their parameters (RoPE frequencies of
+    Gemma-4's proportional and Ministral-3's YaRN rope, computed lazily when the model was
+    built). MLX binds a lazy array to the stream of the thread that made it; evaluated first in
+    another thread (`bt serve` generates in its own) it fails with "There is no Stream(cpu, 0)
+    in current thread". Evaluated here, in the thread that loaded the model, they are plain
+    data any thread can read."""
+    import mlx.core as mx
+
+    modules = model.modules() if hasattr(model, "modules") else []
+    # an MLX module keeps arrays as its dict's items; `parameters()` (what mlx-lm evaluates at
+    # load) leaves out the private ones (`_freqs`)
+    held = [v for m in modules for v in [*m.values(), *vars(m).values()]]
+    lazy = [v for v in held if isinstance(v, mx.array)]
+    if lazy:
+        mx.eval(lazy)
 
 
 def _looks_like_hub_id(name: str) -> bool:

@@ -35,10 +35,10 @@ a cell-by-cell run, and a rerun completes exactly the missing samples.
 Memory (issue 28): the MLX engine admits each row by the bytes it adds (its own tokens; a
 cell's prompt + base trace is held once, shared by all its branches) and holds back a request
 that does not fit until rows finish, so the scheduler offers it up to `--batch-size` requests
-(`rows_cap`); an engine without that gets its `capacity` at the longest row. The engine keeps a
-bounded number of shared-prefix caches (the oldest is dropped, which costs only a prefill), and
-the requests queued at once are about a batch of deciding ones plus the active cells'
-restarts, whose prompts are the chat prompt alone."""
+(`EnginePlan.rows_cap`); an engine without that gets the rows its `plan` holds at the longest
+row. The engine keeps a bounded number of shared-prefix caches (the oldest is dropped, which
+costs only a prefill), and the requests queued at once are about a batch of deciding ones plus
+the active cells' restarts, whose prompts are the chat prompt alone."""
 
 from __future__ import annotations
 
