@@ -166,6 +166,9 @@ class RowShape:
     restart_tokens: int = 0
 
 
+NO_MEMORY_CAP = "no --memory-gb cap"  # `EnginePlan.budget` of an engine with no memory bound
+
+
 @dataclass(frozen=True)
 class EnginePlan:
     """How an engine will run rows of a `RowShape`: what `Engine.plan` decides (without changing
@@ -192,7 +195,7 @@ class EnginePlan:
     share_prefixes: bool = False
     admits_by_memory: bool = False
     groups_by_prefix: bool = False
-    budget: str = "no --memory-gb cap"
+    budget: str = NO_MEMORY_CAP
 
     @property
     def rows_cap(self) -> int:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from breakthrough.engine.contract import (
+    NO_MEMORY_CAP,
     Engine,
     EnginePlan,
     EngineStats,
@@ -457,7 +458,7 @@ class MlxEngine(Engine):
             if not copies_fit:
                 probe_rows = self._admitted(held, probe, shared)
         auto = self.memory_auto_line
-        words = auto or (f"--memory-gb {budget / 2**30:g}" if budget else "no --memory-gb cap")
+        words = auto or (f"--memory-gb {budget / 2**30:g}" if budget else NO_MEMORY_CAP)
         return EnginePlan(
             shape,
             probe_rows,
