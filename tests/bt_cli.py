@@ -4,7 +4,9 @@ code that only the real entry point produces)."""
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +103,13 @@ def thaw(run: Path) -> None:
         subprocess.run(["chattr", "-R", "-i", str(run)], check=True)
     else:
         subprocess.run(["chmod", "-R", "u+w", str(run)], check=True)
+
+
+def stored_manifest(run: Path) -> dict:
+    """A run's manifest as the store holds it (read with sqlite3, not through bt: what a
+    command left on disk)."""
+    conn = sqlite3.connect(run / "store.sqlite")
+    try:
+        return {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM manifest")}
+    finally:
+        conn.close()

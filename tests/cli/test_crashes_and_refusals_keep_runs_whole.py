@@ -9,13 +9,12 @@ raises: the same place the `--kv-bits` crash of item 1 surfaced, independent of 
 
 from __future__ import annotations
 
-import json
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
-from bt_cli import assert_one_line_error, freeze, run_bt, snapshot, thaw
+from bt_cli import assert_one_line_error, freeze, run_bt, snapshot, stored_manifest, thaw
 from shared_runs import ARITH_BASE, copy_of_arith_base
 
 BASE = ARITH_BASE  # the session's shared run's arguments
@@ -53,14 +52,6 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _manifest(run: Path) -> dict:
-    conn = sqlite3.connect(run / "store.sqlite")
-    try:
-        return {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM manifest")}
-    finally:
-        conn.close()
-
-
 def _crashed(proc) -> None:
     assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
     assert "simulated crash at start-up" in proc.stderr, proc.stderr
@@ -88,7 +79,7 @@ def test_2_a_crash_at_start_up_leaves_the_run_as_it_was_and_a_rerun_runs(runs, t
     # a plain rerun with other settings is not refused ("a run never mixes them") and runs
     proc = run_bt("continue", run, "--budget", "6", *CONTINUE)
     assert proc.returncode == 0, proc.stderr
-    man = _manifest(run)
+    man = stored_manifest(run)
     assert man["protocol"]["budget"] == 6
     assert man["continuation"]["signals"] == "logprobs+entropy"
     conn = sqlite3.connect(run / "store.sqlite")
@@ -111,7 +102,7 @@ def test_2_a_new_run_that_crashes_at_start_up_is_not_left_behind(runs, tmp_path,
     assert not where.exists()
     proc = run_bt(*args)  # the default stride: not refused by a run that holds nothing
     assert proc.returncode == 0, proc.stderr
-    assert _manifest(where)["hidden_stride"] == 8
+    assert stored_manifest(where)["hidden_stride"] == 8
 
 
 # ---- 3: weak spots from last round -------------------------------------------------------------

@@ -4,12 +4,8 @@ a bad value is one line naming the option, exit 2, nothing written, whatever the
 
 from __future__ import annotations
 
-import json
-import sqlite3
-from pathlib import Path
-
 import pytest
-from bt_cli import run_bt
+from bt_cli import run_bt, stored_manifest
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "0", "-3", "lots", "1e9"])
@@ -39,14 +35,6 @@ def test_kv_bits_other_than_4_or_8_is_one_line(tmp_path, value) -> None:
     assert not runs.exists()
 
 
-def _manifest(run: Path) -> dict:
-    conn = sqlite3.connect(run / "store.sqlite")
-    try:
-        return {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM manifest")}
-    finally:
-        conn.close()
-
-
 @pytest.mark.slow
 def test_kv_bits_on_the_offline_default_model_runs_and_a_plain_rerun_works(offline_model, tmp_path):
     """A walk from an empty folder (issue 40 item 1): `--kv-bits 8` on SmolLM2-135M (head_dim
@@ -61,7 +49,7 @@ def test_kv_bits_on_the_offline_default_model_runs_and_a_plain_rerun_works(offli
     proc = run_bt("continue", root / "r", *cont, "--restarts", "4,8", "--kv-bits", "8", timeout=900)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
-    assert _manifest(root / "r")["continuation"]["kv_bits"] == 8
+    assert stored_manifest(root / "r")["continuation"]["kv_bits"] == 8
     again = run_bt("continue", root / "r", *cont, "--restarts", "4,8", timeout=600)
     assert again.returncode == 0, (again.stdout, again.stderr)
     assert "Traceback" not in again.stderr
