@@ -238,8 +238,8 @@ def main(argv: list[str] | None = None) -> None:
             analyse_runs(
                 args.runs, args.tokens, args.group, args.bootstrap, args.seed, args.include_short
             )
-        except BtError as exc:  # one line, as bt says it
-            raise SystemExit(f"error: {exc}") from None
+        except BtError as exc:  # one line and exit 2, as bt says a mistake the user can fix
+            ap.exit(2, f"error: {exc}\n")
 
 
 if __name__ == "__main__":

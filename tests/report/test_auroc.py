@@ -236,6 +236,23 @@ def _load_analysis():
     return auroc_worked_example
 
 
+def test_the_worked_example_refuses_a_missing_run_in_one_line(tmp_path):
+    """`python -m breakthrough.analyses.auroc_worked_example` (the README's line) on a folder
+    that is no run: exit 2 and one line on stderr, as bt says a mistake (no traceback)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "breakthrough.analyses.auroc_worked_example", str(tmp_path / "no")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "no such run" in lines[0], lines
+
+
 def test_analysis_worked_example(capsys):
     mod = _load_analysis()
     mod.main([])
