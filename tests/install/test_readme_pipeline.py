@@ -1,6 +1,7 @@
 """The README is a test (issue 30, item 8): the fenced block under README.md's "The pipeline"
 heading is read from the README itself and run, command by command and in order, from an empty
-folder with the installed wheel (`test_wheel_install.installed`), on the offline default model.
+folder with the installed wheel (`installed`, tests/install/conftest.py), on the offline default
+model.
 
 Only sizes change, and only through options: `SHRINK` below is the whole mapping from a README
 line to what runs, each entry saying why. The study's hub models (Gemma, Ministral, Qwen) are
@@ -21,9 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-# `dists` and `installed` are the wheel's fixtures: pytest finds them in this module
-from install.test_wheel_install import _user_env, dists, installed  # noqa: F401
+from install.test_wheel_install import _user_env
 
 REPO = Path(__file__).resolve().parents[2]
 HEADING = "## The pipeline"
@@ -129,7 +128,7 @@ def _table(path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_readme_pipeline_runs_as_written(installed, tmp_path):  # noqa: F811
+def test_the_readme_pipeline_runs_as_written(installed, tmp_path):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     said = comments(readme)
     work = tmp_path / "study"

@@ -13,79 +13,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
-
-import pytest
 
 import breakthrough
 
 REPO = Path(__file__).resolve().parents[2]
 BUILTIN = sorted(p.stem for p in (REPO / "cohorts").glob("*.jsonl"))
 MATH_SOURCE = "source/math_test.jsonl"
-
-
-@pytest.fixture(scope="module")
-def dists(tmp_path_factory) -> dict[str, Path]:
-    """`python -m build` of the checkout: the sdist, then the wheel built from that sdist (so a
-    file missing from the sdist is missing from the wheel too). No build isolation: the build
-    backend comes from this environment (requirements/), not from the network."""
-    out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (wheel,) = out.glob("*.whl")
-    (sdist,) = out.glob("*.tar.gz")
-    return {"wheel": wheel, "sdist": sdist}
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory, dists) -> Path:
-    """A fresh venv holding the wheel (non-editable); returns its bin/ folder."""
-    venv = tmp_path_factory.mktemp("fresh") / "venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
-    )
-    purelib = Path(
-        subprocess.run(
-            [
-                str(venv / "bin" / "python"),
-                "-c",
-                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout.strip()
-    )
-    (purelib / "_bt_locked_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(venv / "bin" / "python"),
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            str(dists["wheel"]),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return venv / "bin"
 
 
 def _user_env(tmp: Path) -> dict[str, str]:
