@@ -22,6 +22,17 @@ def test_map_keeps_order() -> None:
     assert [r.verdict for r in results] == GOOD_VERDICTS * 3
 
 
+def test_a_pool_starts_no_more_workers_than_jobs_wait() -> None:
+    """One answer to grade starts one worker (each is an interpreter and the sympy import);
+    more jobs fill the pool up to its size."""
+    with VerifyPool(size=2, timeout_s=20) as pool:
+        assert pool.map([]) == [] and not pool._workers
+        assert pool.map(GOOD[:1])[0].verdict
+        assert len(pool._workers) == 1
+        assert [r.verdict for r in pool.map(GOOD)] == GOOD_VERDICTS
+        assert len(pool._workers) == 2
+
+
 def test_hang_times_out_and_pool_recovers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(HOOK_ENV, "hang:HANGME")  # read by the pool, handed to its workers
     with VerifyPool(size=1, timeout_s=1.0) as pool:

@@ -169,8 +169,12 @@ class VerifyPool:
             born=time.monotonic(),
         )
 
-    def _fill(self) -> None:
-        while len(self._workers) < self.size:
+    def _fill(self, jobs: int | None = None) -> None:
+        """Start workers up to `size`, or up to `jobs` when fewer jobs wait: each worker costs
+        an interpreter and the sympy/math-verify import (~1 s of CPU), wasted on a run that
+        grades one answer."""
+        wanted = self.size if jobs is None else min(self.size, jobs)
+        while len(self._workers) < wanted:
             self._workers.append(self._spawn())
 
     def _kill(self, worker: _Worker) -> None:
@@ -208,7 +212,7 @@ class VerifyPool:
         """Verify every (reference, prediction) pair; results come back in input order."""
         results: list[VerifyResult | None] = [None] * len(pairs)
         pending = deque(range(len(pairs)))
-        self._fill()
+        self._fill(len(pairs))
         while pending or any(w.job is not None for w in self._workers):
             self._dispatch(pairs, pending)
             by_conn: dict[Any, _Worker] = {w.inbox: w for w in self._workers}
