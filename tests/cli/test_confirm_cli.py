@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from bt_cli import assert_one_line_error, run_bt
+from shared_cli_runs import bt_in_process
 
 from breakthrough.classify.settings import ClassifySettings
 from breakthrough.errors import BtError
@@ -132,7 +133,9 @@ def test_missing_signals_is_one_line_and_writes_nothing(run):
 
 @pytest.mark.heavy
 def test_confirm_on_a_real_run_writes_json_and_csv(run):
-    assert run_bt("signals", run, "--window", "64").returncode == 0
+    # `bt signals` and `bt classify` make confirm's inputs (setup: in this process); every
+    # `bt confirm` is the installed script
+    bt_in_process("signals", run, "--window", "64")
     # refusals first: no labels yet, summaries over another window, a bad option
     assert_one_line_error(
         run_bt("confirm", run, "--forecast-token", "64"), 2, "labels.parquet", "bt classify"
@@ -147,8 +150,7 @@ def test_confirm_on_a_real_run_writes_json_and_csv(run):
     assert_one_line_error(run_bt("confirm", run, "--draws", "0"), 2, "--draws")
     assert not (run / "confirm").exists()
 
-    proc = run_bt("classify", run, "--no-cell-pages")
-    assert proc.returncode == 0, proc.stderr
+    bt_in_process("classify", run, "--no-cell-pages")
     proc = run_bt("confirm", run, "--forecast-token", "64", "--draws", "200")
     assert proc.returncode == 0, proc.stderr
     out = run / "confirm"

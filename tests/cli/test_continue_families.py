@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from bt_cli import assert_one_line_error, run_bt, snapshot
+from shared_cli_runs import bt_in_process
 
 BASE = ("--limit", "1", "--max-tokens", "8")
 CONTINUE = ("--budget", "4", "--answer-budget", "4", "--anchors", "4", "--restarts", "4")
@@ -16,14 +17,14 @@ CONTINUE += ("--samples", "1")
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_dir):
-    """runs/arith (the demo's family) and runs/uoo (an optimum run for `bt report uoo`)."""
+    """runs/arith (the demo's family) and runs/uoo (an optimum run for `bt report uoo`): `bt
+    base` of each, made in this process (setup: the tests' subject is `bt continue`)."""
     root = tmp_path_factory.mktemp("families") / "runs"
     for cohort, name in (("arith", "arith"), ("uoo29", "uoo")):
-        proc = run_bt(
+        bt_in_process(
             "base", "--cohort", cohort, *BASE, "--model", tiny_model_dir, "--runs-dir", root,
             "--run", name,
         )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
     return root
 
 

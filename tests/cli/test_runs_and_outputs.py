@@ -10,6 +10,7 @@ report study runs/*` took the sample stores for runs and its hints named `runs/c
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from bt_cli import assert_one_line_error, bt_env, run_bt
 from classify_fixture import cell_spec, write_store
 from cli.test_confirm_cli import write_run
 from cli.test_unfinished import _sample_run
+from shared_cli_runs import bt_in_process
 
 
 def _notes(text: str) -> list[str]:
@@ -29,7 +31,7 @@ def _notes(text: str) -> list[str]:
     ]
 
 
-def _runs_folder(tmp_path: Path) -> Path:
+def _build_runs_folder(tmp_path: Path) -> Path:
     """runs/ as the README's pipeline leaves it: a study run, a `bt sample` run under
     attempts/, a screen's under screens/, and `bt classify runs/`'s output."""
     runs = tmp_path / "runs"
@@ -42,14 +44,27 @@ def _runs_folder(tmp_path: Path) -> Path:
     return runs
 
 
+@pytest.fixture(scope="module")
+def pipeline_runs(tmp_path_factory) -> Path:
+    """`_build_runs_folder`, made once for the module's three tests that start from it (one
+    `bt classify runs/` instead of three); read-only, each test copies it (`_runs_folder`)."""
+    return _build_runs_folder(tmp_path_factory.mktemp("pipeline"))
+
+
+def _runs_folder(pipeline_runs: Path, tmp_path: Path) -> Path:
+    """TMP_PATH/runs: this test's own copy of `pipeline_runs` (bt finds runs and outputs by
+    what a folder holds and labels by run name, so the copy reads as the original)."""
+    return Path(shutil.copytree(pipeline_runs, tmp_path / "runs"))
+
+
 def _star(runs: Path) -> list[Path]:
     """What the shell makes of `runs/*`."""
     return sorted(runs.iterdir())
 
 
 @pytest.mark.heavy
-def test_study_report_over_runs_star_skips_outputs_and_sample_runs(tmp_path):
-    runs = _runs_folder(tmp_path)
+def test_study_report_over_runs_star_skips_outputs_and_sample_runs(pipeline_runs, tmp_path):
+    runs = _runs_folder(pipeline_runs, tmp_path)
     proc = run_bt("report", "study", *_star(runs), "--draws", "0", "--no-cell-pages")
     assert proc.returncode == 0, proc.stderr
     notes = _notes(proc.stdout)
@@ -68,8 +83,8 @@ def test_study_report_over_runs_star_skips_outputs_and_sample_runs(tmp_path):
 
 
 @pytest.mark.heavy
-def test_status_and_verify_take_runs_star_with_one_note_per_folder(tmp_path):
-    runs = _runs_folder(tmp_path)
+def test_status_and_verify_take_runs_star_with_one_note_per_folder(pipeline_runs, tmp_path):
+    runs = _runs_folder(pipeline_runs, tmp_path)
     proc = run_bt("verify", *_star(runs))
     assert proc.returncode == 0, proc.stderr
     assert _notes(proc.stderr) == [f"skipped {runs / 'classify'} (not a run: bt classify output)"]
@@ -81,8 +96,8 @@ def test_status_and_verify_take_runs_star_with_one_note_per_folder(tmp_path):
 
 
 @pytest.mark.heavy
-def test_worked_example_runs_after_the_pipeline(tmp_path):
-    runs = _runs_folder(tmp_path)
+def test_worked_example_runs_after_the_pipeline(pipeline_runs, tmp_path):
+    runs = _runs_folder(pipeline_runs, tmp_path)
     proc = subprocess.run(
         [
             sys.executable,
@@ -109,7 +124,7 @@ def test_confirm_finds_the_labels_classify_wrote_for_the_runs_folder(tmp_path):
     runs = tmp_path / "runs"
     run = write_run(runs / "math89-tiny")
     _sample_run(runs / "attempts" / "math500-tiny")
-    assert run_bt("signals", run, "--window", "64").returncode == 0
+    bt_in_process("signals", run, "--window", "64")  # setup: confirm's summaries
     proc = run_bt("classify", runs, "--no-cell-pages", "--draws", "0")
     assert proc.returncode == 0, proc.stderr
     assert (runs / "classify" / "labels.parquet").is_file() and not (run / "classify").exists()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from bt_cli import assert_one_line_error, run_bt
+from shared_cli_runs import bt_in_process
 from shared_runs import SMALL_CONTINUE
 
 from breakthrough.store import RunStore
@@ -49,8 +50,9 @@ FIRST: dict = {}  # the first continuation's output, for the test of what it sai
 @pytest.fixture(scope="module")
 def none_run(tmp_path_factory, tiny_model_dir) -> Path:
     runs = tmp_path_factory.mktemp("topup") / "runs"
-    proc = run_bt("base", *BASE, "--model", tiny_model_dir, "--runs-dir", runs, "--run", "r")
-    assert proc.returncode == 0, proc.stderr
+    # the base traces are setup (made in this process); the continuation whose output
+    # test_the_first_continuation_records_its_rules reads is the installed `bt`
+    bt_in_process("base", *BASE, "--model", tiny_model_dir, "--runs-dir", runs, "--run", "r")
     run = runs / "r"
     proc = run_bt("continue", run, *CONTINUE, "--topup", "none")
     assert proc.returncode == 0, proc.stderr
