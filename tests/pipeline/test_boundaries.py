@@ -89,7 +89,29 @@ def _cohort(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def test_bt_base_at_the_prompt_limit(tmp_path, tiny_model_dir, tiny_model):
+@pytest.fixture(scope="module")
+def refused_over(tmp_path_factory, tiny_model_dir, tiny_model):
+    """`bt base` (installed script) on a cohort whose one prompt is one token over the limit:
+    (runs dir, the finished process). The same command line both tests below check, run once."""
+    tmp = tmp_path_factory.mktemp("over")
+    over = _cohort(tmp / "over.jsonl", [_row(_words_for(tiny_model, LIMIT) + 1, "p_over")])
+    proc = run_bt(
+        "base",
+        "--cohort",
+        over,
+        "--model",
+        tiny_model_dir,
+        "--runs-dir",
+        tmp / "runs",
+        "--run",
+        "over",
+        "--max-tokens",
+        "2",
+    )
+    return tmp / "runs", proc
+
+
+def test_bt_base_at_the_prompt_limit(tmp_path, tiny_model_dir, tiny_model, refused_over):
     words = _words_for(tiny_model, LIMIT)
     at = _cohort(tmp_path / "at.jsonl", [_row(words, "p_at")])
     done = run_bt(
@@ -107,20 +129,7 @@ def test_bt_base_at_the_prompt_limit(tmp_path, tiny_model_dir, tiny_model):
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "runs" / "at" / "store.sqlite").is_file()
-    over = _cohort(tmp_path / "over.jsonl", [_row(words + 1, "p_over")])
-    refused = run_bt(
-        "base",
-        "--cohort",
-        over,
-        "--model",
-        tiny_model_dir,
-        "--runs-dir",
-        tmp_path / "runs",
-        "--run",
-        "over",
-        "--max-tokens",
-        "2",
-    )
+    _, refused = refused_over  # the prompt one token longer (`refused_over`)
     # exit 2 and one error line, no traceback (bt base announces the run and starts its
     # progress display on stderr first: see test_refused_prompt_writes_nothing)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr + refused.stdout
@@ -131,23 +140,10 @@ def test_bt_base_at_the_prompt_limit(tmp_path, tiny_model_dir, tiny_model):
     ]
 
 
-def test_refused_prompt_writes_nothing(tmp_path, tiny_model_dir, tiny_model):
-    over = _cohort(tmp_path / "over.jsonl", [_row(_words_for(tiny_model, LIMIT) + 1, "p_over")])
-    refused = run_bt(
-        "base",
-        "--cohort",
-        over,
-        "--model",
-        tiny_model_dir,
-        "--runs-dir",
-        tmp_path / "runs",
-        "--run",
-        "over",
-        "--max-tokens",
-        "2",
-    )
+def test_refused_prompt_writes_nothing(refused_over):
+    runs, refused = refused_over
     assert_one_line_error(refused, 2, "p_over", f"over the --max-prompt-tokens limit of {LIMIT:,}")
-    assert not (tmp_path / "runs" / "over").exists()
+    assert not (runs / "over").exists()
 
 
 def test_max_prompt_tokens_option_at_the_boundary(tmp_path, tiny_model_dir, tiny_model):

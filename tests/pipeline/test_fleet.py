@@ -6,6 +6,7 @@ backend's samples, every request of a cell reaches one server, and a server kill
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from engine.serve_procs import BT, bt_serve
+from fast_pipe_runs import in_process_bt
 
 from breakthrough.engine.contract import GenRequest
 from breakthrough.engine.fleet import rendezvous_order
@@ -43,8 +45,8 @@ def _bt(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([BT, *args], capture_output=True, text=True, env=ENV, timeout=300)
 
 
-def _run(runs: Path, model: Path, name: str, engine: list[str]) -> Path:
-    res = _bt(
+def _base_args(runs: Path, model: Path, name: str, engine: list[str]) -> list[str]:
+    return [
         "base",
         "--cohort",
         "demo",
@@ -61,11 +63,31 @@ def _run(runs: Path, model: Path, name: str, engine: list[str]) -> Path:
         "--batch-size",
         "2",
         *engine,
-    )
+    ]
+
+
+def _run(
+    runs: Path, model: Path, name: str, engine: list[str], copy_base_to: str | None = None
+) -> Path:
+    """`bt base` then `bt continue` of run `name` through the installed `bt`; with
+    `copy_base_to`, the base run is also copied under that name before it is continued (the
+    killed run's base: the same `bt base` on the same servers, made once)."""
+    res = _bt(*_base_args(runs, model, name, engine))
     assert res.returncode == 0, res.stderr[-3000:]
+    if copy_base_to is not None:
+        shutil.copytree(runs / name, runs / copy_base_to)
     res = _bt("continue", str(runs / name), *CONTINUE, *engine)
     assert res.returncode == 0, res.stderr[-3000:]
     return runs / name
+
+
+def _local_run(runs: Path, model: Path) -> Path:
+    """The reference: the same run on the local MLX backend, made in this process (the test's
+    subject is the fleet; the reference only needs the local backend's samples)."""
+    engine = ["--backend", "mlx"]
+    in_process_bt(*_base_args(runs, model, "local", engine))
+    in_process_bt("continue", runs / "local", *CONTINUE, *engine)
+    return runs / "local"
 
 
 def _samples(run: Path):
@@ -78,7 +100,7 @@ def _samples(run: Path):
 
 
 def test_two_bt_serve_endpoints_give_the_local_tokens(tmp_path: Path, tiny_model_dir: Path) -> None:
-    local, man_local = _samples(_run(tmp_path, tiny_model_dir, "local", ["--backend", "mlx"]))
+    local, man_local = _samples(_local_run(tmp_path, tiny_model_dir))
     with bt_serve(tiny_model_dir, n=2) as (a, b):
         assert a.url.startswith("http://127.0.0.1:")  # loopback unless asked
         fleet, man = _samples(
@@ -87,6 +109,7 @@ def test_two_bt_serve_endpoints_give_the_local_tokens(tmp_path: Path, tiny_model
                 tiny_model_dir,
                 "fleet",
                 ["--backend", "vllm", "--endpoint", f"{a.url},{b.url}"],
+                copy_base_to="killed",
             )
         )
         cells_a, cells_b = (set(p.get_json("/bt/cells")["cells"]) for p in (a, b))
@@ -112,28 +135,11 @@ def test_two_bt_serve_endpoints_give_the_local_tokens(tmp_path: Path, tiny_model
 
 
 def _continue_killing_one(runs: Path, model: Path, a, b):
-    """`bt base` on both servers, then `bt continue` during which A is SIGKILLed as soon as it
-    has answered one continuation request (bounded polling); returns the finished samples."""
+    """`bt continue` of RUNS/killed (the fleet's `bt base` on both servers, copied before the
+    fleet run was continued) during which A is SIGKILLed as soon as it has answered one
+    continuation request (bounded polling); returns the finished samples."""
     engine = ["--backend", "vllm", "--endpoint", f"{a.url},{b.url}"]
-    res = _bt(
-        "base",
-        "--cohort",
-        "demo",
-        "--limit",
-        "3",
-        "--model",
-        str(model),
-        "--runs-dir",
-        str(runs),
-        "--run",
-        "killed",
-        "--max-tokens",
-        "24",
-        "--batch-size",
-        "2",
-        *engine,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert (runs / "killed" / "store.sqlite").is_file()
 
     def served() -> int:  # continuation requests of the run's cells (not startup probes)
         return sum(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fast_pipe_runs import in_process_bt
 from typer.testing import CliRunner
 
 from breakthrough.cli import app
@@ -180,12 +181,8 @@ def test_sample_killed_then_rerun_completes_without_duplicates(
         got = len(s.existing_keys("attempt"))
     assert 2 <= got < 12
     assert subprocess.run([*cmd, "--run", "killed"], capture_output=True).returncode == 0
-    assert (
-        subprocess.run(
-            [*cmd, "--run", "clean", "--batch-size", "4"], capture_output=True
-        ).returncode
-        == 0
-    )
+    # The uninterrupted reference run (its subject is not the kill): in this process.
+    in_process_bt(*cmd[1:], "--run", "clean", "--batch-size", "4")
     da, db = _attempts(run_dir), _attempts(tmp_path / "attempts" / "clean")
     assert len(da) == 12 and not da.duplicated(["cell_id", "branch"]).any()
     ka = da.set_index(["cell_id", "branch"]).sort_index()
@@ -363,7 +360,7 @@ def test_screen_under_other_settings_names_the_run_option_it_has(
             env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )
 
-    assert bt(*args("first", "6")).returncode == 0
+    in_process_bt(*args("first", "6"))  # the earlier screen (setup): in this process
     proc = bt(*args("second", "4"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "--run NAME" in proc.stderr
