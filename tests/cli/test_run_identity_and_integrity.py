@@ -5,7 +5,8 @@ what is read (6, 7, 8), inputs that reached a traceback or wrote first (13, 14, 
 lock (16), plus the weak spots behind them.
 
 One base run and one continued run are built once for the module by the real pipeline on the
-tiny model (the expensive part); every test that damages or changes a run works on a copy."""
+tiny model (the expensive part, through the app in the test process: they are setup); every
+test that damages or changes a run works on a copy."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 from bt_cli import BT, assert_one_line_error, bt_env, run_bt
 from bt_cli import snapshot as _snapshot
-from shared_runs import SMALL_CONTINUE
+from shared_runs import SMALL_CONTINUE, bt_in_process
 
 BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
 CONTINUE = SMALL_CONTINUE  # shared_runs
@@ -68,43 +69,36 @@ def _copy(src: Path, dst: Path) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_dir):
     """A model folder carrying a conversion marker (as the offline default's does), a base run
-    made with it, the same run continued at B = 4, and a `bt sample` run."""
+    made with it, the same run continued at B = 4, and a `bt sample` run: setup, made by the
+    app in this process (shared_runs.bt_in_process), the commands under test run the installed
+    `bt`.
+
+    The module has a `BT_CACHE_DIR` of its own: the marked folder holds the tiny model's very
+    weights, so it has the tiny model's model id with another revision (its marker's), and
+    loading it would re-point the worker's index of local folders at it; a run of the plain
+    tiny model made earlier in the worker (`arith_base_run`) would then be refused by
+    `bt continue` in a later module ("the model ... is now 'gguf-sha256:...'")."""
     root = tmp_path_factory.mktemp("trust")
-    model = root / "models" / "marked"
-    shutil.copytree(tiny_model_dir, model)
-    (model / "bt_conversion.json").write_text(json.dumps(MARKER))
-    runs_dir = root / "runs"
-    proc = run_bt("base", *BASE, "--model", model, "--runs-dir", runs_dir, "--run", "base")
-    assert proc.returncode == 0, proc.stderr
-    cont = _copy(runs_dir / "base", runs_dir / "cont")
-    proc = run_bt("continue", cont, *CONTINUE)
-    assert proc.returncode == 0, proc.stderr
-    proc = run_bt(
-        "sample",
-        "--cohort",
-        "arith",
-        "--limit",
-        "1",
-        "--attempts",
-        "1",
-        "--max-tokens",
-        "4",
-        "--model",
-        model,
-        "--runs-dir",
-        runs_dir,
-        "--run",
-        "s",
-    )
-    assert proc.returncode == 0, proc.stderr
-    return {
-        "root": root,
-        "model": model,
-        "runs": runs_dir,
-        "base": runs_dir / "base",
-        "cont": cont,
-        "sample": runs_dir / "attempts" / "s",
-    }
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BT_CACHE_DIR", str(root / "bt-cache"))
+        model = root / "models" / "marked"
+        shutil.copytree(tiny_model_dir, model)
+        (model / "bt_conversion.json").write_text(json.dumps(MARKER))
+        runs_dir = root / "runs"
+        bt_in_process("base", *BASE, "--model", model, "--runs-dir", runs_dir, "--run", "base")
+        cont = _copy(runs_dir / "base", runs_dir / "cont")
+        bt_in_process("continue", cont, *CONTINUE)
+        sample = ("sample", "--cohort", "arith", "--limit", "1", "--attempts", "1")
+        sample += ("--max-tokens", "4", "--model", model, "--runs-dir", runs_dir, "--run", "s")
+        bt_in_process(*sample)
+        yield {
+            "root": root,
+            "model": model,
+            "runs": runs_dir,
+            "base": runs_dir / "base",
+            "cont": cont,
+            "sample": runs_dir / "attempts" / "s",
+        }
 
 
 # ---- 1, 2: one model is one model -----------------------------------------------------------
