@@ -51,6 +51,20 @@ def _rows(run: Path, sql: str) -> list:
         return c.execute(sql).fetchall()
 
 
+def _write(db: Path, *statements: str | tuple[str, tuple]) -> None:
+    """Run `statements` (SQL, or (SQL, parameters)) on the SQLite file `db` in one transaction
+    and close the connection before returning: one left open until the garbage collector
+    closes it checkpoints its WAL at that moment, changing the files while a test compares
+    them."""
+    conn = sqlite3.connect(db)
+    try:
+        with conn:
+            for st in statements:
+                conn.execute(*((st,) if isinstance(st, str) else st))
+    finally:
+        conn.close()
+
+
 def _refused_all(cases: list[tuple[tuple, list[str]]]) -> None:
     """Every `bt ARGS` of `cases` exits 2 with one line holding its needles. The calls are
     independent (each refused before it writes), so they run side by side: most of a refusal's
@@ -171,12 +185,14 @@ def test_5_continue_refuses_a_sample_run(runs):
 def test_6_a_changed_sample_row_is_refused_by_every_reader_and_listed_by_verify(runs, tmp_path):
     run = _copy(runs["cont"], tmp_path / "cont")
     sid = _rows(run, "SELECT sample_id FROM samples WHERE kind='probe' LIMIT 1")[0][0]
-    with sqlite3.connect(run / "store.sqlite") as c:
-        c.execute(
+    _write(
+        run / "store.sqlite",
+        (
             "UPDATE samples SET token_ids=zeroblob(length(token_ids)), text='edited' "
             "WHERE sample_id=?",
             (sid,),
-        )
+        ),
+    )
     before = _snapshot(run)
     _refused_all(
         [
@@ -205,9 +221,11 @@ def test_6_verify_checks_hidden_vector_files_and_passes_an_intact_run(runs, tmp_
 def test_7_another_applications_sqlite_file_is_never_written(tmp_path):
     run = tmp_path / "theirs"
     run.mkdir()
-    with sqlite3.connect(run / "store.sqlite") as c:
-        c.execute("CREATE TABLE contacts (name TEXT)")
-        c.execute("INSERT INTO contacts VALUES ('ada')")
+    _write(
+        run / "store.sqlite",
+        "CREATE TABLE contacts (name TEXT)",
+        "INSERT INTO contacts VALUES ('ada')",
+    )
     before = _snapshot(run)
     assert_one_line_error(run_bt("grade", run), 2, "not a bt run store", "contacts")
     assert _snapshot(run) == before  # no bt table, no -wal/-shm beside it
@@ -216,10 +234,8 @@ def test_7_another_applications_sqlite_file_is_never_written(tmp_path):
 def test_8_newer_schema_and_damaged_manifest_say_what_is_wrong(runs, tmp_path):
     newer = _copy(runs["base"], tmp_path / "newer")
     damaged = _copy(runs["base"], tmp_path / "damaged")
-    with sqlite3.connect(newer / "store.sqlite") as c:
-        c.execute("UPDATE manifest SET value='\"99\"' WHERE key='schema_version'")
-    with sqlite3.connect(damaged / "store.sqlite") as c:
-        c.execute("UPDATE manifest SET value='{broken' WHERE key='protocol'")
+    _write(newer / "store.sqlite", "UPDATE manifest SET value='\"99\"' WHERE key='schema_version'")
+    _write(damaged / "store.sqlite", "UPDATE manifest SET value='{broken' WHERE key='protocol'")
     snaps = _snapshot(newer), _snapshot(damaged)
     _refused_all(
         [
