@@ -1,20 +1,38 @@
 """Runs several test files build with the same `bt` command line, made once per worker (a
-session fixture) and copied by each module before it writes into one."""
+session fixture) and copied by each module before it writes into one.
+
+These runs are *setup*: the state a test reads or copies, never the behaviour it checks. So
+they are made by `bt_in_process`, the same typer app the console script runs, called in the
+test process: a `bt` subprocess that loads a model pays about 2 s of CPU to import mlx-lm and
+transformers before its first token, and the test process has them loaded already (the tiny
+model's fixtures import them). Every `bt` whose exit code, output or effect a test checks still
+runs the installed console script (bt_cli.run_bt)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from bt_cli import run_bt
+import pytest
 
 ARITH_BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
 
 
+def bt_in_process(*args: object) -> None:
+    """`bt ARGS` through the app in this process (typer's CliRunner), which must succeed: for
+    building setup state only. The model registration it makes goes to this process's
+    `BT_CACHE_DIR`, as the installed `bt` started from this process would."""
+    from typer.testing import CliRunner
+
+    from breakthrough.cli import app
+
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    assert res.exit_code == 0, (args, res.exit_code, res.output, repr(res.exception))
+
+
 def build_arith_base(folder: Path, model: Path) -> None:
-    """FOLDER/base: `bt base` `ARITH_BASE` of `model`, through the installed `bt`."""
-    proc = run_bt("base", *ARITH_BASE, "--model", model, "--runs-dir", folder, "--run", "base")
-    assert proc.returncode == 0, proc.stderr
+    """FOLDER/base: `bt base` `ARITH_BASE` of `model` (through the app in this process)."""
+    bt_in_process("base", *ARITH_BASE, "--model", model, "--runs-dir", folder, "--run", "base")
 
 
 def copy_of_arith_base(shared: Path, runs_dir: Path) -> Path:
@@ -29,3 +47,17 @@ SMALL_CONTINUE = (
     *("--budget", "4", "--answer-budget", "4", "--anchors", "4,8"),
     *("--restarts", "4", "--samples", "2"),
 )
+
+_CONTINUED: dict[Path, Path] = {}
+
+
+def continued_arith_base(shared: Path, factory: pytest.TempPathFactory) -> Path:
+    """A copy of the session's `arith_base_run` (`shared`) continued with `SMALL_CONTINUE`,
+    named `cont`: made once per worker (like `arith_base_run`, whose model registration is the
+    worker's own) and shared by every module that asks; read-only, a test copies it before it
+    writes into it."""
+    if shared not in _CONTINUED:
+        cont = Path(shutil.copytree(shared, factory.mktemp("arith-cont") / "cont"))
+        bt_in_process("continue", cont, *SMALL_CONTINUE)
+        _CONTINUED[shared] = cont
+    return _CONTINUED[shared]

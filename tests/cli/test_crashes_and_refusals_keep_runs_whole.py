@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from bt_cli import assert_one_line_error, freeze, run_bt, snapshot, stored_manifest, thaw
-from shared_runs import ARITH_BASE, copy_of_arith_base
+from shared_runs import ARITH_BASE, SMALL_CONTINUE, continued_arith_base, copy_of_arith_base
 
 BASE = ARITH_BASE  # the session's shared run's arguments
 CONTINUE = ("--answer-budget", "4", "--anchors", "4,8", "--restarts", "4", "--samples", "2")
@@ -37,14 +37,22 @@ if where:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_dir, arith_base_run):
-    """A `bt base` run of the tiny model (`BASE`, the session's shared one copied), and the
-    folder holding the crash hook."""
+    """A `bt base` run of the tiny model (`BASE`, the session's shared one copied), the same
+    run continued at B = 4 (`_continued`: the worker's shared one, read-only), and the folder
+    holding the crash hook."""
     root = tmp_path_factory.mktemp("trust3")
     copy_of_arith_base(arith_base_run, root)
     hook = root / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(CRASH_HOOK)
-    return {"root": root, "base": root / "base", "model": tiny_model_dir, "hook": hook}
+    cont = continued_arith_base(arith_base_run, tmp_path_factory)
+    return {
+        "root": root,
+        "base": root / "base",
+        "model": tiny_model_dir,
+        "hook": hook,
+        "cont": cont,
+    }
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -155,10 +163,11 @@ def test_3_a_model_named_twice_through_a_link_is_one_run(runs, tmp_path):
 
 
 def _continued(runs, tmp_path: Path) -> Path:
-    run = _copy(runs["base"], tmp_path / "cont")
-    proc = run_bt("continue", run, "--budget", "4", *CONTINUE)
-    assert proc.returncode == 0, proc.stderr
-    return run
+    """A copy of `runs["base"]` continued with `bt continue --budget 4 CONTINUE`: a copy of
+    the worker's shared continuation of that run (shared_runs.SMALL_CONTINUE, the same
+    arguments), which is setup here, not the behaviour under test."""
+    assert SMALL_CONTINUE == ("--budget", "4", *CONTINUE)
+    return _copy(runs["cont"], tmp_path / "cont")
 
 
 def test_3_and_4_add_budget_refuses_run_settings_that_differ_from_the_run(runs, tmp_path):

@@ -23,7 +23,13 @@ import pytest
 from bt_cli import assert_one_line_error, run_bt
 from engine.fake_vllm import FakeVllm
 from engine.serve_procs import bt_serve
-from shared_runs import ARITH_BASE, SMALL_CONTINUE, copy_of_arith_base
+from shared_runs import (
+    ARITH_BASE,
+    SMALL_CONTINUE,
+    bt_in_process,
+    continued_arith_base,
+    copy_of_arith_base,
+)
 
 BASE = ARITH_BASE  # the session's shared run's arguments
 CONTINUE = SMALL_CONTINUE  # shared_runs
@@ -58,12 +64,10 @@ def _closed_port_url() -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_dir, arith_base_run):
     """A base run of the tiny model (mlx; `BASE`, the session's shared one copied) and a copy
-    of it continued without --instrument."""
+    of it continued without --instrument (`CONTINUE`: the worker's shared one, copied)."""
     root = tmp_path_factory.mktemp("weak")
     copy_of_arith_base(arith_base_run, root)
-    shutil.copytree(root / "base", root / "cont")
-    proc = run_bt("continue", root / "cont", *CONTINUE)
-    assert proc.returncode == 0, proc.stderr
+    shutil.copytree(continued_arith_base(arith_base_run, tmp_path_factory), root / "cont")
     return {"root": root, "base": root / "base", "cont": root / "cont", "model": tiny_model_dir}
 
 
@@ -72,8 +76,8 @@ def runs(tmp_path_factory, tiny_model_dir, arith_base_run):
 
 def test_an_endpoint_that_does_not_answer_is_stderrs_only_line(runs, tmp_path: Path) -> None:
     fake = FakeVllm()  # a base run made over HTTP, to be continued when nothing answers
-    try:
-        proc = run_bt(
+    try:  # setup, not what is tested: made by the app in this process (shared_runs)
+        bt_in_process(
             "base",
             *BASE,
             "--model",
@@ -90,7 +94,6 @@ def test_an_endpoint_that_does_not_answer_is_stderrs_only_line(runs, tmp_path: P
         )
     finally:
         fake.close()
-    assert proc.returncode == 0, proc.stderr
     dead = _closed_port_url()
     remote = ("--backend", "vllm", "--endpoint", dead, *FAST)
     base = tmp_path / "base"

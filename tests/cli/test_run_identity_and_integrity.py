@@ -5,7 +5,8 @@ what is read (6, 7, 8), inputs that reached a traceback or wrote first (13, 14, 
 lock (16), plus the weak spots behind them.
 
 One base run and one continued run are built once for the module by the real pipeline on the
-tiny model (the expensive part); every test that damages or changes a run works on a copy."""
+tiny model (the expensive part, through the app in the test process: they are setup); every
+test that damages or changes a run works on a copy."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 from bt_cli import BT, assert_one_line_error, bt_env, run_bt
 from bt_cli import snapshot as _snapshot
-from shared_runs import SMALL_CONTINUE
+from shared_runs import SMALL_CONTINUE, bt_in_process
 
 BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
 CONTINUE = SMALL_CONTINUE  # shared_runs
@@ -50,6 +51,20 @@ def _rows(run: Path, sql: str) -> list:
         return c.execute(sql).fetchall()
 
 
+def _write(db: Path, *statements: str | tuple[str, tuple]) -> None:
+    """Run `statements` (SQL, or (SQL, parameters)) on the SQLite file `db` in one transaction
+    and close the connection before returning: one left open until the garbage collector
+    closes it checkpoints its WAL at that moment, changing the files while a test compares
+    them."""
+    conn = sqlite3.connect(db)
+    try:
+        with conn:
+            for st in statements:
+                conn.execute(*((st,) if isinstance(st, str) else st))
+    finally:
+        conn.close()
+
+
 def _refused_all(cases: list[tuple[tuple, list[str]]]) -> None:
     """Every `bt ARGS` of `cases` exits 2 with one line holding its needles. The calls are
     independent (each refused before it writes), so they run side by side: most of a refusal's
@@ -68,43 +83,36 @@ def _copy(src: Path, dst: Path) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_dir):
     """A model folder carrying a conversion marker (as the offline default's does), a base run
-    made with it, the same run continued at B = 4, and a `bt sample` run."""
+    made with it, the same run continued at B = 4, and a `bt sample` run: setup, made by the
+    app in this process (shared_runs.bt_in_process), the commands under test run the installed
+    `bt`.
+
+    The module has a `BT_CACHE_DIR` of its own: the marked folder holds the tiny model's very
+    weights, so it has the tiny model's model id with another revision (its marker's), and
+    loading it would re-point the worker's index of local folders at it; a run of the plain
+    tiny model made earlier in the worker (`arith_base_run`) would then be refused by
+    `bt continue` in a later module ("the model ... is now 'gguf-sha256:...'")."""
     root = tmp_path_factory.mktemp("trust")
-    model = root / "models" / "marked"
-    shutil.copytree(tiny_model_dir, model)
-    (model / "bt_conversion.json").write_text(json.dumps(MARKER))
-    runs_dir = root / "runs"
-    proc = run_bt("base", *BASE, "--model", model, "--runs-dir", runs_dir, "--run", "base")
-    assert proc.returncode == 0, proc.stderr
-    cont = _copy(runs_dir / "base", runs_dir / "cont")
-    proc = run_bt("continue", cont, *CONTINUE)
-    assert proc.returncode == 0, proc.stderr
-    proc = run_bt(
-        "sample",
-        "--cohort",
-        "arith",
-        "--limit",
-        "1",
-        "--attempts",
-        "1",
-        "--max-tokens",
-        "4",
-        "--model",
-        model,
-        "--runs-dir",
-        runs_dir,
-        "--run",
-        "s",
-    )
-    assert proc.returncode == 0, proc.stderr
-    return {
-        "root": root,
-        "model": model,
-        "runs": runs_dir,
-        "base": runs_dir / "base",
-        "cont": cont,
-        "sample": runs_dir / "attempts" / "s",
-    }
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BT_CACHE_DIR", str(root / "bt-cache"))
+        model = root / "models" / "marked"
+        shutil.copytree(tiny_model_dir, model)
+        (model / "bt_conversion.json").write_text(json.dumps(MARKER))
+        runs_dir = root / "runs"
+        bt_in_process("base", *BASE, "--model", model, "--runs-dir", runs_dir, "--run", "base")
+        cont = _copy(runs_dir / "base", runs_dir / "cont")
+        bt_in_process("continue", cont, *CONTINUE)
+        sample = ("sample", "--cohort", "arith", "--limit", "1", "--attempts", "1")
+        sample += ("--max-tokens", "4", "--model", model, "--runs-dir", runs_dir, "--run", "s")
+        bt_in_process(*sample)
+        yield {
+            "root": root,
+            "model": model,
+            "runs": runs_dir,
+            "base": runs_dir / "base",
+            "cont": cont,
+            "sample": runs_dir / "attempts" / "s",
+        }
 
 
 # ---- 1, 2: one model is one model -----------------------------------------------------------
@@ -177,12 +185,14 @@ def test_5_continue_refuses_a_sample_run(runs):
 def test_6_a_changed_sample_row_is_refused_by_every_reader_and_listed_by_verify(runs, tmp_path):
     run = _copy(runs["cont"], tmp_path / "cont")
     sid = _rows(run, "SELECT sample_id FROM samples WHERE kind='probe' LIMIT 1")[0][0]
-    with sqlite3.connect(run / "store.sqlite") as c:
-        c.execute(
+    _write(
+        run / "store.sqlite",
+        (
             "UPDATE samples SET token_ids=zeroblob(length(token_ids)), text='edited' "
             "WHERE sample_id=?",
             (sid,),
-        )
+        ),
+    )
     before = _snapshot(run)
     _refused_all(
         [
@@ -211,9 +221,11 @@ def test_6_verify_checks_hidden_vector_files_and_passes_an_intact_run(runs, tmp_
 def test_7_another_applications_sqlite_file_is_never_written(tmp_path):
     run = tmp_path / "theirs"
     run.mkdir()
-    with sqlite3.connect(run / "store.sqlite") as c:
-        c.execute("CREATE TABLE contacts (name TEXT)")
-        c.execute("INSERT INTO contacts VALUES ('ada')")
+    _write(
+        run / "store.sqlite",
+        "CREATE TABLE contacts (name TEXT)",
+        "INSERT INTO contacts VALUES ('ada')",
+    )
     before = _snapshot(run)
     assert_one_line_error(run_bt("grade", run), 2, "not a bt run store", "contacts")
     assert _snapshot(run) == before  # no bt table, no -wal/-shm beside it
@@ -222,10 +234,8 @@ def test_7_another_applications_sqlite_file_is_never_written(tmp_path):
 def test_8_newer_schema_and_damaged_manifest_say_what_is_wrong(runs, tmp_path):
     newer = _copy(runs["base"], tmp_path / "newer")
     damaged = _copy(runs["base"], tmp_path / "damaged")
-    with sqlite3.connect(newer / "store.sqlite") as c:
-        c.execute("UPDATE manifest SET value='\"99\"' WHERE key='schema_version'")
-    with sqlite3.connect(damaged / "store.sqlite") as c:
-        c.execute("UPDATE manifest SET value='{broken' WHERE key='protocol'")
+    _write(newer / "store.sqlite", "UPDATE manifest SET value='\"99\"' WHERE key='schema_version'")
+    _write(damaged / "store.sqlite", "UPDATE manifest SET value='{broken' WHERE key='protocol'")
     snaps = _snapshot(newer), _snapshot(damaged)
     _refused_all(
         [
