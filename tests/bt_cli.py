@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,25 @@ def run_bt(
         env=bt_env(**env),
         timeout=timeout,
     )
+
+
+def bt_in_process(*args: object) -> Any:
+    """`bt ARGS` through the same typer app in this process (typer's CliRunner); fails the test
+    unless it exits 0; returns click's `Result` (`.output` holds what it printed).
+
+    For *setup* only: a run a test reads, copies or compares against, while its subject is
+    another command. A `bt` subprocess that loads a model spends ~2 s of CPU importing mlx-lm and
+    transformers before its first token, which this process has loaded already; the same code
+    and arguments make the same run on disk, and a model it registers goes to this process's
+    BT_CACHE_DIR, as a `bt` started from here would. A `bt` whose exit code, output or effect the
+    test checks runs the installed script (`run_bt`)."""
+    from typer.testing import CliRunner
+
+    from breakthrough.cli import app
+
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    assert res.exit_code == 0, (args, res.exit_code, res.output, repr(res.exception))
+    return res
 
 
 def start_bt(*args: object, cwd: Path | None = None, **env: str) -> subprocess.Popen:

@@ -3,13 +3,19 @@
 The tiny random model never writes `\\boxed{7}` itself, so a continuation (graded on prefix +
 continuation, protocol 7) is right exactly when its prefix already holds the box: p(t) is 0
 before the box and 1 after it. That gives crossings, bisection, terminal replication and
-restart panels at known places, with the real engine, grader and store."""
+restart panels at known places, with the real engine, grader and store.
+
+`two_cell_copy` gives a test its own copy of the two-cell run, built once per test session
+across xdist workers (tests/build_once.py) instead of once per test."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
+from build_once import build_once
 
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import load_model
@@ -135,3 +141,12 @@ def store_probes(run_dir: Path, outcomes: dict[int, bool], budget: int = 1024) -
                     grades.append(Grade(ok, "correct" if ok else "wrong", "numeric", "math", "t"))
         store.add_samples(recs, grades)
     return run_dir
+
+
+def two_cell_copy(factory: pytest.TempPathFactory, model_dir: Path, root: Path) -> Path:
+    """ROOT/runs/fx: a copy of the session's two-cell run (what `two_cell_run(ROOT, model_dir)`
+    makes; it generates nothing, so every build is the same)."""
+    built = build_once(factory, "two-cell-run", lambda f: two_cell_run(f, model_dir))
+    dest = root / "runs" / "fx"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copytree(built / "runs" / "fx", dest))

@@ -14,20 +14,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from bt_cli import bt_in_process
 
 ARITH_BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
-
-
-def bt_in_process(*args: object) -> None:
-    """`bt ARGS` through the app in this process (typer's CliRunner), which must succeed: for
-    building setup state only. The model registration it makes goes to this process's
-    `BT_CACHE_DIR`, as the installed `bt` started from this process would."""
-    from typer.testing import CliRunner
-
-    from breakthrough.cli import app
-
-    res = CliRunner().invoke(app, [str(a) for a in args])
-    assert res.exit_code == 0, (args, res.exit_code, res.output, repr(res.exception))
 
 
 def build_arith_base(folder: Path, model: Path) -> None:

@@ -9,8 +9,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from bt_cli import assert_one_line_error, run_bt
-from shared_cli_runs import bt_in_process
+from bt_cli import assert_one_line_error, bt_in_process, run_bt
 
 from breakthrough.classify.settings import ClassifySettings
 from breakthrough.errors import BtError

@@ -7,8 +7,7 @@ is skipped with one note, continued only when named (`pipeline.targets`). Throug
 from __future__ import annotations
 
 import pytest
-from bt_cli import assert_one_line_error, run_bt, snapshot
-from shared_cli_runs import bt_in_process
+from bt_cli import assert_one_line_error, bt_in_process, run_bt, snapshot
 
 BASE = ("--limit", "1", "--max-tokens", "8")
 CONTINUE = ("--budget", "4", "--answer-budget", "4", "--anchors", "4", "--restarts", "4")

@@ -12,11 +12,10 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from bt_cli import assert_one_line_error, run_bt
+from bt_cli import assert_one_line_error, bt_in_process, run_bt
 
 # the module-scoped run of the tiny model (a fixture found by pytest) and its continuation
 from cli.test_crashes_and_refusals_keep_runs_whole import CONTINUE, _delete_samples, runs  # noqa: F401
-from shared_cli_runs import bt_in_process
 
 
 def _continued(runs, tmp_path: Path) -> Path:  # noqa: F811

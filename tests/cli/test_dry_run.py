@@ -9,8 +9,7 @@ import json
 import re
 import sqlite3
 
-from bt_cli import run_bt
-from shared_cli_runs import bt_in_process
+from bt_cli import bt_in_process, run_bt
 
 
 def _manifest(run) -> dict:

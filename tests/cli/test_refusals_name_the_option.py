@@ -20,13 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from bt_cli import assert_one_line_error, run_bt
+from bt_cli import assert_one_line_error, bt_in_process, run_bt
 from engine.fake_vllm import FakeVllm
 from engine.serve_procs import bt_serve
 from shared_runs import (
     ARITH_BASE,
     SMALL_CONTINUE,
-    bt_in_process,
     continued_arith_base,
     copy_of_arith_base,
 )

@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from bt_cli import BT, assert_one_line_error, bt_env, run_bt
+from bt_cli import BT, assert_one_line_error, bt_env, bt_in_process, run_bt
 from bt_cli import snapshot as _snapshot
-from shared_runs import SMALL_CONTINUE, bt_in_process
+from shared_runs import SMALL_CONTINUE
 
 BASE = ("--cohort", "arith", "--limit", "1", "--max-tokens", "24")
 CONTINUE = SMALL_CONTINUE  # shared_runs
@@ -84,7 +84,7 @@ def _copy(src: Path, dst: Path) -> Path:
 def runs(tmp_path_factory, tiny_model_dir):
     """A model folder carrying a conversion marker (as the offline default's does), a base run
     made with it, the same run continued at B = 4, and a `bt sample` run: setup, made by the
-    app in this process (shared_runs.bt_in_process), the commands under test run the installed
+    app in this process (bt_cli.bt_in_process), the commands under test run the installed
     `bt`.
 
     The module has a `BT_CACHE_DIR` of its own: the marked folder holds the tiny model's very

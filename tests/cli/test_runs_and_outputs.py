@@ -16,11 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from bt_cli import assert_one_line_error, bt_env, run_bt
+from bt_cli import assert_one_line_error, bt_env, bt_in_process, run_bt
 from classify_fixture import cell_spec, write_store
 from cli.test_confirm_cli import write_run
 from cli.test_unfinished import _sample_run
-from shared_cli_runs import bt_in_process
 
 
 def _notes(text: str) -> list[str]:

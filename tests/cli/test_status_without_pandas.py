@@ -172,8 +172,8 @@ def test_status_of_a_continued_tiny_model_run_is_what_pandas_gave(tiny_model_dir
     """A real run: base traces (continue_fixture), then `bt continue` with the tiny model at
     small budgets (setup, made in this process: the installed `bt status` is the subject),
     checked before and after the continuation."""
+    from bt_cli import bt_in_process
     from continue_fixture import two_cell_run
-    from shared_cli_runs import bt_in_process
 
     run = two_cell_run(tmp_path, tiny_model_dir)
     assert_status_as_pandas_gave(run)  # base traces only: every cell "not continued"

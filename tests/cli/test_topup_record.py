@@ -17,8 +17,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from bt_cli import assert_one_line_error, run_bt
-from shared_cli_runs import bt_in_process
+from bt_cli import assert_one_line_error, bt_in_process, run_bt
 from shared_runs import SMALL_CONTINUE
 
 from breakthrough.store import RunStore

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fast_pipe_runs import in_process_bt
+from bt_cli import bt_in_process
 from typer.testing import CliRunner
 
 from breakthrough.cli import app
@@ -153,7 +153,7 @@ def test_base_killed_and_rerun_has_every_cell_once(tmp_path: Path, tiny_model_di
         assert 1 <= len(s.existing_keys("base")) < 5
     assert subprocess.run([*cmd, "--run", "killed"], capture_output=True).returncode == 0
     # The uninterrupted reference run (its subject is not the kill): in this process.
-    in_process_bt(*cmd[3:], "--run", "clean", "--batch-size", "4")
+    bt_in_process(*cmd[3:], "--run", "clean", "--batch-size", "4")
     with RunStore(tmp_path / "killed") as a, RunStore(tmp_path / "clean") as b:
         da, db = a.samples_frame(), b.samples_frame()
     assert sorted(da["cell_id"]) == sorted(db["cell_id"]) and len(set(da["cell_id"])) == 5

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fast_pipe_runs import in_process_bt, two_cell_copy
+from bt_cli import bt_in_process
 from typer.testing import CliRunner
 
 from breakthrough.classify.panels import probe_panel, restart_panel
@@ -22,13 +22,6 @@ from breakthrough.store import RunStore
 from breakthrough.tasks.grade import Grade
 
 ARGS = ["--budget", "8", "--answer-budget", "4", "--restarts", "8,16", "--anchors", "64,128,256"]
-
-
-@pytest.fixture()
-def fixture_run(tmp_path: Path, tmp_path_factory, tiny_model_dir: Path) -> Path:
-    """tests/pipeline/conftest.py's `fixture_run` (continue_fixture.TWO_CELLS at
-    TMP/runs/fx), copied from one build per session instead of rebuilt per test."""
-    return two_cell_copy(tmp_path_factory, tiny_model_dir, tmp_path)
 
 
 def _frames(run: Path):
@@ -119,7 +112,7 @@ def test_continue_killed_and_rerun_equals_uninterrupted(fixture_run: Path, tmp_p
         assert s.verify_integrity() == []
     assert subprocess.run([*cmd, str(fixture_run)], capture_output=True).returncode == 0
     # The uninterrupted reference run (its subject is not the kill): in this process.
-    in_process_bt("continue", *ARGS, "--batch-size", "8", clean)
+    bt_in_process("continue", *ARGS, "--batch-size", "8", clean)
     da, _ = _frames(fixture_run)
     db, _ = _frames(clean)
     key = ["cell_id", "kind", "anchor", "budget", "branch"]

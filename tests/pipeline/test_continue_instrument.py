@@ -9,9 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pytest
 from bt_cli import assert_one_line_error, run_bt
-from fast_pipe_runs import two_cell_copy
 
 from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
 from breakthrough.models.loading import load_model
@@ -21,13 +19,6 @@ from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore
 
 SETTINGS = dict(budget=8, answer_budget=4, restart_budgets=(8,), anchors=(64, 128))
-
-
-@pytest.fixture()
-def fixture_run(tmp_path: Path, tmp_path_factory, tiny_model_dir: Path) -> Path:
-    """tests/pipeline/conftest.py's `fixture_run` (continue_fixture.TWO_CELLS at
-    TMP/runs/fx), copied from one build per session instead of rebuilt per test."""
-    return two_cell_copy(tmp_path_factory, tiny_model_dir, tmp_path)
 
 
 def _frame(run: Path):

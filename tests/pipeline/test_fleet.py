@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bt_cli import bt_in_process
 from engine.serve_procs import BT, bt_serve
-from fast_pipe_runs import in_process_bt
 
 from breakthrough.engine.contract import GenRequest
 from breakthrough.engine.fleet import rendezvous_order
@@ -85,8 +85,8 @@ def _local_run(runs: Path, model: Path) -> Path:
     """The reference: the same run on the local MLX backend, made in this process (the test's
     subject is the fleet; the reference only needs the local backend's samples)."""
     engine = ["--backend", "mlx"]
-    in_process_bt(*_base_args(runs, model, "local", engine))
-    in_process_bt("continue", runs / "local", *CONTINUE, *engine)
+    bt_in_process(*_base_args(runs, model, "local", engine))
+    bt_in_process("continue", runs / "local", *CONTINUE, *engine)
     return runs / "local"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fast_pipe_runs import in_process_bt
+from bt_cli import bt_in_process
 from typer.testing import CliRunner
 
 from breakthrough.cli import app
@@ -182,7 +182,7 @@ def test_sample_killed_then_rerun_completes_without_duplicates(
     assert 2 <= got < 12
     assert subprocess.run([*cmd, "--run", "killed"], capture_output=True).returncode == 0
     # The uninterrupted reference run (its subject is not the kill): in this process.
-    in_process_bt(*cmd[1:], "--run", "clean", "--batch-size", "4")
+    bt_in_process(*cmd[1:], "--run", "clean", "--batch-size", "4")
     da, db = _attempts(run_dir), _attempts(tmp_path / "attempts" / "clean")
     assert len(da) == 12 and not da.duplicated(["cell_id", "branch"]).any()
     ka = da.set_index(["cell_id", "branch"]).sort_index()
@@ -360,7 +360,7 @@ def test_screen_under_other_settings_names_the_run_option_it_has(
             env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )
 
-    in_process_bt(*args("first", "6"))  # the earlier screen (setup): in this process
+    bt_in_process(*args("first", "6"))  # the earlier screen (setup): in this process
     proc = bt(*args("second", "4"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "--run NAME" in proc.stderr
