@@ -1,7 +1,8 @@
 """Issue 28: the KV memory of the study's models at the study's context lengths.
 
 Random-weight models with the study models' KV geometry (Qwen3-4B: 36 layers x 8 KV heads x
-128; Ministral-3 3B: 26 x 8 x 128; built through mlx-lm's own qwen3 classes, hidden size 256),
+128; Ministral-3 3B: 26 x 8 x 128; built through mlx-lm's own qwen3 classes, hidden size 64:
+`fast_engine_helpers.lean_geometry_model`; no cache and no memory rule reads the hidden size),
 the engine's own memory rule (`MlxEngine.capacity`, `prefix_cache.CacheBytes`) and the
 engine's real allocations."""
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from models.tiny import STUDY_GEOMETRIES, geometry_model
+from fast_engine_helpers import lean_geometry_model
+from models.tiny import STUDY_GEOMETRIES
 
 from breakthrough.engine.contract import EnginePlan, GenRequest, RowShape, SharedPrefix
 from breakthrough.engine.memory import GiB, auto_budget
@@ -29,7 +31,7 @@ B, ANSWER = DEFAULT.budget, DEFAULT.answer_budget  # 1,024 and 512
 @pytest.fixture(scope="module", params=sorted(STUDY_GEOMETRIES))
 def bf16_geometry(request):
     """(name, model) in bfloat16: the KV dtype on Apple silicon."""
-    return request.param, geometry_model(request.param, vocab=1024, dtype="bfloat16")
+    return request.param, lean_geometry_model(request.param, vocab=1024, dtype="bfloat16")
 
 
 def _probe(engine: MlxEngine, t: int) -> EnginePlan:
@@ -113,7 +115,7 @@ def test_shared_batch_cache_hands_attention_the_same_keys_as_batch_kv_cache() ->
 def fp32_qwen3():
     """Qwen3-4B's KV cache (36 x 8 x 128) with 8 query heads: MLX's CPU attention is unfused, so
     the study's 32 would make every prefill four times slower without changing the cache."""
-    return geometry_model("qwen3-4b", vocab=512, heads=8)
+    return lean_geometry_model("qwen3-4b", vocab=512, heads=8)
 
 
 def _probes(trace: list[int], prompt: list[int], anchors, branches: int, max_tokens: int):
@@ -165,16 +167,25 @@ def test_branches_hold_one_copy_of_their_prefix_and_equal_fresh_prefills(fp32_qw
     assert tight.stats().rows_in_flight_max == 2
 
 
-@pytest.mark.parametrize("bits", [8, 4])
-def test_quantized_kv_keeps_the_engine_guarantees(fp32_qwen3, bits) -> None:
-    """`--kv-bits`: a reused prefix equals a fresh prefill and a row alone equals it in a batch,
-    with the cache quantized; it takes (bits + 1)/32 of the float32 cache (packed values
-    plus a float32 scale and bias per 64), and it changes the model's distribution (so a run
-    records it)."""
+@pytest.fixture(scope="module")
+def quantized_probes(fp32_qwen3):
+    """The quantized tests' probes and their results on the model's own float32 cache (the
+    same for both bit widths: computed once)."""
     rng = np.random.default_rng(2)
     prompt = [int(t) for t in rng.integers(1, 500, 16)]
     trace = [int(t) for t in rng.integers(1, 500, 96)]
     reqs = _probes(trace, prompt, (64, 96), 2, 6)
+    plain = {r.key: r for r in MlxEngine(fp32_qwen3, [511], batch_size=8).generate(reqs)}
+    return reqs, plain
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_kv_keeps_the_engine_guarantees(fp32_qwen3, quantized_probes, bits) -> None:
+    """`--kv-bits`: a reused prefix equals a fresh prefill and a row alone equals it in a batch,
+    with the cache quantized; it takes (bits + 1)/32 of the float32 cache (packed values
+    plus a float32 scale and bias per 64), and it changes the model's distribution (so a run
+    records it)."""
+    reqs, plain = quantized_probes
     runs = {}
     for name, kwargs in (
         ("shared", {}),
@@ -187,7 +198,6 @@ def test_quantized_kv_keeps_the_engine_guarantees(fp32_qwen3, bits) -> None:
     assert tokens["shared"] == tokens["fresh"] == tokens["alone"]
     full = cache_bytes(fp32_qwen3).plain_per_token
     assert cache_bytes(fp32_qwen3, bits).plain_per_token == pytest.approx(full * (bits + 1) / 32)
-    plain = {r.key: r for r in MlxEngine(fp32_qwen3, [511], batch_size=8).generate(reqs)}
     assert any(not np.array_equal(plain[k].logprobs, runs["shared"][k].logprobs) for k in plain)
 
 
@@ -197,7 +207,7 @@ def test_kv_bits_refuses_a_head_dimension_it_cannot_quantize(tiny_model) -> None
     with pytest.raises(BtError, match="--kv-bits: this model's head dimension"):
         MlxEngine.from_loaded(tiny_model, kv_bits=8)
     with pytest.raises(BtError, match="expected 4 or 8"):
-        MlxEngine(geometry_model("qwen3-4b", vocab=64, heads=8), [0], kv_bits=3)
+        MlxEngine(lean_geometry_model("qwen3-4b", vocab=64, heads=8), [0], kv_bits=3)
 
 
 def test_a_run_records_its_kv_bits_and_never_mixes_them(tmp_path) -> None:
@@ -225,7 +235,7 @@ def test_rows_share_their_prefix_where_it_pays_or_memory_needs_it(bf16_geometry)
     assert plan.probe_rows == 4
     assert plan.share_prefixes and plan.admits_by_memory and plan.groups_by_prefix
     assert roomy.share_prefixes  # configured
-    few = geometry_model(name, vocab=64, heads=8, dtype="bfloat16")
+    few = lean_geometry_model(name, vocab=64, heads=8, dtype="bfloat16")
     roomy_few = MlxEngine(few, [0], batch_size=4, memory_budget_bytes=64 * GiB)
     plan = _probe(roomy_few, 1024)
     assert plan.probe_rows == 4

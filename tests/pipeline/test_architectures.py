@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fast_engine_helpers import greedy_references
 from models.architectures import ARCHITECTURES
 from typer.testing import CliRunner
 
@@ -21,7 +22,7 @@ from breakthrough.engine.mlx_backend import MlxEngine
 from breakthrough.engine.prefix_cache import PrefixCache, cache_bytes
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
-from breakthrough.pipeline.branches import Branch, BranchRunner, close_tokens, reference_branch
+from breakthrough.pipeline.branches import Branch, BranchRunner, close_tokens
 from breakthrough.protocol import DEFAULT, Sampling
 from breakthrough.store import RunStore
 
@@ -67,9 +68,10 @@ def test_continuations_equal_fresh_prefill(traces, name, temperature) -> None:
         for i in range(2)
     ]
     got = runner.run(branches)
+    reference = greedy_references(fresh, loaded, prompt, trace, protocol)  # reference_branch
     for res in got:
         b = res.branch
-        want = reference_branch(fresh, loaded, prompt, trace[: b.cut], 10, b.seed, protocol)
+        want = reference(b.cut, 10, b.seed)
         assert res.tokens == want, b.key
         assert res.extra["forced_close"] == (res.extra["reasoning_finish"] != "stop_sequence")
     ((_, pc),) = engine._prefixes.values()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fast_engine_helpers import greedy_references
 
 from breakthrough.engine.contract import GenRequest, SharedPrefix
 from breakthrough.engine.mlx_backend import MlxEngine
@@ -38,13 +39,14 @@ def test_cut_cache_continuation_equals_fresh_prefill(setup, temperature) -> None
         for i in range(2)
     ]
     got = runner.run(branches)
+    reference = greedy_references(fresh, loaded, prompt, trace, protocol)  # reference_branch
     # One prefill of prompt + trace for all 8 branches, then at most the re-fed last prefix token
     # of each reasoning phase and the last reasoning token + forced close of each answer phase.
     refed = sum(1 + 1 + r.extra["inserted_tokens"] for r in got)
     assert len(prompt) + len(trace) < engine.prefill_tokens <= len(prompt) + len(trace) + refed
     for res in got:
         b = res.branch
-        want = reference_branch(fresh, loaded, prompt, trace[: b.cut], 12, b.seed, protocol)
+        want = reference(b.cut, 12, b.seed)
         assert res.tokens == want, b.key
         assert len(res.logprobs) == len(res.tokens) - b.cut
         assert res.finish_reason == "answer_reserve" or res.tokens[-1] in loaded.eos_ids

@@ -59,10 +59,11 @@ pytestmark = pytest.mark.model
 
 
 @pytest.fixture(scope="module")
-def shapes(request, tmp_path_factory, smollm2_tokenizer):
+def shapes(request, tmp_path_factory):
     """shape -> (LoadedModel, what `bt serve --model` takes, extra environment for it), built
-    on first use from the suite's own fixtures."""
-    from models.tiny import write_geometry_model
+    on first use from the suite's own fixtures (the geometry model's folder holds the tiny
+    llama's tokenizer files: SmolLM2's, without rebuilding it from the GGUF)."""
+    from fast_engine_helpers import write_geometry_like
 
     from breakthrough.models.loading import load_model
 
@@ -76,10 +77,10 @@ def shapes(request, tmp_path_factory, smollm2_tokenizer):
                 model_dir = request.getfixturevalue("tiny_model_dir")
                 built[name] = (request.getfixturevalue("tiny_model"), str(model_dir), {})
             elif name == "geometry":
-                folder = write_geometry_model(
+                folder = write_geometry_like(
                     tmp_path_factory.mktemp("geometry") / "qwen3-4b-geometry",
                     "qwen3-4b",
-                    smollm2_tokenizer,
+                    request.getfixturevalue("tiny_model_dir"),
                     heads=8,
                 )
                 built[name] = (load_model(str(folder)), str(folder), {})

@@ -11,12 +11,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from engine_tap import Tapped
 
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.cell_loop import ContinueOptions, continue_run
 from breakthrough.protocol import DEFAULT
 from breakthrough.store import RunStore
+
+
+@pytest.fixture(scope="module")
+def qwen_tiny(tiny_model_dir: Path):
+    """The tiny llama loaded with the qwen family (the fixture run's), once for the module."""
+    return load_model(str(tiny_model_dir), family="qwen")
 
 
 def _samples(run: Path):
@@ -26,15 +33,13 @@ def _samples(run: Path):
     return df.sort_values(key).reset_index(drop=True), key
 
 
-def test_interleaving_cells_changes_nothing(
-    fixture_run: Path, tmp_path: Path, tiny_model_dir: Path
-) -> None:
+def test_interleaving_cells_changes_nothing(fixture_run: Path, tmp_path: Path, qwen_tiny) -> None:
     other = tmp_path / "other"
     shutil.copytree(fixture_run, other)
     proto = DEFAULT.with_overrides(
         budget=8, answer_budget=4, restart_budgets=(8, 16), anchors=(64, 128, 256)
     )
-    loaded = load_model(str(tiny_model_dir), family="qwen")
+    loaded = qwen_tiny
     # cell by cell (one cell at a time, no admission to fill the batch) vs interleaved (cells
     # admitted to fill the batch, probes before restarts, restarts longest first)
     one = continue_run(
@@ -49,7 +54,7 @@ def test_interleaving_cells_changes_nothing(
 
 
 def test_probes_go_longest_context_first_and_done_cells_free_their_prefix(
-    fixture_run: Path, tiny_model_dir: Path, monkeypatch
+    fixture_run: Path, qwen_tiny, monkeypatch
 ) -> None:
     """Issue 22: mlx-lm pads a batch's rows to its longest, so the scheduler hands the engine
     the queued probes of all admitted cells longest context first (similar rows in flight
@@ -60,7 +65,7 @@ def test_probes_go_longest_context_first_and_done_cells_free_their_prefix(
     proto = DEFAULT.with_overrides(
         budget=8, answer_budget=4, restart_budgets=(8,), anchors=(64, 128, 256), refinement_rounds=0
     )
-    loaded = load_model(str(tiny_model_dir), family="qwen")
+    loaded = qwen_tiny
     spec = EngineSpec(batch_size=32, instrument=False)
     engine = Tapped(make_engine(spec, loaded))  # the real engine, what it is asked recorded
     report = continue_run(
