@@ -1,17 +1,16 @@
 """Issue 28: the KV memory of the study's models at the study's context lengths.
 
 Random-weight models with the study models' KV geometry (Qwen3-4B: 36 layers x 8 KV heads x
-128; Ministral-3 3B: 26 x 8 x 128; built through mlx-lm's own qwen3 classes, hidden size 64:
-`fast_engine_helpers.lean_geometry_model`; no cache and no memory rule reads the hidden size),
-the engine's own memory rule (`MlxEngine.capacity`, `prefix_cache.CacheBytes`) and the
+128; Ministral-3 3B: 26 x 8 x 128; built through mlx-lm's own qwen3 classes,
+`models.tiny.geometry_model` with hidden size 64: no cache and no memory rule reads it),
+the engine's own memory rule (`MlxEngine.plan`, `prefix_cache.CacheBytes`) and the
 engine's real allocations."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from fast_engine_helpers import lean_geometry_model
-from models.tiny import STUDY_GEOMETRIES
+from models.tiny import STUDY_GEOMETRIES, geometry_model
 
 from breakthrough.engine.contract import EnginePlan, GenRequest, RowShape, SharedPrefix
 from breakthrough.engine.memory import GiB, auto_budget
@@ -24,6 +23,9 @@ from breakthrough.protocol import DEFAULT
 import mlx.core as mx  # noqa: E402  isort:skip
 from mlx_lm.models.cache import BatchKVCache, KVCache  # noqa: E402  isort:skip
 
+# the residual stream's width: no cache holds it and no memory rule reads it (4x cheaper matmuls)
+LEAN_HIDDEN = 64
+
 PROMPT, CLOSE = 200, 3  # a chat prompt and a forced close, in tokens
 B, ANSWER = DEFAULT.budget, DEFAULT.answer_budget  # 1,024 and 512
 
@@ -31,7 +33,9 @@ B, ANSWER = DEFAULT.budget, DEFAULT.answer_budget  # 1,024 and 512
 @pytest.fixture(scope="module", params=sorted(STUDY_GEOMETRIES))
 def bf16_geometry(request):
     """(name, model) in bfloat16: the KV dtype on Apple silicon."""
-    return request.param, lean_geometry_model(request.param, vocab=1024, dtype="bfloat16")
+    return request.param, geometry_model(
+        request.param, vocab=1024, dtype="bfloat16", hidden=LEAN_HIDDEN
+    )
 
 
 def _probe(engine: MlxEngine, t: int) -> EnginePlan:
@@ -115,7 +119,7 @@ def test_shared_batch_cache_hands_attention_the_same_keys_as_batch_kv_cache() ->
 def fp32_qwen3():
     """Qwen3-4B's KV cache (36 x 8 x 128) with 8 query heads: MLX's CPU attention is unfused, so
     the study's 32 would make every prefill four times slower without changing the cache."""
-    return lean_geometry_model("qwen3-4b", vocab=512, heads=8)
+    return geometry_model("qwen3-4b", vocab=512, heads=8, hidden=LEAN_HIDDEN)
 
 
 def _probes(trace: list[int], prompt: list[int], anchors, branches: int, max_tokens: int):
@@ -207,7 +211,7 @@ def test_kv_bits_refuses_a_head_dimension_it_cannot_quantize(tiny_model) -> None
     with pytest.raises(BtError, match="--kv-bits: this model's head dimension"):
         MlxEngine.from_loaded(tiny_model, kv_bits=8)
     with pytest.raises(BtError, match="expected 4 or 8"):
-        MlxEngine(lean_geometry_model("qwen3-4b", vocab=64, heads=8), [0], kv_bits=3)
+        MlxEngine(geometry_model("qwen3-4b", vocab=64, heads=8, hidden=LEAN_HIDDEN), [0], kv_bits=3)
 
 
 def test_a_run_records_its_kv_bits_and_never_mixes_them(tmp_path) -> None:
@@ -235,7 +239,7 @@ def test_rows_share_their_prefix_where_it_pays_or_memory_needs_it(bf16_geometry)
     assert plan.probe_rows == 4
     assert plan.share_prefixes and plan.admits_by_memory and plan.groups_by_prefix
     assert roomy.share_prefixes  # configured
-    few = lean_geometry_model(name, vocab=64, heads=8, dtype="bfloat16")
+    few = geometry_model(name, vocab=64, heads=8, dtype="bfloat16", hidden=LEAN_HIDDEN)
     roomy_few = MlxEngine(few, [0], batch_size=4, memory_budget_bytes=64 * GiB)
     plan = _probe(roomy_few, 1024)
     assert plan.probe_rows == 4

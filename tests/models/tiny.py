@@ -105,16 +105,19 @@ def geometry_model(
     seed: int = 0,
     heads: int | None = None,
     layers: int | None = None,
+    hidden: int = 256,
 ):
     """A random-weight mlx-lm `qwen3.Model` with study model `name`'s KV geometry
     (`geometry_config`), built through mlx-lm's own classes. `heads`: fewer query heads than
     the study model's (the KV cache is the same; the CPU's unfused attention is cheaper);
     `layers`: fewer layers (each layer's attention and cache as the study model's: for tests of
-    what one layer does, at a fraction of the time)."""
+    what one layer does, at a fraction of the time); `hidden`: the residual stream's width,
+    which no cache holds and no memory rule reads (64 makes every projection and MLP matmul
+    four times cheaper than the default 256)."""
     import mlx.core as mx
     from mlx_lm.models import qwen3
 
-    cfg = geometry_config(name, vocab, None, dtype=dtype, heads=heads, layers=layers)
+    cfg = geometry_config(name, vocab, None, hidden=hidden, dtype=dtype, heads=heads, layers=layers)
     mx.random.seed(seed)
     model = qwen3.Model(qwen3.ModelArgs.from_dict(cfg))
     if dtype != "float32":

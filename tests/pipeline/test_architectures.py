@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fast_engine_helpers import greedy_references
+from fresh_references import greedy_references
 from models.architectures import ARCHITECTURES
 from typer.testing import CliRunner
 

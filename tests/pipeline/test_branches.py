@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from fast_engine_helpers import greedy_references
+from fresh_references import greedy_references
 
 from breakthrough.engine.contract import GenRequest, SharedPrefix
 from breakthrough.engine.mlx_backend import MlxEngine

@@ -59,11 +59,10 @@ pytestmark = pytest.mark.model
 
 
 @pytest.fixture(scope="module")
-def shapes(request, tmp_path_factory):
+def shapes(request, tmp_path_factory, smollm2_tokenizer):
     """shape -> (LoadedModel, what `bt serve --model` takes, extra environment for it), built
-    on first use from the suite's own fixtures (the geometry model's folder holds the tiny
-    llama's tokenizer files: SmolLM2's, without rebuilding it from the GGUF)."""
-    from fast_engine_helpers import write_geometry_like
+    on first use from the suite's own fixtures."""
+    from models.tiny import write_geometry_model
 
     from breakthrough.models.loading import load_model
 
@@ -77,10 +76,10 @@ def shapes(request, tmp_path_factory):
                 model_dir = request.getfixturevalue("tiny_model_dir")
                 built[name] = (request.getfixturevalue("tiny_model"), str(model_dir), {})
             elif name == "geometry":
-                folder = write_geometry_like(
+                folder = write_geometry_model(
                     tmp_path_factory.mktemp("geometry") / "qwen3-4b-geometry",
                     "qwen3-4b",
-                    request.getfixturevalue("tiny_model_dir"),
+                    smollm2_tokenizer,
                     heads=8,
                 )
                 built[name] = (load_model(str(folder)), str(folder), {})
