@@ -8,23 +8,13 @@ test_crashes_and_refusals_keep_runs_whole.test_4_a_deleted_grade_row_is_damage_n
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
-from pathlib import Path
 
-from bt_cli import assert_one_line_error, bt_in_process, run_bt
+from bt_cli import assert_one_line_error, run_bt
 
-# the module-scoped run of the tiny model (a fixture found by pytest) and its continuation
-from cli.test_crashes_and_refusals_keep_runs_whole import CONTINUE, _delete_samples, runs  # noqa: F401
-
-
-def _continued(runs, tmp_path: Path) -> Path:  # noqa: F811
-    """A copy of the base run continued as test_crashes_and_refusals_keep_runs_whole's
-    `_continued` does (`bt continue RUN --budget 4 CONTINUE`), made in this process: setup,
-    the run whose rows the test deletes."""
-    run = Path(shutil.copytree(runs["base"], tmp_path / "cont"))
-    bt_in_process("continue", run, "--budget", "4", *CONTINUE)
-    return run
+# the module-scoped run of the tiny model (a fixture found by pytest) and a copy of the worker's
+# shared continuation of it (`_continued`: setup, the run whose rows the test deletes)
+from cli.test_crashes_and_refusals_keep_runs_whole import _continued, _delete_samples, runs  # noqa: F401
 
 
 def test_a_deleted_restart_row_is_reported_and_its_cell_left_unlabelled(runs, tmp_path):  # noqa: F811

@@ -5,16 +5,9 @@ and nothing is written."""
 
 from __future__ import annotations
 
-import json
 import re
-import sqlite3
 
-from bt_cli import bt_in_process, run_bt
-
-
-def _manifest(run) -> dict:
-    with sqlite3.connect(f"file:{run / 'store.sqlite'}?mode=ro", uri=True) as c:
-        return {k: json.loads(v) for k, v in c.execute("SELECT key, value FROM manifest")}
+from bt_cli import bt_in_process, run_bt, stored_manifest
 
 
 def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_dir):
@@ -39,7 +32,7 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
 
     assert run_bt(*base, "--limit", "2").returncode == 0
     run = runs / "r"
-    rate = _manifest(run)["throughput"]["base"]
+    rate = stored_manifest(run)["throughput"]["base"]
     assert rate["generated_tokens"] == 48 and rate["tokens_per_s"] > 0
     rerun = run_bt(*base, "--limit", "2")  # nothing left: said before any model is loaded
     assert rerun.returncode == 0 and "nothing to do" in " ".join(
@@ -83,7 +76,7 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     assert "memory (--memory-gb 0.5) admits 4 rows at the deepest anchor" in fixed.stdout
     assert "limited by --batch-size" in fixed.stdout
     assert (run / "store.sqlite").read_bytes() == before  # the protocol was not rewritten
-    assert _manifest(run)["protocol"]["budget"] != 4
+    assert stored_manifest(run)["protocol"]["budget"] != 4
 
     # bt continue stores its rate with its batch size and occupancy (also in its closing line)
     ran = run_bt(*cont, "--batch-size", "4", "--topup", "none")
@@ -95,7 +88,7 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     occ = re.search(r"batch occupancy (\d+)% of 4", said)
     assert occ and 0 < int(occ.group(1)) <= 100, said
     assert "rows at the deepest anchor" in said and "peak memory" in said
-    rec = _manifest(run)["throughput"]["continue@4"]
+    rec = stored_manifest(run)["throughput"]["continue@4"]
     assert rec["batch_size"] == 4 and 0 < rec["occupancy"] <= 1 and rec["tokens_per_s"] > 0
     # a third cell, so continue has work left to time (a run's settings cannot change); setup,
     # made in this process: the dry runs after it are the subject

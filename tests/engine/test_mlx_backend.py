@@ -131,21 +131,21 @@ def test_reuse_hints_never_change_tokens(float_or_4bit):
     extra = tiny_model.encode(" and some more reasoning text here")
     full = list(prompt) + extra
     shared = SharedPrefix("cell", tuple(full), starts=(len(prompt) + 3, len(full)))
-    # The fresh-prefill oracle, one per sampling: both sampled rounds ask it the same requests
-    # (their `more` is built from tokens asserted equal to its answer), so it answers once.
+    # The fresh-prefill oracle, one engine per sampling: both sampled rounds ask it the same
+    # requests (their `more` is built from tokens asserted equal to its answer), so it answers
+    # each once.
     fresh_engs: dict = {}
     answers: dict = {}
 
     def oracle(req: GenRequest):
         key = (req.sampling, req.key, tuple(req.prompt), req.max_tokens, req.seed)
         if key not in answers:
-            answers[key] = _one(fresh_eng, req)
+            if req.sampling not in fresh_engs:
+                fresh_engs[req.sampling] = MlxEngine.from_loaded(tiny_model, reuse_prefixes=False)
+            answers[key] = _one(fresh_engs[req.sampling], req)
         return answers[key]
 
     for sampling, share in ((GREEDY, None), (Sampling(), None), (Sampling(), True)):
-        if sampling not in fresh_engs:
-            fresh_engs[sampling] = MlxEngine.from_loaded(tiny_model, reuse_prefixes=False)
-        fresh_eng = fresh_engs[sampling]
         # share=True: rows point into the prefix's one copy and attend over it together
         # (`prefix_attention`); None: the engine's rule (per-row copies for these small models)
         eng = MlxEngine.from_loaded(tiny_model, share_prefixes=share)
@@ -171,7 +171,8 @@ def test_reuse_hints_never_change_tokens(float_or_4bit):
             cont = _one(eng, GenRequest("c2", more, 6, seed=3, sampling=sampling, follows="c"))
             assert cont.tokens == fresh2.tokens
             assert cont.cached_tokens >= cut + len(reused.tokens) - 1
-        assert eng.prefill_tokens < fresh_eng.prefill_tokens
+        assert eng.prefill_tokens < fresh_engs[sampling].prefill_tokens
+    fresh_eng = fresh_engs[sampling]
     assert fresh_eng.identity()["backend"] == "mlx-fresh" and eng.identity()["backend"] == "mlx"
 
 
