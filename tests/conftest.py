@@ -10,15 +10,15 @@ import importlib.util
 import os
 from pathlib import Path
 
+import pytest
+from build_once import build_once, once, shared_root
+
 # One BLAS thread per process, before anything loads OpenBLAS (breakthrough/engine/blas.py): the
 # suite runs two workers on two cores, each starting `bt` subprocesses, and OpenBLAS's own
 # threads (one per core by default) then spin-wait for a core another process holds; on
 # tests/engine/test_kv_memory.py alone that doubled the CPU time (94 s against 51 s) for no
 # gain in wall time. Threads split a matmul's output, never its sums, so tokens are unchanged.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-import pytest  # noqa: E402
-from build_once import build_once, once, shared_root  # noqa: E402
 
 # No test may reach a model hub: every model here is built locally or converted offline.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
