@@ -325,6 +325,7 @@ def decode_curve(loaded, cells, protocol: Protocol, tokens: int) -> None:
                 n,
                 seed=1000 * t + b,
                 shared_prefix=sp,
+                lane=b,
             )
             for i, sp in enumerate(shared)
             for b in range(protocol.samples)

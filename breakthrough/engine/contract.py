@@ -72,6 +72,10 @@ class GenRequest:
     hidden_stride: also return the final-normalised hidden vector of every `hidden_stride`-th
         generated token (protocol 2.2 stores every 8th; 0: none). Only in-process backends can:
         an HTTP backend refuses a request that asks for them.
+    lane: hint, with `shared_prefix`: the row's place among rows that attend over one shared
+        prefix together (the MLX engine's `prefix_attention` tiles, whose rounding follows a
+        row's place, so the place must come from the request alone, like its seed). The
+        branch index: the samples of one anchor then take distinct places and share a tile.
     """
 
     key: str
@@ -84,6 +88,7 @@ class GenRequest:
     follows: str | None = None
     keep_state: bool = False
     hidden_stride: int = 0
+    lane: int = 0
 
 
 @dataclass

@@ -8,13 +8,15 @@ follows mlx-lm's `make_sampler` order: top-p on the full distribution (keep a to
 probability mass ranked above it is < top_p), then min-p, then the top-k of those.
 Temperature 0 is greedy (argmax), exactly as mlx-lm's `greedy_sampler`. (The randomness is
 batch-independent by construction; the logits are batch-independent as far as the kernels are:
-bit-identical on the tiny fp32 test model with the bundled and with OpenBLAS, while quantized
-kernels may differ in the last bits between batch shapes, which can very rarely flip a draw;
-so may mlx-lm's padded batch attention under OpenBLAS, whose blocking follows a row's padding.
-Shared-prefix rows, `prefix_attention` (fixed shapes) and `row_attention` (row by row), are
-batch-independent by construction.) A
-second phase of the same sample (e.g. an answer phase) should use another seed, since the token
-index restarts at 0 for every request.
+bit-identical on the tiny fp32 test model with the bundled BLAS and with OpenBLAS on Intel, while
+OpenBLAS 0.3.21 on AMD Zen computes a product's rows by their place among its rows (a decode
+step's float32 logits differ in the last bits between batch sizes: bench/RESULTS.md), and
+quantized kernels may differ in the last bits between batch shapes; either can very rarely flip
+a draw; so may mlx-lm's padded batch attention under OpenBLAS, whose blocking follows a row's
+padding. Shared-prefix rows, `prefix_attention` (fixed shapes, a row in its lane's place) and
+`row_attention` (row by row), are batch-independent by construction.) A second phase of the
+same sample (e.g. an answer phase) should use another seed, since the token index restarts at 0
+for every request.
 
 Per-token statistics, both from the model's FULL next-token distribution at temperature 1
 (log-softmax of the logits, before temperature, top-k and top-p; the same distribution the
@@ -635,6 +637,7 @@ class MlxEngine(Engine):
                 layer = SharedRowCache.from_cache(layer)
             if isinstance(layer, SharedRowCache):
                 layer.reserve(room)
+                layer.lane = req.lane
             row.append(layer)
         if len(feed) > 1:
             prefill(self.model, row, feed[:-1])

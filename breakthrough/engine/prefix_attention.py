@@ -16,13 +16,17 @@ once per TILE of rows that point into the same prefix buffer, as in Hydragen (Ju
     unnormalised output).
 
 Batch invariance (a row's attention does not depend on which other rows are in flight, so
-kill/resume and `--batch-size` give the same samples): every matrix product has a fixed shape.
-A tile always has `TILE_ROWS` query rows (missing rows are zeros whose results are dropped),
-a block always `BLOCK` positions (the buffer viewed as [heads, blocks, BLOCK, dim] without a
-copy: `mx.as_strided` of its contiguous storage), so BLAS's blocking, which follows a
-product's shape (OpenBLAS's results change with M and K: bench/RESULTS.md), never follows the
-batch; blocks past a row's prefix get an exactly zero weight. The suffix part involves the row
-alone. Only the sums over blocks and the final combination are elementwise, in a fixed order.
+kill/resume and `--batch-size` give the same samples). A BLAS's result for one row of a product
+follows the product's shape and the row's place among its rows, never the other rows' values
+(OpenBLAS: results change with M and K; on AMD Zen, single-threaded, rows 6-11 of every 12 are
+rounded apart from rows 0-5: bench/RESULTS.md). So every product has a fixed shape, and a row
+always takes the same place: a tile has `TILE_ROWS` places (an empty place is zeros whose
+results are dropped), and a row takes place `lane % TILE_ROWS`, its request's lane (the
+branch index: the samples of an anchor fill a tile), so rows of one buffer with the same lane
+go to different tiles. A block is always `BLOCK` positions (the buffer viewed as [heads, blocks,
+BLOCK, dim] without a copy: `mx.as_strided` of its contiguous storage); blocks past a row's
+prefix get an exactly zero weight. The suffix part involves the row alone. Only the sums over
+blocks and the final combination are elementwise, in a fixed order.
 
 Plain `mx` ops: CPU, Metal and CUDA alike. Full-precision caches only: a quantized cache
 (`--kv-bits`) attends row by row (`row_attention`)."""
@@ -35,10 +39,9 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-# Rows per prefix tile: fixed, so a row's products never change shape. 4 = the samples of an
-# anchor, which share their prefix exactly (rows are tiled deepest first). Per layer of 32 rows
-# at Qwen3-4B's attention on CPU (CPU seconds), 4 was as fast as 8 with 8 or 16 rows per cell
-# and 35 % faster with 4 (8 cells x 1 anchor), and 16 slower than 8 in both.
+# Places per prefix tile: fixed, so a row's products never change shape. 4 = the samples of an
+# anchor (lanes 0-3, and 4-7 of a top-up), which share their prefix exactly (each lane's rows
+# are tiled deepest first). Measured against 8 and 16: bench/RESULTS.md.
 TILE_ROWS = 4
 BLOCK = 256  # prefix positions per block (= mlx-lm's KVCache step: buffers are multiples)
 _MASKED = -1e30  # a masked score: finite, so a fully masked block stays finite (weight 0)
@@ -123,20 +126,35 @@ def _shares(row: Any) -> bool:
     return row.base is not None and row.prefix_len > 0 and row.base[0].shape[2] % BLOCK == 0
 
 
-def _tile_scores(queries: mx.array, rows: list[Any], lengths: list[int], scale: float) -> tuple:
+def _tiles(members: list[int], rows: list[Any]) -> list[list[int | None]]:
+    """Tiles of the rows `members` (indices into `rows`, all of one buffer): TILE_ROWS places
+    each, row i in place `rows[i].lane % TILE_ROWS` (None: an empty place). Each place's rows
+    are taken deepest first, so tile k holds the k-th deepest row of every place: the samples
+    of one anchor share a tile."""
+    by_place: list[list[int]] = [[] for _ in range(TILE_ROWS)]
+    for i in members:
+        by_place[rows[i].lane % TILE_ROWS].append(i)
+    for place in by_place:
+        place.sort(key=lambda i: -rows[i].prefix_len)
+    return [
+        [place[k] if k < len(place) else None for place in by_place]
+        for k in range(max(len(place) for place in by_place))
+    ]
+
+
+def _tile_scores(queries: mx.array, tile: list[int | None], rows: list[Any], scale: float) -> tuple:
     """(scores [heads, blocks, TILE_ROWS * repeats, BLOCK] float32, their mask's `_prefix_bias`
-    arguments, values as blocks)
-    of one tile: `queries` [t, q_heads, 1, dim] of t <= TILE_ROWS rows whose prefixes are the
-    first `lengths` positions of the one buffer their rows' `base` holds."""
-    t, q_heads, _, dim = queries.shape
-    keys, values = rows[0].base
+    arguments, values as blocks) of one tile (`_tiles`): `queries` [n, q_heads, 1, dim] of all
+    rows; each row's prefix is the first `prefix_len` positions of the one buffer the tile's
+    rows' `base` holds."""
+    _, q_heads, _, dim = queries.shape
+    present = [i for i in tile if i is not None]
+    keys, values = rows[present[0]].base
     heads = int(keys.shape[1])
     repeats = q_heads // heads
-    if t < TILE_ROWS:
-        queries = mx.concatenate(
-            [queries, mx.zeros((TILE_ROWS - t, q_heads, 1, dim), queries.dtype)], axis=0
-        )
-        lengths = lengths + [0] * (TILE_ROWS - t)
+    empty = mx.zeros((1, q_heads, 1, dim), queries.dtype)
+    queries = mx.concatenate([empty if i is None else queries[i : i + 1] for i in tile], axis=0)
+    lengths = [0 if i is None else rows[i].prefix_len for i in tile]
     q = (queries * scale).reshape(TILE_ROWS, heads, repeats, dim).transpose(1, 0, 2, 3)
     q = q.reshape(heads, 1, TILE_ROWS * repeats, dim)
     blocks = -(-max(lengths) // BLOCK)
@@ -178,20 +196,9 @@ def attend_shared(queries: mx.array, rows: list[Any], scale: float) -> mx.array:
             groups.setdefault(id(row.base[0]), []).append(i)
         else:
             alone.append(i)
-    tiles = []  # rows of one buffer, deepest first: a tile's blocks reach its deepest row's
-    for members in groups.values():
-        members.sort(key=lambda i: -rows[i].prefix_len)
-        tiles += [members[s : s + TILE_ROWS] for s in range(0, len(members), TILE_ROWS)]
-    sharing = [i for chunk in tiles for i in chunk]
-    tile_work = [
-        _tile_scores(
-            queries[mx.array(chunk)],
-            [rows[i] for i in chunk],
-            [rows[i].prefix_len for i in chunk],
-            scale,
-        )
-        for chunk in tiles
-    ]
+    tiles = [tile for members in groups.values() for tile in _tiles(members, rows)]
+    sharing = [i for tile in tiles for i in tile if i is not None]
+    tile_work = [_tile_scores(queries, tile, rows, scale) for tile in tiles]
     own_work = [_own_scores(queries[i], rows[i], scale) for i in sharing]
     softmax = _softmax_parts(
         [w[0] for w in tile_work] + [w[0] for w in own_work],
@@ -200,13 +207,17 @@ def attend_shared(queries: mx.array, rows: list[Any], scale: float) -> mx.array:
     pieces, order = [], []  # per tile its rows' outputs [t, q_heads, 1, dim], then alone rows
     own = dict(zip(sharing, softmax[len(tiles) :], strict=True))
     values = dict(zip(sharing, [w[1] for w in own_work], strict=True))
-    for chunk, work, parts in zip(tiles, tile_work, softmax, strict=False):
-        pm, ps, po = _weighted(parts, work[2], blocks=True)
-        heads, t = pm.shape[0], len(chunk)
+    for tile, work, parts in zip(tiles, tile_work, softmax, strict=False):
+        pm, ps, po = _weighted(parts, work[2], blocks=True)  # [heads, TILE_ROWS * rep, .]
+        chunk = [i for i in tile if i is not None]
+        heads, t, repeats = pm.shape[0], len(chunk), pm.shape[1] // TILE_ROWS
         mine = [_weighted(own[i], values[i], blocks=False) for i in chunk]
         m, s, o = (mx.stack([x[k] for x in mine], axis=1) for k in range(3))  # [heads, t, rep, .]
         m, s, o = (a.reshape(heads, t * a.shape[2], a.shape[3]) for a in (m, s, o))
-        pm, ps, po = pm[:, : m.shape[1]], ps[:, : m.shape[1]], po[:, : m.shape[1]]
+        if t < TILE_ROWS:  # the present places' query rows
+            places = [p for p, i in enumerate(tile) if i is not None]
+            taken = mx.array([p * repeats + r for p in places for r in range(repeats)])
+            pm, ps, po = pm[:, taken], ps[:, taken], po[:, taken]
         top = mx.maximum(m, pm)
         wp, ws = mx.exp(pm - top), mx.exp(m - top)
         combined = (wp * po + ws * o) / (wp * ps + ws * s)  # [heads, t * rep, dim]

@@ -57,6 +57,9 @@ class SharedRowCache(KVCache):
         # `PrefixCache` copy (`prefix_cache.shared_base`): rows with the same buffers attend
         # over them together (`prefix_attention`); None for a prefix of the row's own.
         self.base = base
+        # The request's lane (`GenRequest.lane`): the place this row takes in a tile of rows
+        # attending over `base` together (`prefix_attention`), a function of the request alone.
+        self.lane = 0
 
     @classmethod
     def from_cache(cls, layer: KVCache) -> SharedRowCache:

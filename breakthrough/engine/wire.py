@@ -78,13 +78,15 @@ def stop_token_ids(req: GenRequest, eos_ids: Iterable[int]) -> list[int]:
 
 def bt_extras(req: GenRequest, namespace: str) -> dict[str, Any]:
     """The `bt` object for bt serve: the reuse hints (keys namespaced by the request's cell so
-    two cells' "probe:64:0" never meet) and the multi-token stop sequences."""
+    two cells' "probe:64:0" never meet, the lane) and the multi-token stop sequences."""
     out: dict[str, Any] = {
         "cell": namespace,
         "key": f"{namespace}/{req.key}",
         "keep_state": bool(req.keep_state),
         "stop_sequences": [list(map(int, s)) for s in req.stop_sequences if s],
     }
+    if req.lane:
+        out["lane"] = int(req.lane)
     if req.follows is not None:
         out["follows"] = f"{namespace}/{req.follows}"
     if req.shared_prefix is not None:

@@ -155,6 +155,7 @@ class BranchRunner:
             stop_sequences=stop,
             shared_prefix=self.shared,
             keep_state=True,
+            lane=b.branch,
         )
 
     def needs_answer(self, r: GenResult) -> bool:
@@ -221,6 +222,7 @@ class BranchRunner:
             sampling=p.sampling,
             follows=r.key,
             shared_prefix=self.shared,
+            lane=b.branch,
         )
         sigs = None if r.signals is None else {k: list(v)[:n] for k, v in r.signals.items()}
         return req, _Reasoned(reasoning, inserted, lps, ents, sents, r, sigs)

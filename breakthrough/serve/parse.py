@@ -9,8 +9,9 @@ for the same seed; absent: a random one, as vLLM), `n` = 1, `logprobs` (<= 20), 
 only), `add_special_tokens` (text prompts), `prompt_logprobs` (scores the prompt),
 `return_tokens_as_token_ids`, `return_token_ids`. And `bt`, what vLLM's format cannot carry:
 `stop_sequences` (multi-token, as token ids), the reuse hints `shared_prefix` {key, ids, starts}
-(one prefill per cell, cut back per request) and `key` / `keep_state` / `follows` (the answer
-phase continues the reasoning phase's live cache).
+(one prefill per cell, cut back per request), `key` / `keep_state` / `follows` (the answer
+phase continues the reasoning phase's live cache) and `lane` (the branch index: a row's place
+among rows attending over one prefix together, `GenRequest.lane`).
 
 `/v1/chat/completions`: `messages` rendered by the model's chat template, the same sampling
 fields, `max_completion_tokens` (or `max_tokens`; absent: the rest of the context), `logprobs`
@@ -346,9 +347,12 @@ def parse_completion_request(body: Any, served: Served) -> tuple[Job, Options]:
     for name, v in (("bt.key", client_key), ("bt.follows", follows)):
         if v is not None and not isinstance(v, str):
             raise BadRequest(f"{name}: expected a string")
+    lane = bt.get("lane", 0)
+    if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < 2**31:
+        raise BadRequest("bt.lane: expected an integer >= 0")
     stops = _stops(body)
     req = _generation(body, served, prompt, _max_tokens(body, "max_tokens", 16), stop_ids, stops)
-    req = replace(req, shared_prefix=shared, keep_state=bool(bt.get("keep_state")))
+    req = replace(req, shared_prefix=shared, keep_state=bool(bt.get("keep_state")), lane=lane)
     cell = str(bt.get("cell") or (shared.key if shared else ""))
     job = Job(
         future=concurrent.futures.Future(),

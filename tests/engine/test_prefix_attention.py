@@ -51,14 +51,17 @@ def _bases(dtype, seed: int = 0) -> list[tuple]:
 
 
 def _rows(bases, dtype, seed: int = 1) -> list[SharedRowCache]:
+    """One row per entry of ROWS, lane = its index (so rows of a cell share tiles, and some
+    of them a lane: those go to different tiles)."""
     rng = np.random.default_rng(seed)
     rows = []
-    for cell, prefix, own in ROWS:
+    for lane, (cell, prefix, own) in enumerate(ROWS):
         if cell is None:
             row = SharedRowCache()
         else:
             k, v = bases[cell]
             row = SharedRowCache(k[..., :prefix, :], v[..., :prefix, :], (k, v))
+        row.lane = lane
         row.reserve(own + 2)
         new = rng.standard_normal((2, 1, HEADS, own, DIM)).astype(np.float32)
         row.write(mx.array(new[0]).astype(dtype), mx.array(new[1]).astype(dtype))
@@ -92,6 +95,26 @@ def test_a_row_attends_the_same_alone_and_among_other_cells_rows(dtype) -> None:
     mixed = prefix_attention.attend_shared(queries[mx.array(some)], [rows[i] for i in some], SCALE)
     for place, i in enumerate(some):
         assert mx.array_equal(mixed[place : place + 1], batch[i : i + 1]).item(), f"row {i}"
+
+
+def test_a_row_takes_its_lanes_place_and_an_anchors_samples_share_a_tile() -> None:
+    """A BLAS rounds a product's row by its place among the rows (OpenBLAS on AMD Zen), so a
+    row's place in its tile is its lane's, whatever else is in flight: the four samples of an
+    anchor (lanes 0-3) fill one tile, a top-up's (4-7) the next, two rows of one lane never
+    share a tile, and the deepest rows of each place come first."""
+
+    class Row:
+        def __init__(self, lane: int, prefix_len: int) -> None:
+            self.lane, self.prefix_len = lane, prefix_len
+
+    rows = [Row(lane, 512) for lane in range(8)] + [Row(1, 700), Row(2, 100)]
+    tiles = prefix_attention._tiles(list(range(len(rows))), rows)
+    assert tiles == [[0, 8, 2, 3], [4, 1, 6, 7], [None, 5, 9, None]]
+    for tile in tiles:
+        assert all(
+            i is None or rows[i].lane % prefix_attention.TILE_ROWS == p for p, i in enumerate(tile)
+        )
+    assert prefix_attention._tiles([9], rows) == [[None, None, 9, None]]
 
 
 def test_a_tile_reads_its_prefix_once_without_copying_it() -> None:
