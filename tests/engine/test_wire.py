@@ -171,6 +171,9 @@ def test_request_bodies_carry_ids_seed_and_stops() -> None:
         "stop_token_ids"
     ] == [2, 7]
     assert route_key(_req(key="m:p2")) == "m:p2"
+    assert "lane" not in v["bt"]  # lane 0 is the default: not sent
+    laned = _req(shared_prefix=shared, lane=3)
+    assert wire.bt_extras(laned, route_key(laned))["lane"] == 3
 
 
 @settings(max_examples=60, deadline=None)

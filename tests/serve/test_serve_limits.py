@@ -125,6 +125,18 @@ def test_the_context_rule_is_prompt_plus_max_tokens() -> None:
     )  # unknown: no cap
 
 
+def test_the_lane_hint_is_read_and_checked() -> None:
+    """`bt.lane` (GenRequest.lane, the branch index) reaches the engine's request; anything
+    but an integer >= 0 is refused naming the field."""
+    body = {"prompt": PROMPT, "max_tokens": 8}
+    job, _ = parse_completion_request({**body, "bt": {"lane": 5}}, Served(("m",), 49152))
+    assert job.request.lane == 5
+    assert parse_completion_request(body, Served(("m",), 49152))[0].request.lane == 0
+    for bad in (-1, "2", 1.5, True):
+        with pytest.raises(BadRequest, match="bt.lane"):
+            parse_completion_request({**body, "bt": {"lane": bad}}, Served(("m",), 49152))
+
+
 def _long_request(url: str, max_tokens: int) -> socket.socket:
     """A raw POST whose answer the test never reads (it closes the socket: a client leaving)."""
     parts = urlsplit(url)
