@@ -4,7 +4,9 @@ against mlx-lm's attention over the left-padded [rows, heads, T, dim] batch that
 `BatchKVCache` holds (every row its own copy of its prefix), in the same run, on the same keys.
 
 Rows: `--cells` cells x `--anchors` x `--branches` samples, each anchor's rows holding a few own
-tokens. Prints the median step time of each (alternating rounds) and their ratio.
+tokens. Prints the median step time of each (alternating rounds) and their ratio, and with
+`--check` whether every row's output is bitwise the same alone, in the whole batch and in a
+shuffled half of it (batch invariance on this device; the suite checks it on the CPU).
 
     .venv/bin/python bench/prefix_attention_step.py --anchors 512,1024 --cells 2 --branches 4
     PYTHONPATH=<other checkout> .venv/bin/python bench/prefix_attention_step.py   # another commit
@@ -59,6 +61,27 @@ def build(cells: int, anchors: list[int], branches: int, dtype) -> tuple:
     return queries, rows, keys, values, mx.array(valid)
 
 
+def check_invariance(queries, rows: list, scale: float) -> None:
+    """Print how many rows' outputs differ (bitwise) alone or in a shuffled half of the batch
+    from the whole batch's."""
+    batch = prefix_attention.attend_shared(queries, rows, scale)
+    alone = sum(
+        not mx.array_equal(
+            prefix_attention.attend_shared(queries[i : i + 1], [rows[i]], scale), batch[i : i + 1]
+        ).item()
+        for i in range(len(rows))
+    )
+    some = [int(i) for i in np.random.default_rng(3).permutation(len(rows))[: len(rows) // 2 + 1]]
+    mixed = prefix_attention.attend_shared(queries[mx.array(some)], [rows[i] for i in some], scale)
+    shuffled = sum(
+        not mx.array_equal(mixed[k : k + 1], batch[i : i + 1]).item() for k, i in enumerate(some)
+    )
+    print(
+        f"batch invariance: {alone} of {len(rows)} rows differ alone, "
+        f"{shuffled} of {len(some)} in a shuffled half"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cells", type=int, default=2)
@@ -67,7 +90,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="timed calls per round")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of both")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--device", default="default", choices=["default", "cpu", "gpu"])
+    ap.add_argument("--check", action="store_true", help="also check batch invariance, bitwise")
     args = ap.parse_args()
+    if args.device != "default":
+        mx.set_default_device(getattr(mx, args.device))
     dtype = getattr(mx, args.dtype)
     anchors = [int(a) for a in args.anchors.split(",")]
     queries, rows, keys, values, mask = build(args.cells, anchors, args.branches, dtype)
@@ -81,6 +108,8 @@ def main() -> None:
             queries, keys, values, cache=None, scale=scale, mask=mask, sinks=None
         )
 
+    if args.check:
+        check_invariance(queries, rows, scale)
     times: dict[str, list[float]] = {"bt shared": [], "mlx-lm copies": []}
     for _ in range(args.rounds):
         for name, fn in (("bt shared", shared), ("mlx-lm copies", copies)):

@@ -24,9 +24,11 @@ always takes the same place: a tile has `TILE_ROWS` places (an empty place is ze
 results are dropped), and a row takes place `lane % TILE_ROWS`, its request's lane (the
 branch index: the samples of an anchor fill a tile), so rows of one buffer with the same lane
 go to different tiles. A block is always `BLOCK` positions (the buffer viewed as [heads, blocks,
-BLOCK, dim] without a copy: `mx.as_strided` of its contiguous storage); blocks past a row's
-prefix get an exactly zero weight. The suffix part involves the row alone. Only the sums over
-blocks and the final combination are elementwise, in a fixed order.
+BLOCK, dim] without a copy: `mx.as_strided` of its contiguous storage), and a tile holds only
+rows that reach the same number of blocks, so the products' batch (heads x blocks) is the row's
+own too (MLX's CUDA matmul rounds by the batch's size: bench/RESULTS.md); positions past a
+row's prefix get an exactly zero weight. The suffix part involves the row alone. Only the sums
+over blocks and the final combination are elementwise, in a fixed order.
 
 Plain `mx` ops: CPU, Metal and CUDA alike. Full-precision caches only: a quantized cache
 (`--kv-bits`) attends row by row (`row_attention`)."""
@@ -127,10 +129,10 @@ def _shares(row: Any) -> bool:
 
 
 def _tiles(members: list[int], rows: list[Any]) -> list[list[int | None]]:
-    """Tiles of the rows `members` (indices into `rows`, all of one buffer): TILE_ROWS places
-    each, row i in place `rows[i].lane % TILE_ROWS` (None: an empty place). Each place's rows
-    are taken deepest first, so tile k holds the k-th deepest row of every place: the samples
-    of one anchor share a tile."""
+    """Tiles of the rows `members` (indices into `rows`, all of one buffer and one number of
+    blocks): TILE_ROWS places each, row i in place `rows[i].lane % TILE_ROWS` (None: an empty
+    place). Each place's rows are taken deepest first, so tile k holds the k-th deepest row of
+    every place: the samples of one anchor share a tile."""
     by_place: list[list[int]] = [[] for _ in range(TILE_ROWS)]
     for i in members:
         by_place[rows[i].lane % TILE_ROWS].append(i)
@@ -140,6 +142,19 @@ def _tiles(members: list[int], rows: list[Any]) -> list[list[int | None]]:
         [place[k] if k < len(place) else None for place in by_place]
         for k in range(max(len(place) for place in by_place))
     ]
+
+
+def _plan_tiles(rows: list[Any]) -> tuple[list[list[int | None]], list[int]]:
+    """(tiles, rows that attend alone): the sharing rows tiled per buffer and number of blocks
+    (module doc: a product's shape and batch are then the row's own), each by `_tiles`."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    alone: list[int] = []
+    for i, row in enumerate(rows):
+        if _shares(row):
+            groups.setdefault((id(row.base[0]), -(-row.prefix_len // BLOCK)), []).append(i)
+        else:
+            alone.append(i)
+    return [tile for members in groups.values() for tile in _tiles(members, rows)], alone
 
 
 def _tile_scores(queries: mx.array, tile: list[int | None], rows: list[Any], scale: float) -> tuple:
@@ -189,14 +204,7 @@ def attend_shared(queries: mx.array, rows: list[Any], scale: float) -> mx.array:
     part computed once per tile of rows sharing a prefix buffer (module doc); a row that shares
     none attends alone."""
     n, q_heads, _, dim = queries.shape
-    groups: dict[int, list[int]] = {}
-    alone: list[int] = []
-    for i, row in enumerate(rows):
-        if _shares(row):
-            groups.setdefault(id(row.base[0]), []).append(i)
-        else:
-            alone.append(i)
-    tiles = [tile for members in groups.values() for tile in _tiles(members, rows)]
+    tiles, alone = _plan_tiles(rows)
     sharing = [i for tile in tiles for i in tile if i is not None]
     tile_work = [_tile_scores(queries, tile, rows, scale) for tile in tiles]
     own_work = [_own_scores(queries[i], rows[i], scale) for i in sharing]

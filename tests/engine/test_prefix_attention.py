@@ -117,6 +117,23 @@ def test_a_row_takes_its_lanes_place_and_an_anchors_samples_share_a_tile() -> No
     assert prefix_attention._tiles([9], rows) == [[None, None, 9, None]]
 
 
+def test_a_tile_holds_rows_of_one_buffer_and_one_number_of_blocks() -> None:
+    """MLX's CUDA matmul rounds a batch's products by the batch's size (heads x blocks), so
+    rows share a tile only when they reach the same number of blocks of the same buffer: a
+    row's products are then the same whatever else is in flight. Rows with no shared buffer
+    attend alone."""
+    rows = _rows(_bases(mx.float32), mx.float32)
+    tiles, alone = prefix_attention._plan_tiles(rows)
+    assert sorted(alone) == [i for i, (cell, _, _) in enumerate(ROWS) if cell is None]
+    for tile in tiles:
+        present = [rows[i] for i in tile if i is not None]
+        assert len({id(r.base[0]) for r in present}) == 1
+        assert len({-(-r.prefix_len // prefix_attention.BLOCK) for r in present}) == 1
+    assert sorted(i for tile in tiles for i in tile if i is not None) == sorted(
+        i for i, (cell, _, _) in enumerate(ROWS) if cell is not None
+    )
+
+
 def test_a_tile_reads_its_prefix_once_without_copying_it() -> None:
     """The prefix is read in place: `_block_view` is a view of the buffer's storage (its blocks
     are the buffer's positions), and one tile covers up to TILE_ROWS rows of one buffer."""
