@@ -190,6 +190,9 @@ class EnginePlan:
     groups_by_prefix: rows of one cell attend over their shared prefix together
         (`prefix_attention`): the scheduler queues a cell's rows together.
     budget: what bounds memory, in words (`--memory-gb 4`, the auto budget's line, or no cap).
+    attention: how rows sharing a prefix attend: "group" (a cell's rows in one buffer, one fused
+        call per chunk: MlxEngine on a GPU), "shared" (one prefix copy, `prefix_attention`),
+        "copies" (a copy per row); "" where the engine does not say (a server).
     """
 
     shape: RowShape
@@ -201,6 +204,7 @@ class EnginePlan:
     admits_by_memory: bool = False
     groups_by_prefix: bool = False
     budget: str = NO_MEMORY_CAP
+    attention: str = ""
 
     @property
     def rows_cap(self) -> int:
@@ -238,6 +242,8 @@ class EngineStats:
         of two).
     decode_by_context: [tokens made, seconds] of decode steps by the same powers of two.
     notes: what happened that the user should know (endpoints that died).
+    rows_by_attention: rows admitted by the attention path that served them ("group", "shared",
+        "copies", "row by row"; MlxEngine), for the closing line.
     """
 
     generated_tokens: int = 0
@@ -249,6 +255,7 @@ class EngineStats:
     rows_by_context: dict[int, int] = field(default_factory=dict)
     decode_by_context: dict[int, list[float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    rows_by_attention: dict[str, int] = field(default_factory=dict)
 
 
 class Engine(ABC):

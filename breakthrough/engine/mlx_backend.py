@@ -82,6 +82,8 @@ check_mlx_lm()  # an mlx-lm this engine was not tested with: one line now (mlx_c
 
 if TYPE_CHECKING:  # batch_step imports mlx at its top; this module imports it only to generate
     from breakthrough.engine.batch_step import RowSpec, StepStats
+    from breakthrough.engine.group_kv import GroupCell, GroupShape
+    from breakthrough.engine.group_rows import GroupRows, GroupTarget
 
 _noticed = False
 
@@ -102,6 +104,20 @@ def _blas_notice_once() -> None:
 
 
 KV_BITS = (4, 8)
+# How rows attend (`MlxEngine(attention=)`): "auto" follows the device rule (`_sharing_pays`,
+# `_group_pays`); "group" puts every row of a cell in its cell's group buffer (`group_kv`, one
+# fused attention call per chunk of rows, `group_attention`) on any device; "shared" points rows
+# into their cell's one prefix copy (`prefix_attention`); "copies" gives each row its own copy in
+# mlx-lm's batch cache.
+ATTENTION_PATHS = ("auto", "group", "shared", "copies")
+# On a GPU, "auto" runs rows in group buffers once a run's shared prefix reaches this many tokens
+# (below it mlx-lm's copies are few bytes and one fused call). Provisional: set from
+# `bench/gpu_check.sh`'s step bench on the first GPU it runs on (bench/RESULTS.md).
+GPU_GROUP_SHARED_TOKENS = 1024
+GROUP_SLOTS = 16  # slots per cell at most (`group_kv.GroupShape`): rows of a cell at once
+# Own positions a probe row may need beyond B + the answer window: the forced close's tokens and
+# the step ahead (`group_kv.slot_positions` rounds the slot up from there).
+SLOT_SLACK = 64
 # Query heads x shared prefix positions of a row from which shared-prefix attention beats
 # per-row copies (`MlxEngine._sharing_pays`): between the two workloads bench/RESULTS.md gives,
 # where copies won (a few heads over short prefixes) and where sharing did (Qwen3-4B's attention).
@@ -210,13 +226,20 @@ class _Row:
 class _Feed:
     """The request source as `generate` pulls it: a request pulled but not admitted yet is
     `held` (it waits for memory), and the source may be exhausted or have nothing ready now
-    (None: contract.Engine)."""
+    (None: contract.Engine). A request whose group slot is held by a row in flight is `parked`
+    (up to a batch of them) while later ones are admitted (`group_rows`)."""
 
     def __init__(self, source: Iterator[GenRequest | None]) -> None:
         self.source = source
         self.held: GenRequest | None = None
         self.exhausted = False
         self.keys: set[str] = set()
+        self.parked: list[GenRequest] = []
+
+    @property
+    def done(self) -> bool:
+        """Nothing more to admit: the source is exhausted and nothing waits."""
+        return self.exhausted and self.held is None and not self.parked
 
     def next(self) -> GenRequest | None:
         """The held request, else the source's next one (checked, and held until admitted);
@@ -256,8 +279,20 @@ class MlxEngine(Engine):
         instrument: bool = True,
         kv_bits: int | None = None,
         share_prefixes: bool | None = None,
+        attention: str = "auto",
+        group_slots: int = GROUP_SLOTS,
     ):
         self.model = model
+        if attention not in ATTENTION_PATHS:
+            raise BtError(
+                f"attention: expected one of {', '.join(ATTENTION_PATHS)}, got {attention}"
+            )
+        if attention == "shared":
+            share_prefixes = True
+        elif attention == "copies":
+            share_prefixes = False
+        self.attention = attention
+        self.group_slots = max(1, int(group_slots))  # slots per cell at most (`_group_shape`)
         _blas_notice_once()
         from breakthrough.engine.allocator import keep_freed_memory
         from breakthrough.engine.row_attention import install
@@ -276,6 +311,12 @@ class MlxEngine(Engine):
         # in mlx-lm's batch cache. Quantized KV exists only as shared rows.
         self.share_prefixes = bool(share_prefixes) or kv_bits is not None
         self._share_fixed = share_prefixes is not None or kv_bits is not None
+        # Rows in their cell's group buffer (`group_rows`; None: not this engine's path). Set by
+        # `configure`, or by `generate` for an engine used without a plan (`bt serve`).
+        self.groups: GroupRows | None = None
+        self._group_planned = False  # `configure` decided (group or not) for the run
+        self._eligible: bool | None = None  # `group_eligible`, measured once
+        self.rows_by_attention: dict[str, int] = {}  # rows admitted per attention path (`_path`)
         self._unshared_tokens = 0  # the longest restart row a configured plan named
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         if not self.eos_ids:
@@ -320,6 +361,12 @@ class MlxEngine(Engine):
         # Keys of rows to drop before their end (`cancel`: bt serve's client went away).
         self._cancelled: set[str] = set()
         self._cancel_lock = threading.Lock()
+        if attention == "group" and not self.group_eligible():
+            raise BtError(
+                "attention group: this engine cannot hold rows in group buffers (it needs "
+                "full-precision keys and values, prefix reuse, a model whose layers are all plain "
+                "attention and whose attention calls mlx-lm's function)"
+            )
 
     def cancel(self, key: str) -> None:
         """Stop generating the in-flight row of request `key` (from any thread): at the next
@@ -339,6 +386,8 @@ class MlxEngine(Engine):
         for uid in uids:
             row = rows.pop(uid)
             self._retire(row.req.key)
+            if self.groups is not None:
+                self.groups.release(row.req.key)
             dropped.append(
                 GenResult(
                     key=row.req.key,
@@ -410,6 +459,7 @@ class MlxEngine(Engine):
             rows_in_flight_max=self.counters.rows_in_flight_max,
             rows_by_context=dict(self.counters.rows_by_context),
             decode_by_context={k: list(v) for k, v in self.counters.decode_by_context.items()},
+            rows_by_attention=dict(self.rows_by_attention),
         )
 
     def layout(self) -> CacheBytes:
@@ -428,17 +478,25 @@ class MlxEngine(Engine):
         - Sharing: rows point into their cell's one prefix copy when that is faster
           (`_sharing_pays`), or when a copy per row (counted twice, at the longest row) would
           not fit the budget; once an engine shares it keeps sharing (rows in flight point into
-          prefixes), and `--kv-bits` always shares."""
+          prefixes), and `--kv-bits` always shares.
+        - Group buffers (`_group_pays`: on a GPU, or `attention="group"`): a cell's prefix and
+          GROUP_SLOTS slots of B + answer positions in one buffer per layer, counted whole per
+          cell; as many cells as fit (at most `shared_prefixes`), else the rules above."""
         probe = max(int(shape.probe_tokens), 1)
         restart = max(int(shape.restart_tokens), self._unshared_tokens)
         shared = int(shape.shared_tokens) if self.reuse_prefixes else 0
-        share = self.share_prefixes or (
-            bool(shared) and not self._share_fixed and self._sharing_pays(shared)
+        group = self._planned_group(shape, shared)
+        share = (
+            group is not None
+            or self.share_prefixes
+            or (bool(shared) and not self._share_fixed and self._sharing_pays(shared))
         )
         slots = self._prefix_slots if self.reuse_prefixes else None
         budget = float(self.memory_budget_bytes)
         probe_rows = restart_rows = self.batch_size
-        if budget:
+        if group is not None:
+            slots = group[1]
+        if budget and group is None:
             rule = dict(
                 batch_size=self.batch_size,
                 max_prefixes=self._max_prefixes,
@@ -459,6 +517,17 @@ class MlxEngine(Engine):
                 copies_fit = not share
             if not copies_fit:
                 probe_rows = self._admitted(held, probe, shared)
+        elif budget and shape.restart_tokens:
+            rows = admission(
+                self.layout(),
+                budget,
+                restart,
+                0,
+                batch_size=self.batch_size,
+                max_prefixes=1,
+                snapshots=self._snapshots(),
+            )
+            restart_rows = self._admitted(rows, restart)
         auto = self.memory_auto_line
         words = auto or (f"--memory-gb {budget / 2**30:g}" if budget else NO_MEMORY_CAP)
         return EnginePlan(
@@ -471,6 +540,7 @@ class MlxEngine(Engine):
             admits_by_memory=bool(budget) and share,
             groups_by_prefix=share and self.row_attention and self.kv_bits is None,
             budget=words,
+            attention="group" if group is not None else ("shared" if share else "copies"),
         )
 
     def _admitted(self, rule: Admission, tokens: int, shared: int = 0) -> int:
@@ -488,11 +558,160 @@ class MlxEngine(Engine):
 
     def configure(self, plan: EnginePlan) -> None:
         """Apply `plan` (made by `plan`): the prefix slots kept and whether rows share their
-        prefix (once sharing, always: rows in flight point into the prefixes)."""
+        prefix (once sharing, always: rows in flight point into the prefixes), in group buffers
+        or not (once in group buffers, always: cells hold them)."""
+        from breakthrough.engine.group_rows import GroupRows
+
+        self._group_planned = True
+        if plan.attention == "group" and self.groups is None:
+            self.groups = GroupRows(self._group_shape(plan.shape))
         self.share_prefixes = self.share_prefixes or plan.share_prefixes
         if self.reuse_prefixes and plan.prefix_slots is not None:
             self._prefix_slots = plan.prefix_slots
         self._unshared_tokens = max(self._unshared_tokens, plan.shape.restart_tokens)
+
+    # -- group buffers (group_kv, group_rows, group_attention) --------------------------------
+    def group_eligible(self) -> bool:
+        """Whether rows of this engine can live in group buffers: the model's attention is
+        routed (`row_attention`), every layer is plain attention (a `KVCache`: group buffers
+        hold no window or recurrent state), keys and values are full precision (`--kv-bits`
+        attends row by row) and prefixes are reused."""
+        if self._eligible is None:
+            from breakthrough.engine.mlx_compat import KVCache, make_prompt_cache
+
+            self._eligible = (
+                bool(self.row_attention)
+                and self.kv_bits is None
+                and self.reuse_prefixes
+                and all(type(c) is KVCache for c in make_prompt_cache(self.model))
+            )
+        return self._eligible
+
+    def _group_pays(self, shared_tokens: int) -> bool:
+        """The device rule for group buffers: always when asked (`attention="group"`); under
+        "auto" on a GPU once the shared prefix reaches GPU_GROUP_SHARED_TOKENS (a decode step's
+        cost there is its kernel launches: bench/RESULTS.md); never on the CPU, where shared
+        prefixes attend in numpy (`prefix_attention`, measured faster there)."""
+        if self.attention == "group":
+            return True
+        if self.attention != "auto" or self._share_fixed or not self.group_eligible():
+            return False
+        import mlx.core as mx
+
+        return mx.default_device() == mx.gpu and int(shared_tokens) >= GPU_GROUP_SHARED_TOKENS
+
+    def _group_shape(self, shape: RowShape | None) -> GroupShape:
+        """The cells' group buffers for rows of `shape` (None: the default protocol's):
+        GROUP_SLOTS slots (a multiple of the chunk) of B + answer + SLOT_SLACK positions. None of
+        it depends on the batch size or the cells in the run, so a row's keys sit at the same
+        positions whatever else runs."""
+        from breakthrough.engine.group_kv import GroupShape, chunk_rows, slot_positions
+        from breakthrough.engine.prefix_cache import kv_heads, query_heads
+
+        if shape is not None and shape.shared_tokens:
+            own = int(shape.probe_tokens) - int(shape.shared_tokens)
+        else:
+            own = DEFAULT.budget + DEFAULT.answer_budget
+        chunk = chunk_rows(query_heads(self.model), kv_heads(self.model))
+        slots = -(-self.group_slots // chunk) * chunk
+        return GroupShape(slots, slot_positions(own + SLOT_SLACK), chunk, DEFAULT.samples)
+
+    def _planned_group(self, shape: RowShape, shared: int) -> tuple[GroupShape, int] | None:
+        """(group shape, cells kept at once) when rows of `shape` run in group buffers
+        (`_group_pays`, and at least one cell's buffers fit the budget), else None."""
+        from breakthrough.engine.group_kv import TRASH
+
+        if not shared or not self.reuse_prefixes or not self._group_pays(shared):
+            return None
+        if not self.group_eligible():
+            return None
+        group = self._group_shape(shape)
+        if not self.memory_budget_bytes:
+            return group, self._prefix_slots
+        b = self.layout()
+        per_cell = b.prefix_cache(shared, 0) + b.plain_per_token * (
+            group.slots * group.slot_size + TRASH
+        )
+        cells = min(self._max_prefixes, int(self.memory_budget_bytes // max(per_cell, 1.0)))
+        return (group, cells) if cells >= 1 else None
+
+    def _start_groups(self) -> None:
+        """An engine used without a plan (`bt serve`, a bench) takes the group path by the same
+        device rule, for rows of the default protocol's length."""
+        from breakthrough.engine.group_rows import GroupRows
+
+        if self.groups is not None or self._group_planned:
+            return
+        if self._group_pays(GPU_GROUP_SHARED_TOKENS) and self.group_eligible():
+            self.groups = GroupRows(self._group_shape(None))
+            self.share_prefixes = True
+
+    def _group_target(self, req: GenRequest) -> GroupTarget | None:
+        """Where `req` runs in a group buffer (`GroupRows.target`), or None."""
+        if self.groups is None:
+            return None
+        held = req.shared_prefix is not None and req.shared_prefix.key in self._prefixes
+        return self.groups.target(
+            req, self._kept, common_prefix_length, self._restart_skips_prefix, held
+        )
+
+    def _group_cell(self, key: str) -> GroupCell | None:
+        have = self._prefixes.get(key)
+        return None if have is None else have[1].group
+
+    def _slot_ready(self, req: GenRequest) -> bool:
+        """False when `req` runs in a group buffer whose slot for it a row in flight holds."""
+        target = self._group_target(req)
+        if target is None or self.groups is None:
+            return True
+        if target.from_kept and req.follows is not None:
+            cell = self._kept[req.follows][1][0].cell
+        else:
+            cell = self._group_cell(target.cell_key)
+        return self.groups.ready(target, cell)
+
+    def _start_group(
+        self, req: GenRequest, target: GroupTarget
+    ) -> tuple[list, list[int], str, int]:
+        """`_start` for a group row: its cell's buffers (built from the cell's prefix on first
+        use) or the kept state it follows, its slot taken, its own ids prefilled at batch 1 into
+        the slot up to the prompt's last id."""
+        from breakthrough.engine.group_rows import group_cell
+        from breakthrough.engine.prefix_cache import prefill
+
+        assert self.groups is not None
+        kept_cache = None
+        if target.from_kept and req.follows is not None:
+            _, kept_cache = self._kept.pop(req.follows)
+            booking = self.book.kept.pop(req.follows, None)
+            cell = kept_cache[0].cell
+            key = booking.prefix if booking is not None and booking.prefix else cell.key
+        else:
+            shared = req.shared_prefix
+            assert shared is not None
+            pc = self._prefix_cache(shared)
+            before = pc.prefill_tokens
+            shape = self.groups.shape
+            cell = pc.hand_over(lambda layers: group_cell(shared.key, shared.starts, shape, layers))
+            self.prefill_tokens += pc.prefill_tokens - before
+            self.book.prefix_bytes[shared.key] = float(pc.nbytes)
+            key = shared.key
+        rows = self.groups.rows(req, target, cell, kept_cache)
+        feed = [int(t) for t in req.prompt[target.held :]]
+        if len(feed) > 1:
+            prefill(self.model, rows, feed[:-1])
+        return rows, feed[-1:], key, len(feed)
+
+    def _path(self, cache: list) -> str:
+        """The attention path a row of `cache` takes (`EngineStats.rows_by_attention`)."""
+        if any(getattr(layer, "in_group", False) for layer in cache):
+            return "group"
+        if not self.share_prefixes:
+            return "copies"
+        if not self.row_attention:
+            return "padded"
+        sharing = any(getattr(layer, "base", None) is not None for layer in cache)
+        return "shared" if sharing and self.kv_bits is None else "row by row"
 
     def _sharing_pays(self, shared_tokens: int) -> bool:
         """Whether rows whose shared prefix is `shared_tokens` long run faster pointing into
@@ -522,9 +741,19 @@ class MlxEngine(Engine):
     def _cost(self, req: GenRequest) -> tuple[int, float]:
         """(final length, bytes it adds) of admitting `req` now, without building anything:
         its own tokens (prompt beyond what it reuses + max_tokens + the step ahead), and its
-        shared prefix when that is not held yet."""
+        shared prefix when that is not held yet (a group row: its cell's buffers when they are
+        not built yet, and nothing of its own)."""
         b = self.layout()
         prompt_len, extra = len(req.prompt), int(req.max_tokens) + 1
+        target = self._group_target(req)
+        if target is not None and self.groups is not None:
+            if target.from_kept or self._group_cell(target.cell_key) is not None:
+                return prompt_len + extra, 0.0
+            shape = self.groups.shape
+            slots = b.plain_per_token * shape.slots * shape.slot_size
+            held = target.cell_key in self._prefixes
+            ids = len(req.shared_prefix.ids) if req.shared_prefix is not None else 0
+            return prompt_len + extra, slots + (0.0 if held else b.prefix_cache(ids, 0))
         if not self.reuse_prefixes:
             return prompt_len + extra, b.own_row(prompt_len + extra)
         if req.follows is not None and req.follows in self._kept:
@@ -624,6 +853,9 @@ class MlxEngine(Engine):
         from breakthrough.engine.prefix_cache import KV_GROUP_SIZE, make_cache, prefill
         from breakthrough.engine.shared_kv import QuantizedSharedRowCache, SharedRowCache
 
+        target = self._group_target(req)
+        if target is not None:
+            return self._start_group(req, target)
         prompt = [int(t) for t in req.prompt]
         cache, feed, key = self._reused(req, prompt)
         if cache is None:
@@ -655,13 +887,14 @@ class MlxEngine(Engine):
             booking = self.book.kept.pop(req.follows, None)
             key = booking.prefix if booking is not None else None
             keep = min(cache_length(cache), common_prefix_length(seq, prompt), len(prompt) - 1)
-            if keep > 0:
+            in_group = any(hasattr(layer, "cell") for layer in cache)
+            if keep > 0 and not in_group:  # (a group row's: `_start_group` only)
                 try:
                     return trim_to(cache, keep), prompt[keep:], key
                 except ValueError:  # a recurrent state (Qwen3.5) cannot be cut back: rebuild below
                     pass
         shared = req.shared_prefix
-        if shared is not None:
+        if shared is not None and self.groups is None:  # (group prefixes: `_start_group` only)
             n = min(common_prefix_length(shared.ids, prompt), len(prompt) - 1)
             if (
                 n > 0
@@ -698,7 +931,11 @@ class MlxEngine(Engine):
         self.prefill_tokens += fed
         length = len(req.prompt) + int(req.max_tokens) + 1
         shared = self._kept_shared_len(cache)
-        own = self.layout().own_row(length - shared) if self.memory_budget_bytes else 0.0
+        path = self._path(cache)
+        self.rows_by_attention[path] = self.rows_by_attention.get(path, 0) + 1
+        own = 0.0  # a group row's slot is its cell's (booked with the prefix)
+        if self.memory_budget_bytes and path != "group":
+            own = self.layout().own_row(length - shared)
         self.book.rows[req.key] = Booking(own, length, prefix)
         return cache, feed, fed
 
@@ -726,6 +963,7 @@ class MlxEngine(Engine):
         )
         feed = _Feed(iter(requests))
         rows: dict[int, _Row] = {}
+        self._start_groups()
         t_start = time.perf_counter()
         try:
             mx.reset_peak_memory()
@@ -737,7 +975,7 @@ class MlxEngine(Engine):
                     yield from self._drop_cancelled(gen, rows)
                 self._refill(gen, feed, rows)
                 if not rows:
-                    if feed.exhausted and feed.held is None:
+                    if feed.done:
                         break
                     raise BtError("the request source had nothing ready while no row was in flight")
                 step_start = time.perf_counter()
@@ -746,6 +984,8 @@ class MlxEngine(Engine):
                     yield from self._record_step(rows, responses, time.perf_counter() - step_start)
         finally:
             self.last_elapsed_s = time.perf_counter() - t_start
+            if self.groups is not None:
+                self.groups.release_all()
             gen.close()
             try:
                 self.peak_memory_bytes = max(self.peak_memory_bytes, int(mx.get_peak_memory()))
@@ -758,16 +998,32 @@ class MlxEngine(Engine):
         from breakthrough.engine.batch_step import RowSpec
 
         new: list[tuple[GenRequest, list, list[int], int]] = []
+        for parked in list(feed.parked):  # waiting for their group slot: first in line
+            if len(rows) + len(new) >= self.batch_size:
+                break
+            if self._slot_ready(parked) and self._fits(parked, len(rows) + len(new)):
+                feed.parked.remove(parked)
+                new.append((parked, *self._admit(parked)))
         while len(rows) + len(new) < self.batch_size:
             req = feed.next()
             if req is None:
                 break
+            if not self._slot_ready(req):
+                if len(feed.parked) >= self.batch_size:
+                    break
+                feed.parked.append(req)
+                feed.held = None
+                continue
             if not self._fits(req, len(rows) + len(new)):
                 if rows or new:
                     break
                 self._make_room(req)
             feed.held = None
             new.append((req, *self._admit(req)))
+        if not new and not rows and feed.parked:  # every slot is free now: the first must go
+            first = feed.parked.pop(0)
+            self._make_room(first)
+            new.append((first, *self._admit(first)))
         if not new:
             return
         specs = [
@@ -802,7 +1058,12 @@ class MlxEngine(Engine):
             prefix = self._retire(row.req.key)
             if row.req.keep_state and self.reuse_prefixes and resp.prompt_cache is not None:
                 seq = [int(t) for t in row.req.prompt] + row.tokens
-                self._keep(row.req.key, seq, resp.prompt_cache, prefix)
+                cache = resp.prompt_cache
+                if self.groups is not None and row.req.key in self.groups.held:
+                    cache = self.groups.kept(cache)  # copied out before its slot is reused
+                self._keep(row.req.key, seq, cache, prefix)
+            if self.groups is not None:
+                self.groups.release(row.req.key)
             ready.append(self._result(row, resp))
         shared = self.share_prefixes and self.row_attention  # shared rows: no padding
         self.counters.step(contexts, padded=not shared, seconds=seconds)

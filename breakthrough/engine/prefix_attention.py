@@ -47,6 +47,9 @@ import numpy as np
 TILE_ROWS = 4
 BLOCK = 256  # prefix positions per block (= mlx-lm's KVCache step: buffers are multiples)
 _MASKED = -1e30  # a masked score: finite, so a fully masked block stays finite (weight 0)
+# True: `_softmax_parts` stays lazy MLX on the CPU too (its GPU branch), so that
+# `bench/prefix_attention_step.py --count-ops` can build a step's graph without evaluating it.
+LAZY_ON_CPU = False
 
 
 @lru_cache(maxsize=256)
@@ -86,7 +89,7 @@ def _softmax_parts(scores: list[Any], masks: list[Any]) -> list[tuple[Any, Any, 
     an element: most of a step at long contexts): the scores are evaluated together, once per
     layer. Elsewhere lazily in MLX."""
     out = []
-    if mx.default_device() != mx.cpu:
+    if mx.default_device() != mx.cpu or LAZY_ON_CPU:
         for sc, mask in zip(scores, masks, strict=True):
             if isinstance(mask, tuple):
                 sc = sc + _prefix_bias_mx(*mask)

@@ -234,6 +234,9 @@ class PrefixCache:
         self.snapshots: dict[int, list[Any]] = {}
         self.plain: bool | None = None
         self._plain_mask: list[bool] = []
+        # The cell's group buffers once a group row asked for them (`group_cell`): they then
+        # hold the prefix, and this object no longer does.
+        self.group: Any = None
 
     def _prefill(self) -> None:
         from breakthrough.engine.mlx_compat import make_prompt_cache
@@ -264,10 +267,25 @@ class PrefixCache:
         # plain layers hold sequence[:pos]; the others live on in the snapshots only
         self.full = [c if p else None for p, c in zip(self._plain_mask, cache, strict=True)]
 
+    def hand_over(self, build: Any) -> Any:
+        """The object `build(layers)` makes of this prefix's plain layers (a cell's group buffers,
+        `group_rows.group_cell`), made once and kept as `group`; each layer is handed to
+        `build` as a `KVCache` whose arrays this object then drops, so that no view of the new
+        buffers lives here. Plain models only (`plain`)."""
+        if self.group is None:
+            if self.plain is None:
+                self._prefill()
+            if not self.plain or self.full is None:
+                raise ValueError("only a plain model's prefix can be handed over")
+            self.group = build(self.full)
+        return self.group
+
     @property
     def nbytes(self) -> int:
         """Bytes held: the full cache's plain layers (all of it for a plain model) plus every
-        snapshot of the untrimmable layers."""
+        snapshot of the untrimmable layers; a cell's group buffers once they hold the prefix."""
+        if self.group is not None:
+            return int(self.group.nbytes)
         if self.full is None:
             return 0
         held = sum(layer_nbytes(c) for p, c in zip(self._plain_mask, self.full, strict=True) if p)
@@ -278,6 +296,8 @@ class PrefixCache:
     def state(self, n: int) -> list[Any]:
         if not 0 <= n <= len(self.sequence):
             raise ValueError(f"cut {n} outside 0..{len(self.sequence)}")
+        if self.group is not None:
+            raise ValueError("this prefix lives in group buffers now (hand_over)")
         if self.plain is None:
             self._prefill()
         held = self.full
@@ -418,6 +438,21 @@ def query_heads(model: Any) -> int:
         if isinstance(text, dict) and isinstance(text.get("num_attention_heads"), int):
             return int(text["num_attention_heads"])
     return 32
+
+
+def kv_heads(model: Any) -> int:
+    """The KV heads of the model's plain attention layers, from a one-token forward pass (the
+    config's names vary by family; the cache does not lie)."""
+    import mlx.core as mx
+
+    from breakthrough.engine.mlx_compat import KVCache, make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    model(mx.array([[0]]), cache=cache)
+    for layer in cache:
+        if type(layer) is KVCache and layer.keys is not None:
+            return int(layer.keys.shape[1])
+    return max(1, query_heads(model))
 
 
 def kv_bytes_per_token(model: Any) -> float:

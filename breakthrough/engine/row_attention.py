@@ -4,6 +4,8 @@ mlx-lm's batch attention runs on one left-padded [rows, heads, T_max, dim] tenso
 read at the longest row's length, and for `shared_kv` rows that tensor would have to be
 assembled each step (every row's prefix copied per layer). Instead, for a one-token step:
 
+  * rows in their cell's group buffer (`group_kv`, the GPU path) go to
+    `group_attention.attend_group`: one fused attention call per chunk of a cell's rows;
   * full-precision rows go to `prefix_attention.attend_shared`: the rows that point into one
     prefix buffer attend over it together, once per tile of rows (issue 38);
   * quantized rows (`--kv-bits`) attend one by one over their own keys (prefix view and suffix,
@@ -26,6 +28,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from breakthrough.engine.group_attention import attend_group
 from breakthrough.engine.mlx_compat import mlx_attention, mlx_quantized_attention, route_attention
 from breakthrough.engine.prefix_attention import attend_alone, attend_shared
 
@@ -56,6 +59,8 @@ def attend(
         return mlx_attention(
             queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks
         )
+    if any(row.in_group for row in rows):  # a GPU engine's group buffers (group_kv)
+        return attend_group(queries, rows, scale, others=attend_shared)
     if GROUPED and sinks is None and not hasattr(cache, "bits"):
         return attend_shared(queries, rows, scale)
     out = [attend_alone(queries[i : i + 1], row, scale, sinks) for i, row in enumerate(rows)]

@@ -42,6 +42,9 @@ class SharedRowCache(KVCache):
     # triples of them in a QuantizedSharedRowCache), None before the first write.
     keys: Any
     values: Any
+    # True for a row in its cell's group buffer (`group_kv.GroupRowCache`): a batch step writes
+    # it with one scatter per buffer and `group_attention` attends over it.
+    in_group = False
 
     def __init__(
         self, prefix_keys: Any = None, prefix_values: Any = None, base: Any = None
@@ -213,6 +216,8 @@ class SharedBatchCache:
 
     def update_and_fetch(self, keys, values):
         n = int(keys.shape[2])
+        if any(row.in_group for row in self.rows):
+            return self._update_group(keys, values)
         for i, row in enumerate(self.rows):
             row.write(keys[i : i + 1], values[i : i + 1])
         self._idx += n
@@ -226,11 +231,31 @@ class SharedBatchCache:
         self._fetched_keys = fetched[0]
         return fetched
 
+    def _update_group(self, keys, values):
+        """A one-token step of a batch with rows in group buffers: every row's key and value
+        written (group rows by one scatter per buffer, `GroupRowCache.write_step`; the others
+        into their own suffix), and no padded tensor built: a lazy view of a group buffer would
+        keep it from being donated to the next step's scatter. The step's own keys are handed
+        back only as the token `rows_for_attention` recognises."""
+        if int(keys.shape[2]) != 1:
+            raise ValueError("rows in group buffers take one-token steps only")
+        for i, row in enumerate(self.rows):
+            if not row.in_group:
+                row.write(keys[i : i + 1], values[i : i + 1])
+        group_row: Any = next(row for row in self.rows if row.in_group)
+        group_row.write_step(self.rows, keys, values)
+        self._idx += 1
+        self.offset = self.offset + 1
+        self._fetched_keys = keys
+        return keys, values
+
     def rows_for_attention(self, queries: Any, keys: Any) -> list[SharedRowCache] | None:
         """The rows, for `row_attention.attend`, when this is a one-token step on the keys this
         cache just fetched, without a sliding window; None otherwise (the padded tensor is
-        used)."""
+        used; never for rows in group buffers, which have none)."""
         if keys is not self._fetched_keys or int(queries.shape[2]) != 1 or self._windowed:
+            if any(row.in_group for row in self.rows):
+                raise RuntimeError("rows in group buffers reached an attention they cannot take")
             return None
         return list(self.rows)
 
@@ -252,7 +277,11 @@ class SharedBatchCache:
 
     @property
     def state(self):
-        return [a for r in self.rows for a in _arrays(r.keys) + _arrays(r.values)]
+        held: dict[int, Any] = {}
+        for r in self.rows:
+            arrays = r.state[0] if r.in_group else _arrays(r.keys) + _arrays(r.values)
+            held.update((id(a), a) for a in arrays)
+        return list(held.values())
 
     def filter(self, batch_indices) -> None:
         idx = batch_indices.tolist() if hasattr(batch_indices, "tolist") else list(batch_indices)
