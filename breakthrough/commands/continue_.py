@@ -112,6 +112,15 @@ def continue_(
         "is part of the run's identity: default the run's own setting once it was continued, "
         "else off; another value on a continued run is refused.",
     ),
+    attention: str = typer.Option(
+        "auto",
+        "--attention",
+        help="How rows that share a base trace attend (--backend mlx): auto (on a GPU a cell's "
+        "rows in one buffer per layer, one fused attention call per chunk of rows, once the "
+        "shared prefix is long enough; on the CPU shared-prefix attention or per-row copies, "
+        "whichever is faster), or group, shared or copies to force one. The closing line says "
+        "which path served how many rows.",
+    ),
     instrument: bool = typer.Option(
         False,
         "--instrument",
@@ -126,6 +135,8 @@ def continue_(
 
     Resumable: rerunning completes the missing samples only (seeds come from each sample's
     identity, so the result equals an uninterrupted run)."""
+    from dataclasses import replace
+
     from rich.console import Console
 
     from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
@@ -163,7 +174,7 @@ def continue_(
             (settings, kv_bits, instrument),
         )
         return
-    engine = http.engine(batch_size, memory_budget(memory_gb))
+    engine = replace(http.engine(batch_size, memory_budget(memory_gb)), attention=attention)
     opts = ContinueOptions(
         topup=rules,
         engine=engine,
@@ -212,6 +223,10 @@ def continue_(
         )
         if rep.rows_in_flight_max:
             occupancy += f", at most {rep.rows_in_flight_max} rows in flight"
+        if rep.rows_by_attention:
+            occupancy += "; attention " + ", ".join(
+                f"{path} {n} rows" for path, n in sorted(rep.rows_by_attention.items())
+            )
         if rep.peak_memory_bytes:
             occupancy += (
                 f"; peak memory {rep.peak_memory_bytes / 2**30:.2f} GB (MLX, weights included)"

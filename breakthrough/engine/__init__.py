@@ -51,6 +51,7 @@ def make_engine(spec: EngineSpec, loaded: Any) -> Engine:
         reuse_prefixes=spec.backend == "mlx",
         instrument=spec.instrument,
         kv_bits=spec.kv_bits,
+        attention=spec.attention,
     )
 
 

@@ -323,6 +323,11 @@ def check_api_key(key: str | None) -> None:
         raise BtError("--api-key: expected a non-empty key without spaces or control characters")
 
 
+# How an MLX engine's rows sharing a prefix attend (`EngineSpec.attention`, `bt continue
+# --attention`; `mlx_backend.MlxEngine`).
+ATTENTION_PATHS = ("auto", "group", "shared", "copies")
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """What the user asked for; `breakthrough.engine.make_engine` turns it into an Engine.
@@ -349,6 +354,9 @@ class EngineSpec:
         decode step (MLX backends); False keeps the log-prob and full-distribution entropy
         only, which is what continuations need (protocol 2.2 instruments the base trace).
         Never changes a token.
+    attention: how rows sharing a prefix attend (MLX backends, `ATTENTION_PATHS`): "auto" (the
+        device rule: group buffers on a GPU, shared-prefix attention or copies on the CPU),
+        "group", "shared" or "copies" to force one.
     """
 
     backend: str = "mlx"
@@ -362,6 +370,7 @@ class EngineSpec:
     retries: int = RETRIES
     api_key: str | None = field(default=None, repr=False)
     instrument: bool = True
+    attention: str = "auto"
 
     def __post_init__(self) -> None:
         """Refuse settings no engine can run, in one line naming the option that sets each: the
@@ -370,6 +379,12 @@ class EngineSpec:
         if self.backend not in BACKENDS:
             raise BtError(f"--backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
         check_batch_size(self.batch_size)
+        if self.attention not in ATTENTION_PATHS:
+            raise BtError(
+                f"--attention: expected one of {', '.join(ATTENTION_PATHS)}, got {self.attention!r}"
+            )
+        if self.attention != "auto" and self.backend != "mlx":
+            raise BtError(f"--attention applies to --backend mlx, not {self.backend}")
         if self.backend not in HTTP_BACKENDS:  # an mlx-lm bt was not tested with: one line now
             from breakthrough.engine.mlx_version import check_mlx_lm
 

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from breakthrough.engine.contract import (
+    ATTENTION_PATHS,
     NO_MEMORY_CAP,
     Engine,
     EnginePlan,
@@ -104,12 +105,11 @@ def _blas_notice_once() -> None:
 
 
 KV_BITS = (4, 8)
-# How rows attend (`MlxEngine(attention=)`): "auto" follows the device rule (`_sharing_pays`,
-# `_group_pays`); "group" puts every row of a cell in its cell's group buffer (`group_kv`, one
-# fused attention call per chunk of rows, `group_attention`) on any device; "shared" points rows
-# into their cell's one prefix copy (`prefix_attention`); "copies" gives each row its own copy in
-# mlx-lm's batch cache.
-ATTENTION_PATHS = ("auto", "group", "shared", "copies")
+# How rows attend (`MlxEngine(attention=)`, contract.ATTENTION_PATHS): "auto" follows the device
+# rule (`_sharing_pays`, `_group_pays`); "group" puts every row of a cell in its cell's group
+# buffer (`group_kv`, one fused attention call per chunk of rows, `group_attention`) on any
+# device; "shared" points rows into their cell's one prefix copy (`prefix_attention`); "copies"
+# gives each row its own copy in mlx-lm's batch cache.
 # On a GPU, "auto" runs rows in group buffers once a run's shared prefix reaches this many tokens
 # (below it mlx-lm's copies are few bytes and one fused call). Provisional: set from
 # `bench/gpu_check.sh`'s step bench on the first GPU it runs on (bench/RESULTS.md).

@@ -139,6 +139,8 @@ class ContinueReport:
     peak_memory_bytes: int = 0  # MLX's peak allocation over the run (weights included)
     rows_in_flight_max: int = 0  # the most rows the engine had in flight at once
     rows_by_context: dict[int, int] = field(default_factory=dict)  # EngineStats.rows_by_context
+    # rows per attention path that served them (EngineStats.rows_by_attention; MlxEngine)
+    rows_by_attention: dict[str, int] = field(default_factory=dict)
     topup: TopupChoice | None = None  # the --topup rules the run was continued under
     notes: list[str] = field(default_factory=list)  # the engine's (e.g. endpoints that died)
 
@@ -257,6 +259,7 @@ def run_scheduled(
     report.peak_memory_bytes = stats.peak_memory_bytes
     report.rows_in_flight_max = stats.rows_in_flight_max
     report.rows_by_context = dict(stats.rows_by_context)
+    report.rows_by_attention = dict(stats.rows_by_attention)
     report.batch_size = batch_size
     record_throughput(
         store,

@@ -88,6 +88,12 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     occ = re.search(r"batch occupancy (\d+)% of 4", said)
     assert occ and 0 < int(occ.group(1)) <= 100, said
     assert "rows at the deepest anchor" in said and "peak memory" in said
+    # which attention path served how many rows (on the CPU: never group buffers)
+    paths = dict(
+        (m.group(1), int(m.group(2)))
+        for m in re.finditer(r"(group|shared|copies|row by row|padded) (\d+) rows", said)
+    )
+    assert paths and "group" not in paths and sum(paths.values()) >= 8, said
     rec = stored_manifest(run)["throughput"]["continue@4"]
     assert rec["batch_size"] == 4 and 0 < rec["occupancy"] <= 1 and rec["tokens_per_s"] > 0
     # a third cell, so continue has work left to time (a run's settings cannot change); setup,
@@ -103,6 +109,13 @@ def test_dry_runs_count_the_work_and_use_the_measured_rate(tmp_path, tiny_model_
     assert all(line.strip().startswith("optimistic bound, not the estimate") for line in full)
     at8 = run_bt(*more, "--batch-size", "8", "--dry-run")
     assert "no `bt continue` of tiny-llama at batch size 8 has measured its own" in at8.stdout
+    # the third cell's rows forced into group buffers (the GPU path) on this CPU: the closing
+    # line counts them, and the run verifies
+    grouped = run_bt(*more, "--batch-size", "4", "--topup", "none", "--attention", "group")
+    assert grouped.returncode == 0, grouped.stderr
+    said = " ".join(grouped.stderr.split())
+    assert re.search(r"attention group \d+ rows", said), said
+    assert run_bt("verify", run).returncode == 0
 
     # --add-budget takes --dry-run: the arm's probes and their token bound; nothing written
     before = (run / "store.sqlite").read_bytes()

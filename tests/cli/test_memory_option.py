@@ -35,6 +35,26 @@ def test_kv_bits_other_than_4_or_8_is_one_line(tmp_path, value) -> None:
     assert not runs.exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ("--attention", "fused"),
+            "--attention: expected one of auto, group, shared, copies, got 'fused'",
+        ),
+        (
+            ("--attention", "group", "--backend", "mlx-fresh"),
+            "--attention applies to --backend mlx, not mlx-fresh",
+        ),
+    ],
+)
+def test_attention_other_than_the_paths_is_one_line(tmp_path, args, line) -> None:
+    runs = tmp_path / "runs"
+    res = run_bt("continue", "--runs-dir", runs, *args)
+    assert res.returncode == 2 and res.stderr.strip() == f"bt: error: {line}", res.stderr
+    assert not runs.exists()
+
+
 @pytest.mark.slow
 def test_kv_bits_on_the_offline_default_model_runs_and_a_plain_rerun_works(offline_model, tmp_path):
     """A walk from an empty folder (issue 40 item 1): `--kv-bits 8` on SmolLM2-135M (head_dim
