@@ -48,8 +48,22 @@ positions: mlx-lm pads a batch to its longest row).
     .venv/bin/python bench/continue_throughput.py --model study-geometry --cells 4 \
         --trace-tokens 4096 --anchors 256,512,1024,2048,4096 --budget 16 --curve 16
 
-`--attention shared|rowwise|copies` forces bt's attention path (default: the engine's rule,
-`MlxEngine._sharing_pays`); the README's table of the rule comes from it.
+`--attention group|shared|rowwise|copies` forces bt's attention path (default: the engine's
+rule, `MlxEngine._sharing_pays` / `_group_pays`); the README's table of the rule comes from it.
+
+`--peer batch-generate` adds the baseline a user who knows mlx-lm would write instead of bt, run
+on the same cells in the same process: every reasoning phase of every probe and restart through
+mlx-lm's `batch_generate` (its continuous batching: a prefill and a KV cache of its own per
+branch), then every answer phase the same way, with mlx-lm's `make_sampler` at the protocol's
+settings (a reasoning phase is cut at the close marker afterwards, as such a user would).
+`--bandwidth` prints the bytes of weights a decode step reads per second, for bt and each peer,
+against this device's measured copy bandwidth (a lower bound on how close to the memory's limit
+a step runs: K/V reads are not counted).
+
+`--model qwen3-4b-real` is Qwen3-4B's real shape (36 layers, hidden 2560, intermediate 9728,
+32 query x 8 KV heads x 128, vocabulary 151,936) with random weights quantized to 4 bits by
+MLX's `nn.quantize`, built here through mlx-lm's classes (2.3 GB: for a GPU; bench/gpu_check.sh);
+`--model qwen3-4b-toy` the same layout at toy size (2 layers, hidden 64) for the CPU.
 """
 
 from __future__ import annotations
@@ -110,6 +124,13 @@ MODELS = {
 # tests/models/tiny.py STUDY_GEOMETRIES) with a small hidden size: the KV cache and the attention's
 # work per token are the study model's, the weights a fraction.
 GEOMETRY_MODELS = {"study-geometry": "qwen3-4b", "study-geometry-ministral": "ministral-3-3b"}
+# The study model's real shapes, 4-bit (`write_geometry_model`), and the same layout at toy size.
+REAL_MODELS = {
+    "qwen3-4b-real": dict(
+        hidden=2560, intermediate=9728, vocab=151_936, bits=4, dtype="bfloat16", heads=32
+    ),
+    "qwen3-4b-toy": dict(layers=2, hidden=64, intermediate=192, bits=4, heads=32),
+}
 GEOMETRY_QUERY_HEADS = 32  # Qwen3-4B's and Ministral-3's; --query-heads 8 for a cheaper model
 
 
@@ -127,7 +148,9 @@ def force_attention(path: str) -> None:
     row_attention.GROUPED = path != "rowwise"
 
     def remembered(self, *a, **kw):
-        if path != "auto":
+        if path == "group":
+            kw["attention"] = "group"
+        elif path != "auto":
             kw["share_prefixes"] = path != "copies"
         init(self, *a, **kw)
         ENGINES.append(self)
@@ -158,11 +181,29 @@ def build_model(arg: str, query_heads: int = GEOMETRY_QUERY_HEADS) -> str:
     if arg in GEOMETRY_MODELS:
         out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"
         return str(write_geometry_model(out, GEOMETRY_MODELS[arg], heads=query_heads))
+    if arg in REAL_MODELS:
+        out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"
+        shape = REAL_MODELS[arg]
+        return str(write_geometry_model(out, "qwen3-4b", bench_tokenizer(), **shape))  # type: ignore[arg-type]
     if arg not in MODELS:
         return arg
     out = Path(tempfile.mkdtemp(prefix="bt-bench-")) / f"bench-{arg}"
     write_tiny_model(out, tokenizer_from_gguf(), **MODELS[arg])
     return str(out)
+
+
+def bench_tokenizer():
+    """SmolLM2's tokenizer (from the offline package's GGUF), or where that package is not
+    installed (a lent GPU machine: bench/gpu_check.sh) the tests' byte-level tokenizer with
+    Qwen3's special tokens and chat template (tests/models/hub_checkpoints.py)."""
+    from breakthrough.models.offline import tokenizer_from_gguf
+
+    try:
+        return tokenizer_from_gguf()
+    except Exception:  # no offline model package: the byte-level stand-in
+        from models.hub_checkpoints import SHAPES, byte_tokenizer
+
+        return byte_tokenizer(SHAPES["qwen3-4b"])
 
 
 def open_ids(loaded) -> list[int]:
@@ -388,6 +429,100 @@ def ref_generate(
     return out
 
 
+def peer_jobs(loaded, prompt: list[int], trace: list[int], protocol: Protocol) -> list[list[int]]:
+    """The reasoning prompts of one cell's probes (prompt + trace to each anchor, x samples) and
+    restarts (the prompt, x restart samples), as `run_reference` runs them."""
+    opened = len(open_ids(loaded))
+    jobs = [prompt + trace[: opened + t] for t in protocol.anchors for _ in range(protocol.samples)]
+    jobs += [
+        list(prompt) for c in protocol.restart_budgets for _ in range(protocol.restart_samples)
+    ]
+    return jobs
+
+
+def run_batch_generate(loaded, cells, protocol: Protocol, batch_size: int) -> tuple[float, int]:
+    """Every probe and restart of `cells` as a user of mlx-lm's batch generation would run them:
+    all reasoning phases through `batch_generate` (budgets per row), each cut at the close marker
+    (or closed by the forced close), then all answer phases through `batch_generate`: (seconds,
+    generated tokens kept)."""
+    import mlx.core as mx
+    from mlx_lm.generate import batch_generate
+    from mlx_lm.sample_utils import make_sampler
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+    close, forced, eos = close_tokens(loaded)
+    s = protocol.sampling
+    sampler = make_sampler(temp=s.temperature, top_p=s.top_p, min_p=s.min_p, top_k=s.top_k)
+    tokenizer = TokenizerWrapper(loaded.tokenizer, eos_token_ids=sorted(eos))
+    prompts, budgets = [], []
+    for _, prompt, trace in cells:
+        jobs = peer_jobs(loaded, prompt, trace, protocol)
+        n_probes = len(protocol.anchors) * protocol.samples
+        prompts += jobs
+        budgets += [protocol.budget] * n_probes + [
+            c for c in protocol.restart_budgets for _ in range(protocol.restart_samples)
+        ]
+    mx.random.seed(0)
+    t0 = time.perf_counter()
+    first = batch_generate(
+        loaded.model,
+        tokenizer,
+        prompts,
+        max_tokens=budgets,
+        sampler=sampler,
+        completion_batch_size=batch_size,
+        return_token_ids=True,
+    )
+    answers, kept = [], 0
+    for ctx, out in zip(prompts, first.token_ids or [], strict=True):
+        out = list(out)
+        cut = next(
+            (
+                i + len(close)
+                for i in range(len(out))
+                if close and tuple(out[i : i + len(close)]) == close
+            ),
+            None,
+        )
+        reasoning = out[:cut] if cut is not None else [t for t in out if t not in eos]
+        kept += len(reasoning)
+        answers.append(list(ctx) + reasoning + ([] if cut is not None else list(forced)))
+    second = batch_generate(
+        loaded.model,
+        tokenizer,
+        answers,
+        max_tokens=protocol.answer_budget,
+        sampler=sampler,
+        completion_batch_size=batch_size,
+        return_token_ids=True,
+    )
+    kept += sum(len(t) for t in second.token_ids or [])
+    return time.perf_counter() - t0, kept
+
+
+def copy_bandwidth() -> float:
+    """This device's copy bandwidth in bytes/s (bytes read + written), from a 1 GiB copy."""
+    import mlx.core as mx
+
+    a = mx.zeros((2**28,), dtype=mx.float32)
+    mx.eval(a)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        mx.eval(a * 1)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * a.nbytes / best
+
+
+def weights_rate(loaded, report_or_tokens, seconds: float, rows: float) -> float:
+    """Bytes of weights read per second by decode steps: one read of the weights per step, steps
+    = generated tokens / mean rows in flight (K/V reads not counted: a lower bound)."""
+    from breakthrough.engine.memory import weights_bytes
+
+    steps = report_or_tokens / max(rows, 1.0)
+    return weights_bytes(loaded.model) * steps / max(seconds, 1e-9)
+
+
 def run_reference(
     loaded, prompt: list[int], trace: list[int], protocol: Protocol, branches: int | None = None
 ):
@@ -478,10 +613,26 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--bt-only", action="store_true", help="skip the reference (profiling bt)")
     ap.add_argument(
+        "--peer",
+        choices=("reference", "batch-generate", "both"),
+        default="reference",
+        help="the baseline(s) bt is measured against in the same run: the plain one-sequence loop "
+        "(reference), mlx-lm's batch_generate over every branch (batch-generate), or both",
+    )
+    ap.add_argument(
+        "--bandwidth",
+        action="store_true",
+        help="also print the weights' bytes a decode step reads per second against this "
+        "device's measured copy bandwidth",
+    )
+    ap.add_argument("--device", default="default", choices=["default", "cpu", "gpu"])
+    ap.add_argument(
         "--attention",
-        choices=("auto", "shared", "rowwise", "copies"),
+        choices=("auto", "group", "shared", "rowwise", "copies"),
         default="auto",
-        help="bt's attention path: auto (the engine's rule), shared (rows point into their "
+        help="bt's attention path: auto (the engine's rule), group (a cell's rows in one buffer "
+        "per layer, one fused attention call per chunk of rows: the GPU path), shared (rows "
+        "point into their "
         "cell's one prefix and attend over it together: engine.prefix_attention), rowwise "
         "(they point into it and attend one by one) or copies (mlx-lm's batch cache, a copy "
         "of the prefix per row)",
@@ -502,13 +653,17 @@ def main(argv: list[str] | None = None) -> None:
         "prefix caches), with the K/V bytes each reads per step",
     )
     args = ap.parse_args(argv)
+    import mlx.core as mx
+
+    if args.device != "default":
+        mx.set_default_device(getattr(mx, args.device))
     force_attention(args.attention)
     w = dict(WORKLOADS[args.workload])
     for key in ("trace_tokens", "anchors", "branches", "budget", "answer_budget", "restarts"):
         if getattr(args, key) is not None:
             w[key] = getattr(args, key)
 
-    built = args.model in MODELS or args.model in GEOMETRY_MODELS
+    built = args.model in MODELS or args.model in GEOMETRY_MODELS or args.model in REAL_MODELS
     loaded = load_model(build_model(args.model, args.query_heads), family="qwen" if built else None)
     memory_bytes = None if args.memory_gb == "auto" else int(float(args.memory_gb) * 2**30)
     protocol = replace(
@@ -531,7 +686,6 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="bt-bench-runs-"))
     template = work / "template"
     build_run(template, loaded, cells)
-    import mlx.core as mx
 
     vocab = int(loaded.config.get("vocab_size") or 0)
     print(
@@ -556,8 +710,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.curve:
         decode_curve(loaded, cells, protocol, args.curve)
         return
+    bandwidth = copy_bandwidth() if args.bandwidth else 0.0
+    if args.bandwidth:
+        print(f"copy bandwidth of {mx.default_device()}: {bandwidth / 1e9:.0f} GB/s (read + write)")
     print(f"{'':16}{'seconds':>10}{'generated':>11}{'tok/s':>9}")
-    ratios, bt_rates, ref_rates, occupancies = [], [], [], []
+    ratios, bt_rates, ref_rates, occupancies, bg_rates = [], [], [], [], []
     try:
         for rep in range(args.repeats):
             bt_s, bt_n, occ, fill, report, tokens = run_bt(
@@ -594,24 +751,62 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 print("\n".join(memory_lines(o_rep, other)), flush=True)
             occupancies.append(occ or 0.0)
+            paths = ", ".join(f"{k} {v}" for k, v in sorted(report.rows_by_attention.items()))
             bt_line = (
                 f"{f'bt continue #{rep + 1}':16}{bt_s:10.1f}{bt_n:11d}{bt_n / bt_s:9.1f}"
                 f"   occupancy {occupancies[-1]:.1%}, attention fill {fill or 0.0:.1%}"
+                f", rows by attention path: {paths or '-'}"
             )
+            if args.bandwidth:
+                rows_mean = (occ or 0.0) * args.batch_size
+                rate = weights_rate(loaded, bt_n, bt_s, rows_mean)
+                print(
+                    f"    bt: weights read at {rate / 1e9:.1f} GB/s by decode steps = "
+                    f"{rate / bandwidth:.1%} of this device's copy bandwidth (a lower bound)"
+                )
             if args.bt_only:
+                print(bt_line, flush=True)
+                continue
+            if args.peer in ("batch-generate", "both"):
+                bg_s, bg_n = run_batch_generate(loaded, cells, protocol, args.batch_size)
+                bg_rates.append(bg_n / bg_s)
+                print(
+                    f"{f'batch_generate #{rep + 1}':16}{bg_s:10.1f}{bg_n:11d}{bg_rates[-1]:9.1f}"
+                    f"   bt / batch_generate {bt_n / bt_s / bg_rates[-1]:.2f}x",
+                    flush=True,
+                )
+                if args.bandwidth:
+                    rate = weights_rate(loaded, bg_n, bg_s, args.batch_size)
+                    print(
+                        f"    batch_generate: weights read at most at {rate / 1e9:.1f} GB/s "
+                        f"({rate / bandwidth:.1%} of the copy bandwidth; full batches assumed)"
+                    )
+            bt_rates.append(bt_n / bt_s)
+            if args.peer == "batch-generate":
                 print(bt_line, flush=True)
                 continue
             ref_s = ref_n = 0.0
             for _, prompt, trace in ref_cells:
                 s_, n_ = run_reference(loaded, prompt, trace, protocol, args.reference_branches)
                 ref_s, ref_n = ref_s + s_, ref_n + n_
-            bt_rates.append(bt_n / bt_s)
             ref_rates.append(ref_n / ref_s)
             ratios.append(bt_rates[-1] / ref_rates[-1])
             print(f"{f'reference #{rep + 1}':16}{ref_s:10.1f}{int(ref_n):11d}{ref_rates[-1]:9.1f}")
+            if args.bandwidth:
+                rate = weights_rate(loaded, ref_n, ref_s, 1.0)
+                print(
+                    f"    reference: weights read at {rate / 1e9:.1f} GB/s "
+                    f"({rate / bandwidth:.1%} of the copy bandwidth)"
+                )
             print(f"{bt_line}   ratio {ratios[-1]:.2f}x", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if bg_rates:
+        print(
+            f"median tok/s: bt {statistics.median(bt_rates):.1f}, batch_generate "
+            f"{statistics.median(bg_rates):.1f}; bt / batch_generate "
+            f"{statistics.median(bt_rates) / statistics.median(bg_rates):.2f}x"
+        )
     if not ratios:
         return
     print(

@@ -6,6 +6,7 @@ prefills."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -329,3 +330,33 @@ def test_count_ops_stay_few_and_flat() -> None:
     assert sorted(group) == [16, 32, 80]
     for by_prefix in group.values():
         assert len(by_prefix) == 2 and len(set(by_prefix.values())) == 1
+
+
+@pytest.mark.model  # builds models at run time (the bench's toy Qwen3-4B layout)
+def test_the_gpu_check_runs_at_toy_size_on_the_cpu(tmp_path) -> None:
+    """`bench/gpu_check.sh --device cpu --toy`: every step of the GPU check (the step bench with
+    --check and --force-fused in float32 and bfloat16, --count-ops, bt against the plain loop and
+    batch_generate with the bandwidth lines) runs at toy sizes, everything under $OUT."""
+    import os
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
+    proc = subprocess.run(
+        ["bash", str(root / "bench" / "gpu_check.sh"), "--device", "cpu", "--toy"],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        env=env,
+        cwd=root,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = (tmp_path / "gpu_check.log").read_text()
+    assert "step failed" not in log, log[-3000:]
+    for dtype in ("float32", "bfloat16"):
+        assert f"chunks 2, {dtype}, Device(cpu" in log
+    assert log.count("batch invariance (group): 0 of 16 rows differ alone, 0 of 9") == 2
+    assert "force_fused: refused on Device(cpu" in log  # MLX has no fused kernel on the CPU
+    assert log.count("count-ops path=group") == 6
+    assert re.search(r"batch_generate #1 .* bt / batch_generate \d+\.\d+x", log)
+    assert re.search(r"reference #1 ", log) and "speed-up median" in log
+    assert "copy bandwidth of Device(cpu" in log and "gpu_check done in" in log

@@ -73,6 +73,7 @@ def geometry_config(
     dtype: str = "float32",
     heads: int | None = None,
     layers: int | None = None,
+    intermediate: int | None = None,
 ) -> dict:
     """A qwen3 `config.json` with the KV geometry of study model `name` (STUDY_GEOMETRIES) and
     a small hidden size, so the matmuls stay cheap while every cache holds what the study
@@ -83,7 +84,7 @@ def geometry_config(
         "architectures": ["Qwen3ForCausalLM"],
         "hidden_size": hidden,
         "num_hidden_layers": layers or g["layers"],
-        "intermediate_size": 2 * hidden,
+        "intermediate_size": intermediate or 2 * hidden,
         "num_attention_heads": heads or g["heads"],
         "num_key_value_heads": g["kv_heads"],
         "head_dim": g["head_dim"],
@@ -127,12 +128,49 @@ def geometry_model(
 
 
 def write_geometry_model(
-    out: Path, name: str, tokenizer=None, *, seed: int = 0, heads: int | None = None
+    out: Path,
+    name: str,
+    tokenizer=None,
+    *,
+    seed: int = 0,
+    heads: int | None = None,
+    layers: int | None = None,
+    hidden: int = 256,
+    intermediate: int | None = None,
+    vocab: int | None = None,
+    bits: int | None = None,
+    dtype: str = "float32",
 ) -> Path:
     """`geometry_model` saved as an mlx-lm folder with a real tokenizer (SmolLM2's by default;
     the qwen family is chosen by the loader's caller), what `bt base --model` and the benches
-    load."""
+    load. `hidden`, `intermediate`, `vocab` (ids past the tokenizer's decode to nothing) and
+    `bits` (weights quantized by MLX's `nn.quantize`, group 64, as `mlx_lm.convert -q` writes
+    them) give the study model's real shapes: Qwen3-4B is hidden 2560, intermediate 9728, vocab
+    151,936, 4 bits (bench/gpu_check.sh)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx_lm.models import qwen3
+
     tok = tokenizer or tokenizer_from_gguf()
-    cfg = geometry_config(name, len(tok), tok.eos_token_id, heads=heads)
-    model = geometry_model(name, len(tok), seed=seed, heads=heads)
+    size = vocab or len(tok)
+    cfg = geometry_config(
+        name,
+        size,
+        tok.eos_token_id,
+        hidden=hidden,
+        dtype=dtype,
+        heads=heads,
+        layers=layers,
+        intermediate=intermediate,
+    )
+    mx.random.seed(seed)
+    model = qwen3.Model(qwen3.ModelArgs.from_dict(cfg))
+    if dtype != "float32":
+        model.set_dtype(getattr(mx, dtype))
+    if bits:
+        nn.quantize(model, group_size=64, bits=bits)
+        for layer in [model.model.embed_tokens, *model.model.layers]:  # one layer at a time
+            mx.eval(layer.parameters())
+        cfg["quantization"] = {"group_size": 64, "bits": bits}
+    mx.eval(model.parameters())
     return save_model_folder(out, model, cfg, tok)
