@@ -52,7 +52,8 @@ positions: mlx-lm pads a batch to its longest row).
 rule, `MlxEngine._sharing_pays` / `_group_pays`); the README's table of the rule comes from it.
 
 `--peer batch-generate` adds the baseline a user who knows mlx-lm would write instead of bt, run
-on the same cells in the same process: every reasoning phase of every probe and restart through
+on the reference's cells (`--reference-cells`, every branch of them) in the same process: every
+reasoning phase of every probe and restart through
 mlx-lm's `batch_generate` (its continuous batching: a prefill and a KV cache of its own per
 branch), then every answer phase the same way, with mlx-lm's `make_sampler` at the protocol's
 settings (a reasoning phase is cut at the close marker afterwards, as such a user would).
@@ -587,9 +588,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--reference-cells",
         type=int,
-        help="run the reference loop on the first K cells only (default: all); "
-        "its tokens/s is a per-token rate, one sequence at a time, so it does "
-        "not depend on how many cells it covers",
+        help="run the reference loop (and --peer batch-generate, every branch) on the first K "
+        "cells only (default: all); the loop's tokens/s is a per-token rate, one sequence at "
+        "a time, so it does not depend on how many cells it covers",
     )
     ap.add_argument(
         "--reference-branches",
@@ -768,7 +769,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(bt_line, flush=True)
                 continue
             if args.peer in ("batch-generate", "both"):
-                bg_s, bg_n = run_batch_generate(loaded, cells, protocol, args.batch_size)
+                bg_s, bg_n = run_batch_generate(loaded, ref_cells, protocol, args.batch_size)
                 bg_rates.append(bg_n / bg_s)
                 print(
                     f"{f'batch_generate #{rep + 1}':16}{bg_s:10.1f}{bg_n:11d}{bg_rates[-1]:9.1f}"
