@@ -1,0 +1,48 @@
+"""Refusals that named a symptom instead of their cause (issue 52, weak spots), through the
+installed `bt`: one line, exit 2, nothing written, and the line names the real cause.
+
+A run held by "another bt" is held here by this test process through `runlock.run_lock`, the
+same lock and holder line every writing bt takes: the line must name this process's pid."""
+
+from __future__ import annotations
+
+import os
+
+from bt_cli import assert_one_line_error, run_bt, snapshot
+from shared_runs import copy_of_arith_base
+
+from breakthrough.runlock import run_lock
+
+
+def test_add_budget_on_a_run_never_continued_says_so(arith_base_run, tmp_path):
+    """It said "--anchors 64,128,...,8192: beyond every base trace" (the default grid of a run
+    that records none yet), with or without --dry-run."""
+    run = copy_of_arith_base(arith_base_run, tmp_path)
+    before = snapshot(run)
+    for extra in ((), ("--dry-run",)):
+        proc = run_bt("continue", run, "--add-budget", "8", *extra)
+        line = assert_one_line_error(proc, 2, "never continued", f"bt continue {run}")
+        assert "beyond every base" not in line
+    assert snapshot(run) == before
+
+
+def test_add_budget_while_another_bt_holds_the_run_names_the_holder(arith_base_run, tmp_path):
+    run = copy_of_arith_base(arith_base_run, tmp_path)
+    before = snapshot(run)
+    with run_lock(run):
+        for extra in ((), ("--dry-run",)):
+            proc = run_bt("continue", run, "--add-budget", "8", *extra)
+            assert_one_line_error(proc, 2, f"pid {os.getpid()}", "never continued")
+    assert snapshot(run) == before
+
+
+def test_continue_on_a_run_its_first_bt_base_is_making_names_the_holder(tmp_path):
+    """`bt continue runs/r` while the first `bt base` of runs/r holds it (no store yet) said
+    "no store.sqlite"."""
+    run = tmp_path / "runs" / "r"
+    with run_lock(run):
+        proc = run_bt("continue", run, "--budget", "4")
+        assert_one_line_error(proc, 2, f"{run}: not a run yet", f"pid {os.getpid()}")
+        proc = run_bt("status", run)
+        assert_one_line_error(proc, 2, "not a run yet", f"pid {os.getpid()}")
+    assert not run.exists()  # the lock's folder went with it; bt made nothing
