@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from bt_cli import assert_one_line_error, run_bt, snapshot
+from engine.serve_procs import bt_serve
 from shared_runs import copy_of_arith_base
 
 from breakthrough.runlock import run_lock
@@ -46,3 +47,19 @@ def test_continue_on_a_run_its_first_bt_base_is_making_names_the_holder(tmp_path
         proc = run_bt("status", run)
         assert_one_line_error(proc, 2, "not a run yet", f"pid {os.getpid()}")
     assert not run.exists()  # the lock's folder went with it; bt made nothing
+
+
+def test_a_request_beyond_a_servers_context_says_so_and_that_a_rerun_cannot_help(
+    tiny_model_dir, tmp_path
+):
+    """It exited 3 ("rerun to retry"): the server answers 400 to every such request."""
+    with bt_serve(tiny_model_dir, extra=("--max-model-len", "256")) as (srv,):
+        proc = run_bt(
+            "base", "--cohort", "arith", "--limit", "1", "--max-tokens", "400",
+            "--model", tiny_model_dir, "--runs-dir", tmp_path / "runs",
+            "--backend", "vllm", "--endpoint", srv.url, "--retries", "0",
+        )  # fmt: skip
+    assert_one_line_error(
+        proc, 2, srv.url, "+ 400 new tokens", "context of 256 tokens", "a rerun cannot help"
+    )
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
