@@ -7,8 +7,9 @@ same lock and holder line every writing bt takes: the line must name this proces
 from __future__ import annotations
 
 import os
+import subprocess
 
-from bt_cli import assert_one_line_error, run_bt, snapshot
+from bt_cli import assert_one_line_error, freeze, run_bt, snapshot, thaw
 from engine.serve_procs import bt_serve
 from shared_runs import copy_of_arith_base
 
@@ -63,3 +64,24 @@ def test_a_request_beyond_a_servers_context_says_so_and_that_a_rerun_cannot_help
         proc, 2, srv.url, "+ 400 new tokens", "context of 256 tokens", "a rerun cannot help"
     )
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_grade_with_nothing_to_grade_answers_alike_on_any_archived_run(arith_base_run, tmp_path):
+    """It exited 2 on an immutable run and 0 on a `chmod a-w` one: nothing to grade is read
+    read-only, so both say so and exit 0, and nothing is written."""
+    run = copy_of_arith_base(arith_base_run, tmp_path)
+    before = snapshot(run)
+    subprocess.run(["chmod", "-R", "a-w", str(run)], check=True)
+    try:
+        proc = run_bt("grade", run)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(run)], check=True)
+    assert proc.returncode == 0 and f"{run}: nothing to grade" in proc.stdout, proc.stderr
+    freeze(run)
+    try:
+        proc = run_bt("grade", run)
+    finally:
+        thaw(run)
+    assert proc.returncode == 0 and f"{run}: nothing to grade" in proc.stdout, proc.stderr
+    assert proc.stderr == ""
+    assert snapshot(run) == before
