@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 from bt_cli import assert_one_line_error, freeze, run_bt, snapshot, thaw
 from engine.serve_procs import bt_serve
@@ -85,3 +86,53 @@ def test_grade_with_nothing_to_grade_answers_alike_on_any_archived_run(arith_bas
     assert proc.returncode == 0 and f"{run}: nothing to grade" in proc.stdout, proc.stderr
     assert proc.stderr == ""
     assert snapshot(run) == before
+
+
+def _as_unprivileged(*args: object, **env: str) -> subprocess.CompletedProcess:
+    """`bt ARGS` as a user permission bits apply to: root reads any folder, so as root the
+    command runs as nobody (setpriv), otherwise as this user."""
+    import shutil
+
+    from bt_cli import BT, bt_env
+
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            import pytest
+
+            pytest.skip("running as root without setpriv: no user the folder is unreadable to")
+        prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    return subprocess.run(
+        [*prefix, str(BT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=bt_env(HOME="/tmp", **env),
+        cwd="/tmp",
+        timeout=120,
+    )
+
+
+def test_an_unreadable_cohorts_folder_is_one_line_for_list_and_base():
+    """`bt cohorts list` said "no cohort files" and exited 0, `bt base` "Permission denied"."""
+    import shutil
+    import tempfile
+
+    from breakthrough.tasks.cohorts import builtin_cohorts_dir
+
+    root = Path(tempfile.mkdtemp(prefix="bt-cohorts-", dir="/tmp"))  # reachable by nobody
+    try:
+        root.chmod(0o755)
+        folder = root / "cohorts"
+        folder.mkdir()
+        shutil.copy(builtin_cohorts_dir() / "arith.jsonl", folder / "arith.jsonl")
+        folder.chmod(0o000)
+        env = {"BT_COHORTS_DIR": str(folder)}
+        for args in (("cohorts", "list"), ("base", "--cohort", "arith", "--dry-run")):
+            proc = _as_unprivileged(*args, **env)
+            assert_one_line_error(
+                proc, 2, f"BT_COHORTS_DIR={folder}: cannot read the folder (Permission denied)"
+            )
+    finally:
+        (root / "cohorts").chmod(0o755)
+        shutil.rmtree(root)
