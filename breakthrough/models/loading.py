@@ -240,6 +240,7 @@ def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, 
     if p.exists():
         if not (p / "config.json").is_file():
             raise BtError(f"{p} is not an mlx-lm model folder (no config.json)")
+        _check_tokenizer_files(p)
         digest = content_digest(p)
         conv = offline.conversion_identity(p)
         if (
@@ -263,6 +264,21 @@ def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, 
                 f"Face cache afterwards; try {download_commands([target])}"
             )
     return local, target, f"{target}@{local.name}", content_digest(local)
+
+
+# The files a Hugging Face tokenizer is built from: the fast tokenizer's own file, or the vocab
+# files a slow one converts (sentencepiece, BPE vocab + merges, tiktoken).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+
+
+def _check_tokenizer_files(folder: Path) -> None:
+    """A folder without any tokenizer file is one line naming it, before transformers reports
+    the same as a five-line error from deep inside `from_pretrained`."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise BtError(
+            f"{folder}: no tokenizer.json (nor {', '.join(TOKENIZER_FILES[1:])}): the model "
+            f"folder lacks its tokenizer; copy it from the checkpoint the weights came from"
+        )
 
 
 def download_commands(repos: list[str]) -> str:

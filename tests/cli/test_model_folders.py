@@ -80,3 +80,16 @@ def test_an_identical_copy_named_beside_its_folder_is_one_model(tiny_model_dir, 
     proc = run_bt(*args, "--model", f"{first},{other}", BT_CACHE_DIR=str(tmp_path / "cache"))
     assert proc.returncode == 0, proc.stderr
     assert "the same model" not in proc.stdout and "r-m3" in proc.stdout, proc.stdout
+
+
+def test_a_folder_without_its_tokenizer_is_one_line_naming_the_file(tiny_model_dir, tmp_path):
+    """It was transformers' five-line error from inside `from_pretrained`."""
+    folder = Path(shutil.copytree(tiny_model_dir, tmp_path / "M"))
+    (folder / "tokenizer.json").unlink()
+    runs = tmp_path / "runs"
+    proc = run_bt(
+        "base", *ARITH_BASE, "--model", folder, "--runs-dir", runs,
+        BT_CACHE_DIR=str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert_one_line_error(proc, 2, str(folder), "no tokenizer.json")
+    assert not runs.exists() or not any(runs.iterdir())
