@@ -16,8 +16,8 @@ escaped, never lost. The converter's MathML is rebuilt element by element (`_San
 MathML elements and presentation attributes pass and every text is escaped, so a problem holding
 `$\\text{<script>…}$` or `\\href{javascript:…}` shows that text and runs nothing; tags typed
 inside a text-mode argument reach the converter as character references (`_protect_text`), and
-the sanitiser keeps the elements well nested, so a typed `</math>` never closes the math. The results
-are `markupsafe.Markup`, which the page templates (autoescaped) insert as they are. An
+the sanitiser keeps the elements well nested, so a typed `</math>` never closes the math. The
+results are `markupsafe.Markup`, which the page templates (autoescaped) insert as they are. An
 Asymptote figure (`[asy]…[/asy]`, which no browser draws) is folded into a closed <details>
 block: there on a click, not raw code in the reader's way.
 """
