@@ -68,7 +68,8 @@ def check_arm_asked(store: RunStore, asked: ArmAsked | None, backend: str | None
     runs on the KV cache the run's continuations used) and `--instrument` (the arm stores the
     signals they stored)."""
     asked = asked or ArmAsked()
-    refuse_never_continued(store)
+    if "model_id" in store.manifest():  # else preflight_continue names the damage
+        refuse_never_continued(store)
     preflight_continue(store, asked.settings, backend)
     man = store.manifest()
     run_kv_bits(man, asked.kv_bits, store.run_dir)
@@ -86,6 +87,8 @@ def refuse_never_continued(store: RunStore) -> None:
     naming that (and a `bt continue` that holds the run now, whose probes are on their way):
     the checks after it would read the run's protocol, which is `bt base`'s default anchor
     grid until a continuation records its own, and refuse anchors the user never typed."""
+    if store.run_kind() != "base":
+        return  # a `bt sample` run: preflight_continue says what it is
     if store.conn.execute("SELECT 1 FROM samples WHERE kind='probe' LIMIT 1").fetchone():
         return
     holder = held_by(store.run_dir)
