@@ -88,6 +88,27 @@ def _acquire(path: Path, run_dir: Path, wait: float) -> int:
     )
 
 
+def held_by(run_dir: Path) -> str | None:
+    """'pid N: COMMAND' (or "another process") when another process holds the run's lock now,
+    None when nobody does: for a refusal that would otherwise name a symptom of the holder's
+    work in progress (a run whose store its first `bt base` has not made yet, a run whose first
+    `bt continue` has not committed its protocol). Probed with a shared lock taken and let go at
+    once; the file is never created here."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None  # no lock file: nobody holds the run
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return holder_of(run_dir) or "another process"
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # closing lets go of a shared lock this probe took
+    return None
+
+
 def holder_of(run_dir: Path) -> str | None:
     """'pid N: COMMAND' of the lock's holder, as it wrote it (None when unreadable)."""
     try:

@@ -97,12 +97,14 @@ def classify_runs(
             # the anchors each cell's base trace asks probes at: a cell whose probe rows were
             # lost is unfinished (as `bt status` says), never labelled from what is left
             grids = owed_grids(store.base_segments(), protocol)
+            base_gone = store.base_trace_gone()  # a lost base trace, likewise
         results[name] = classify_frames(
             samples,
             cells,
             protocol=protocol,
             settings=settings,
             grids=grids,
+            base_gone=base_gone,
         )
         if cell_pages:
             details[name] = cell_details(

@@ -8,15 +8,18 @@ labelling those would turn missing work into `unsolved_hard` (no crossing, R = n
 
     not continued   no probe and no restart stored (a run never continued, or a cell the
                     interrupted run did not reach)
-    incomplete      some stored, but a probe cell holds fewer than its canonical branches,
+    incomplete      some stored, but the cell's base trace is gone (deleted from the store),
+                    a probe cell holds fewer than its canonical branches,
                     an anchor of the cell's grid holds no probe (`owed_grid`, when the base
-                    trace is known), or a restart budget the cell is owed holds fewer than its
-                    canonical attempts
+                    trace is known), a restart budget the cell is owed holds fewer than its
+                    canonical attempts, or a top-up was started and not finished (some of its
+                    branches stored, not all: `_partial_topups`)
 
 Stored samples count whether graded or not: an ungraded sample is work done (`bt grade`
 grades it), not work missing. What a cell still owes after that (bisection, top-ups) is the
 plan of next work (`classify.plan`), not a reason to withhold its label: the study labelled
-cells before their top-ups too (the development cohort, `--topup terminal`).
+cells before their top-ups too (the development cohort, `--topup terminal`). A top-up started
+and not finished (some of its branches stored) is work missing, though: its cell is incomplete.
 
 The scheduler runs a cell's steps in order (probes, bisection, restarts, top-ups), so a cell
 whose owed restarts are all in has finished its probes, unless probe rows were lost after it
@@ -65,6 +68,29 @@ def _stored(
     return {
         cell: {point: len(have) for point, have in sorted(points.items())}
         for cell, points in sorted(branches.items())
+    }
+
+
+def _partial_topups(
+    outcomes: Iterable[Outcome], kind: str, budget: int | None, canonical: int, target: int
+) -> dict[str, dict[int, int]]:
+    """cell → point → top-up branches stored (`canonical` … `target` − 1), for the points where
+    a top-up started and is not whole: a run stopped inside it, or a row lost since (the last
+    row written, which leaves no id gap for `bt verify`), never a finished cell; a label would
+    pool a count that depends on where it stopped (README: a lost last row leaves its cell
+    unlabelled either way)."""
+    extra: dict[str, dict[int, set[int]]] = {}
+    for o in outcomes:
+        if o.kind != kind or (budget is not None and o.budget != budget):
+            continue
+        if canonical <= o.branch < target:
+            point = o.anchor if kind == "probe" else o.budget
+            extra.setdefault(str(o.cell_id), {}).setdefault(point, set()).add(o.branch)
+    whole = target - canonical
+    return {
+        cell: {p: len(b) for p, b in sorted(points.items()) if len(b) < whole}
+        for cell, points in extra.items()
+        if any(len(b) < whole for b in points.values())
     }
 
 
@@ -122,17 +148,26 @@ def unfinished_rows(
     probe_rows: dict[str, list[PanelRow]] | None = None,
     protocol: Protocol = DEFAULT,
     grids: dict[str, tuple[int, ...]] | None = None,
+    base_gone: Iterable[str] = (),
 ) -> list[dict[str, str]]:
     """One row (a dict of `COLUMNS`) per cell that has not run its protocol (module doc):
     cell_id, model, problem_id, status ("not continued" / "incomplete") and what is missing,
     sorted by cell_id. `cell_ids` names cells the outcomes do not; `probe_rows` (the probe
     panel by cell, `panels.probe_rows`) decides whether a cell is owed every restart budget or
     the scratch budget alone (no rows: every budget); `grids` (`owed_grids`) the anchors each
-    cell's probes must hold (a cell it does not name: only the anchors stored)."""
+    cell's probes must hold (a cell it does not name: only the anchors stored); `base_gone`
+    the cells whose base trace is gone (`RunStore.base_trace_gone`): incomplete, as their
+    probes' prefixes and their T_F read that trace."""
     outcomes = list(outcomes)
+    gone = set(map(str, base_gone))
     ids = {str(o.cell_id) for o in outcomes} | set(map(str, cell_ids))
     probes = _stored(outcomes, "probe", protocol.budget, protocol.samples)
     restarts = _stored(outcomes, "restart", None, protocol.restart_samples)
+    target = protocol.topup_samples
+    topped = {
+        "probes": _partial_topups(outcomes, "probe", protocol.budget, protocol.samples, target),
+        "restarts": _partial_topups(outcomes, "restart", None, protocol.restart_samples, target),
+    }
     rows = []
     for cell in sorted(ids):
         have_p, have_r = probes.get(cell, {}), restarts.get(cell, {})
@@ -147,12 +182,21 @@ def unfinished_rows(
             ]
             owed = owed_budgets((probe_rows or {}).get(cell, []), protocol)
             lack = [str(c) for c in owed if have_r.get(c, 0) < protocol.restart_samples]
-            if not short and not lack:
+            no_base = cell in gone
+            canon = {"probes": protocol.samples, "restarts": protocol.restart_samples}
+            partial = [
+                f"{what} top-up at {p} ({canon[what] + n} of {target})"
+                for what in ("probes", "restarts")
+                for p, n in topped[what].get(cell, {}).items()
+            ]
+            if not short and not lack and not no_base and not partial:
                 continue
             status = INCOMPLETE
             missing = "; ".join(
-                ([f"restarts at {','.join(lack)}"] if lack else [])
+                (["base trace"] if no_base else [])
+                + ([f"restarts at {','.join(lack)}"] if lack else [])
                 + ([f"probes at {', '.join(short)}"] if short else [])
+                + partial
             )
         model, _, pid = cell.partition(":")
         rows.append(
@@ -174,9 +218,10 @@ def unfinished_cells(
     probe_rows: dict[str, list[PanelRow]] | None = None,
     protocol: Protocol = DEFAULT,
     grids: dict[str, tuple[int, ...]] | None = None,
+    base_gone: Iterable[str] = (),
 ) -> pd.DataFrame:
     """`unfinished_rows` of a samples frame as a data frame (columns `COLUMNS`); `cells` (a
-    cells frame) names cells the samples do not; `grids` as there."""
+    cells frame) names cells the samples do not; `grids` and `base_gone` as there."""
     import pandas as pd
 
     if len(samples) and "kind" in samples.columns:
@@ -188,7 +233,9 @@ def unfinished_cells(
     ids = list(map(str, samples["cell_id"])) if len(samples) else []
     if cells is not None and len(cells):
         ids += map(str, cells["cell_id"])
-    rows = unfinished_rows(outcomes, ids, probe_rows=probe_rows, protocol=protocol, grids=grids)
+    rows = unfinished_rows(
+        outcomes, ids, probe_rows=probe_rows, protocol=protocol, grids=grids, base_gone=base_gone
+    )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

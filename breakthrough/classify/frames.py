@@ -11,6 +11,7 @@ run's store is `breakthrough.analyses.classify_run`; writing tables, figures and
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -67,6 +68,7 @@ def classify_frames(
     protocol: Protocol = DEFAULT,
     settings: ClassifySettings = DEFAULT_SETTINGS,
     grids: dict[str, tuple[int, ...]] | None = None,
+    base_gone: Iterable[str] = (),
 ) -> ClassifyResult:
     """Labels, posteriors, survival, the plans and the summary of one run's frames
     (`RunStore.samples_frame()`, `RunStore.cells_frame()`; cells may be None) under the run's
@@ -76,14 +78,20 @@ def classify_frames(
     "terminal" as its development and supplement cohorts (canonical 4-branch probe summaries;
     restart cells count every attempt, `classify.pooling`). Cells that have not run their
     protocol (`completeness.unfinished_cells`; `grids`, `completeness.owed_grids` of the base
-    traces: the anchors each cell's probes must hold) get no label:
+    traces: the anchors each cell's probes must hold; `base_gone`, cells whose base trace was
+    deleted, `RunStore.base_trace_gone`) get no label:
     `ClassifyResult.unfinished`."""
     protocol = settings.protocol(protocol)
     chosen = settings.topup_text
     all_pp = probe_panel(samples, protocol)
     all_rp = restart_panel(samples, protocol)
     unfinished = unfinished_cells(
-        samples, cells, probe_rows=rows_by_cell(all_pp, "anchor"), protocol=protocol, grids=grids
+        samples,
+        cells,
+        probe_rows=rows_by_cell(all_pp, "anchor"),
+        protocol=protocol,
+        grids=grids,
+        base_gone=base_gone,
     )
     skip = set(unfinished["cell_id"])
     pp = all_pp[~all_pp["cell_id"].isin(skip)]  # what the labels read: finished cells only

@@ -341,7 +341,7 @@ def _with_progress(console, run):
     """Drive `run(on_start, on_sample)` under the display (commands.progress): one metered row
     (tokens against the run's bound, tok/s, ETA) and the samples of each phase. Drawn from
     on_start on: a refusal before it (e.g. no endpoint answers) stays one line."""
-    from breakthrough.commands.progress import Meter, sample_progress
+    from breakthrough.commands.progress import Meter, erase_on_stop, sample_progress
 
     meter = Meter()
     progress = sample_progress(console, meter)
@@ -361,6 +361,9 @@ def _with_progress(console, run):
             progress.update(tasks["all"], advance=n)
 
         return run(on_start, on_sample)
+    except BtError:
+        erase_on_stop(progress)
+        raise
     finally:
         if progress.live.is_started:
             progress.stop()

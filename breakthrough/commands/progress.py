@@ -33,6 +33,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from breakthrough.errors import BtError
+
 if TYPE_CHECKING:  # the contract needs NumPy, which `bt --help` should not load
     from breakthrough.engine.contract import Engine
 
@@ -256,5 +258,15 @@ def drive_samples(console: Console, run: Any, label: str, max_tokens: int) -> An
             bar.start,
             lambda rec, grade: bar.done(len(rec.token_ids), bool(grade and grade.correct)),
         )
+    except BtError:
+        erase_on_stop(bar.progress)
+        raise
     finally:
         bar.stop()
+
+
+def erase_on_stop(progress: Progress) -> None:
+    """A refusal raised once the display is drawn (a server's context limit met by the first
+    request) stays its one line: the display goes when it stops, instead of leaving its last
+    frame above the line (on a terminal and in a log file alike)."""
+    progress.live.transient = True

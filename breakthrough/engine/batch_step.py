@@ -38,6 +38,7 @@ from breakthrough.engine.sampling.signals import (
     token_signals,
     token_signals_np,
 )
+from breakthrough.engine.shared_kv import forward_rows_apart, rows_apart
 from breakthrough.protocol import Sampling
 
 
@@ -245,7 +246,16 @@ class SeededGenerationBatch(GenerationBatch):
 
     def _forward(self, inputs, with_hidden: bool):
         """(last-position logits [n, V], final-normalised hidden state [n, d] or None), lazily;
-        the hidden state only when some row is instrumented or keeps this step's vector."""
+        the hidden state only when some row is instrumented or keeps this step's vector.
+        Quantized rows (`--kv-bits`) run their forwards one by one (`shared_kv.rows_apart`)."""
+        if rows_apart(self.prompt_cache):
+
+            def one(row_inputs, row_cache):
+                if with_hidden:
+                    return forward_with_hidden(self.model, row_inputs[:, None], row_cache)
+                return self.model(row_inputs[:, None], cache=row_cache)[:, -1, :], None
+
+            return forward_rows_apart(self.prompt_cache, one, inputs)
         if with_hidden:
             return forward_with_hidden(self.model, inputs[:, None], self.prompt_cache)
         return self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :], None

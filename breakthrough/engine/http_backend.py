@@ -117,6 +117,7 @@ class HttpEngine(Engine):
             [Endpoint(u, policy, max_inflight or DEFAULT_INFLIGHT, api_key=api_key) for u in urls]
         )
         self._identity: dict[str, Any] = {}
+        self._context: tuple[int, str] = (0, "")  # the smallest context a server reports, and whose
         try:
             self._connect(max_inflight)
         except BaseException:
@@ -154,7 +155,9 @@ class HttpEngine(Engine):
                     }
                 )
             limit = version.get("max_running_requests") if isinstance(version, dict) else None
+            context = data[0].get("max_model_len")  # vLLM's and bt serve's context limit
         else:
+            context = None
             model = ep.get_json("/get_model_info")
             try:
                 server = ep.get_json("/get_server_info")
@@ -175,6 +178,7 @@ class HttpEngine(Engine):
         return {
             "identity": info,
             "limit": int(limit) if isinstance(limit, int) and limit > 0 else 0,
+            "context": int(context) if isinstance(context, int) and context > 0 else 0,
         }
 
     def _connect(self, max_inflight: int) -> None:
@@ -208,6 +212,15 @@ class HttpEngine(Engine):
                     f"--endpoint: {url} serves {d['identity']} but {first_url} serves "
                     f"{first['identity']}; a run never mixes engines"
                 )
+        contexts = [d["context"] for d in described.values() if d["context"]]
+        self._context = (
+            min(contexts, default=0),
+            min(
+                (u for u, d in described.items() if d["context"]),
+                key=lambda u: described[u]["context"],
+                default="",
+            ),
+        )
         for ep in self.fleet.alive():
             ep.info = described[ep.url]["identity"]
             ep.set_inflight(max_inflight or described[ep.url]["limit"] or DEFAULT_INFLIGHT)
@@ -344,6 +357,7 @@ class HttpEngine(Engine):
                         waiting = True
                         break
                     check_request(req, keys, hidden_states=False)  # no hidden vectors over HTTP
+                    self._refuse_beyond_context(req)
                     futures.add(self._pool.submit(self._one, req))
                 if not futures:
                     if exhausted:
@@ -358,6 +372,20 @@ class HttpEngine(Engine):
         finally:
             for fut in futures:
                 fut.cancel()
+
+    def _refuse_beyond_context(self, req: GenRequest) -> None:
+        """A request longer than a server's context (its reported `max_model_len`) is refused
+        before it is sent: the server would answer 400 every time, so it is a setting to change,
+        not a failure a rerun retries (exit 2, not 3)."""
+        limit, url = self._context
+        need = len(req.prompt) + int(req.max_tokens)
+        if limit and need > limit:
+            raise BtError(
+                f"{url}: a request of {len(req.prompt):,} prompt + {int(req.max_tokens):,} "
+                f"new tokens exceeds the server's context of {limit:,} tokens (max_model_len); "
+                f"a rerun cannot help: lower --max-tokens (or the budgets), or serve a longer "
+                f"context"
+            )
 
     def _one(self, req: GenRequest) -> GenResult:
         t0 = time.perf_counter()

@@ -458,3 +458,45 @@ class QuantizedSharedBatchCache(SharedBatchCache):
 
     def __deepcopy__(self, memo) -> QuantizedSharedBatchCache:
         return QuantizedSharedBatchCache(list(self.rows))
+
+    def row_batch(self, i: int) -> QuantizedSharedBatchCache:
+        """Row `i` alone, as a batch of one over the same row object (what it writes is the
+        row's): the cache `forward_rows_apart` hands the model for that row's forward."""
+        return QuantizedSharedBatchCache([self.rows[i]])
+
+    def resync(self) -> None:
+        """Re-read the rows' lengths after they were written through `row_batch` caches."""
+        self._sync()
+
+
+def rows_apart(cache: list[Any]) -> bool:
+    """Whether a decode step over `cache` (one batch cache per layer) runs each row's forward
+    alone (`forward_rows_apart`): when every layer holds quantized rows (`--kv-bits`).
+
+    Why: a row's keys and values come from the model's projections, which run on the whole
+    batch; a BLAS rounds a product's rows by the product's row count and a row's place among
+    them (OpenBLAS on AMD Zen: bench/RESULTS.md), so a row's new key differs in its last bit
+    between batch sizes. Full precision keeps that difference at one unit in the last place;
+    quantizing the key to 8 or 4 bits can move it to the next level (1/255 of its group's
+    range), which flips sampled tokens (issue 52: `--kv-bits 8` samples that followed
+    `--batch-size`). A forward of the row alone has the same shapes whatever else is in flight,
+    so the row's tokens equal its tokens at `--batch-size 1` by construction. Layers of other
+    kinds (a sliding window, a recurrent state) are batch caches of mlx-lm's that cannot be
+    split by row: those models keep the batched forward."""
+    return bool(cache) and all(isinstance(c, QuantizedSharedBatchCache) for c in cache)
+
+
+def forward_rows_apart(cache: list[Any], forward: Any, inputs: Any) -> tuple[Any, Any]:
+    """(logits [n, V], hidden [n, d] or None) of one decode step in which each of the n rows of
+    `cache` (`rows_apart`) runs `forward(inputs_row [1, 1], row_cache)` -> (logits [1, V],
+    hidden [1, d] or None) alone; the batch caches' lengths are re-read afterwards."""
+    logits, hidden = [], []
+    for i in range(int(inputs.shape[0])):
+        step_logits, step_hidden = forward(inputs[i : i + 1], [c.row_batch(i) for c in cache])
+        logits.append(step_logits)
+        hidden.append(step_hidden)
+    for c in cache:
+        c.resync()
+    if any(h is None for h in hidden):
+        return mx.concatenate(logits, axis=0), None
+    return mx.concatenate(logits, axis=0), mx.concatenate(hidden, axis=0)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from breakthrough.errors import BtError
-from breakthrough.models import hub, offline
+from breakthrough.models import folder_index, hub, offline
 from breakthrough.models.digest import weights_digest
 from breakthrough.models.families import FAMILIES, Family, detect_family
 from breakthrough.models.registry import (
@@ -25,7 +25,6 @@ from breakthrough.models.registry import (
     spec_for_repo,
 )
 from breakthrough.models.tokens import encode_text
-from breakthrough.outputs import replace_atomic
 
 
 @dataclass
@@ -83,6 +82,8 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
         raise BtError(
             f"cannot load model {name!r} from {folder}: {type(exc).__name__}: {exc}"
         ) from None
+    if ident.model_id.startswith(LOCAL_PREFIX):
+        folder_index.remember(ident.model_id, Path(folder))  # only a folder that loaded
     if family is not None:
         if family not in FAMILIES:
             raise BtError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
@@ -175,7 +176,6 @@ def _identify(name: str) -> tuple[ModelSpec | None, Path, ModelIdentity]:
 
 LOCAL_PREFIX = "local:"
 REVISION_PREFIXES = (LOCAL_PREFIX, "gguf-sha256:")  # model ids that name a folder by its weights
-LOCAL_INDEX = "local-folders.json"
 
 
 def content_digest(folder: Path) -> str:
@@ -183,55 +183,42 @@ def content_digest(folder: Path) -> str:
     return weights_digest(folder, offline.cache_root())
 
 
-def _local_index_path() -> Path:
-    """This machine's index revision -> folder of the local folders bt has loaded (kept in the
-    user cache, never in a run, so a run directory records no machine path)."""
-    return offline.cache_root() / LOCAL_INDEX
-
-
-def _remember_folder(revision: str, folder: Path) -> None:
-    import json
-
-    path = _local_index_path()
-    try:
-        index = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        index = {}
-    if index.get(revision) == str(folder.resolve()):
-        return
-    index[revision] = str(folder.resolve())
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(index, indent=1, sort_keys=True)
-        replace_atomic(path, lambda tmp: tmp.write_text(text))
-    except OSError:
-        pass  # the index only saves retyping a folder; a read-only cache must not stop a run
+def _revisions_of(folder: Path) -> set[str]:
+    """Every id a run may have recorded for the weights `folder` holds now: the content digest
+    (model ids since it exists) and the older path-free ids of runs made before it (a run's
+    recorded model_digest is compared separately, before any write)."""
+    ids = {
+        f"{LOCAL_PREFIX}{content_digest(folder)[len('sha256:') :]}",
+        f"{LOCAL_PREFIX}{_folder_digest(folder)}",
+    }
+    conversion = offline.conversion_identity(folder)
+    return ids | {conversion} if conversion else ids
 
 
 def _find_folder(revision: str) -> Path:
-    """The folder this machine loaded `revision` from, checked to still hold those weights."""
-    import json
-
-    path = _local_index_path()
-    try:
-        index = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        index = {}
-    folder = index.get(revision)
-    if folder and Path(folder).is_dir():
-        p = Path(folder)
-        # the content digest (model ids since it exists); the older path-free ids of runs made
-        # before it (a run's recorded model_digest is compared separately, before any write)
-        known = {
-            f"{LOCAL_PREFIX}{content_digest(p)[len('sha256:') :]}",
-            offline.conversion_identity(p),
-            f"{LOCAL_PREFIX}{_folder_digest(p)}",
-        }
-        if revision in known:
-            return p
+    """A folder this machine loaded `revision` from that still holds those weights: every
+    folder known for it is checked in turn (newest first); the ones that are gone or hold other
+    weights now are dropped from the index, the others stay (`folder_index`)."""
+    stale: list[Path] = []
+    why: list[str] = []
+    found = None
+    for folder in folder_index.folders_for(revision):
+        try:
+            holds = folder.is_dir() and revision in _revisions_of(folder)
+        except OSError:
+            holds = False
+        if holds:
+            found = folder
+            break
+        stale.append(folder)
+        why.append(f"{folder} ({'changed' if folder.is_dir() else 'gone'})")
+    folder_index.forget(revision, stale)
+    if found is not None:
+        return found
+    checked = f"; checked {', '.join(why)}" if why else ""
     raise BtError(
         f"model {revision}: no folder with these weights is known on this machine (the run was "
-        f"made elsewhere, or the folder moved or changed); load the folder once with "
+        f"made elsewhere, or the folder moved or changed{checked}); load the folder once with "
         f"`bt base --model FOLDER` on the same cohort, or copy it back"
     )
 
@@ -253,6 +240,7 @@ def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, 
     if p.exists():
         if not (p / "config.json").is_file():
             raise BtError(f"{p} is not an mlx-lm model folder (no config.json)")
+        _check_tokenizer_files(p)
         digest = content_digest(p)
         conv = offline.conversion_identity(p)
         if (
@@ -262,7 +250,6 @@ def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, 
         ):
             return p, offline.OFFLINE_ALIAS, conv, digest  # the offline default's very files
         model_id = f"{LOCAL_PREFIX}{digest[len('sha256:') :]}"
-        _remember_folder(model_id, p)
         return p, model_id, conv or f"{LOCAL_PREFIX}{_folder_digest(p)}", digest
     if not _looks_like_hub_id(target):
         known = ", ".join(REGISTRY)
@@ -277,6 +264,21 @@ def _locate(name: str, spec: ModelSpec | None, target: str) -> tuple[Path, str, 
                 f"Face cache afterwards; try {download_commands([target])}"
             )
     return local, target, f"{target}@{local.name}", content_digest(local)
+
+
+# The files a Hugging Face tokenizer is built from: the fast tokenizer's own file, or the vocab
+# files a slow one converts (sentencepiece, BPE vocab + merges, tiktoken).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+
+
+def _check_tokenizer_files(folder: Path) -> None:
+    """A folder without any tokenizer file is one line naming it, before transformers reports
+    the same as a five-line error from deep inside `from_pretrained`."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise BtError(
+            f"{folder}: no tokenizer.json (nor {', '.join(TOKENIZER_FILES[1:])}): the model "
+            f"folder lacks its tokenizer; copy it from the checkpoint the weights came from"
+        )
 
 
 def download_commands(repos: list[str]) -> str:

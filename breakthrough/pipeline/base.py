@@ -15,7 +15,7 @@ is part of the run's identity (manifest `hidden_stride`): a resume with another 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -196,11 +196,41 @@ def weights_key(name: str) -> tuple[str, str | None]:
     return ident.model_id, ident.digest
 
 
-def _path_key(name: str) -> str:
-    """`weights_key` without reading weights (`--dry-run`): a local folder by its real path
-    (a symlink is its target), any other name as given."""
-    path = Path(name).expanduser()
-    return str(path.resolve()) if path.exists() else name
+def folder_keys(names: Sequence[str]) -> Callable[[str], object]:
+    """`weights_key` for `--dry-run`, reading weights only where it must: a local folder is its
+    real path (a symlink is its target), any other name as given, except that folders whose
+    token files have the same names and sizes are told apart by their content digest (an
+    identical copy is the same model; a copy with an edited config of the same length is not).
+    A hub id is never looked up (nothing is downloaded)."""
+    from breakthrough.models.digest import token_files
+    from breakthrough.models.loading import content_digest
+
+    real: dict[str, Path] = {}
+    for name in names:
+        path = Path(name).expanduser()
+        if path.is_dir():
+            real[name] = path.resolve()
+    shapes: dict[Path, tuple] = {}
+    for folder in set(real.values()):
+        try:
+            files = token_files(folder)
+            shapes[folder] = tuple(
+                (f.relative_to(folder).as_posix(), f.stat().st_size) for f in files
+            )
+        except OSError:
+            shapes[folder] = (str(folder),)
+    alike: dict[tuple, list[Path]] = {}
+    for folder, shape in shapes.items():
+        alike.setdefault(shape, []).append(folder)
+    keys: dict[str, object] = {}
+    for name, folder in real.items():
+        keys[name] = folder
+        if len(alike[shapes[folder]]) > 1:
+            try:
+                keys[name] = content_digest(folder)
+            except OSError:
+                pass
+    return lambda name: keys.get(name, name)
 
 
 def distinct_models(req: _Req, key: Callable[[str], object], say: Callable[[str], None]) -> _Req:
@@ -225,7 +255,7 @@ def plan_base(req: BaseRequest, say: Callable[[str], None] | None = None) -> lis
     (`say`: a note for a model named twice, `distinct_models`)."""
     from breakthrough.models.loading import model_alias
 
-    req = distinct_models(req, _path_key, say or (lambda line: None))
+    req = distinct_models(req, folder_keys(req.models), say or (lambda line: None))
     rows = select_rows(load_cohort(req.cohort), req.problems, req.limit, req.cohort)
     cohort_name = Path(req.cohort).stem
     plans = []

@@ -44,7 +44,7 @@ from breakthrough.pipeline.dry_run import (
 from breakthrough.pipeline.manifest import check_engine, check_model, preflight_continue
 from breakthrough.pipeline.scheduler import CellState, RunScheduler, branches_for, memory_plan
 from breakthrough.protocol import Protocol
-from breakthrough.runlock import run_lock
+from breakthrough.runlock import held_by, run_lock
 from breakthrough.store import RunStore
 
 ARMS_KEY = "probe_arms"
@@ -68,6 +68,8 @@ def check_arm_asked(store: RunStore, asked: ArmAsked | None, backend: str | None
     runs on the KV cache the run's continuations used) and `--instrument` (the arm stores the
     signals they stored)."""
     asked = asked or ArmAsked()
+    if "model_id" in store.manifest():  # else preflight_continue names the damage
+        refuse_never_continued(store)
     preflight_continue(store, asked.settings, backend)
     man = store.manifest()
     run_kv_bits(man, asked.kv_bits, store.run_dir)
@@ -78,6 +80,23 @@ def check_arm_asked(store: RunStore, asked: ArmAsked | None, backend: str | None
             f"continuations store {signals}); an arm stores what they store: leave "
             f"--instrument out"
         )
+
+
+def refuse_never_continued(store: RunStore) -> None:
+    """An arm re-probes the targets of the run's probes, so a run without one is refused first,
+    naming that (and a `bt continue` that holds the run now, whose probes are on their way):
+    the checks after it would read the run's protocol, which is `bt base`'s default anchor
+    grid until a continuation records its own, and refuse anchors the user never typed."""
+    if store.run_kind() != "base":
+        return  # a `bt sample` run: preflight_continue says what it is
+    if store.conn.execute("SELECT 1 FROM samples WHERE kind='probe' LIMIT 1").fetchone():
+        return
+    holder = held_by(store.run_dir)
+    now = f"; another bt is writing it now ({holder}): let it finish" if holder else ""
+    raise BtError(
+        f"{store.run_dir}: --add-budget: the run was never continued (no probes yet){now}; "
+        f"run `bt continue {store.run_dir}` first (the arm re-probes its targets)"
+    )
 
 
 def arm_protocol(store: RunStore, budget: int) -> Protocol:

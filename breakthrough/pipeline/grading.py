@@ -18,7 +18,13 @@ class GradeReport:
 
 
 def regrade_run(run_dir: Path, *, again: bool = False) -> GradeReport:
-    """Grade the samples of a run that have no grade (every sample with `again`)."""
+    """Grade the samples of a run that have no grade (every sample with `again`). Whether
+    there is anything to grade is read first, read-only: a run with nothing to grade is
+    answered alike whether its folder can be written or not (an archived, immutable run too);
+    only grading opens it for writing."""
+    with RunStore(run_dir, readonly=True) as store:
+        if not store.ungraded(include_graded=again):
+            return GradeReport(run_dir, 0, 0, "")
     with RunStore(run_dir) as store:
         todo = store.ungraded(include_graded=again)
         if not todo:

@@ -80,6 +80,7 @@ def run_status(run_dir: Path, tau: float | None = None) -> RunStatus:
         cells = store.cell_reasoning_tokens()
         man = store.manifest()
         grids = owed_grids(store.base_segments(), protocol)  # lost probe rows are work missing
+        base_gone = store.base_trace_gone()  # and so is a lost base trace
     if tau is not None:
         protocol = protocol.with_overrides(tau=tau)
     topup = resolve_topup(run_dir, man, None)
@@ -89,7 +90,12 @@ def run_status(run_dir: Path, tau: float | None = None) -> RunStatus:
     unfinished = {
         row["cell_id"]: row
         for row in unfinished_rows(
-            outcomes, [c for c, _ in cells], probe_rows=probes, protocol=protocol, grids=grids
+            outcomes,
+            [c for c, _ in cells],
+            probe_rows=probes,
+            protocol=protocol,
+            grids=grids,
+            base_gone=base_gone,
         )
     }
     base: dict[str, tuple[bool | None, int]] = {}  # cell -> (verdict, tokens) of its base trace

@@ -14,8 +14,10 @@ $10": pandoc's rule, no space inside the delimiters and no digit right after the
 unless the span holds a LaTeX command), and anything the converter refuses; such text is shown
 escaped, never lost. The converter's MathML is rebuilt element by element (`_Sanitizer`): only
 MathML elements and presentation attributes pass and every text is escaped, so a problem holding
-`$\\text{<script>…}$` or `\\href{javascript:…}` shows that text and runs nothing. The results
-are `markupsafe.Markup`, which the page templates (autoescaped) insert as they are. An
+`$\\text{<script>…}$` or `\\href{javascript:…}` shows that text and runs nothing; tags typed
+inside a text-mode argument reach the converter as character references (`_protect_text`), and
+the sanitiser keeps the elements well nested, so a typed `</math>` never closes the math. The
+results are `markupsafe.Markup`, which the page templates (autoescaped) insert as they are. An
 Asymptote figure (`[asy]…[/asy]`, which no browser draws) is folded into a closed <details>
 block: there on a click, not raw code in the reader's way.
 """
@@ -63,32 +65,52 @@ MATHML_ATTRIBUTES = frozenset(
 
 class _Sanitizer(HTMLParser):
     """MathML rebuilt from the converter's output with only `MATHML_ELEMENTS` and
-    `MATHML_ATTRIBUTES`; other tags (and all text) are escaped text."""
+    `MATHML_ATTRIBUTES`; other tags (and all text) are escaped text. The elements stay well
+    nested: one `math` root, an end tag passes only when it closes the element open last, and
+    whatever is still open at the end is closed. The converter copies `\text{…}` verbatim, so a
+    problem's `\text{</math>…}` would otherwise close the math early and leave what follows
+    outside it (escaped, but no longer math)."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.out: list[str] = []
+        self.open: list[str] = []  # the MathML elements open now, innermost last
 
-    def _tag(self, tag: str, attrs: list[tuple[str, str | None]], end: str) -> None:
-        if tag not in MATHML_ELEMENTS:
+    def _allowed(self, tag: str) -> bool:
+        """A MathML element where it may stand: `math` only as the root, the others inside."""
+        return tag in MATHML_ELEMENTS and (tag == "math") == (not self.open)
+
+    def _tag(self, tag: str, attrs: list[tuple[str, str | None]], end: str) -> bool:
+        if not self._allowed(tag):
             self.out.append(escape(self.get_starttag_text() or ""))
-            return
+            return False
         kept = "".join(
             f' {k}="{escape(v or "")}"' for k, v in attrs if k.lower() in MATHML_ATTRIBUTES
         )
         self.out.append(f"<{tag}{kept}{end}>")
+        return True
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._tag(tag, attrs, "")
+        if self._tag(tag, attrs, ""):
+            self.open.append(tag)
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self._tag(tag, attrs, " /")
 
     def handle_endtag(self, tag: str) -> None:
-        self.out.append(f"</{tag}>" if tag in MATHML_ELEMENTS else escape(f"</{tag}>"))
+        if self.open and self.open[-1] == tag:
+            self.open.pop()
+            self.out.append(f"</{tag}>")
+        else:  # a stray end tag (text that looks like one): shown, never obeyed
+            self.out.append(escape(f"</{tag}>"))
 
     def handle_data(self, data: str) -> None:
         self.out.append(escape(data))
+
+    def close(self) -> None:
+        super().close()
+        self.out.extend(f"</{tag}>" for tag in reversed(self.open))
+        self.open.clear()
 
 
 def _sanitize(mathml: str) -> str:
@@ -98,6 +120,30 @@ def _sanitize(mathml: str) -> str:
     return "".join(parser.out)
 
 
+# Text-mode commands whose argument the converter copies into <mtext> character for character.
+_TEXT_MODE = re.compile(r"\\(?:text(?:rm|bf|it|tt|sf|normal)?|mbox|hbox)\s*\{")
+
+
+def _protect_text(latex: str) -> str:
+    """`latex` with `<` and `>` inside text-mode arguments (`\\text{…}`, `\\mbox{…}` …) written
+    as character references, which the converter copies as they are and the sanitiser reads
+    back as text: a tag typed there (`\\text{</mtext></mrow></math>}`) never reaches the
+    sanitiser as a tag, not even one that would close exactly the elements open at that point."""
+    out, pos = [], 0
+    for m in _TEXT_MODE.finditer(latex):
+        if m.start() < pos:
+            continue  # inside an argument already protected
+        depth, end = 1, m.end()
+        while end < len(latex) and depth:
+            depth += {"{": 1, "}": -1}.get(latex[end], 0)
+            end += 1
+        arg = latex[m.end() : end].replace("<", "&lt;").replace(">", "&gt;")
+        out += [latex[pos : m.end()], arg]
+        pos = end
+    out.append(latex[pos:])
+    return "".join(out)
+
+
 @lru_cache(maxsize=4096)
 def latex_to_mathml(latex: str, display: bool = False) -> str | None:
     """MathML for one LaTeX expression (sanitized: `_Sanitizer`), or None when the converter
@@ -105,7 +151,7 @@ def latex_to_mathml(latex: str, display: bool = False) -> str | None:
     from latex2mathml.converter import convert
 
     try:
-        out = convert(latex.strip(), display="block" if display else "inline")
+        out = convert(_protect_text(latex.strip()), display="block" if display else "inline")
     except Exception:  # the converter raises several types on bad input; text is the fallback
         return None
     return _sanitize(out) if "<math" in out else None

@@ -704,6 +704,22 @@ class RunStore(HiddenVectors, Frames):
             )
         ]
 
+    def base_trace_gone(self) -> set[str]:
+        """Cells whose base trace the store proves was written and no longer holds: a probe of
+        the cell was cut from it (prefix_len > 0: its prefix is the trace's first tokens), and
+        no base row is left. Such a cell is unfinished (`classify.completeness`), never labelled
+        from its probes alone; `bt verify` names the deleted row."""
+        where, params = self._where(kind="probe")
+        self.check_where(where, params)
+        return {
+            str(cid)
+            for (cid,) in self.conn.execute(
+                "SELECT DISTINCT s.cell_id FROM samples s WHERE s.kind='probe' AND s.prefix_len > 0"
+                " AND NOT EXISTS (SELECT 1 FROM samples b WHERE b.cell_id=s.cell_id"
+                " AND b.kind='base')"
+            )
+        }
+
     def base_segments(self) -> dict[str, bytes]:
         """cell_id -> the segment codes of its base trace (one byte a token, as stored; rows
         checked against their checksums first): the grid each cell's probes must cover

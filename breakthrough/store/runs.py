@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from breakthrough.errors import BtError
+from breakthrough.runlock import held_by
 from breakthrough.store.core import RunStore
 from breakthrough.store.records import STORE_FILE
 
@@ -72,6 +73,11 @@ def find_runs(paths: Sequence[str | Path], *, study: bool = False) -> FoundRuns:
             inside = sorted(d for d in p.iterdir() if is_run_dir(d))
             if inside:
                 found.extend(inside)
+            elif holder := held_by(p):  # its first `bt base` has not made the store yet
+                raise BtError(
+                    f"{p}: not a run yet: another bt is making it ({holder}); let it "
+                    f"finish, then rerun"
+                )
             else:
                 notes.append(f"skipped {p} ({_not_a_run(p)})")
         else:

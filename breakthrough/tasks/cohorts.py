@@ -100,7 +100,19 @@ def _env_search_dir(env: str) -> Path:
     path = cohorts_dir()
     if not path.is_dir():
         raise BtError(f"{ENV_DIR}={env}: no such folder; {ENV_FIX}")
+    why = _unreadable(path)
+    if why:  # `bt cohorts list` and `bt base` say the same, not "no cohort files" and exit 0
+        raise BtError(f"{ENV_DIR}={env}: cannot read the folder ({why}); {ENV_FIX}")
     return path
+
+
+def _unreadable(folder: Path) -> str | None:
+    """Why `folder`'s entries cannot be listed (its OS error), or None when they can."""
+    try:
+        with os.scandir(folder):
+            return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
 
 
 def builtin_cohorts_dir() -> Path:
@@ -351,8 +363,13 @@ def _reachable_files(directory: Path | None) -> list[Path]:
 
 
 def _cohort_files(directory: Path) -> list[Path]:
+    """The `*.jsonl` files of `directory` (none when it is no folder); a folder whose entries
+    cannot be read is one line naming it (glob would answer "none" and hide why)."""
     if not directory.is_dir():
         return []
+    why = _unreadable(directory)
+    if why:
+        raise BtError(f"{directory}: cannot read the cohorts folder ({why})")
     return sorted(p for p in directory.glob("*.jsonl") if p.is_file())
 
 

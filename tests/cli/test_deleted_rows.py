@@ -50,3 +50,25 @@ def test_a_deleted_restart_row_is_reported_and_its_cell_left_unlabelled(runs, tm
     assert run_bt("verify", run).returncode == 0
     proc = run_bt("classify", run, "--draws", "2", "-o", tmp_path / "again")
     assert proc.returncode == 0 and cell in (tmp_path / "again" / "labels.csv").read_text()
+
+
+def test_a_cell_whose_base_trace_is_gone_is_unfinished_in_status_and_classify(runs, tmp_path):  # noqa: F811
+    """Issue 52: `bt status` said "done" and `bt classify` labelled a cell whose base trace was
+    deleted (only `bt verify` caught it). Its probes were cut from that trace (their prefix
+    is its first tokens), so the store proves it was written: the cell is incomplete."""
+    run = _continued(runs, tmp_path)
+    conn = sqlite3.connect(run / "store.sqlite")
+    (cell,) = conn.execute("SELECT cell_id FROM samples WHERE kind='base' LIMIT 1").fetchone()
+    conn.close()
+    assert _delete_samples(run, f"kind='base' AND cell_id='{cell}'")
+    proc = run_bt("status", run)
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if f"{cell} " in line)
+    assert "incomplete: base trace" in row and "done" not in row, proc.stdout
+    out = tmp_path / "classify"
+    proc = run_bt("classify", run, "--draws", "2", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert cell not in (out / "labels.csv").read_text()
+    assert f"{cell},incomplete,base trace" in (out / "unfinished.csv").read_text().replace(
+        f"{cell.split(':')[0]},{cell.split(':', 1)[1]},", ""
+    )

@@ -206,3 +206,24 @@ def test_classify_and_study_report_skip_a_sample_run_with_one_note(tmp_path):
     assert len(notes) == 1 and notes[0].startswith("skipped 1 `bt sample` run"), proc.stdout
     doc = json.loads((runs / "study" / "headlines.json").read_text())
     assert doc["runs"] == [str(runs / "study")]
+
+
+def test_a_lost_top_up_row_leaves_its_cell_unlabelled(tmp_path):
+    """Issue 52: the last row a run writes leaves no id gap, and when it was a top-up branch
+    the cell was still labelled, from a pooled count that depends on where the loss fell
+    (README: `bt classify` leaves such a cell unlabelled either way). m:p2's A1 replication at
+    8192 holds 7 of its 8 branches, as its lost last row leaves it."""
+    spec = cell_spec()
+    lost = spec["m:p2"]["probes"] | {8192: spec["m:p2"]["probes"][8192][:7]}
+    run = write_store(
+        tmp_path / "r", {"m:p2": spec["m:p2"] | {"probes": lost}, "m:p1": spec["m:p1"]}
+    )
+    proc = run_bt("status", run)
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if "m:p2 " in line)
+    assert "incomplete: probes top-up at 8192 (7 of 8)" in row, proc.stdout
+    proc = run_bt("classify", run, "--draws", "0", "--no-cell-pages")
+    assert proc.returncode == 0, proc.stderr
+    assert list(pd.read_csv(run / "classify" / "labels.csv")["cell_id"]) == ["m:p1"]
+    unfinished = pd.read_csv(run / "classify" / "unfinished.csv").set_index("cell_id")
+    assert unfinished.loc["m:p2", "missing"] == "probes top-up at 8192 (7 of 8)"

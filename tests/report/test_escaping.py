@@ -62,6 +62,16 @@ def test_math_converter_output_is_sanitized():
     assert_escaped(answer_html(HOSTILE), HOSTILE)
 
 
+def test_a_stray_math_end_tag_in_text_stays_inside_the_math():
+    """Issue 52: the converter copies `\\text{…}` verbatim, and the sanitiser let its
+    `</math>` through: the math closed early (the script stayed escaped, outside it)."""
+    out = math_html(r"$\text{</math><script>alert(6)</script>}$ after")
+    assert_escaped(out, "</math><script>alert(6)</script>")
+    assert out.count("<math") == out.count("</math>") == 1 and out.endswith("</math> after")
+    inner = answer_html(r"\text{</mtext></mrow></math>x}")
+    assert inner.count("</math>") == 1 and inner.endswith("</mtext></mrow></math>")
+
+
 def _labels() -> pd.DataFrame:
     return pd.DataFrame(
         [

@@ -1,0 +1,89 @@
+"""This machine's index of the local model folders bt has loaded: model id -> every folder.
+
+Why: a run records a local model by its weights ("local:<16 hex>" of the content digest), never
+by a path, so a later command has to find a folder holding those weights again. Identical
+copies are one model, so one id can have several folders (`cp -a M M2`, both loaded); keeping
+only the last one loaded lost the model when that copy was deleted while the first was intact.
+So the index keeps every folder known for an id, in the order they were last loaded (newest
+first); the caller checks them in turn (the weights, not the path, decide) and drops only the
+ones that are gone or hold other weights now. A folder is recorded only after it loaded: a folder
+that failed to load is not a place to find a model.
+
+The index lives in the user cache (`offline.cache_root()`), never in a run. It only saves
+retyping a folder, so a cache that cannot be written never stops a command. Indexes written by
+an older bt (one folder per id, as a string) are read as a list of one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from breakthrough.models import offline
+from breakthrough.outputs import replace_atomic
+
+LOCAL_INDEX = "local-folders.json"
+
+
+def index_path() -> Path:
+    """Where the index lives: beside the converted models in the user cache."""
+    return offline.cache_root() / LOCAL_INDEX
+
+
+def _read() -> dict[str, list[str]]:
+    """The index as id -> folders; a missing or damaged file is an empty index."""
+    path = index_path()
+    try:
+        raw = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    index: dict[str, list[str]] = {}
+    for key, value in raw.items():
+        folders = [value] if isinstance(value, str) else value
+        if isinstance(folders, list):
+            index[str(key)] = [str(f) for f in folders if isinstance(f, str)]
+    return index
+
+
+def _write(index: dict[str, list[str]]) -> None:
+    """Replace the index atomically; an unwritable cache is ignored (module doc)."""
+    path = index_path()
+    kept = {k: v for k, v in index.items() if v}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(kept, indent=1, sort_keys=True)
+        replace_atomic(path, lambda tmp: tmp.write_text(text))
+    except OSError:
+        pass
+
+
+def folders_for(model_id: str) -> list[Path]:
+    """Every folder recorded for `model_id`, newest first (not checked: see `forget`)."""
+    return [Path(f) for f in _read().get(model_id, [])]
+
+
+def remember(model_id: str, folder: Path) -> None:
+    """Record that `folder` (which just loaded) holds `model_id`, first in its list; the other
+    folders known for it stay."""
+    index = _read()
+    where = str(Path(folder).resolve())
+    have = index.get(model_id, [])
+    if have[:1] == [where]:
+        return
+    index[model_id] = [where, *(f for f in have if f != where)]
+    _write(index)
+
+
+def forget(model_id: str, folders: Iterable[Path]) -> None:
+    """Drop `folders` from `model_id`'s list: they are gone or hold other weights now."""
+    drop = {str(f) for f in folders}
+    if not drop:
+        return
+    index = _read()
+    have = index.get(model_id, [])
+    left = [f for f in have if f not in drop]
+    if left != have:
+        index[model_id] = left
+        _write(index)

@@ -1,0 +1,95 @@
+"""A local model is found again by its weights wherever it is on this machine (issue 52, failure
+2), through the installed `bt`: the index keeps every folder known for a weights digest, checks
+them in turn, drops only what is gone or changed and never records a folder that did not load;
+an identical copy named beside its original is one model and one run, in a dry run too.
+
+Each test keeps its own `BT_CACHE_DIR`, so the index it reads is the one its commands wrote."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from bt_cli import assert_one_line_error, run_bt
+from shared_runs import ARITH_BASE, SMALL_CONTINUE
+
+
+def _index(cache: Path) -> dict:
+    path = cache / "models" / "local-folders.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def test_a_run_finds_its_model_in_any_folder_that_still_holds_it(tiny_model_dir, tmp_path):
+    cache = tmp_path / "cache"
+    first = Path(shutil.copytree(tiny_model_dir, tmp_path / "M"))
+    copy = Path(shutil.copytree(first, tmp_path / "M2"))
+    runs = tmp_path / "runs"
+    for folder, run in ((first, "r"), (copy, "r2")):
+        proc = run_bt(
+            "base", *ARITH_BASE, "--model", folder, "--runs-dir", runs, "--run", run,
+            BT_CACHE_DIR=str(cache),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    # one model (one digest), both folders, newest first
+    assert list(_index(cache).values()) == [[str(copy.resolve()), str(first.resolve())]]
+
+    shutil.rmtree(copy)  # the copy loaded last is gone; the first folder is intact
+    proc = run_bt("continue", runs / "r", *SMALL_CONTINUE, BT_CACHE_DIR=str(cache))
+    assert proc.returncode == 0, proc.stderr
+    assert list(_index(cache).values()) == [[str(first.resolve())]]  # only the gone one dropped
+
+    # the last folder changed (another network): refused, naming what was checked
+    config = json.loads((first / "config.json").read_text())
+    (first / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-3}))
+    proc = run_bt("continue", runs / "r2", *SMALL_CONTINUE, BT_CACHE_DIR=str(cache))
+    assert_one_line_error(proc, 2, "no folder with these weights", f"{first.resolve()} (changed)")
+    assert _index(cache) == {}
+
+
+def test_a_folder_that_failed_to_load_is_not_recorded(tiny_model_dir, tmp_path):
+    cache = tmp_path / "cache"
+    broken = Path(shutil.copytree(tiny_model_dir, tmp_path / "broken"))
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    proc = run_bt(
+        "base", *ARITH_BASE, "--model", broken, "--runs-dir", tmp_path / "runs",
+        BT_CACHE_DIR=str(cache),
+    )  # fmt: skip
+    assert_one_line_error(proc, 2, "cannot load model", str(broken))
+    assert _index(cache) == {}
+
+
+def test_an_identical_copy_named_beside_its_folder_is_one_model(tiny_model_dir, tmp_path):
+    """`--model FOLDER,COPY`: one run, in the dry run as in the real one (the dry run took the
+    copy for a second model, `runs/r-m` and `runs/r-m2`); a copy with an edited config of the
+    same size is another model."""
+    first = Path(shutil.copytree(tiny_model_dir, tmp_path / "M"))
+    copy = Path(shutil.copytree(first, tmp_path / "M2"))
+    other = Path(shutil.copytree(first, tmp_path / "M3"))
+    text = (other / "config.json").read_text()
+    assert '"rms_norm_eps": 1e-05' in text
+    (other / "config.json").write_text(
+        text.replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e-06')
+    )
+    runs = tmp_path / "runs"
+    args = ("base", *ARITH_BASE, "--runs-dir", runs, "--run", "r", "--dry-run")
+    proc = run_bt(*args, "--model", f"{first},{copy}", BT_CACHE_DIR=str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"--model {copy}: the same model as {first}" in proc.stdout, proc.stdout
+    assert "runs/r (" in proc.stdout.replace(str(runs), "runs") and "r-m2" not in proc.stdout
+    proc = run_bt(*args, "--model", f"{first},{other}", BT_CACHE_DIR=str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr
+    assert "the same model" not in proc.stdout and "r-m3" in proc.stdout, proc.stdout
+
+
+def test_a_folder_without_its_tokenizer_is_one_line_naming_the_file(tiny_model_dir, tmp_path):
+    """It was transformers' five-line error from inside `from_pretrained`."""
+    folder = Path(shutil.copytree(tiny_model_dir, tmp_path / "M"))
+    (folder / "tokenizer.json").unlink()
+    runs = tmp_path / "runs"
+    proc = run_bt(
+        "base", *ARITH_BASE, "--model", folder, "--runs-dir", runs,
+        BT_CACHE_DIR=str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert_one_line_error(proc, 2, str(folder), "no tokenizer.json")
+    assert not runs.exists() or not any(runs.iterdir())
