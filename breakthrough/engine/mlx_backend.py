@@ -61,6 +61,7 @@ from breakthrough.engine.contract import (
     check_request,
 )
 from breakthrough.engine.decode_counters import DecodeCounters
+from breakthrough.engine.group_path import GROUP_SLOTS, GroupPath
 from breakthrough.engine.memory import (
     SHARED_PREFIXES,
     Admission,
@@ -76,6 +77,7 @@ from breakthrough.engine.prefix_cache import (
     cache_length,
     trim_to,
 )
+from breakthrough.engine.token_ids import common_prefix_length
 from breakthrough.errors import BtError
 from breakthrough.protocol import DEFAULT
 
@@ -83,8 +85,7 @@ check_mlx_lm()  # an mlx-lm this engine was not tested with: one line now (mlx_c
 
 if TYPE_CHECKING:  # batch_step imports mlx at its top; this module imports it only to generate
     from breakthrough.engine.batch_step import RowSpec, StepStats
-    from breakthrough.engine.group_kv import GroupCell, GroupShape
-    from breakthrough.engine.group_rows import GroupRows, GroupTarget
+    from breakthrough.engine.group_rows import GroupRows
 
 _noticed = False
 
@@ -110,14 +111,6 @@ KV_BITS = (4, 8)
 # buffer (`group_kv`, one fused attention call per chunk of rows, `group_attention`) on any
 # device; "shared" points rows into their cell's one prefix copy (`prefix_attention`); "copies"
 # gives each row its own copy in mlx-lm's batch cache.
-# On a GPU, "auto" runs rows in group buffers once a run's shared prefix reaches this many tokens
-# (below it mlx-lm's copies are few bytes and one fused call). Provisional: set from
-# `bench/gpu_check.sh`'s step bench on the first GPU it runs on (bench/RESULTS.md).
-GPU_GROUP_SHARED_TOKENS = 1024
-GROUP_SLOTS = 16  # slots per cell at most (`group_kv.GroupShape`): rows of a cell at once
-# Own positions a probe row may need beyond B + the answer window: the forced close's tokens and
-# the step ahead (`group_kv.slot_positions` rounds the slot up from there).
-SLOT_SLACK = 64
 # Query heads x shared prefix positions of a row from which shared-prefix attention beats
 # per-row copies (`MlxEngine._sharing_pays`): between the two workloads bench/RESULTS.md gives,
 # where copies won (a few heads over short prefixes) and where sharing did (Qwen3-4B's attention).
@@ -144,21 +137,6 @@ def check_kv_bits(model, bits: int) -> int:
             f"is not a multiple of {KV_GROUP_SIZE}, which quantized KV needs"
         )
     return int(bits)
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """Number of leading ids `a` and `b` share."""
-    n = min(len(a), len(b))
-    if list(a[:n]) == list(b[:n]):
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if list(a[:mid]) == list(b[:mid]):
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 class _Row:
@@ -257,7 +235,7 @@ class _Feed:
         return self.held
 
 
-class MlxEngine(Engine):
+class MlxEngine(GroupPath, Engine):
     """Continuous batching on mlx-lm's `BatchGenerator`.
 
     `generate(requests)` pulls requests lazily, keeps at most `batch_size` rows in flight,
@@ -569,149 +547,6 @@ class MlxEngine(Engine):
         if self.reuse_prefixes and plan.prefix_slots is not None:
             self._prefix_slots = plan.prefix_slots
         self._unshared_tokens = max(self._unshared_tokens, plan.shape.restart_tokens)
-
-    # -- group buffers (group_kv, group_rows, group_attention) --------------------------------
-    def group_eligible(self) -> bool:
-        """Whether rows of this engine can live in group buffers: the model's attention is
-        routed (`row_attention`), every layer is plain attention (a `KVCache`: group buffers
-        hold no window or recurrent state), keys and values are full precision (`--kv-bits`
-        attends row by row) and prefixes are reused."""
-        if self._eligible is None:
-            from breakthrough.engine.mlx_compat import KVCache, make_prompt_cache
-
-            self._eligible = (
-                bool(self.row_attention)
-                and self.kv_bits is None
-                and self.reuse_prefixes
-                and all(type(c) is KVCache for c in make_prompt_cache(self.model))
-            )
-        return self._eligible
-
-    def _group_pays(self, shared_tokens: int) -> bool:
-        """The device rule for group buffers: always when asked (`attention="group"`); under
-        "auto" on a GPU once the shared prefix reaches GPU_GROUP_SHARED_TOKENS (a decode step's
-        cost there is its kernel launches: bench/RESULTS.md); never on the CPU, where shared
-        prefixes attend in numpy (`prefix_attention`, measured faster there)."""
-        if self.attention == "group":
-            return True
-        if self.attention != "auto" or self._share_fixed or not self.group_eligible():
-            return False
-        import mlx.core as mx
-
-        return mx.default_device() == mx.gpu and int(shared_tokens) >= GPU_GROUP_SHARED_TOKENS
-
-    def _group_shape(self, shape: RowShape | None) -> GroupShape:
-        """The cells' group buffers for rows of `shape` (None: the default protocol's):
-        GROUP_SLOTS slots (a multiple of the chunk) of B + answer + SLOT_SLACK positions. None of
-        it depends on the batch size or the cells in the run, so a row's keys sit at the same
-        positions whatever else runs."""
-        from breakthrough.engine.group_kv import GroupShape, chunk_rows, slot_positions
-        from breakthrough.engine.prefix_cache import kv_heads, query_heads
-
-        if shape is not None and shape.shared_tokens:
-            own = int(shape.probe_tokens) - int(shape.shared_tokens)
-        else:
-            own = DEFAULT.budget + DEFAULT.answer_budget
-        chunk = chunk_rows(query_heads(self.model), kv_heads(self.model))
-        slots = -(-self.group_slots // chunk) * chunk
-        return GroupShape(slots, slot_positions(own + SLOT_SLACK), chunk, DEFAULT.samples)
-
-    def _planned_group(self, shape: RowShape, shared: int) -> tuple[GroupShape, int] | None:
-        """(group shape, cells kept at once) when rows of `shape` run in group buffers
-        (`_group_pays`, and at least one cell's buffers fit the budget), else None."""
-        from breakthrough.engine.group_kv import TRASH
-
-        if not shared or not self.reuse_prefixes or not self._group_pays(shared):
-            return None
-        if not self.group_eligible():
-            return None
-        group = self._group_shape(shape)
-        if not self.memory_budget_bytes:
-            return group, self._prefix_slots
-        b = self.layout()
-        per_cell = b.prefix_cache(shared, 0) + b.plain_per_token * (
-            group.slots * group.slot_size + TRASH
-        )
-        cells = min(self._max_prefixes, int(self.memory_budget_bytes // max(per_cell, 1.0)))
-        return (group, cells) if cells >= 1 else None
-
-    def _start_groups(self) -> None:
-        """An engine used without a plan (`bt serve`, a bench) takes the group path by the same
-        device rule, for rows of the default protocol's length."""
-        from breakthrough.engine.group_rows import GroupRows
-
-        if self.groups is not None or self._group_planned:
-            return
-        if self._group_pays(GPU_GROUP_SHARED_TOKENS) and self.group_eligible():
-            self.groups = GroupRows(self._group_shape(None))
-            self.share_prefixes = True
-
-    def _group_target(self, req: GenRequest) -> GroupTarget | None:
-        """Where `req` runs in a group buffer (`GroupRows.target`), or None."""
-        if self.groups is None:
-            return None
-        held = req.shared_prefix is not None and req.shared_prefix.key in self._prefixes
-        return self.groups.target(
-            req, self._kept, common_prefix_length, self._restart_skips_prefix, held
-        )
-
-    def _group_cell(self, key: str) -> GroupCell | None:
-        have = self._prefixes.get(key)
-        return None if have is None else have[1].group
-
-    def _slot_ready(self, req: GenRequest) -> bool:
-        """False when `req` runs in a group buffer whose slot for it a row in flight holds."""
-        target = self._group_target(req)
-        if target is None or self.groups is None:
-            return True
-        if target.from_kept and req.follows is not None:
-            cell = self._kept[req.follows][1][0].cell
-        else:
-            cell = self._group_cell(target.cell_key)
-        return self.groups.ready(target, cell)
-
-    def _start_group(
-        self, req: GenRequest, target: GroupTarget
-    ) -> tuple[list, list[int], str, int]:
-        """`_start` for a group row: its cell's buffers (built from the cell's prefix on first
-        use) or the kept state it follows, its slot taken, its own ids prefilled at batch 1 into
-        the slot up to the prompt's last id."""
-        from breakthrough.engine.group_rows import group_cell
-        from breakthrough.engine.prefix_cache import prefill
-
-        assert self.groups is not None
-        kept_cache = None
-        if target.from_kept and req.follows is not None:
-            _, kept_cache = self._kept.pop(req.follows)
-            booking = self.book.kept.pop(req.follows, None)
-            cell = kept_cache[0].cell
-            key = booking.prefix if booking is not None and booking.prefix else cell.key
-        else:
-            shared = req.shared_prefix
-            assert shared is not None
-            pc = self._prefix_cache(shared)
-            before = pc.prefill_tokens
-            shape = self.groups.shape
-            cell = pc.hand_over(lambda layers: group_cell(shared.key, shared.starts, shape, layers))
-            self.prefill_tokens += pc.prefill_tokens - before
-            self.book.prefix_bytes[shared.key] = float(pc.nbytes)
-            key = shared.key
-        rows = self.groups.rows(req, target, cell, kept_cache)
-        feed = [int(t) for t in req.prompt[target.held :]]
-        if len(feed) > 1:
-            prefill(self.model, rows, feed[:-1])
-        return rows, feed[-1:], key, len(feed)
-
-    def _path(self, cache: list) -> str:
-        """The attention path a row of `cache` takes (`EngineStats.rows_by_attention`)."""
-        if any(getattr(layer, "in_group", False) for layer in cache):
-            return "group"
-        if not self.share_prefixes:
-            return "copies"
-        if not self.row_attention:
-            return "padded"
-        sharing = any(getattr(layer, "base", None) is not None for layer in cache)
-        return "shared" if sharing and self.kv_bits is None else "row by row"
 
     def _sharing_pays(self, shared_tokens: int) -> bool:
         """Whether rows whose shared prefix is `shared_tokens` long run faster pointing into

@@ -239,30 +239,27 @@ def test_engine_group_tokens_equal_fresh_prefills_at_qwen3_4b_attention() -> Non
         np.testing.assert_allclose(res.logprobs, runs["group"][key].logprobs, atol=1e-5)
 
 
-@pytest.mark.model
-def test_engine_group_tokens_equal_fresh_prefills_on_hub_shaped_checkpoints(hub_models) -> None:
-    """The study's 4-bit hub checkpoints (tiny, their real layout): a model whose layers are all
-    plain attention runs its rows in group buffers with the tokens of fresh prefills; one with
-    sliding-window layers (Gemma-4) is refused in one line when the group path is forced."""
-    ran = 0
-    for alias in ("qwen3-4b", "ministral3-3b", "gemma4-e4b"):
-        loaded = hub_models[alias]
-        eos = sorted(loaded.eos_ids)
-        vocab = int(loaded.config.get("vocab_size") or len(loaded.tokenizer))
-        if not MlxEngine(loaded.model, eos).group_eligible():
-            with pytest.raises(BtError, match="attention group"):
-                MlxEngine(loaded.model, eos, attention="group")
-            continue
-        reqs, follow = _cells(np.random.default_rng(7), 1, 10, 140, (40, 140), 4, 3, vocab)
-        group = MlxEngine(loaded.model, eos, attention="group", batch_size=8)
-        group.configure(group.plan(RowShape(300, shared_tokens=200)))
-        fresh = MlxEngine(loaded.model, eos, batch_size=8, reuse_prefixes=False)
-        out = {k: r.tokens for k, r in _run(group, reqs, follow, 3).items()}
-        ref = {k: r.tokens for k, r in _run(fresh, reqs, follow, 3).items()}
-        assert out == ref, alias
-        assert group.stats().rows_by_attention == {"group": len(out)}
-        ran += 1
-    assert ran == 2  # Qwen3 and Ministral: plain attention; Gemma-4: sliding windows
+def test_engine_group_tokens_equal_fresh_prefills_on_the_tiny_and_hub_models(float_or_4bit):
+    """The tiny float32 llama and the study's 4-bit hub checkpoints (tiny, their real layout): a
+    model whose layers are all plain attention runs every row in group buffers with the tokens of
+    fresh prefills; one with sliding-window layers (Gemma-4) is refused in one line when the
+    group path is forced."""
+    loaded = float_or_4bit
+    eos = sorted(loaded.eos_ids)
+    vocab = int(loaded.config.get("vocab_size") or len(loaded.tokenizer))
+    if not MlxEngine(loaded.model, eos).group_eligible():
+        assert loaded.alias.startswith("gemma4")  # sliding-window layers
+        with pytest.raises(BtError, match="attention group"):
+            MlxEngine(loaded.model, eos, attention="group")
+        return
+    reqs, follow = _cells(np.random.default_rng(7), 1, 10, 140, (40, 140), 4, 3, vocab)
+    group = MlxEngine(loaded.model, eos, attention="group", batch_size=8)
+    group.configure(group.plan(RowShape(300, shared_tokens=200)))
+    fresh = MlxEngine(loaded.model, eos, batch_size=8, reuse_prefixes=False)
+    out = {k: r.tokens for k, r in _run(group, reqs, follow, 3).items()}
+    ref = {k: r.tokens for k, r in _run(fresh, reqs, follow, 3).items()}
+    assert out == ref
+    assert group.stats().rows_by_attention == {"group": len(out)}
 
 
 @pytest.mark.model
