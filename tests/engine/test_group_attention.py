@@ -267,7 +267,7 @@ def test_the_device_rule_and_the_memory_rule(monkeypatch) -> None:
     """On the CPU "auto" keeps today's paths (shared-prefix attention in numpy, measured faster
     there); on a GPU it runs rows in group buffers from GPU_GROUP_SHARED_TOKENS shared tokens on,
     as many cells as the memory budget holds whole (prefix + slots), else today's rule."""
-    from breakthrough.engine import mlx_backend
+    from breakthrough.engine import group_path
 
     model = geometry_model("qwen3-4b", vocab=64, layers=2)
     deep = RowShape(4096, shared_tokens=4096 - 1536)
@@ -276,7 +276,7 @@ def test_the_device_rule_and_the_memory_rule(monkeypatch) -> None:
     monkeypatch.setattr(mx, "default_device", lambda: mx.gpu)
     gpu = MlxEngine(model, [0], batch_size=8, memory_budget_bytes=0)
     assert gpu.plan(deep).attention == "group"
-    short = mlx_backend.GPU_GROUP_SHARED_TOKENS - 1
+    short = group_path.GPU_GROUP_SHARED_TOKENS - 1
     assert gpu.plan(RowShape(short + 1536, shared_tokens=short)).attention != "group"
     b = gpu.layout()
     shape = gpu._group_shape(deep)
