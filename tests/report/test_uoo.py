@@ -298,3 +298,20 @@ def test_by_size_reports_undercount_growth_per_size() -> None:
     assert got.loc[30, "undercount_share"] == 1.0
     assert got.loc[60, "undercount_share"] == 2 / 3  # 1 and 999 low, 4000 high; unparsed out
     assert got.loc[60, "within_x2"] == 0.25
+
+
+def test_claimed_vs_true_figure_plots_parsed_positive_claims(tmp_path) -> None:
+    from breakthrough.report.uoo_figure import claimed_vs_true_figure, figure_points
+
+    df = pd.DataFrame(
+        {
+            "parsed": [True, True, True, False, True],
+            "claimed_count": [3.0, 1.0, 0.0, float("nan"), math.inf],
+            "true_count": [5, 1, 2, 7, 9],
+            "size": [30, 30, 60, 60, 60],
+        }
+    )
+    shown, left_out = figure_points(df)
+    assert list(shown["claimed_count"]) == [3.0, 1.0] and left_out == 3
+    out = claimed_vs_true_figure(df, tmp_path / "fig.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
