@@ -100,54 +100,65 @@ def enumerate_optima(
     return sorted(col.seen)
 
 
-def is_unique(lm: LinearModel, optimum: int, time_limit: float) -> bool:
-    """Whether exactly one point reaches `optimum`: find one, cut it off with a no-good (the
-    decision variables must differ somewhere) and re-solve; infeasible means unique."""
-    b = _build(lm, fixed_objective=optimum)
+def _best(b: _Built, lm: LinearModel, time_limit: float) -> tuple[int | None, list[int]]:
+    """(optimal objective of the model as it stands, an optimal decision vector); None when
+    it is infeasible. Optimising (with CP-SAT's LP bound) rather than asking for a point at
+    a fixed objective value: a weighted-sum equality is a hard feasibility problem for CP-SAT
+    (a 12x12 assignment took over 20 s), an optimisation a few milliseconds."""
+    if lm.sense == "max":
+        b.model.maximize(b.objective)
+    else:
+        b.model.minimize(b.objective)
     s = _solver(time_limit)
     status = s.solve(b.model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise SolverTimeout(f"CP-SAT found no point at the optimum within {time_limit:g} s")
-    first = [int(s.value(v)) for v in b.x[: lm.n_decision]]
-    b.model.add_bool_or([b.x[i].Not() if first[i] else b.x[i] for i in range(lm.n_decision)])
-    status = _solver(time_limit).solve(b.model)
     if status == cp_model.INFEASIBLE:
-        return True
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return False
-    raise SolverTimeout(f"CP-SAT re-solve after the no-good cut ran past {time_limit:g} s")
+        return None, []
+    if status != cp_model.OPTIMAL:
+        raise SolverTimeout(f"CP-SAT did not prove an optimum within {time_limit:g} s")
+    return int(round(s.objective_value)), [int(s.value(v)) for v in b.x[: lm.n_decision]]
+
+
+def is_unique(lm: LinearModel, optimum: int, time_limit: float) -> bool:
+    """Whether exactly one point reaches `optimum`: find one, cut it off with a no-good (the
+    decision variables must differ somewhere) and re-optimise; unique iff the best point
+    left is worse (or none is left)."""
+    b = _build(lm)
+    value, first = _best(b, lm, time_limit)
+    if value != optimum:
+        raise ValueError(f"CP-SAT optimum {value}, expected {optimum}")
+    b.model.add_bool_or([b.x[i].Not() if first[i] else b.x[i] for i in range(lm.n_decision)])
+    return _best(b, lm, time_limit)[0] != optimum
 
 
 def example_optimum(lm: LinearModel, optimum: int, time_limit: float) -> list[int]:
     """The enumerator's example optimum in answer format: the optimal 0/1 vector with the
     smallest m = sum x_i 2^i (fix x_n, then x_{n-1}, ... to 0 while the optimum stays
     reachable), or the lexicographically smallest optimal permutation (worker by worker, the
-    smallest task that still reaches the optimum). One small solve per variable or worker."""
-    b = _build(lm, fixed_objective=optimum)
+    smallest task that still reaches the optimum). One small optimisation per try."""
+    b = _build(lm)
     n = lm.n
     if lm.kind == "assignment":
         tasks: list[int] = []
         for i in range(n):
-            row = [b.x[i * n + j] for j in range(n)]
-            b.model.minimize(sum(j * v for j, v in enumerate(row)))
-            s = _solver(time_limit)
-            if s.solve(b.model) != cp_model.OPTIMAL:
-                raise SolverTimeout(f"CP-SAT: example optimum past {time_limit:g} s")
-            j = next(j for j, v in enumerate(row) if s.value(v))
-            b.model.add(row[j] == 1)
-            tasks.append(j + 1)
+            for j in range(n):
+                b.model.clear_assumptions()
+                b.model.add_assumptions([b.x[i * n + j]])
+                if _best(b, lm, time_limit)[0] == optimum:
+                    b.model.add(b.x[i * n + j] == 1)
+                    tasks.append(j + 1)
+                    break
+        b.model.clear_assumptions()
+        if len(tasks) != n:
+            raise ValueError("no optimal assignment reaches the given optimum")
         return tasks
     bits = [0] * n
     for i in reversed(range(n)):
         b.model.clear_assumptions()
         b.model.add_assumptions([b.x[i].Not()])
-        status = _solver(time_limit).solve(b.model)
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if _best(b, lm, time_limit)[0] == optimum:
             b.model.add(b.x[i] == 0)
-        elif status == cp_model.INFEASIBLE:
+        else:
             b.model.add(b.x[i] == 1)
             bits[i] = 1
-        else:
-            raise SolverTimeout(f"CP-SAT: example optimum past {time_limit:g} s")
     b.model.clear_assumptions()
     return bits
