@@ -157,8 +157,9 @@ def _build_uoo_large(path: Path, out_dir: Path, check: bool, dry_run: bool, cons
         if dry_run:
             recount, build_s = estimate_seconds(rows)
             console.print(
-                f"{NAME}: {len(rows)} rows; recounting them (--check) took {recount:.0f} s and "
-                f"building them {build_s:.0f} s on the machine that built {path} (one core)"
+                f"{NAME}: {len(rows)} rows; recounting them (--check) took {recount:.0f} s on "
+                f"the machine that built {path} (one solver thread); a build at least "
+                f"{build_s:.0f} s (the draws that filled the rows; later skipped draws add more)"
             )
             return True
         problems = check_rows(rows, announce=console.print)
