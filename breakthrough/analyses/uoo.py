@@ -16,6 +16,7 @@ import pandas as pd
 
 from breakthrough.errors import BtError
 from breakthrough.report.uoo import graded_frame, summarize_runs
+from breakthrough.report.uoo_figure import claimed_vs_true_figure
 from breakthrough.report.uoo_report import TextTable, uoo_tables
 from breakthrough.store import RunStore, run_dirs
 from breakthrough.tasks.cohorts import load_cohort
@@ -79,7 +80,16 @@ def load_graded(runs: Sequence[Path], cohort: str, variant: str | None) -> pd.Da
 
 
 def uoo_report(
-    runs: Sequence[Path], *, cohort: str = "uoo87", variant: str | None = None, ci: str = "wilson"
+    runs: Sequence[Path],
+    *,
+    cohort: str = "uoo87",
+    variant: str | None = None,
+    ci: str = "wilson",
+    figure: Path | None = None,
 ) -> list[TextTable]:
-    """`bt report uoo RUN...`: the tables of the runs' regraded samples."""
-    return uoo_tables(load_graded(runs, cohort, variant), ci)
+    """`bt report uoo RUN...`: the tables of the runs' regraded samples; with `figure`, also
+    the claimed-vs-true count figure (log axes, by size) written there as a PNG."""
+    df = load_graded(runs, cohort, variant)
+    if figure is not None:
+        claimed_vs_true_figure(df, figure)
+    return uoo_tables(df, ci)

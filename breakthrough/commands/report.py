@@ -45,16 +45,27 @@ def uoo(
         None, "--variant", help="Prompt variant label for runs that do not record one."
     ),
     ci: str = typer.Option("wilson", "--ci", help="Leaderboard interval: wilson | exact."),
+    figure: Path | None = typer.Option(
+        None,
+        "--figure",
+        help="Also write the claimed-vs-true count figure (log axes, one colour per size) "
+        "to this .png file.",
+    ),
 ) -> None:
-    """Uniqueness-of-Optimum report: leaderboard over the 29, count accuracy by bin and kind,
-    under/over-counts, Fisher / exact McNemar between runs, run-to-run count agreement."""
+    """Uniqueness-of-Optimum report: leaderboard over the 29, count accuracy by bin, kind and
+    size, under/over-counts, Fisher / exact McNemar between runs, run-to-run count agreement."""
     from rich.console import Console
 
     from breakthrough.analyses.uoo import uoo_report  # imported when run, not at start-up
 
     if ci not in ("wilson", "exact"):
         raise BtError(f"--ci: expected wilson or exact, got {ci!r}")
-    _print(uoo_report(runs, cohort=cohort, variant=variant, ci=ci), Console(width=160))
+    if figure is not None and figure.suffix.lower() != ".png":
+        raise BtError(f"--figure: expected a .png file name, got {str(figure)!r}")
+    tables = uoo_report(runs, cohort=cohort, variant=variant, ci=ci, figure=figure)
+    _print(tables, Console(width=160))
+    if figure is not None:
+        Console(width=160).print(f"wrote {figure}")
 
 
 def study(

@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from breakthrough.tasks.optimum.generator import BIN_IDS, BIN_LABELS, KINDS
+from breakthrough.tasks.optimum.generator import ALL_BIN_IDS, ALL_BIN_LABELS, KINDS
 from breakthrough.tasks.optimum.grader import OptimumGrader
 
 GRADED_COLUMNS = (
     "run", "variant", "model", "item_id", "kind", "bin", "fixed29", "seed", "score", "optimal",
     "unique_ok", "count_ok", "label", "parse_error", "parsed", "claimed_count", "true_count",
-    "within_x2", "count_direction",
+    "within_x2", "count_direction", "size",
 )  # fmt: skip
 NO_CLAIM = "∅"  # an unparsed answer's claimed count in agreement statistics
 RESOLUTION_NOTE = (
@@ -65,6 +65,7 @@ def graded_row(grade_detail: dict[str, Any], item: dict[str, Any], **ctx: Any) -
         "true_count": int(item["n_optima"]),
         "within_x2": bool(diag.get("within_x2", False)) if parsed else False,
         "count_direction": diag.get("count_direction") if parsed else None,
+        "size": int(item.get("n", item["instance"]["n"])),  # n: items, or workers (assignment)
     }
 
 
@@ -172,7 +173,7 @@ def check_accuracy(
         .reset_index()
     )
     out["rate"] = out["k"] / out["n"]
-    order = {"bin": list(BIN_IDS), "kind": list(KINDS)}
+    order = {"bin": list(ALL_BIN_IDS), "kind": list(KINDS)}
     sort_cols = []
     for key in keys:
         if key in order:
@@ -184,8 +185,32 @@ def check_accuracy(
         columns=[c for c in out.columns if c.startswith("_")]
     )
     if "bin" in keys:
-        out.insert(keys.index("bin") + 1, "bin_label", out["bin"].map(BIN_LABELS))
+        out.insert(keys.index("bin") + 1, "bin_label", out["bin"].map(ALL_BIN_LABELS))
     return out.reset_index(drop=True)
+
+
+def by_size(df: pd.DataFrame) -> pd.DataFrame:
+    """Per run, kind and problem size n (issue 51: does undercounting grow with size?): items,
+    accuracy (all three checks), exact-count rate, the share of wrong counts that are too low
+    (among parsed answers) and the within-2x rate."""
+    rows = []
+    for (run, kind, size), d in df.groupby(["run", "kind", "size"], sort=True):
+        parsed = d[d["parsed"].astype(bool)]
+        wrong = parsed[~parsed["count_ok"].astype(bool)]
+        under = int((wrong["claimed_count"].astype(float) < wrong["true_count"]).sum())
+        rows.append(
+            {
+                "run": run,
+                "kind": kind,
+                "size": int(size),
+                "n": len(d),
+                "accuracy": float(d["score"].mean()),
+                "exact_count": float(d["count_ok"].astype(float).mean()),
+                "undercount_share": under / len(wrong) if len(wrong) else float("nan"),
+                "within_x2": float(d["within_x2"].astype(float).mean()),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def count_errors(df: pd.DataFrame) -> dict[str, Any]:

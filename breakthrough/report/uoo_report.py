@@ -14,6 +14,7 @@ import pandas as pd
 
 from breakthrough.report.uoo import (
     RESOLUTION_NOTE,
+    by_size,
     check_accuracy,
     count_agreement,
     count_errors,
@@ -160,6 +161,20 @@ def _agreement(df: pd.DataFrame) -> TextTable:
     return t
 
 
+def _by_size(df: pd.DataFrame) -> TextTable:
+    t = TextTable(
+        "By problem size n (accuracy, exact count, undercount share of wrong counts, within 2x)",
+        ("run", "kind", "n", "items", "accuracy", "exact count", "undercount share", "within 2x"),
+        left=("run", "kind"),
+    )
+    for r in by_size(df).to_dict("records"):
+        t.rows.append((
+            r["run"], r["kind"], str(r["size"]), str(r["n"]), _fmt(r["accuracy"]),
+            _fmt(r["exact_count"]), _fmt(r["undercount_share"]), _fmt(r["within_x2"]),
+        ))  # fmt: skip
+    return t
+
+
 def uoo_tables(df: pd.DataFrame, ci: str = "wilson") -> list[TextTable]:
     """The report's tables over a graded frame: leaderboard, exact-count accuracy by bin and by
     kind, count errors and, with two or more runs, run-vs-run tests and (for repeated runs of
@@ -175,6 +190,8 @@ def uoo_tables(df: pd.DataFrame, ci: str = "wilson") -> list[TextTable]:
         _accuracy(df, run_names, "kind"),
         _count_errors(df, run_names),
     ]
+    if "size" in df.columns:
+        tables.insert(3, _by_size(df))
     if len(run_names) >= 2:
         tables.append(_run_vs_run(df, run_names))
         agreement = _agreement(df)

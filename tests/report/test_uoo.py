@@ -274,3 +274,44 @@ def test_bt_report_uoo_cli(tmp_path) -> None:
     assert "Exact-count accuracy by bin" in out and "Exact-count accuracy by kind" in out
     assert "Run vs run" in out and "Run-to-run agreement" in out
     assert "explicit" in out and "plain" in out
+
+
+def test_by_size_reports_undercount_growth_per_size() -> None:
+    """Issue 51: accuracy, exact-count rate, undercount share and within-2x per run, kind, n."""
+    from breakthrough.report.uoo import by_size
+
+    def row(size: int, claimed: float, true: int, parsed: bool = True) -> dict:
+        ok = parsed and claimed == true
+        return {
+            "run": "r", "kind": "subset", "size": size, "parsed": parsed, "score": int(ok),
+            "count_ok": ok, "claimed_count": claimed, "true_count": true,
+            "within_x2": parsed and true / 2 <= claimed <= 2 * true,
+        }  # fmt: skip
+
+    df = pd.DataFrame(
+        [row(30, 5, 5), row(30, 3, 5), row(60, 1, 1000), row(60, 4000, 1000),
+         row(60, 999, 1000), row(60, float("nan"), 7, parsed=False)]
+    )  # fmt: skip
+    got = by_size(df).set_index("size")
+    assert got.loc[30, "n"] == 2 and got.loc[60, "n"] == 4
+    assert got.loc[30, "exact_count"] == 0.5 and got.loc[60, "exact_count"] == 0.0
+    assert got.loc[30, "undercount_share"] == 1.0
+    assert got.loc[60, "undercount_share"] == 2 / 3  # 1 and 999 low, 4000 high; unparsed out
+    assert got.loc[60, "within_x2"] == 0.25
+
+
+def test_claimed_vs_true_figure_plots_parsed_positive_claims(tmp_path) -> None:
+    from breakthrough.report.uoo_figure import claimed_vs_true_figure, figure_points
+
+    df = pd.DataFrame(
+        {
+            "parsed": [True, True, True, False, True],
+            "claimed_count": [3.0, 1.0, 0.0, float("nan"), math.inf],
+            "true_count": [5, 1, 2, 7, 9],
+            "size": [30, 30, 60, 60, 60],
+        }
+    )
+    shown, left_out = figure_points(df)
+    assert list(shown["claimed_count"]) == [3.0, 1.0] and left_out == 3
+    out = claimed_vs_true_figure(df, tmp_path / "fig.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

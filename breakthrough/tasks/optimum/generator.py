@@ -39,8 +39,18 @@ BINS: tuple[tuple[str, str, int, int], ...] = (
     ("b11_50", "11-50", 11, 50),
     ("b51p", ">50", 51, 10_000),
 )
+# The real-size cohort's bins (issue 51): the spec's up to 50, then the >50 bin split where
+# counts reach far past the spec's 10,000 cap (no upper cap: solvers count exactly).
+LARGE_BINS: tuple[tuple[str, str, int, int], ...] = (
+    *BINS[:5],
+    ("b51_1000", "51-1,000", 51, 1_000),
+    ("b1001_100k", "1,001-100,000", 1_001, 100_000),
+    ("b100k_p", ">100,000", 100_001, 1 << 128),
+)
 BIN_IDS: tuple[str, ...] = tuple(b[0] for b in BINS)
 BIN_LABELS: dict[str, str] = {b[0]: b[1] for b in BINS}
+ALL_BIN_IDS: tuple[str, ...] = (*BIN_IDS, *(b[0] for b in LARGE_BINS[5:]))  # report order
+ALL_BIN_LABELS: dict[str, str] = {**BIN_LABELS, **{b[0]: b[1] for b in LARGE_BINS}}
 
 # Level ladders (spec 5.2); None = cell omitted (portfolio has no >50 bin).
 LADDERS: dict[str, tuple[tuple[int, ...] | None, ...]] = {
@@ -65,6 +75,14 @@ def bin_of(count: int | None) -> str | None:
         return None
     for bid, _label, lo, hi in BINS:
         if lo <= count <= hi:
+            return bid
+    return None
+
+
+def large_bin_of(count: int | None) -> str | None:
+    """The LARGE_BINS id of a count of optima (None for 0 or None)."""
+    for bid, _label, lo, hi in LARGE_BINS:
+        if count is not None and lo <= count <= hi:
             return bid
     return None
 
@@ -126,8 +144,8 @@ def attempt_seed(
 # Family generators (spec 4.1-4.5); each returns the instance dict.
 
 
-def gen_subset(rng: Rng, level: int) -> dict[str, Any]:
-    n = rng.randint(16, 20)
+def gen_subset(rng: Rng, level: int, size: int | None = None) -> dict[str, Any]:
+    n = rng.randint(16, 20) if size is None else size
     k = rng.randint(4, 8)
     vmax = (60, 30, 12, 6, 4, 2)[level]
     values = [rng.randint(1, vmax) for _ in range(n)]
@@ -142,9 +160,9 @@ def gen_subset(rng: Rng, level: int) -> dict[str, Any]:
 QUBO_LEVELS = ((20, 0.50, 0), (6, 0.40, 0), (3, 0.35, 0), (2, 0.30, 1), (1, 0.25, 2), (1, 0.20, 4))
 
 
-def gen_qubo(rng: Rng, level: int) -> dict[str, Any]:
+def gen_qubo(rng: Rng, level: int, size: int | None = None) -> dict[str, Any]:
     r, p, z = QUBO_LEVELS[level]
-    n = rng.randint(16, 20)
+    n = rng.randint(16, 20) if size is None else size
     q = [[0] * n for _ in range(n)]
     for i in range(n):
         q[i][i] = rng.randint(-r, r)
@@ -165,8 +183,8 @@ def gen_qubo(rng: Rng, level: int) -> dict[str, Any]:
 ASSIGN_D = {1: 0.12, 2: 0.18, 3: 0.25, 4: 0.35, 5: 0.50}
 
 
-def gen_assignment(rng: Rng, level: int) -> dict[str, Any]:
-    n = rng.randint(8, 9)
+def gen_assignment(rng: Rng, level: int, size: int | None = None) -> dict[str, Any]:
+    n = rng.randint(8, 9) if size is None else size
     if level == 0:
         cost = [[rng.randint(0, 99) for _ in range(n)] for _ in range(n)]
     else:
@@ -192,8 +210,8 @@ KNAP_LEVELS = {
 }
 
 
-def gen_knapsack(rng: Rng, level: int) -> dict[str, Any]:
-    n = rng.randint(16, 20)
+def gen_knapsack(rng: Rng, level: int, size: int | None = None) -> dict[str, Any]:
+    n = rng.randint(16, 20) if size is None else size
     if level == 0:
         values = [rng.randint(10, 99) for _ in range(n)]
         weights = [rng.randint(10, 99) for _ in range(n)]
@@ -216,9 +234,9 @@ def gen_knapsack(rng: Rng, level: int) -> dict[str, Any]:
 PORT_LEVELS = ((40, 12, 0), (20, 8, 1), (12, 6, 2), (8, 4, 3), (6, 3, 4), (4, 2, 5))
 
 
-def gen_portfolio(rng: Rng, level: int) -> dict[str, Any]:
+def gen_portfolio(rng: Rng, level: int, size: int | None = None) -> dict[str, Any]:
     mu_max, r_max, clones = PORT_LEVELS[level]
-    n = rng.randint(16, 20)
+    n = rng.randint(16, 20) if size is None else size
     k = rng.randint(3, 5)
     s_count = rng.randint(3, 5)
     sectors = [rng.randint(0, s_count - 1) for _ in range(n)]
@@ -235,7 +253,7 @@ def gen_portfolio(rng: Rng, level: int) -> dict[str, Any]:
     return {"n": n, "K": k, "S": s_count, "sectors": sectors, "mu": mu, "risk": risk, "P": pen}
 
 
-GENERATORS: dict[str, Callable[[Rng, int], dict[str, Any]]] = {
+GENERATORS: dict[str, Callable[[Rng, int, int | None], dict[str, Any]]] = {
     "subset": gen_subset,
     "qubo": gen_qubo,
     "assignment": gen_assignment,
@@ -244,9 +262,13 @@ GENERATORS: dict[str, Callable[[Rng, int], dict[str, Any]]] = {
 }
 
 
-def generate_instance(kind: str, seed: int, level: int) -> dict[str, Any]:
-    """One instance of `kind` at `level` from a fresh Rng(seed)."""
-    return GENERATORS[kind](Rng(seed), level)
+def generate_instance(kind: str, seed: int, level: int, size: int | None = None) -> dict[str, Any]:
+    """One instance of `kind` at `level` from a fresh Rng(seed).
+
+    `size` is the size dial (issue 51): None draws n as the spec does (16-20 binary, 8-9
+    assignment; uoo-v1, so uoo87/uoo29 are unchanged), an integer fixes n and skips that one
+    draw; every other draw, in the same order, is the spec's."""
+    return GENERATORS[kind](Rng(seed), level, size)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,194 @@
+"""The real-size UoO cohort `uoo-large` (issue 51): the same five kinds at sizes enumeration
+cannot reach, counted exactly by solvers (`exact`), with each row's counting method and time.
+
+Design: for each kind and size of the dial (`SIZES`), attempts draw instances at levels in
+`LEVEL_ORDER` (spread first: untied, very tied, in between) and keep the first instance that
+lands in a bin this kind x size does not hold yet, until `BINS_PER_CELL` bins are held or
+`MAX_ATTEMPTS` attempts are spent; an attempt whose optimum CP-SAT cannot prove within the time
+limit is skipped. So the cohort covers the bins each size reaches ("where reachable"), the way
+uoo87 covers its cells. Seeds come from GENERATOR_VERSION_LARGE, so uoo87/uoo29 (uoo-v1) are
+untouched. The counts need the `uoo` extra; the shipped file carries them, so running the
+benchmark does not. Timings (`count_seconds`, `build_seconds`) are measurements, so `--check`
+recounts every row and compares everything else (`check_rows`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from breakthrough.errors import BtError
+from breakthrough.tasks.optimum.generator import (
+    ALL_BIN_LABELS,
+    KINDS,
+    MASTER_SEED,
+    SENSE,
+    derive_seed,
+    generate_instance,
+    large_bin_of,
+)
+from breakthrough.tasks.optimum.solver_errors import CountDisagreement, SolverTimeout
+
+NAME = "uoo-large"
+GENERATOR_VERSION_LARGE = "uoo-v2-size"
+SIZES: dict[str, tuple[int, ...]] = {
+    "subset": (30, 40, 60),
+    "qubo": (30, 40),
+    "assignment": (10, 12, 14, 16),
+    "knapsack": (30, 40, 60),
+    "portfolio": (30, 40, 60),
+}
+LEVEL_ORDER: dict[str, tuple[int, ...]] = {
+    "subset": (0, 5, 3, 1, 4, 2),
+    "qubo": (0, 5, 3, 1, 4, 2),
+    "assignment": (0, 5, 3, 1, 4, 2),
+    "knapsack": (0, 6, 3, 1, 5, 2, 4),
+    "portfolio": (0, 5, 3, 1, 4, 2),
+}
+BINS_PER_CELL = 4
+MAX_ATTEMPTS = 8
+TIME_LIMIT = 20.0  # seconds per CP-SAT call while building; an unproven optimum skips the draw
+SELECTION = (
+    "UoO at real sizes (issue 51): per kind x size, the first draws landing in up to "
+    f"{BINS_PER_CELL} distinct count bins within {MAX_ATTEMPTS} attempts; counted by solvers"
+)
+TIMING_FIELDS = ("count_seconds", "build_seconds")
+
+
+def large_seed(kind: str, size: int, attempt: int, master: int = MASTER_SEED) -> int:
+    return derive_seed(GENERATOR_VERSION_LARGE, master, kind, size, attempt)
+
+
+def _row(
+    kind: str,
+    size: int,
+    attempt: int,
+    level: int,
+    seed: int,
+    inst: dict[str, Any],
+    res: Any,
+    bid: str,
+    build_seconds: float,
+) -> dict[str, Any]:
+    return {
+        "id": f"{NAME}/{kind}/n{size}/{bid}",
+        "family": "optimum",
+        "stage": NAME,
+        "selection": SELECTION,
+        "standin": False,
+        "kind": kind,
+        "bin": bid,
+        "bin_label": ALL_BIN_LABELS[bid],
+        "rep": 0,
+        "fixed29": False,
+        "level": level,
+        "attempts": attempt + 1,
+        "seed": f"{seed:016x}",
+        "sense": SENSE[kind],
+        "n": size,
+        "size": size,
+        "variables": "permutation" if kind == "assignment" else "binary",
+        "instance": inst,
+        "optimum": res.optimum,
+        "n_optima": res.n_optima,
+        "example_optimum": res.example,
+        "count_method": res.method,
+        "count_seconds": round(res.seconds, 2),
+        "build_seconds": round(build_seconds, 2),
+        "generator_version": GENERATOR_VERSION_LARGE,
+        "master_seed": MASTER_SEED,
+    }
+
+
+def generate_large(
+    kinds: tuple[str, ...] = KINDS,
+    sizes: dict[str, tuple[int, ...]] = SIZES,
+    announce: Callable[[str], None] = lambda _: None,
+) -> list[dict[str, Any]]:
+    """The uoo-large rows in order (kind, size, bin); needs the solvers (takes minutes)."""
+    from breakthrough.tasks.optimum.exact import require_solvers, solve_exact
+
+    require_solvers()
+    rows: list[dict[str, Any]] = []
+    for kind in kinds:
+        levels = LEVEL_ORDER[kind]
+        for size in sizes[kind]:
+            held: dict[str, dict[str, Any]] = {}
+            since = time.perf_counter()
+            for attempt in range(MAX_ATTEMPTS):
+                level = levels[attempt % len(levels)]
+                seed = large_seed(kind, size, attempt)
+                inst = generate_instance(kind, seed, level, size)
+                try:
+                    res = solve_exact(kind, inst, time_limit=TIME_LIMIT)
+                except SolverTimeout as exc:
+                    announce(f"{kind} n={size} attempt {attempt}: skipped ({exc})")
+                    continue
+                bid = large_bin_of(res.n_optima)
+                announce(
+                    f"{kind} n={size} attempt {attempt} level {level}: {res.n_optima} optima "
+                    f"({res.method}, {res.seconds:.1f} s)"
+                )
+                if bid is None or bid in held:
+                    continue
+                held[bid] = _row(
+                    kind, size, attempt, level, seed, inst, res, bid, time.perf_counter() - since
+                )
+                since = time.perf_counter()
+                if len(held) == BINS_PER_CELL:
+                    break
+            order = {b: i for i, b in enumerate(ALL_BIN_LABELS)}
+            rows += sorted(held.values(), key=lambda r: order[r["bin"]])
+    return rows
+
+
+def check_rows(
+    rows: list[dict[str, Any]], announce: Callable[[str], None] = lambda _: None
+) -> list[str]:
+    """Recount every shipped row: its instance must be the generator's for its seed, level and
+    size, and its optimum, count, example and primary counting method the solvers' now. The problems
+    found, one line each (empty: the file is right). Timings are not compared."""
+    from breakthrough.tasks.optimum.exact import require_solvers, solve_exact
+
+    require_solvers()
+    problems: list[str] = []
+    for r in rows:
+        try:
+            seed = int(r["seed"], 16)
+            if r["kind"] not in KINDS or not isinstance(r["size"], int):
+                raise ValueError
+            inst = generate_instance(r["kind"], seed, r["level"], r["size"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            raise BtError(
+                f"{r.get('id', '?')}: fields kind, seed (hex), level and size must name a "
+                f"{NAME} draw"
+            ) from None
+        if inst != r["instance"]:
+            problems.append(f"{r['id']}: instance differs from its seed's")
+            continue
+        try:
+            res = solve_exact(r["kind"], inst, time_limit=TIME_LIMIT)
+        except (SolverTimeout, CountDisagreement) as exc:
+            problems.append(f"{r['id']}: {exc}")
+            continue
+        # the primary method only: whether CP-SAT's enumeration also finished depends on the
+        # machine's speed (ENUM_TIME_LIMIT); where it finished, it agreed or this raised
+        got: tuple[Any, ...] = (res.optimum, res.n_optima, res.example, _primary(res.method))
+        want: tuple[Any, ...] = (r["optimum"], r["n_optima"], r["example_optimum"])
+        got += (large_bin_of(res.n_optima),)
+        want += (_primary(r["count_method"]), r["bin"])
+        announce(f"{'same' if got == want else 'DIFFERS'}  {r['id']} ({res.seconds:.1f} s)")
+        if got != want:
+            problems.append(f"{r['id']}: recounted {got[:2]} by {res.method}, file has {want[:2]}")
+    return problems
+
+
+def _primary(method: str) -> str:
+    return method.split("+")[0]
+
+
+def estimate_seconds(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """(seconds to recount the rows, seconds the build took), from the timings they record."""
+    if any(f not in r for r in rows for f in TIMING_FIELDS):
+        raise BtError(f"{NAME}: a row lacks {' or '.join(TIMING_FIELDS)}; rebuild it")
+    return (sum(r["count_seconds"] for r in rows), sum(r["build_seconds"] for r in rows))
