@@ -1,7 +1,7 @@
 """`--kv-bits` keeps the README's run guarantees (issue 52, failure 1), through the installed
 `bt`: a continuation's samples (token ids and the log-probs beside them, bitwise) are the same
-at `--batch-size 1`, 3 and the default, and a run killed (SIGKILL) mid-way and rerun ends with
-the same sample set as one that ran through.
+at `--batch-size 1`, 3 and the default, at 8 and 4 bits, and a run killed (SIGKILL) mid-way and
+rerun ends with the same sample set as one that ran through.
 
 The model is the tiny llama at head dimension 64 (hidden 256, 4 heads), the smallest mlx can
 quantize in groups of 64; SmolLM2's tokenizer, random weights, written as any checkpoint."""
@@ -15,11 +15,12 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
 from bt_cli import bt_in_process, run_bt, start_bt
 
-CONTINUE = (
+SETTINGS = (
     *("--budget", "4", "--answer-budget", "4", "--anchors", "4,8"),
-    *("--restarts", "4", "--samples", "2", "--kv-bits", "8"),
+    *("--restarts", "4", "--samples", "2"),
 )
 
 
@@ -49,9 +50,11 @@ def _count(run: Path) -> int:
         return 0
 
 
-def test_kv_bits_samples_follow_neither_the_batch_nor_a_kill(smollm2_tokenizer, tmp_path):
+@pytest.mark.parametrize("bits", ["8", "4"])
+def test_kv_bits_samples_follow_neither_the_batch_nor_a_kill(smollm2_tokenizer, tmp_path, bits):
     from models.tiny import write_tiny_model
 
+    CONTINUE = (*SETTINGS, "--kv-bits", bits)
     model = write_tiny_model(tmp_path / "kv64", smollm2_tokenizer, hidden=256, heads=4)
     runs = tmp_path / "runs"
     bt_in_process(  # setup: the base traces every copy continues
