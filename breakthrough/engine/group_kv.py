@@ -70,9 +70,23 @@ class GroupShape:
     chunk: int
     lanes: int = 4
 
+    @property
+    def own_positions(self) -> int:
+        """A buffer's positions past its prefix: the slots and the trash."""
+        return self.slots * self.slot_size + TRASH
+
     def positions(self, prefix_room: int) -> int:
         """A buffer's length for a prefix of `prefix_room` positions."""
-        return int(prefix_room) + self.slots * self.slot_size + TRASH
+        return int(prefix_room) + self.own_positions
+
+
+def slot_for(starts: tuple[int, ...], prefix_len: int, lane: int, shape: GroupShape) -> int:
+    """The slot of a row whose prefix is the first `prefix_len` positions of a cell whose
+    anchors start at `starts` (sorted): its anchor's ordinal (the last start at or before
+    prefix_len + 1: a reasoning row's prompt ends at its anchor) times the lanes, plus its lane,
+    modulo the slots. A function of the request alone (module doc)."""
+    ordinal = max(0, bisect.bisect_right(starts, int(prefix_len) + 1) - 1)
+    return (ordinal * shape.lanes + int(lane)) % shape.slots
 
 
 class GroupLayer:
@@ -84,7 +98,7 @@ class GroupLayer:
     def __init__(self, keys: Any, values: Any, prefix_len: int, shape: GroupShape) -> None:
         self.keys, self.values = keys, values
         self.prefix_len = int(prefix_len)
-        self.prefix_room = int(keys.shape[2]) - shape.slots * shape.slot_size - TRASH
+        self.prefix_room = int(keys.shape[2]) - shape.own_positions
         self.shape = shape
 
     @classmethod
@@ -146,12 +160,8 @@ class GroupCell:
         self.busy: dict[int, str] = {}  # slot -> key of the request holding it
 
     def slot_for(self, prefix_len: int, lane: int) -> int:
-        """The slot of a row whose prefix is the cell's first `prefix_len` positions: its
-        anchor's ordinal (the last start at or before prefix_len + 1: a reasoning row's prompt
-        ends at its anchor) times the lanes, plus its lane, modulo the slots. A function of the
-        request alone (module doc)."""
-        ordinal = max(0, bisect.bisect_right(self.starts, int(prefix_len) + 1) - 1)
-        return (ordinal * self.shape.lanes + int(lane)) % self.shape.slots
+        """`slot_for` in this cell."""
+        return slot_for(self.starts, prefix_len, lane, self.shape)
 
     def free(self, slot: int) -> bool:
         return slot not in self.busy

@@ -44,6 +44,8 @@ class GroupPath:
     _share_fixed: bool
     _group_planned: bool
     _eligible: bool | None
+    _chunk: int | None
+    _targets: dict[str, tuple[tuple, Any]]
     _prefix_slots: int
     _max_prefixes: int
     _prefixes: dict
@@ -101,48 +103,59 @@ class GroupPath:
             own = int(shape.probe_tokens) - int(shape.shared_tokens)
         else:
             own = DEFAULT.budget + DEFAULT.answer_budget
-        chunk = chunk_rows(query_heads(self.model), kv_heads(self.model))
-        slots = -(-self.group_slots // chunk) * chunk
-        return GroupShape(slots, slot_positions(own + SLOT_SLACK), chunk, DEFAULT.samples)
+        if self._chunk is None:  # (a forward pass reads the KV heads: once per engine)
+            self._chunk = chunk_rows(query_heads(self.model), kv_heads(self.model))
+        slots = -(-self.group_slots // self._chunk) * self._chunk
+        return GroupShape(slots, slot_positions(own + SLOT_SLACK), self._chunk, DEFAULT.samples)
 
     def _planned_group(self, shape: RowShape, shared: int) -> tuple[GroupShape, int] | None:
         """(group shape, cells kept at once) when rows of `shape` run in group buffers
         (`_group_pays`, and at least one cell's buffers fit the budget), else None."""
-        from breakthrough.engine.group_kv import TRASH
-
         if not shared or not self.reuse_prefixes or not self._group_pays(shared):
-            return None
-        if not self.group_eligible():
             return None
         group = self._group_shape(shape)
         if not self.memory_budget_bytes:
             return group, self._prefix_slots
-        b = self.layout()
-        per_cell = b.prefix_cache(shared, 0) + b.plain_per_token * (
-            group.slots * group.slot_size + TRASH
-        )
+        per_cell = self._cell_bytes(group, shared)
         cells = min(self._max_prefixes, int(self.memory_budget_bytes // max(per_cell, 1.0)))
         return (group, cells) if cells >= 1 else None
 
+    def _cell_bytes(self, group: GroupShape, prefix_tokens: int) -> float:
+        """Bytes of one cell's group buffers: its prefix (0 tokens: a prefix already held, whose
+        bytes are counted) and its slots and trash."""
+        b = self.layout()
+        prefix = b.prefix_cache(prefix_tokens, 0) if prefix_tokens else 0.0
+        return prefix + b.plain_per_token * group.own_positions
+
     def _start_groups(self) -> None:
-        """An engine used without a plan (`bt serve`, a bench) takes the group path by the same
-        device rule, for rows of the default protocol's length."""
+        """At the start of `generate`: the target memo emptied, and an engine used without a plan
+        (`bt serve`, a bench) takes the group path by the same device rule, for rows of the
+        default protocol's length."""
         from breakthrough.engine.group_rows import GroupRows
 
+        self._targets.clear()  # another `generate`: its requests are new
         if self.groups is not None or self._group_planned:
             return
-        if self._group_pays(GPU_GROUP_SHARED_TOKENS) and self.group_eligible():
+        if self._group_pays(GPU_GROUP_SHARED_TOKENS):
             self.groups = GroupRows(self._group_shape(None))
             self.share_prefixes = True
 
     def _group_target(self, req: GenRequest) -> GroupTarget | None:
-        """Where `req` runs in a group buffer (`GroupRows.target`), or None."""
+        """Where `req` runs in a group buffer (`GroupRows.target`), or None; remembered until
+        `req` is admitted while what it depends on stands (the state it follows is kept, its
+        prefix held): comparing its ids with a 16K prefix is not redone at every step it waits."""
         if self.groups is None:
             return None
         held = req.shared_prefix is not None and req.shared_prefix.key in self._prefixes
-        return self.groups.target(
+        depends = (id(req), req.follows is not None and req.follows in self._kept, held)
+        memo = self._targets.get(req.key)
+        if memo is not None and memo[0] == depends:
+            return memo[1]
+        target = self.groups.target(
             req, self._kept, common_prefix_length, self._restart_skips_prefix, held
         )
+        self._targets[req.key] = (depends, target)
+        return target
 
     def _group_cell(self, key: str) -> GroupCell | None:
         have = self._prefixes.get(key)

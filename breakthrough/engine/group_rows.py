@@ -25,6 +25,7 @@ from breakthrough.engine.group_kv import (
     GroupRowCache,
     GroupShape,
     is_group_cache,
+    slot_for,
 )
 
 
@@ -50,11 +51,6 @@ def group_cell(key: str, starts: Sequence[int], shape: GroupShape, layers: list[
         group_layers.append(GroupLayer.from_prefix(layer.keys, layer.values, n, shape))
         layer.keys = layer.values = None
     return GroupCell(key, group_layers, starts, shape)
-
-
-def slot_for(starts: Sequence[int], prefix_len: int, lane: int, shape: GroupShape) -> int:
-    """`GroupCell.slot_for` before the cell exists (the same rule)."""
-    return GroupCell("", [], starts, shape).slot_for(prefix_len, lane)
 
 
 class GroupRows:
@@ -98,9 +94,8 @@ class GroupRows:
             return None
         if len(prompt) - n + int(req.max_tokens) + 1 > room:
             return None
-        return GroupTarget(
-            shared.key, n, slot_for(shared.starts, n, req.lane, self.shape), n, False
-        )
+        slot = slot_for(tuple(sorted(shared.starts)), n, req.lane, self.shape)
+        return GroupTarget(shared.key, n, slot, n, False)
 
     @staticmethod
     def ready(target: GroupTarget, cell: GroupCell | None) -> bool:

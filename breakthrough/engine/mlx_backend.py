@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -294,6 +294,10 @@ class MlxEngine(GroupPath, Engine):
         self.groups: GroupRows | None = None
         self._group_planned = False  # `configure` decided (group or not) for the run
         self._eligible: bool | None = None  # `group_eligible`, measured once
+        self._chunk: int | None = None  # `_group_shape`'s rows per attention call, measured once
+        # request key -> (what the answer depends on, GroupTarget or None) of requests not yet
+        # admitted (`_group_target`): a parked request is asked about at every step
+        self._targets: dict[str, tuple[tuple, Any]] = {}
         self.rows_by_attention: dict[str, int] = {}  # rows admitted per attention path (`_path`)
         self._unshared_tokens = 0  # the longest restart row a configured plan named
         self.eos_ids = frozenset(int(e) for e in eos_ids)
@@ -474,7 +478,7 @@ class MlxEngine(GroupPath, Engine):
         probe_rows = restart_rows = self.batch_size
         if group is not None:
             slots = group[1]
-        if budget and group is None:
+        if budget:
             rule = dict(
                 batch_size=self.batch_size,
                 max_prefixes=self._max_prefixes,
@@ -483,6 +487,7 @@ class MlxEngine(GroupPath, Engine):
             if shape.restart_tokens:
                 rows = admission(self.layout(), budget, restart, 0, **rule)
                 restart_rows = self._admitted(rows, restart)
+        if budget and group is None:
             held = admission(self.layout(), budget, probe, shared, **rule)
             if self.reuse_prefixes:
                 slots = held.slots
@@ -495,17 +500,6 @@ class MlxEngine(GroupPath, Engine):
                 copies_fit = not share
             if not copies_fit:
                 probe_rows = self._admitted(held, probe, shared)
-        elif budget and shape.restart_tokens:
-            rows = admission(
-                self.layout(),
-                budget,
-                restart,
-                0,
-                batch_size=self.batch_size,
-                max_prefixes=1,
-                snapshots=self._snapshots(),
-            )
-            restart_rows = self._admitted(rows, restart)
         auto = self.memory_auto_line
         words = auto or (f"--memory-gb {budget / 2**30:g}" if budget else NO_MEMORY_CAP)
         return EnginePlan(
@@ -584,11 +578,9 @@ class MlxEngine(GroupPath, Engine):
         if target is not None and self.groups is not None:
             if target.from_kept or self._group_cell(target.cell_key) is not None:
                 return prompt_len + extra, 0.0
-            shape = self.groups.shape
-            slots = b.plain_per_token * shape.slots * shape.slot_size
             held = target.cell_key in self._prefixes
             ids = len(req.shared_prefix.ids) if req.shared_prefix is not None else 0
-            return prompt_len + extra, slots + (0.0 if held else b.prefix_cache(ids, 0))
+            return prompt_len + extra, self._cell_bytes(self.groups.shape, 0 if held else ids)
         if not self.reuse_prefixes:
             return prompt_len + extra, b.own_row(prompt_len + extra)
         if req.follows is not None and req.follows in self._kept:
@@ -689,6 +681,7 @@ class MlxEngine(GroupPath, Engine):
         from breakthrough.engine.shared_kv import QuantizedSharedRowCache, SharedRowCache
 
         target = self._group_target(req)
+        self._targets.pop(req.key, None)  # admitted: its memo is done
         if target is not None:
             return self._start_group(req, target)
         prompt = [int(t) for t in req.prompt]
@@ -715,6 +708,8 @@ class MlxEngine(GroupPath, Engine):
     ) -> tuple[list | None, list[int], str | None]:
         """(cache, ids still to feed, prefix key) from a kept state `req` follows or its
         shared prefix; (None, prompt, None) when nothing is reused."""
+        from breakthrough.engine.group_kv import is_group_cache
+
         if not self.reuse_prefixes:
             return None, prompt, None
         if req.follows is not None and req.follows in self._kept:
@@ -722,8 +717,7 @@ class MlxEngine(GroupPath, Engine):
             booking = self.book.kept.pop(req.follows, None)
             key = booking.prefix if booking is not None else None
             keep = min(cache_length(cache), common_prefix_length(seq, prompt), len(prompt) - 1)
-            in_group = any(hasattr(layer, "cell") for layer in cache)
-            if keep > 0 and not in_group:  # (a group row's: `_start_group` only)
+            if keep > 0 and not is_group_cache(cache):  # (a group row's: `_start_group` only)
                 try:
                     return trim_to(cache, keep), prompt[keep:], key
                 except ValueError:  # a recurrent state (Qwen3.5) cannot be cut back: rebuild below
