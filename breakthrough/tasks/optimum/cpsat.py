@@ -57,18 +57,7 @@ def _solver(time_limit: float, enumerate_all: bool = False) -> cp_model.CpSolver
 
 def solve_optimum(lm: LinearModel, time_limit: float) -> int | None:
     """The proven optimal objective value, or None when no point is feasible."""
-    b = _build(lm)
-    if lm.sense == "max":
-        b.model.maximize(b.objective)
-    else:
-        b.model.minimize(b.objective)
-    s = _solver(time_limit)
-    status = s.solve(b.model)
-    if status == cp_model.OPTIMAL:
-        return int(round(s.objective_value))
-    if status == cp_model.INFEASIBLE:
-        return None
-    raise SolverTimeout(f"CP-SAT did not prove the optimum within {time_limit:g} s")
+    return _best(_build(lm), lm, time_limit)[0]
 
 
 class _Collector(cp_model.CpSolverSolutionCallback):
