@@ -53,8 +53,8 @@ lock: $(VENV)/.installed
 # Style, formatting and types ([tool.ruff] and [tool.mypy] in pyproject.toml); `make test` runs
 # it first, so CI does. `ruff format .` and `ruff check --fix .` repair most findings.
 lint: setup
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check --no-cache .
+	$(VENV)/bin/ruff format --check --no-cache .
 	$(VENV)/bin/mypy breakthrough
 
 # Lint and the layer rules first (import-linter contracts in pyproject.toml), then the suite.

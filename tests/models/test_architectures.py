@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from models.architectures import ARCHITECTURES, MINISTRAL_SYSTEM_PROMPT
 
 from breakthrough.models.families import FAMILIES, build_prompt_ids
 from breakthrough.models.segments import (
@@ -23,6 +22,7 @@ from breakthrough.models.segments import (
 from breakthrough.models.tokens import token_strings
 from breakthrough.protocol import DEFAULT_SYSTEM
 from breakthrough.tasks.family import user_message
+from models.architectures import ARCHITECTURES, MINISTRAL_SYSTEM_PROMPT
 
 MSG = user_message({"problem": "What is 2+2?"})
 SYS = DEFAULT_SYSTEM

@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 from bt_cli import run_bt
 from mlx.utils import tree_flatten
-from models.hub_checkpoints import HUB_FILES, SHAPES, _revision
 
 from breakthrough.models.families import build_prompt_ids
 from breakthrough.models.loading import load_model
@@ -21,6 +20,7 @@ from breakthrough.models.segments import FINAL_ANSWER, SOLUTION, SPECIAL, segmen
 from breakthrough.models.segments import THINKING as THINKING_CODE
 from breakthrough.protocol import DEFAULT_SYSTEM
 from breakthrough.store import RunStore
+from models.hub_checkpoints import HUB_FILES, SHAPES, _revision
 
 SYSTEM_PROMPT = (HUB_FILES / "ministral3_SYSTEM_PROMPT.txt").read_text()
 QUANT = {"group_size": 64, "bits": 4, "mode": "affine"}
