@@ -5,7 +5,8 @@ log-prob, full-distribution entropy, sampling entropy), evaluation and mlx-lm's 
 bookkeeping. Target: at most 10 % of the step at batch 32 on the tiny model.
 
 Three ways of running the same step, measured in the same run:
-  * bt: `engine.batch_step.SeededBatchGenerator`, one batched seeded sampler for all rows, with
+  * bt: bt's decode loop (`engine.decode_batch.DecodeBatch`), one batched seeded sampler for all
+    rows, with
     the log-prob and the two entropies per token: what a continuation or restart stores
     (`bt continue` without `--instrument`);
   * bt+instr: the same with the protocol 2.2 instrumentation (base traces, `bt sample`,
@@ -13,7 +14,7 @@ Three ways of running the same step, measured in the same run:
   * per-row (the baseline): mlx-lm's stock `BatchGenerator` with one `make_sampler` object per
     row (so one Python sampler call per row per step) and the full-vocabulary statistics
     evaluated per step from the stacked log-prob rows, as bt's engine did.
-Step time: the median over `--steps` calls of `next_generated()`; forward time: the median of
+Step time: the median over `--steps` decode steps; forward time: the median of
 `model(tokens, cache)` plus its evaluation on the same batch, timed half before and half after
 the steps (the cache grows by one position per call, so the median sits at the steps' middle
 length). Rounds alternate the ways. `--beside` also times the bare forward alone and with bt's
@@ -65,27 +66,83 @@ def _per_row_stats(responses):
     return chosen.tolist(), ent.tolist()
 
 
-def _filled(generator_class, loaded, batch: int, steps: int, samplers: list):
-    """A generator of `generator_class` (mlx-lm's BatchGenerator or bt's) with `batch` rows of
-    200-token prompts prefilled, each with room for the steps to be timed."""
-    gen = generator_class(loaded.model, completion_batch_size=batch, prefill_batch_size=8)
-    gen.insert(_prompts(loaded, batch, 200), max_tokens=[steps * 3 + 20] * batch, samplers=samplers)
-    while len(gen._generation_batch) < batch:  # prefill every row
-        gen.next_generated()
-    return gen
+class BtBatch:
+    """bt's decode loop (`engine.decode_batch.DecodeBatch`) with rows prefilled at batch 1 as the
+    engine hands them over, behind the calls these benches make (`next_generated`, the tokens
+    and cache of the next forward)."""
+
+    def __init__(self, model, prompts: list[list[int]], max_tokens: int, specs: list) -> None:
+        from breakthrough.engine.decode_batch import DecodeBatch, NewRow, StopMatcher
+        from breakthrough.engine.mlx_compat import make_prompt_cache
+        from breakthrough.engine.prefix_cache import prefill
+
+        self.batch = DecodeBatch(model)
+        rows = []
+        for uid, (prompt, spec) in enumerate(zip(prompts, specs, strict=True)):
+            cache = make_prompt_cache(model)
+            prefill(model, cache, prompt[:-1])
+            rows.append(NewRow(uid, prompt[-1], spec, cache, max_tokens, StopMatcher([])))
+        self.batch.add(rows)
+        self.batch.step()  # every row's first forward (its prompt's last id)
+
+    def next_generated(self) -> list:
+        return self.batch.step()
+
+    @property
+    def next_tokens(self):
+        return self.batch._next_tokens
+
+    @property
+    def cache(self) -> list:
+        return self.batch.cache
+
+    def close(self) -> None:
+        self.batch.close()
+
+
+class MlxLmBatch:
+    """mlx-lm's stock `BatchGenerator` (the baseline) behind the same calls."""
+
+    def __init__(self, model, prompts: list[list[int]], max_tokens: int, samplers: list) -> None:
+        from mlx_lm.generate import BatchGenerator
+
+        n = len(prompts)
+        self.gen = BatchGenerator(model, completion_batch_size=n, prefill_batch_size=8)
+        self.gen.insert(prompts, max_tokens=[max_tokens] * n, samplers=samplers)
+        while len(self.gen._generation_batch) < n:  # prefill every row
+            self.gen.next_generated()
+
+    def next_generated(self) -> list:
+        return self.gen.next_generated()
+
+    @property
+    def next_tokens(self):
+        return self.gen._generation_batch._next_tokens
+
+    @property
+    def cache(self) -> list:
+        return self.gen._generation_batch.prompt_cache
+
+    def close(self) -> None:
+        self.gen.close()
+
+
+def _filled(batch_class, loaded, batch: int, steps: int, samplers: list):
+    """A `BtBatch` or `MlxLmBatch` with `batch` rows of 200-token prompts prefilled, each with
+    room for the steps to be timed."""
+    return batch_class(loaded.model, _prompts(loaded, batch, 200), steps * 3 + 20, samplers)
 
 
 def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tuple[float, float]:
     """(median step seconds, median forward seconds) of one way at one batch size."""
     import mlx.core as mx
-    from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import make_sampler
 
-    from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
+    from breakthrough.engine.batch_step import RowSpec
 
     if way.startswith("bt"):
         gen = _filled(
-            SeededBatchGenerator,
+            BtBatch,
             loaded,
             batch,
             steps,
@@ -93,7 +150,7 @@ def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tup
         )
     else:
         gen = _filled(
-            BatchGenerator,
+            MlxLmBatch,
             loaded,
             batch,
             steps,
@@ -109,17 +166,16 @@ def profile(loaded, batch: int, steps: int, way: str, sampling: Sampling) -> tup
         )
     for _ in range(3):
         gen.next_generated()
-    gb = gen._generation_batch
 
     def forwards(n: int) -> list[float]:
         # The bare forward on the batch's state (it appends to the cache like a step: the
         # tokens it leaves there are not the rows' own, which only the timing here reads).
-        tokens = gb._next_tokens
+        tokens = gen.next_tokens
         mx.eval(tokens)
         times = []
         for _ in range(n):
             t0 = time.perf_counter()
-            logits = loaded.model(tokens[:, None], cache=gb.prompt_cache)[:, -1, :]
+            logits = loaded.model(tokens[:, None], cache=gen.cache)[:, -1, :]
             mx.eval(logits)
             times.append(time.perf_counter() - t0)
         return times
@@ -148,20 +204,19 @@ def beside(loaded, batch: int, steps: int, sampling: Sampling) -> tuple[float, f
     import mlx.core as mx
     import numpy as np
 
-    from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
+    from breakthrough.engine.batch_step import RowSpec
     from breakthrough.engine.sampling import keys, numpy_draw, numpy_stats
 
     gen = _filled(
-        SeededBatchGenerator,
+        BtBatch,
         loaded,
         batch,
         steps,
         [RowSpec(1000 + i, sampling) for i in range(batch)],
     )
-    gb = gen._generation_batch
-    tokens = gb._next_tokens
+    tokens = gen.next_tokens
     mx.eval(tokens)
-    x = np.array(loaded.model(tokens[:, None], cache=gb.prompt_cache)[:, -1, :].astype(mx.float32))
+    x = np.array(loaded.model(tokens[:, None], cache=gen.cache)[:, -1, :].astype(mx.float32))
     settings = numpy_draw.row_settings_np([sampling] * batch, x.shape[1])
     draw = numpy_draw.draw_np(x, keys.row_keys(range(batch), [0] * batch), settings)
 
@@ -173,7 +228,7 @@ def beside(loaded, batch: int, steps: int, sampling: Sampling) -> tuple[float, f
     alone, together, job_times = [], [], []
     with ThreadPoolExecutor(max_workers=1) as pool:
         for i in range(2 * steps):  # alternate, so the growing cache hits both alike
-            logits = loaded.model(tokens[:, None], cache=gb.prompt_cache)[:, -1, :]
+            logits = loaded.model(tokens[:, None], cache=gen.cache)[:, -1, :]
             t0 = time.perf_counter()
             future = pool.submit(job) if i % 2 else None
             mx.eval(logits)

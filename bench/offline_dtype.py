@@ -45,16 +45,13 @@ def variant(kind: str, work: Path):
 
 
 def decode_rate(model, prompt: list[int], batch: int, steps: int) -> float:
-    from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator
+    from decode_profile import BtBatch
 
-    gen = SeededBatchGenerator(model, completion_batch_size=batch, prefill_batch_size=8)
-    gen.insert(
-        [prompt] * batch,
-        max_tokens=[steps + 10] * batch,
-        samplers=[RowSpec(i, Sampling()) for i in range(batch)],
+    from breakthrough.engine.batch_step import RowSpec
+
+    gen = BtBatch(
+        model, [prompt] * batch, steps + 10, [RowSpec(i, Sampling()) for i in range(batch)]
     )
-    while len(gen._generation_batch) < batch:
-        gen.next_generated()
     gen.next_generated()
     t0 = time.perf_counter()
     for _ in range(steps):

@@ -1,32 +1,29 @@
-"""mlx-lm's `BatchGenerator` with one batched, seeded sampler per decode step.
+"""One decode step of bt's batch (`decode_batch.DecodeBatch`): the model's forward, then one
+batched, seeded draw for every row.
 
-mlx-lm calls each row's sampler separately when rows have different samplers (they do: every
-row has its own seed), which serialises the per-token work the batch should share. This module
-keeps mlx-lm's continuous batching (prefill, cache merging, stop matching, row removal) and
-replaces only the decode step (`GenerationBatch._step`): one forward pass, then one fused graph
-(`sampling.mlx_path.sample_step`) that draws every row's next token from its own identity key
-and computes its statistics, evaluated asynchronously with the step as mlx-lm does. On MLX's
-CPU device the same sampler runs in numpy (`sampling.numpy_draw`, `sampling.numpy_stats`) on
-the evaluated logits, since MLX's CPU exp and argpartition are scalar code.
+mlx-lm's batch generator calls each row's sampler separately when rows have different samplers
+(they do: every row has its own seed), which serialises the per-token work the batch should
+share. `StepSampler` draws every row's next token in one fused graph
+(`sampling.mlx_path.sample_step`) from its own identity key and computes its statistics,
+evaluated asynchronously with the step. On MLX's CPU device the same sampler runs in numpy
+(`sampling.numpy_draw`, `sampling.numpy_stats`) on the evaluated logits, since MLX's CPU exp and
+argpartition are scalar code.
 
-A row is described by a `RowSpec` passed where mlx-lm expects a sampler; it carries the row's
-seed, sampling setting and the index of its next token. Each response's `logprobs` field holds
-that token's `StepStats` (log-prob, entropy, sampling entropy, the instrumentation fields when
-the row is instrumented, and the step's most likely ids and log-probs when the row asks for
-them: `top`) instead of a full vocabulary vector, so nothing vocabulary-sized leaves the step.
-
-Written against mlx-lm's `_step` and `generate` of the versions `mlx_compat.SUPPORTED` names
-(the module refuses others)."""
+A row is described by a `RowSpec`: the row's seed, sampling setting and the index of its next
+token. Each token's statistics are a `StepStats` (log-prob, entropy, sampling entropy, the
+instrumentation fields when the row is instrumented, and the step's most likely ids and
+log-probs when the row asks for them: `top`) instead of a full vocabulary vector, so nothing
+vocabulary-sized leaves the step. The forward is the model's public call
+(`model(inputs, cache=...)`)."""
 
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import mlx.core as mx
 import numpy as np
 
-from breakthrough.engine.mlx_compat import BatchGenerator, GenerationBatch, PromptProcessingBatch
 from breakthrough.engine.sampling.keys import row_keys
 from breakthrough.engine.sampling.mlx_path import RowParams, row_params, sample_step, top_logprobs
 from breakthrough.engine.sampling.numpy_draw import RowSettingsNp, draw_np, row_settings_np
@@ -43,8 +40,7 @@ from breakthrough.protocol import Sampling
 
 
 class StepStats(NamedTuple):
-    """One row's statistics for one generated token: the `logprobs` field of each response of
-    a `SeededBatchGenerator` (nothing vocabulary-sized leaves the step)."""
+    """One row's statistics for one generated token (nothing vocabulary-sized leaves the step)."""
 
     logprob: float  # log-probability of the drawn token under the full distribution
     entropy: float  # entropy of the model's full next-token distribution (nats)
@@ -95,9 +91,6 @@ class RowSpec:
         # count.
         self.hidden_stride = max(0, int(hidden_stride))
         self.hidden_rows: list = []
-
-    def __call__(self, logprobs):  # pragma: no cover - the batched step never calls it
-        raise RuntimeError("RowSpec is drawn by SeededGenerationBatch, not called per row")
 
 
 class _NormWatch:
@@ -187,16 +180,15 @@ class _CpuStats:
         return (stats,) + (top_logprobs_np(x, self.top) if self.top > 0 else ())
 
 
-class SeededGenerationBatch(GenerationBatch):
-    """`GenerationBatch` whose step draws all rows in one call (rows' samplers are RowSpecs)."""
+class StepSampler:
+    """The forward and the batched draw of one decode step (`DecodeBatch.step` calls them in
+    order: `forward`, `start_previous`, `draw`, then `read` of the previous step's statistics).
+    Keeps the rows' sampling settings between steps (rebuilt only when they change)."""
 
-    _settings_key: tuple = ()
-    _settings: RowParams | RowSettingsNp | None = None
-    # mlx-lm's slots as this subclass fills them: `samplers` holds a RowSpec per row, the
-    # token slots hold the step's mx.array of drawn ids (mlx-lm declares narrower types).
-    samplers: Any
-    _current_tokens: Any
-    _next_tokens: Any
+    def __init__(self, model) -> None:
+        self.model = model
+        self._settings_key: tuple = ()
+        self._settings: RowParams | RowSettingsNp | None = None
 
     def _row_settings(self, specs: list[RowSpec], vocab: int, build):
         """`build(samplings, vocab)` (mlx_path.row_params or numpy_draw.row_settings_np),
@@ -208,22 +200,36 @@ class SeededGenerationBatch(GenerationBatch):
             self._settings_key = key
         return self._settings
 
-    # mlx-lm's _step returns per-row log-prob arrays; this one returns StepStats, which only
-    # this module's callers read (mlx_backend), hence the ignored override check.
-    def _step(self) -> tuple[list[int], list[StepStats]]:  # type: ignore[override]
-        """One decode step, as mlx-lm's: forward the tokens drawn last step, draw the next ones
-        and start evaluating them, then read the last step's tokens and statistics."""
-        self._current_tokens = self._next_tokens
-        self._current_logprobs = self._next_logprobs
-        inputs = self._current_tokens
-        if any(self.logits_processors or ()):
-            raise ValueError("SeededGenerationBatch does not run logits processors")
+    def forward(self, cache: list, inputs, with_hidden: bool):
+        """(last-position logits [n, V], final-normalised hidden state [n, d] or None) of the
+        rows' one-token `inputs` [n], lazily; the hidden state only when `with_hidden`.
+        Quantized rows (`--kv-bits`) run their forwards one by one (`shared_kv.rows_apart`)."""
+        if rows_apart(cache):
 
-        specs: list[RowSpec] = self.samplers
+            def one(row_inputs, row_cache):
+                if with_hidden:
+                    return forward_with_hidden(self.model, row_inputs[:, None], row_cache)
+                return self.model(row_inputs[:, None], cache=row_cache)[:, -1, :], None
+
+            return forward_rows_apart(cache, one, inputs)
+        if with_hidden:
+            return forward_with_hidden(self.model, inputs[:, None], cache)
+        return self.model(inputs[:, None], cache=cache)[:, -1, :], None
+
+    @staticmethod
+    def start_previous(bundles: list) -> None:
+        """Hand the previous step's CPU statistics to their worker, to run beside this forward
+        (`bundles`: each row's (bundle, index) or None)."""
+        jobs = {id(b[0]): b[0] for b, _ in filter(None, bundles) if isinstance(b[0], _CpuStats)}
+        for job in jobs.values():
+            job.start()
+
+    def draw(self, logits, hidden, specs: list[RowSpec]) -> tuple[mx.array, tuple, list]:
+        """(tokens uint32 [n], the step's statistics bundle, the hidden vectors kept this step)
+        for rows `specs` in batch order: each row's token k drawn with the key of (seed, k),
+        whatever batch it is in; every spec's token index then moves on by one."""
         instrument = any(s.instrument for s in specs)
         keep_hidden = [s.hidden_stride > 0 and s.step % s.hidden_stride == 0 for s in specs]
-        logits, hidden = self._forward(inputs, instrument or any(keep_hidden))
-        self._start_previous_stats()
         keys = row_keys([s.seed for s in specs], [s.step for s in specs])
         kept = _keep_hidden_rows(specs, hidden, keep_hidden)
         for s in specs:
@@ -233,39 +239,15 @@ class SeededGenerationBatch(GenerationBatch):
             tokens, bundle = self._draw_cpu(logits, hidden, keys, specs, instrument, top)
         else:
             tokens, bundle = self._draw_mlx(logits, hidden, keys, specs, instrument, top)
+        return tokens, bundle, kept
 
-        # Start the next step's tokens and statistics, then read the current ones (as mlx-lm).
-        self._next_tokens = tokens
-        self._next_logprobs = [(bundle, i) for i in range(len(specs))]
-        mx.async_eval(tokens, *[a for a in bundle if isinstance(a, mx.array)], *kept)
-        current_stats = self._read_current(inputs)
-        inputs = inputs.tolist()
-        for sti, ti in zip(self.tokens, inputs, strict=True):
-            sti.append(ti)
-        return inputs, current_stats
-
-    def _forward(self, inputs, with_hidden: bool):
-        """(last-position logits [n, V], final-normalised hidden state [n, d] or None), lazily;
-        the hidden state only when some row is instrumented or keeps this step's vector.
-        Quantized rows (`--kv-bits`) run their forwards one by one (`shared_kv.rows_apart`)."""
-        if rows_apart(self.prompt_cache):
-
-            def one(row_inputs, row_cache):
-                if with_hidden:
-                    return forward_with_hidden(self.model, row_inputs[:, None], row_cache)
-                return self.model(row_inputs[:, None], cache=row_cache)[:, -1, :], None
-
-            return forward_rows_apart(self.prompt_cache, one, inputs)
-        if with_hidden:
-            return forward_with_hidden(self.model, inputs[:, None], self.prompt_cache)
-        return self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :], None
-
-    def _start_previous_stats(self) -> None:
-        """Hand the previous step's CPU statistics to their worker, to run beside this forward."""
-        for job in {
-            id(b[0]): b[0] for b, _ in self._current_logprobs if isinstance(b[0], _CpuStats)
-        }.values():
-            job.start()
+    @staticmethod
+    def wants_hidden(specs: list[RowSpec]) -> bool:
+        """Whether this step's forward must also give the hidden state: some row is
+        instrumented or keeps this step's vector."""
+        return any(
+            s.instrument or (s.hidden_stride > 0 and s.step % s.hidden_stride == 0) for s in specs
+        )
 
     def _draw_cpu(
         self, logits, hidden, keys, specs: list[RowSpec], instrument: bool, top: int
@@ -301,17 +283,16 @@ class SeededGenerationBatch(GenerationBatch):
             stats = mx.concatenate([stats, *_mlx_signals(logits, hidden, tokens, specs)], axis=1)
         return tokens, (stats,) + (top_logprobs(logits, top) if top > 0 else ())
 
-    def _read_current(self, inputs) -> list[StepStats]:
-        """Each row's `StepStats` of the tokens this step forwarded (evaluated now, one step
-        after they were started)."""
-        current = self._current_logprobs
-        bundles = {id(b): b for b, _ in current}
-        arrays = {
-            k: b[0].result() if isinstance(b[0], _CpuStats) else b for k, b in bundles.items()
-        }
+    @staticmethod
+    def read(bundles: list, inputs) -> list[StepStats | None]:
+        """Each row's `StepStats` of the token it fed this step (evaluated now, one step after
+        it was drawn), from its (bundle, index); None for a row whose fed token was its
+        prompt's last id (a row's first step). Evaluates `inputs` with them."""
+        held = {id(b): b for b, _ in filter(None, bundles)}
+        arrays = {k: b[0].result() if isinstance(b[0], _CpuStats) else b for k, b in held.items()}
         mx.eval(inputs, *[a for b in arrays.values() for a in b if isinstance(a, mx.array)])
         lists = {k: [a.tolist() for a in b] for k, b in arrays.items()}
-        return [_row_stats(lists[id(b)], i) for b, i in current]
+        return [None if x is None else _row_stats(lists[id(x[0])], x[1]) for x in bundles]
 
 
 def _keep_hidden_rows(specs: list[RowSpec], hidden, keep_hidden: list[bool]) -> list:
@@ -362,63 +343,3 @@ def _row_stats(columns: list[list], i: int) -> StepStats:
     row = columns[0][i]
     top_ids, top_lps = (columns[1][i], columns[2][i]) if len(columns) == 3 else (None, None)
     return StepStats(row[0], row[1], row[2], row[3:], top_ids, top_lps)
-
-
-class SeededPromptBatch(PromptProcessingBatch):
-    """`PromptProcessingBatch` that hands its rows to a `SeededGenerationBatch`."""
-
-    def generate(self, tokens: list[list[int]]) -> SeededGenerationBatch:
-        if any(len(t) > 1 for t in tokens):
-            self.prompt([t[:-1] for t in tokens])
-        last_token = mx.array([t[-1] for t in tokens])
-        generation = SeededGenerationBatch(
-            self.model,
-            self.uids,
-            last_token,
-            self.prompt_cache,
-            self.tokens,
-            self.samplers,
-            self.fallback_sampler,
-            self.logits_processors,
-            self.stop_sequences,
-            self.max_tokens,
-        )
-        self.uids = []
-        self.prompt_cache = []
-        self.tokens = []
-        self.samplers = []
-        self.logits_processors = []
-        self.max_tokens = []
-        return generation
-
-
-class SeededBatchGenerator(BatchGenerator):
-    """`BatchGenerator` whose decode step is one batched seeded sampler (`insert_rows`)."""
-
-    def __init__(self, model, **kwargs):
-        super().__init__(model, **kwargs)
-        self._prompt_batch = SeededPromptBatch.empty(
-            self.model, self.sampler, prefill_step_size=self.prefill_step_size
-        )
-        self._generation_batch = SeededGenerationBatch.empty(self.model, self.sampler)
-
-    def insert_rows(
-        self,
-        feeds: list[list[int]],
-        specs: list[RowSpec],
-        caches: list[Any],
-        max_tokens: list[int],
-        stop_sequences: list[Any],
-    ) -> list[int]:
-        """Add rows (their ids still to feed, their `RowSpec`s, caches, token caps and stop
-        matchers); returns their uids. The specs travel in mlx-lm's per-row sampler slots, which
-        `SeededGenerationBatch._step` reads instead of calling them."""
-        return list(
-            self.insert(
-                feeds,
-                max_tokens=max_tokens,
-                caches=caches,
-                samplers=list(specs),
-                stop_sequences=stop_sequences,
-            )
-        )

@@ -1,4 +1,5 @@
-"""The MLX backend: mlx-lm's `BatchGenerator` (continuous batching) with one batched sampler.
+"""The MLX backend: bt's continuous batching (`decode_batch`) over mlx-lm's model classes, with
+one batched sampler.
 
 Sampling (protocol 1.4; `sampling/`, driven by `batch_step.py`). One call per decode step
 draws every row's next token: a Gumbel-max over the row's candidate log-probs divided by the
@@ -85,6 +86,7 @@ check_mlx_lm()  # an mlx-lm this engine was not tested with: one line now (mlx_c
 
 if TYPE_CHECKING:  # batch_step imports mlx at its top; this module imports it only to generate
     from breakthrough.engine.batch_step import RowSpec, StepStats
+    from breakthrough.engine.decode_batch import DecodeBatch, StepToken, StopMatcher
     from breakthrough.engine.group_rows import GroupRows
 
 _noticed = False
@@ -236,7 +238,7 @@ class _Feed:
 
 
 class MlxEngine(GroupPath, Engine):
-    """Continuous batching on mlx-lm's `BatchGenerator`.
+    """Continuous batching (`decode_batch.DecodeBatch`) of mlx-lm models on bt's caches.
 
     `generate(requests)` pulls requests lazily, keeps at most `batch_size` rows in flight,
     refills free slots as rows finish and yields each `GenResult` when its row finishes.
@@ -248,8 +250,6 @@ class MlxEngine(GroupPath, Engine):
         eos_ids: Iterable[int],
         *,
         batch_size: int = 8,
-        prefill_batch_size: int | None = None,
-        prefill_step_size: int = 2048,
         reuse_prefixes: bool = True,
         memory_budget_bytes: int | None = 0,
         kept_states: int | None = None,
@@ -304,8 +304,7 @@ class MlxEngine(GroupPath, Engine):
         if not self.eos_ids:
             raise BtError("the model has no EOS token id; cannot generate")
         self.batch_size = max(1, int(batch_size))
-        self.prefill_batch_size = prefill_batch_size or min(self.batch_size, 8)
-        self.prefill_step_size = prefill_step_size
+        self._uid = 0  # the last row id handed to the decode batch
         self.reuse_prefixes = bool(reuse_prefixes)
         # None: `--memory-gb auto` (engine.memory.auto_budget: what this machine can give the KV
         # cache once the weights are loaded); 0: no cap.
@@ -357,13 +356,13 @@ class MlxEngine(GroupPath, Engine):
         with self._cancel_lock:
             self._cancelled.add(key)
 
-    def _drop_cancelled(self, gen, rows: dict) -> list[GenResult]:
+    def _drop_cancelled(self, batch: DecodeBatch, rows: dict) -> list[GenResult]:
         with self._cancel_lock:
             keys, self._cancelled = self._cancelled, set()
         uids = [uid for uid, row in rows.items() if row.req.key in keys]
         if not uids:
             return []
-        gen.remove(uids)
+        batch.remove(uids)
         dropped = []
         for uid in uids:
             row = rows.pop(uid)
@@ -772,24 +771,20 @@ class MlxEngine(GroupPath, Engine):
         """Forget a finished row's booking; returns the prefix it pointed into."""
         return self.book.retire(key, set(self._prefixes))
 
-    def _stop(self, req: GenRequest):
-        from breakthrough.engine.mlx_compat import StopSequences
+    def _stop(self, req: GenRequest) -> StopMatcher:
+        """The row's stop matcher: each EOS id, then the request's stop sequences."""
+        from breakthrough.engine.decode_batch import StopMatcher
 
         seqs: list[tuple[int, ...]] = [(e,) for e in sorted(self.eos_ids)]
         seqs += [tuple(int(t) for t in s) for s in req.stop_sequences if len(s) > 0]
-        return StopSequences(seqs)
+        return StopMatcher(seqs)
 
     def generate(self, requests: Iterable[GenRequest | None]) -> Iterator[GenResult]:
         import mlx.core as mx
 
-        from breakthrough.engine.batch_step import SeededBatchGenerator
+        from breakthrough.engine.decode_batch import DecodeBatch
 
-        gen = SeededBatchGenerator(
-            self.model,
-            completion_batch_size=self.batch_size,
-            prefill_batch_size=self.prefill_batch_size,
-            prefill_step_size=self.prefill_step_size,
-        )
+        batch = DecodeBatch(self.model)
         feed = _Feed(iter(requests))
         rows: dict[int, _Row] = {}
         self._start_groups()
@@ -801,30 +796,31 @@ class MlxEngine(GroupPath, Engine):
         try:
             while True:
                 if self._cancelled:
-                    yield from self._drop_cancelled(gen, rows)
-                self._refill(gen, feed, rows)
+                    yield from self._drop_cancelled(batch, rows)
+                self._refill(batch, feed, rows)
                 if not rows:
                     if feed.done:
                         break
                     raise BtError("the request source had nothing ready while no row was in flight")
                 step_start = time.perf_counter()
-                responses = gen.next_generated()
+                responses = batch.step()
                 if responses:
                     yield from self._record_step(rows, responses, time.perf_counter() - step_start)
         finally:
             self.last_elapsed_s = time.perf_counter() - t_start
             if self.groups is not None:
                 self.groups.release_all()
-            gen.close()
+            batch.close()
             try:
                 self.peak_memory_bytes = max(self.peak_memory_bytes, int(mx.get_peak_memory()))
             except Exception:  # pragma: no cover
                 pass
 
-    def _refill(self, gen, feed: _Feed, rows: dict[int, _Row]) -> None:
+    def _refill(self, batch: DecodeBatch, feed: _Feed, rows: dict[int, _Row]) -> None:
         """Fill free slots, admitting each request only while its bytes fit the budget; one that
         does not waits (`feed.held`) until rows finish (issue 28)."""
         from breakthrough.engine.batch_step import RowSpec
+        from breakthrough.engine.decode_batch import NewRow
 
         new: list[tuple[GenRequest, list, list[int], int]] = []
         for parked in list(feed.parked):  # waiting for their group slot: first in line
@@ -859,19 +855,17 @@ class MlxEngine(GroupPath, Engine):
             RowSpec(r.seed, r.sampling, self.top_logprobs, self.instrument, r.hidden_stride)
             for r, _, _, _ in new
         ]
-        uids = gen.insert_rows(
-            [ids for _, _, ids, _ in new],
-            specs,
-            caches=[cache for _, cache, _, _ in new],
-            max_tokens=[int(r.max_tokens) for r, _, _, _ in new],
-            stop_sequences=[self._stop(r) for r, _, _, _ in new],
-        )
-        for uid, (r, _, _, fed), spec in zip(uids, new, specs, strict=True):
-            rows[uid] = _Row(r, spec, len(r.prompt) - fed)
+        joining = []
+        for (r, cache, ids, fed), spec in zip(new, specs, strict=True):
+            self._uid += 1
+            stop = self._stop(r)
+            joining.append(NewRow(self._uid, ids[-1], spec, cache, int(r.max_tokens), stop))
+            rows[self._uid] = _Row(r, spec, len(r.prompt) - fed)
+        batch.add(joining)
         self.counters.admitted(len(rows))
 
     def _record_step(
-        self, rows: dict[int, _Row], responses: list, seconds: float
+        self, rows: dict[int, _Row], responses: list[StepToken], seconds: float
     ) -> Iterator[GenResult]:
         """Append one decode step's tokens and statistics to their rows, count the step, and
         yield the results of the rows it finished (their kept states stored first)."""
@@ -880,14 +874,14 @@ class MlxEngine(GroupPath, Engine):
         for resp in responses:
             row = rows[resp.uid]
             contexts.append(len(row.req.prompt) + len(row.tokens))  # before this token
-            row.add(resp.token, resp.logprobs, self.instrument)
+            row.add(resp.token, resp.stats, self.instrument)
             if resp.finish_reason is None:
                 continue
             del rows[resp.uid]
             prefix = self._retire(row.req.key)
-            if row.req.keep_state and self.reuse_prefixes and resp.prompt_cache is not None:
+            if row.req.keep_state and self.reuse_prefixes and resp.cache is not None:
                 seq = [int(t) for t in row.req.prompt] + row.tokens
-                cache = resp.prompt_cache
+                cache = resp.cache
                 if self.groups is not None and row.req.key in self.groups.held:
                     cache = self.groups.kept(cache)  # copied out before its slot is reused
                 self._keep(row.req.key, seq, cache, prefix)

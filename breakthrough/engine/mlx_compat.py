@@ -1,13 +1,14 @@
 """The one door to mlx-lm's internals: every name bt takes from inside mlx-lm comes from here.
 
-bt extends mlx-lm below its public API: `batch_step` subclasses `GenerationBatch` and replaces
-its private `_step` (and passes `RowSpec`s where mlx-lm expects samplers); `shared_kv` stands in
-for `BatchKVCache` behind the interface mlx-lm's batch code calls; `row_attention` points the
-`scaled_dot_product_attention` name that mlx-lm's model files imported at its own function
-(`route_attention`). None of that is a promise mlx-lm makes, so this module checks, when it is
-first imported, that the installed mlx-lm is a version bt was tested with, and refuses any other
-in one line naming the supported range (`mlx_version`; `EngineSpec` checks the same before a
-command writes anything), before a decode step could fail deep inside mlx-lm.
+bt uses mlx-lm for what it is good at (model classes, loading, tokenizers, its per-row caches)
+and runs its own decode loop (`decode_batch`) on them. Two things still lean on names mlx-lm
+does not promise: `row_attention` points the `scaled_dot_product_attention` name that mlx-lm's
+model files imported at its own function (`route_attention`), and bt's batch caches
+(`batch_cache.BatchLayerCache`) answer the cache calls mlx-lm's model code makes
+(`update_and_fetch`, `make_mask` through `create_causal_mask`). So this module checks, when it
+is first imported, that the installed mlx-lm is a version bt was tested with, and refuses any
+other in one line naming the supported range (`mlx_version`; `EngineSpec` checks the same before
+a command writes anything), before a decode step could fail deep inside mlx-lm.
 Upgrading mlx-lm means: read these names' code in the new version, run the suite (the engine
 tests compare tokens with mlx-lm's own generation), then widen `SUPPORTED` and the pin in
 pyproject.toml together."""
@@ -22,12 +23,6 @@ from breakthrough.engine.mlx_version import SUPPORTED, check_mlx_lm
 MLX_LM_VERSION = check_mlx_lm()
 
 # Only now, on a supported version, mlx-lm's internals.
-from mlx_lm.generate import (  # noqa: E402
-    BatchGenerator,
-    GenerationBatch,
-    PromptProcessingBatch,
-    StopSequences,
-)
 from mlx_lm.models import base as _models_base  # noqa: E402
 from mlx_lm.models.base import create_causal_mask  # noqa: E402
 from mlx_lm.models.cache import (  # noqa: E402
@@ -67,13 +62,9 @@ __all__ = [
     "MLX_LM_VERSION",
     "SUPPORTED",
     "ArraysCache",
-    "BatchGenerator",
-    "GenerationBatch",
     "KVCache",
-    "PromptProcessingBatch",
     "QuantizedKVCache",
     "RotatingKVCache",
-    "StopSequences",
     "check_mlx_lm",
     "create_causal_mask",
     "make_prompt_cache",

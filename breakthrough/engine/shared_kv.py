@@ -16,10 +16,10 @@ that stays allocated is the prefixes once plus each row's own tokens; the assemb
 one layer lives only until that layer's attention has run.
 
 `SharedRowCache` is one row's layer (a `KVCache`, so a batch-1 prefill and mlx-lm's single-row
-code use it unchanged); `SharedBatchCache` is the batch of them that mlx-lm's `BatchGenerator`
-merges, extends, filters and extracts (the interface of `BatchKVCache`). Rows are inserted with
-a one-token feed (`MlxEngine` prefills the rest at batch 1 first), so the batch never runs a
-padded multi-token prefill (`prepare` refuses right padding)."""
+code use it unchanged); `SharedBatchCache` is the batch of them in bt's decode loop (a
+`batch_cache.BatchLayerCache`: rows join, leave and are taken out without copying a key or
+value). Rows join with a one-token feed (`MlxEngine` prefills the rest at batch 1 first), so
+the batch never runs a padded multi-token prefill."""
 
 from __future__ import annotations
 
@@ -198,9 +198,10 @@ class SharedRowCache(KVCache):
 
 
 class SharedBatchCache:
-    """One attention layer of a batch of `SharedRowCache` rows, with `BatchKVCache`'s interface:
+    """One attention layer of a batch of `SharedRowCache` rows (`batch_cache.BatchLayerCache`):
     rows right-justified at `_idx` (the longest row), `left_padding` and per-row `offset` arrays,
-    the same causal mask. Filtering and extending only move row objects: nothing is copied."""
+    the causal mask mlx-lm's batch cache would give. Filtering and extending only move row
+    objects: nothing is copied."""
 
     def __init__(self, rows: list[SharedRowCache]) -> None:
         self.rows = rows
@@ -263,18 +264,6 @@ class SharedBatchCache:
         self._windowed = kwargs.get("window_size") is not None
         return create_causal_mask(N, offset=self._idx, left_padding=self.left_padding, **kwargs)
 
-    def prepare(self, *, left_padding=None, lengths=None, right_padding=None):
-        if (
-            left_padding is not None
-            and max(left_padding) > 0
-            or right_padding is not None
-            and max(right_padding) > 0
-        ):
-            raise ValueError("SharedBatchCache rows are prefilled one at a time (one-token feeds)")
-
-    def finalize(self) -> None:
-        return None
-
     @property
     def state(self):
         held: dict[int, Any] = {}
@@ -294,11 +283,6 @@ class SharedBatchCache:
 
     def extract(self, idx: int) -> SharedRowCache:
         return self.rows[idx]
-
-    def __deepcopy__(self, memo) -> SharedBatchCache:
-        # mlx-lm's PromptProcessingBatch.split deep-copies the batch and then keeps disjoint
-        # rows in each copy: sharing the row objects is safe and copies no key or value.
-        return SharedBatchCache(list(self.rows))
 
     def is_trimmable(self) -> bool:
         return False
@@ -455,9 +439,6 @@ class QuantizedSharedBatchCache(SharedBatchCache):
         first = rows[0] if rows else None
         self.bits = getattr(first, "bits", 8)
         self.group_size = getattr(first, "group_size", 64)
-
-    def __deepcopy__(self, memo) -> QuantizedSharedBatchCache:
-        return QuantizedSharedBatchCache(list(self.rows))
 
     def row_batch(self, i: int) -> QuantizedSharedBatchCache:
         """Row `i` alone, as a batch of one over the same row object (what it writes is the

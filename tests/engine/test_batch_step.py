@@ -1,33 +1,41 @@
-"""The batched decode step hands each row a `StepStats` per token: named fields, the
-instrumentation columns only when the batch is instrumented, the top ids only when asked; the
-same on the CPU branch (numpy) and the MLX-graph branch (run on this CPU)."""
+"""bt's decode loop (`decode_batch.DecodeBatch`, the model's public forward on bt's caches) hands
+each row a `StepStats` per token: named fields, the instrumentation columns only when the batch
+is instrumented, the top ids only when asked; the same on the CPU branch (numpy) and the
+MLX-graph branch (run on this CPU). Rows stop at their cap or a stop sequence of generated
+tokens, and leave with their cache."""
 
 from __future__ import annotations
 
 import pytest
 
 from breakthrough.engine import batch_step
-from breakthrough.engine.batch_step import RowSpec, SeededBatchGenerator, StepStats
+from breakthrough.engine.batch_step import RowSpec, StepStats
+from breakthrough.engine.decode_batch import DecodeBatch, NewRow, StopMatcher
+from breakthrough.engine.mlx_compat import make_prompt_cache
+from breakthrough.engine.prefix_cache import prefill
 from breakthrough.engine.sampling import HIDDEN_FIELDS, SIGNAL_FIELDS
 from breakthrough.protocol import Sampling
 
 STEPS = 6
 
 
+def _row(model, uid: int, prompt: list[int], spec: RowSpec, cap: int, stop=()) -> NewRow:
+    """A row as the engine hands it over: prefilled at batch 1 up to its prompt's last id."""
+    cache = make_prompt_cache(model)
+    prefill(model, cache, prompt[:-1])
+    return NewRow(uid, prompt[-1], spec, cache, cap, StopMatcher(stop))
+
+
 def _stats(model, specs: list[RowSpec]) -> dict[int, list[StepStats]]:
-    gen = SeededBatchGenerator(
-        model, completion_batch_size=len(specs), prefill_batch_size=len(specs)
-    )
-    uids = gen.insert(
-        [[1, 2, 3 + i] for i in range(len(specs))], max_tokens=[STEPS] * len(specs), samplers=specs
-    )
-    out: dict[int, list[StepStats]] = {uid: [] for uid in uids}
+    batch = DecodeBatch(model)
+    batch.add([_row(model, i, [1, 2, 3 + i], s, STEPS) for i, s in enumerate(specs)])
+    out: dict[int, list[StepStats]] = {i: [] for i in range(len(specs))}
     try:
-        while any(len(v) < STEPS for v in out.values()):
-            for resp in gen.next_generated():
-                out[resp.uid].append(resp.logprobs)
+        while len(batch):
+            for resp in batch.step():
+                out[resp.uid].append(resp.stats)
     finally:
-        gen.close()
+        batch.close()
     return out
 
 
@@ -56,3 +64,77 @@ def test_each_token_gets_named_statistics(tiny_model, monkeypatch, branch: str) 
             assert len(s.top_ids) == len(s.top_logprobs) == 4  # the batch's largest `top`
             assert s.top_logprobs == sorted(s.top_logprobs, reverse=True)
             assert s.top_logprobs[0] >= s.logprob
+
+
+def test_rows_stop_at_their_cap_or_a_generated_stop_sequence_and_leave_with_their_cache(
+    tiny_model,
+) -> None:
+    """A row finishes with "length" at its cap, or "stop" when its generated tokens end with a
+    stop sequence (never matched against the prompt); finished rows leave the batch with a cache
+    holding prompt + tokens (the token drawn one step ahead is never fed), and a row
+    joining mid-run gets the tokens it gets alone."""
+    model = tiny_model.model
+    greedy = Sampling(temperature=0.0)
+
+    def run(rows: list[NewRow], late: list[NewRow] = ()) -> dict:
+        batch, out, ended = DecodeBatch(model), {}, {}
+        batch.add(rows)
+        try:
+            steps = 0
+            while len(batch) or late:
+                if steps == 2 and late:
+                    batch.add(list(late))
+                    late = []
+                for resp in batch.step():
+                    out.setdefault(resp.uid, []).append(resp.token)
+                    if resp.finish_reason is not None:
+                        ended[resp.uid] = (resp.finish_reason, resp.cache)
+                steps += 1
+        finally:
+            batch.close()
+        return out, ended
+
+    prompt = [1, 2, 3, 4]
+    alone, ended = run([_row(model, 0, prompt, RowSpec(5, greedy), 7)])
+    tokens = alone[0]
+    assert len(tokens) == 7 and ended[0][0] == "length"
+    assert ended[0][1][0].offset == len(prompt) + 7  # each token read was fed; the next never
+    stop = tuple(tokens[2:4])
+    got, ended = run(
+        [
+            _row(model, 0, prompt, RowSpec(5, greedy), 7, stop=[stop]),
+            _row(model, 1, prompt + list(stop), RowSpec(5, greedy), 3, stop=[stop]),
+        ],
+        late=[_row(model, 2, prompt, RowSpec(5, greedy), 7)],
+    )
+    first = next(i for i in range(2, 7) if tuple(tokens[i - 1 : i + 1]) == stop)
+    assert got[0] == tokens[: first + 1] and ended[0][0] == "stop"
+    assert ended[1][0] == "length" and len(got[1]) == 3  # its prompt's ending never matched
+    assert got[2] == tokens  # joined late, between steps: the tokens it gets alone
+
+
+def test_a_removed_row_leaves_and_the_others_go_on(tiny_model) -> None:
+    model = tiny_model.model
+    spec = lambda: RowSpec(9, Sampling(temperature=0.0))  # noqa: E731
+    alone = _stats_tokens(model, [_row(model, 0, [1, 2, 3], spec(), 6)])
+    batch = DecodeBatch(model)
+    batch.add([_row(model, 0, [1, 2, 3], spec(), 6), _row(model, 1, [3, 2, 1], spec(), 6)])
+    out: dict[int, list[int]] = {0: [], 1: []}
+    batch.step()
+    batch.remove([1])
+    while len(batch):
+        for resp in batch.step():
+            out[resp.uid].append(resp.token)
+    batch.close()
+    assert out[1] == [] and out[0] == alone[0]
+
+
+def _stats_tokens(model, rows: list[NewRow]) -> dict[int, list[int]]:
+    batch = DecodeBatch(model)
+    batch.add(rows)
+    out: dict[int, list[int]] = {r.uid: [] for r in rows}
+    while len(batch):
+        for resp in batch.step():
+            out[resp.uid].append(resp.token)
+    batch.close()
+    return out
