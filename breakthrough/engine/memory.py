@@ -1,6 +1,6 @@
 """How much memory the MLX engine's KV caches may use, and how many rows that admits.
 
-`--memory-gb auto` (the default, issue 28): on Apple silicon the GPU's recommended working set
+`--memory-gb auto` (the default): on Apple silicon the GPU's recommended working set
 (what Metal lets a process keep resident; MLX reports it), elsewhere the RAM the OS reports as
 available, minus the loaded weights and a margin for activations, logits and the Python side.
 A number is taken as given. `rows_admitted` is the rule `MlxEngine.plan` applies to a budget
@@ -215,7 +215,7 @@ class Booking:
 
 class MemoryBook:
     """The bytes an MLX engine's caches hold, booked per row and per kept state, and the rule
-    that admits a new row (issue 28): what is held now, plus what the row adds, plus one decode
+    that admits a new row: what is held now, plus what the row adds, plus one decode
     step's transient at the longest row, within the budget.
 
     A shared prefix counts once, whoever points into it: the engine passes the prefixes it keeps

@@ -44,43 +44,28 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from breakthrough.engine.contract import (
     ATTENTION_PATHS,
-    NO_MEMORY_CAP,
     Engine,
-    EnginePlan,
     EngineStats,
     GenRequest,
     GenResult,
-    RowShape,
     SharedPrefix,
     check_request,
 )
 from breakthrough.engine.decode_counters import DecodeCounters
 from breakthrough.engine.group_path import GROUP_SLOTS, GroupPath
-from breakthrough.engine.memory import (
-    SHARED_PREFIXES,
-    Admission,
-    Booking,
-    MemoryBook,
-    admission,
-)
+from breakthrough.engine.memory import SHARED_PREFIXES, Booking, MemoryBook
+from breakthrough.engine.memory_plan import MemoryPlan
 from breakthrough.engine.mlx_version import check_mlx_lm
-from breakthrough.engine.prefix_cache import (
-    CacheBytes,
-    PrefixCache,
-    cache_bytes,
-    cache_length,
-    trim_to,
-)
-from breakthrough.engine.token_ids import common_prefix_length
+from breakthrough.engine.prefix_cache import CacheBytes, PrefixCache
+from breakthrough.engine.prefix_reuse import PrefixReuse
 from breakthrough.errors import BtError
-from breakthrough.protocol import DEFAULT
 
 check_mlx_lm()  # an mlx-lm this engine was not tested with: one line now (mlx_compat)
 
@@ -113,10 +98,6 @@ KV_BITS = (4, 8)
 # buffer (`group_kv`, one fused attention call per chunk of rows, `group_attention`) on any
 # device; "shared" points rows into their cell's one prefix copy (`prefix_attention`); "copies"
 # gives each row its own copy in mlx-lm's batch cache.
-# Query heads x shared prefix positions of a row from which shared-prefix attention beats
-# per-row copies (`MlxEngine._sharing_pays`): between the two workloads bench/RESULTS.md gives,
-# where copies won (a few heads over short prefixes) and where sharing did (Qwen3-4B's attention).
-SHARED_ATTENTION_SCORES = 16_384
 
 
 def check_kv_bits(model, bits: int) -> int:
@@ -237,7 +218,7 @@ class _Feed:
         return self.held
 
 
-class MlxEngine(GroupPath, Engine):
+class MlxEngine(GroupPath, MemoryPlan, PrefixReuse, Engine):
     """Continuous batching (`decode_batch.DecodeBatch`) of mlx-lm models on bt's caches.
 
     `generate(requests)` pulls requests lazily, keeps at most `batch_size` rows in flight,
@@ -335,7 +316,7 @@ class MlxEngine(GroupPath, Engine):
         self._kept: dict[str, tuple[list[int], list]] = {}
         self._max_kept = kept_states or 2 * self.batch_size
         self._kv_bytes: CacheBytes | None = None
-        # Admission by bytes (issue 28): what each row in flight and each kept state holds, and
+        # Admission by bytes: what each row in flight and each kept state holds, and
         # the prefixes they point into (a released prefix stays alive while they do).
         self.book = MemoryBook()
         self.peak_memory_bytes = 0  # MLX's peak allocation during `generate` (weights included)
@@ -443,231 +424,6 @@ class MlxEngine(GroupPath, Engine):
             rows_by_attention=dict(self.rows_by_attention),
         )
 
-    def layout(self) -> CacheBytes:
-        """The model's cache layout (`prefix_cache.CacheBytes`), measured once."""
-        if self._kv_bytes is None:
-            self._kv_bytes = cache_bytes(self.model, self.kv_bits)
-        return self._kv_bytes
-
-    def plan(self, shape: RowShape) -> EnginePlan:
-        """How rows of `shape` run within `--memory-gb`, without changing the engine (`configure`
-        applies it). The rule (`engine.memory.admission`, `CacheBytes`): prefixes once, each
-        row its own tokens allocated once, plus one decode step's transient (issue 28).
-        - Rows: at most `batch_size`; BtError when not even one row and its prefix fit.
-        - Prefix slots: cells' prefixes kept at once, up to `shared_prefixes` while they take at
-          most PREFIX_SHARE of the budget; fewer, down to one, before fewer rows.
-        - Sharing: rows point into their cell's one prefix copy when that is faster
-          (`_sharing_pays`), or when a copy per row (counted twice, at the longest row) would
-          not fit the budget; once an engine shares it keeps sharing (rows in flight point into
-          prefixes), and `--kv-bits` always shares.
-        - Group buffers (`_group_pays`: on a GPU, or `attention="group"`): a cell's prefix and
-          GROUP_SLOTS slots of B + answer positions in one buffer per layer, counted whole per
-          cell; as many cells as fit (at most `shared_prefixes`), else the rules above."""
-        probe = max(int(shape.probe_tokens), 1)
-        restart = max(int(shape.restart_tokens), self._unshared_tokens)
-        shared = int(shape.shared_tokens) if self.reuse_prefixes else 0
-        group = self._planned_group(shape, shared)
-        share = (
-            group is not None
-            or self.share_prefixes
-            or (bool(shared) and not self._share_fixed and self._sharing_pays(shared))
-        )
-        slots = self._prefix_slots if self.reuse_prefixes else None
-        budget = float(self.memory_budget_bytes)
-        probe_rows = restart_rows = self.batch_size
-        if group is not None:
-            slots = group[1]
-        if budget:
-            rule = dict(
-                batch_size=self.batch_size,
-                max_prefixes=self._max_prefixes,
-                snapshots=self._snapshots(),
-            )
-            if shape.restart_tokens:
-                rows = admission(self.layout(), budget, restart, 0, **rule)
-                restart_rows = self._admitted(rows, restart)
-        if budget and group is None:
-            held = admission(self.layout(), budget, probe, shared, **rule)
-            if self.reuse_prefixes:
-                slots = held.slots
-            copies_fit = False
-            if shared and not share and not self._share_fixed:
-                # a copy per row, counted twice, at the longest row asked for
-                copies = self.layout().row(max(probe, restart)) * 2 * self.batch_size
-                reserve = held.slots * self.layout().prefix_cache(shared, self._snapshots())
-                share = reserve + copies > budget
-                copies_fit = not share
-            if not copies_fit:
-                probe_rows = self._admitted(held, probe, shared)
-        auto = self.memory_auto_line
-        words = auto or (f"--memory-gb {budget / 2**30:g}" if budget else NO_MEMORY_CAP)
-        return EnginePlan(
-            shape,
-            probe_rows,
-            restart_rows,
-            self.batch_size,
-            prefix_slots=slots,
-            share_prefixes=share,
-            admits_by_memory=bool(budget) and share,
-            groups_by_prefix=share and self.row_attention and self.kv_bits is None,
-            budget=words,
-            attention="group" if group is not None else ("shared" if share else "copies"),
-        )
-
-    def _admitted(self, rule: Admission, tokens: int, shared: int = 0) -> int:
-        """`rule.rows`, or BtError when the budget holds not one row of `tokens` (and its
-        prefix)."""
-        if rule.rows < 1:
-            raise BtError(
-                f"--memory-gb {self.memory_budget_bytes / 2**30:.3g} cannot hold one row of "
-                f"{tokens} tokens"
-                + (f" ({shared} of them a shared prefix held once)" if shared else "")
-                + f": {rule.need_bytes / 2**30:.3g} GB needed; raise --memory-gb (or "
-                "use auto)"
-            )
-        return int(rule.rows)
-
-    def configure(self, plan: EnginePlan) -> None:
-        """Apply `plan` (made by `plan`): the prefix slots kept and whether rows share their
-        prefix (once sharing, always: rows in flight point into the prefixes), in group buffers
-        or not (once in group buffers, always: cells hold them)."""
-        from breakthrough.engine.group_rows import GroupRows
-
-        self._group_planned = True
-        if plan.attention == "group" and self.groups is None:
-            self.groups = GroupRows(self._group_shape(plan.shape))
-        self.share_prefixes = self.share_prefixes or plan.share_prefixes
-        if self.reuse_prefixes and plan.prefix_slots is not None:
-            self._prefix_slots = plan.prefix_slots
-        self._unshared_tokens = max(self._unshared_tokens, plan.shape.restart_tokens)
-
-    def _sharing_pays(self, shared_tokens: int) -> bool:
-        """Whether rows whose shared prefix is `shared_tokens` long run faster pointing into
-        their cell's one copy (`prefix_attention`) than with a copy each in mlx-lm's batch
-        cache: when a row's attention over its prefix (query heads x positions: the scores
-        each row and layer computes) is at least SHARED_ATTENTION_SCORES, and the model's
-        attention is routed (`row_attention.install`). Measured in `bench/continue_throughput.py
-        --attention shared|copies` (README, "Memory and speed at the study's scale")."""
-        from breakthrough.engine.prefix_cache import query_heads
-
-        heads = query_heads(self.model)
-        return self.row_attention and heads * int(shared_tokens) >= SHARED_ATTENTION_SCORES
-
-    def _snapshots(self) -> int:
-        return max(
-            [len(pc.snapshot_at) for _, pc in self._prefixes.values()] + [len(DEFAULT.anchors) + 1]
-        )
-
-    # -- admission by bytes ----------------------------------------------------------------
-    def _held_prefixes(self) -> dict[str, float | None]:
-        """The prefixes kept now and their bytes (None: not built yet), for `MemoryBook`."""
-        return {
-            key: (pc.nbytes if pc.full is not None else None)
-            for key, (_, pc) in self._prefixes.items()
-        }
-
-    def _cost(self, req: GenRequest) -> tuple[int, float]:
-        """(final length, bytes it adds) of admitting `req` now, without building anything:
-        its own tokens (prompt beyond what it reuses + max_tokens + the step ahead), and its
-        shared prefix when that is not held yet (a group row: its cell's buffers when they are
-        not built yet, and nothing of its own)."""
-        b = self.layout()
-        prompt_len, extra = len(req.prompt), int(req.max_tokens) + 1
-        target = self._group_target(req)
-        if target is not None and self.groups is not None:
-            if target.from_kept or self._group_cell(target.cell_key) is not None:
-                return prompt_len + extra, 0.0
-            held = target.cell_key in self._prefixes
-            ids = len(req.shared_prefix.ids) if req.shared_prefix is not None else 0
-            return prompt_len + extra, self._cell_bytes(self.groups.shape, 0 if held else ids)
-        if not self.reuse_prefixes:
-            return prompt_len + extra, b.own_row(prompt_len + extra)
-        if req.follows is not None and req.follows in self._kept:
-            seq, cache = self._kept[req.follows]
-            own = prompt_len - self._kept_shared_len(cache) + extra
-            kept = self.book.kept.get(req.follows)
-            return prompt_len + extra, b.own_row(own) - (kept.nbytes if kept else 0.0)
-        shared = req.shared_prefix
-        if shared is not None:
-            n = min(common_prefix_length(shared.ids, req.prompt), prompt_len - 1)
-            if n > 0 and not self._restart_skips_prefix(shared, req.prompt):
-                add = 0.0
-                if shared.key not in self._prefixes:
-                    add = b.prefix_cache(len(shared.ids), len(shared.starts))
-                return prompt_len + extra, add + b.own_row(prompt_len - n + extra)
-        return prompt_len + extra, b.own_row(prompt_len + extra)
-
-    @staticmethod
-    def _kept_shared_len(cache: list) -> int:
-        """Positions of a kept state that point into a shared prefix (not the row's own)."""
-        for layer in cache:
-            if hasattr(layer, "prefix_len"):
-                return int(layer.prefix_len)
-        return 0
-
-    def _fits(self, req: GenRequest, in_flight: int) -> bool:
-        """Whether `req` can join the `in_flight` rows within `--memory-gb` (always, without a
-        budget): what the caches hold now, plus the bytes it adds, plus one decode step's
-        transient at the longest row."""
-        if not self.memory_budget_bytes or not self.share_prefixes:
-            return True  # without sharing, `plan` admitted batch_size full rows up front
-        length, add = self._cost(req)
-        return self.book.fits(
-            self._held_prefixes(), add, length, in_flight, self.layout(), self.memory_budget_bytes
-        )
-
-    def _make_room(self, req: GenRequest) -> None:
-        """Nothing is in flight and `req` does not fit: drop kept states other than the one it
-        follows, then prefixes other than its own, oldest first, until it fits (a dropped
-        prefix costs only a prefill when a later request names it). It is admitted even when
-        nothing more can go: `plan` refused, before the run, any budget that cannot hold
-        one row and its prefix."""
-        own = req.shared_prefix.key if req.shared_prefix is not None else None
-        for key in [k for k in self._kept if k != req.follows]:
-            if self._fits(req, 0):
-                return
-            self._drop_kept(key)
-        for key in [k for k in self._prefixes if k != own]:
-            if self._fits(req, 0):
-                return
-            self._prefixes.pop(key, None)
-
-    # -- reuse -------------------------------------------------------------------------------
-    def _prefix_cache(self, shared: SharedPrefix) -> PrefixCache:
-        have = self._prefixes.get(shared.key)
-        if have is not None and (have[0] is shared or have[0].ids == shared.ids):
-            return have[1]
-        cache = PrefixCache(
-            self.model, shared.ids, snapshot_at=[s - 1 for s in shared.starts], kv_bits=self.kv_bits
-        )
-        self._prefixes.pop(shared.key, None)
-        self._prefixes[shared.key] = (shared, cache)
-        while len(self._prefixes) > self._prefix_slots:
-            self._prefixes.pop(next(iter(self._prefixes)))
-        return cache
-
-    def release_prefix(self, key: str) -> None:
-        """Drop the shared-prefix cache kept under `key` (a cell whose probes are all done:
-        its restarts start from the chat prompt alone), so that the next cell's prefix does
-        not evict one that queued probes still need. A later request naming it rebuilds it.
-        Its memory goes when the last row or kept state pointing into it does."""
-        held = self._prefixes.pop(key, None)
-        if held is not None and held[1].full is not None:
-            self.book.prefix_bytes[key] = float(held[1].nbytes)
-
-    @staticmethod
-    def _restart_skips_prefix(shared: SharedPrefix, prompt: Sequence[int]) -> bool:
-        """A request that uses only the prefix's first start (a restart: the chat prompt
-        alone) does not build the whole prefix's cache (a base trace of up to 16K tokens) when
-        it is much longer: a fresh prefill of its own prompt is far cheaper (the scheduler runs
-        restarts after the cell's probes, by when that cache may have made room for other
-        cells'). Only when the prefix is not held already (the caller checks)."""
-        return (
-            bool(shared.starts)
-            and len(prompt) <= shared.starts[0]
-            and len(shared.ids) > 4 * len(prompt)
-        )
-
     def _start(self, req: GenRequest) -> tuple[list, list[int], str | None, int]:
         """(row cache, ids to feed, shared-prefix key it points into or None, ids pushed
         through the model for it): the longest
@@ -701,55 +457,6 @@ class MlxEngine(GroupPath, Engine):
         if len(feed) > 1:
             prefill(self.model, row, feed[:-1])
         return row, feed[-1:], key, len(feed)
-
-    def _reused(
-        self, req: GenRequest, prompt: list[int]
-    ) -> tuple[list | None, list[int], str | None]:
-        """(cache, ids still to feed, prefix key) from a kept state `req` follows or its
-        shared prefix; (None, prompt, None) when nothing is reused."""
-        from breakthrough.engine.group_kv import is_group_cache
-
-        if not self.reuse_prefixes:
-            return None, prompt, None
-        if req.follows is not None and req.follows in self._kept:
-            seq, cache = self._kept.pop(req.follows)
-            booking = self.book.kept.pop(req.follows, None)
-            key = booking.prefix if booking is not None else None
-            keep = min(cache_length(cache), common_prefix_length(seq, prompt), len(prompt) - 1)
-            if keep > 0 and not is_group_cache(cache):  # (a group row's: `_start_group` only)
-                try:
-                    return trim_to(cache, keep), prompt[keep:], key
-                except ValueError:  # a recurrent state (Qwen3.5) cannot be cut back: rebuild below
-                    pass
-        shared = req.shared_prefix
-        if shared is not None and self.groups is None:  # (group prefixes: `_start_group` only)
-            n = min(common_prefix_length(shared.ids, prompt), len(prompt) - 1)
-            if (
-                n > 0
-                and shared.key not in self._prefixes
-                and self._restart_skips_prefix(shared, prompt)
-            ):
-                return None, prompt, None
-            if n > 0:
-                pc = self._prefix_cache(shared)
-                before = pc.prefill_tokens
-                state = pc.state(n)
-                self.prefill_tokens += pc.prefill_tokens - before
-                self.book.prefix_bytes[shared.key] = float(pc.nbytes)
-                return state, prompt[n:], shared.key
-        return None, prompt, None
-
-    def _keep(self, key: str, seq: list[int], cache, prefix: str | None) -> None:
-        self._drop_kept(key)
-        self._kept[key] = (seq, cache)
-        own = sum(getattr(layer, "nbytes", 0) for layer in cache if hasattr(layer, "prefix_len"))
-        self.book.kept[key] = Booking(float(own), prefix=prefix)
-        while len(self._kept) > self._max_kept:
-            self._drop_kept(next(iter(self._kept)))
-
-    def _drop_kept(self, key: str) -> None:
-        self._kept.pop(key, None)
-        self.book.kept.pop(key, None)
 
     def _admit(self, req: GenRequest) -> tuple[list, list[int], int]:
         """Build `req`'s row (`_start`) and book what it holds: its own tokens' buffers at
@@ -818,7 +525,7 @@ class MlxEngine(GroupPath, Engine):
 
     def _refill(self, batch: DecodeBatch, feed: _Feed, rows: dict[int, _Row]) -> None:
         """Fill free slots, admitting each request only while its bytes fit the budget; one that
-        does not waits (`feed.held`) until rows finish (issue 28)."""
+        does not waits (`feed.held`) until rows finish."""
         from breakthrough.engine.batch_step import RowSpec
         from breakthrough.engine.decode_batch import NewRow
 

@@ -1,4 +1,4 @@
-"""Decode-step attention over a shared prefix read once per group of rows (issue 38).
+"""Decode-step attention over a shared prefix read once per group of rows.
 
 In `bt continue` the rows in flight share most of their context: the branches of an anchor
 share prompt + trace[:t] exactly, and every anchor of a cell is a prefix of the cell's one

@@ -323,7 +323,7 @@ class CacheBytes:
     attention scores one layer's decode step materialises per row and cached position where
     attention is not fused (float32, every query head, a few temporaries).
 
-    This is the memory rule of `MlxEngine` (issue 28): a row holds its OWN tokens only (a
+    This is the memory rule of `MlxEngine`: a row holds its OWN tokens only (a
     shared prefix is held once, by the cell's `PrefixCache`) in buffers allocated once at the
     row's final length (`own_row`, no growth transient), and a decode step adds, for the one
     layer being attended, the batch's keys and values assembled at the longest row's length

@@ -7,7 +7,7 @@ assembled each step (every row's prefix copied per layer). Instead, for a one-to
   * rows in their cell's group buffer (`group_kv`, the GPU path) go to
     `group_attention.attend_group`: one fused attention call per chunk of a cell's rows;
   * full-precision rows go to `prefix_attention.attend_shared`: the rows that point into one
-    prefix buffer attend over it together, once per tile of rows (issue 38);
+    prefix buffer attend over it together, once per tile of rows;
   * quantized rows (`--kv-bits`) attend one by one over their own keys (prefix view and suffix,
     joined) with the same `scaled_dot_product_attention` call mlx-lm makes, unpadded and
     unmasked: a padded position gets an exact zero weight, so the values are those of the padded

@@ -1,4 +1,4 @@
-"""KV caches whose rows share one physical copy of a prefix (issue 28).
+"""KV caches whose rows share one physical copy of a prefix.
 
 mlx-lm's `BatchKVCache` keeps one [rows, heads, T, dim] buffer per layer: every branch of an
 anchor holds its own copy of the prefix's keys and values (four copies of 2.4 GB at t = 16k on a
@@ -459,7 +459,7 @@ def rows_apart(cache: list[Any]) -> bool:
     them (OpenBLAS on AMD Zen: bench/RESULTS.md), so a row's new key differs in its last bit
     between batch sizes. Full precision keeps that difference at one unit in the last place;
     quantizing the key to 8 or 4 bits can move it to the next level (1/255 of its group's
-    range), which flips sampled tokens (issue 52: `--kv-bits 8` samples that followed
+    range), which flips sampled tokens (`--kv-bits 8` samples used to follow
     `--batch-size`). A forward of the row alone has the same shapes whatever else is in flight,
     so the row's tokens equal its tokens at `--batch-size 1` by construction. Layers of other
     kinds (a sliding window, a recurrent state) are batch caches of mlx-lm's that cannot be

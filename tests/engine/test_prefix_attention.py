@@ -211,7 +211,7 @@ def test_sharing_follows_the_measured_rule() -> None:
     """Rows share their prefix (and attend over it together) where a row's attention over it,
     query heads x positions, reaches SHARED_ATTENTION_SCORES; otherwise they keep mlx-lm's
     per-row copies while memory allows (faster for a few heads over short prefixes)."""
-    from breakthrough.engine.mlx_backend import SHARED_ATTENTION_SCORES
+    from breakthrough.engine.memory_plan import SHARED_ATTENTION_SCORES
 
     study = MlxEngine(
         geometry_model("qwen3-4b", vocab=64), [0], batch_size=8, memory_budget_bytes=0
