@@ -103,8 +103,7 @@ def _refuse_other_seeds(store: RunStore, want: Callable[[str, int], int]) -> Non
 
 
 def _accepts_attempts(store: RunStore) -> None:
-    sql = store.conn.execute("SELECT sql FROM sqlite_master WHERE name='samples'").fetchone()
-    if sql and "'attempt'" not in sql[0]:
+    if not store.accepts_attempts():
         raise BtError(f"{store.run_dir}: this run's store predates attempts; use another --run")
 
 
