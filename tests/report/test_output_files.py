@@ -85,3 +85,25 @@ def test_an_empty_classify_table_holds_the_declared_columns(written) -> None:
     labels = written["empty_labels"]
     assert pq.read_metadata(labels).num_rows == 0
     assert pq.read_schema(labels).names[:3] == ["cell_id", "model", "problem_id"]
+
+
+def test_the_study_pages_glossary_links_each_term_to_its_column(studied) -> None:
+    """Every glossary term of the study page links to the declaration of the column that holds
+    it, on the page itself (docs/outputs.md's words: the page is read offline)."""
+    from markupsafe import escape
+
+    from breakthrough.report.names import GLOSSARY, GLOSSARY_COLUMNS, column_anchor
+
+    page = (studied[1] / "index.html").read_text(encoding="utf-8")
+    glossary = page.split('<section class="glossary"')[1].split("</section>")[0]
+    for term, _ in GLOSSARY:
+        refs = GLOSSARY_COLUMNS[term]
+        assert refs, term
+        for table, column in refs:
+            anchor = column_anchor(table, column)
+            assert f'href="#{anchor}"' in glossary, (term, anchor)
+            assert f'<dt id="{anchor}"><code>{escape(f"{table}.{column}")}</code></dt>' in glossary
+    t_f = C.LABELS.column("t_f")
+    assert (
+        escape(t_f.meaning) in glossary and "empty: censored (event_observed is false)" in glossary
+    )
