@@ -197,3 +197,16 @@ def test_the_study_tables_of_a_two_model_run_match_their_declarations(tmp_path) 
     for path in rep.tables:
         assert_file_matches(BY_KEY[path.stem], path)
     check_document(HEADLINES, json.loads((rep.out_dir / "headlines.json").read_text()))
+
+
+def test_a_column_missing_in_every_row_is_written_with_its_declared_type(tmp_path) -> None:
+    """An ungraded run: `correct` is NaN everywhere (pandas holds it as float), and the file
+    says bool with nulls, as it does for a graded run."""
+    from breakthrough.schemas.export import CELLS, SAMPLES
+
+    row = SAMPLES.example_row() | {"correct": float("nan"), "grade_status": None}
+    path = write_parquet(SAMPLES, pd.DataFrame([row, row]), tmp_path / "samples.parquet")
+    types = {f.name: str(f.type) for f in pq.read_schema(path)}
+    assert types["correct"] == "bool" and types["grade_status"] == "large_string"
+    cells = pd.DataFrame([CELLS.example_row() | {"level": float("nan")}])
+    assert str(conform(CELLS, cells)["level"].dtype) == "Int64"

@@ -101,10 +101,14 @@ def _empty_column(entry: Column, length: int, index: Any) -> pd.Series:
 
 
 def _as_declared(entry: Column, col: pd.Series) -> pd.Series:
-    """An integer column that pandas holds as floats because some values are missing (what
-    SQLite's NULLs read as) back as nullable integers; any other column as it is."""
+    """A column whose every value is missing as an empty column of its declared type (an
+    all-NaN float column is pandas' way of holding an ungraded `correct`); an integer column
+    that pandas holds as floats because some values are missing (what SQLite's NULLs read as)
+    back as nullable integers; any other column as it is."""
     import pandas as pd
 
+    if len(col) and entry.nullable and col.isna().all():
+        return _empty_column(entry, len(col), col.index)
     if entry.type == "int64" and pd.api.types.is_float_dtype(col.dtype):
         values = col.dropna()
         if (values == values.round()).all():
