@@ -182,18 +182,26 @@ def test_bt_schema_prints_a_table_and_names_the_tables_for_a_wrong_name() -> Non
 
 
 def test_the_study_tables_of_a_two_model_run_match_their_declarations(tmp_path) -> None:
-    """The fabricated run of tests/classify_fixture.py (two models, an A1 event, top-ups): the
-    study page's tables, cross-model agreement among them, written and read back."""
+    """The fabricated run of tests/classify_fixture.py (two models, an A1 event, top-ups) with
+    a `bt probe` summary: the study page's tables, cross-model agreement and the probe
+    dissection among them, written and read back."""
     from classify_fixture import cell_spec, write_store
     from schema_files import assert_file_matches
 
     from breakthrough.analyses.study import study_report
+    from breakthrough.schemas.signals import PROBE_TABLE
     from breakthrough.schemas.study import BY_KEY
 
     run = write_store(tmp_path / "runs" / "fx", cell_spec(), subject="Algebra")
-    rep = study_report([run], draws=2, cell_pages=False)
+    probe = tmp_path / "probe"  # a `bt probe` summary: its table as probe_table.csv holds it
+    probe.mkdir()
+    loo = PROBE_TABLE.example_row() | {"arm": "loo", "score": "loo", "t": None}
+    (probe / "probe_summary.json").write_text(
+        json.dumps({"table": [PROBE_TABLE.example_row(), loo]}), encoding="utf-8"
+    )
+    rep = study_report([run], probes=[probe], draws=2, cell_pages=False)
     names = {p.stem for p in rep.tables}
-    assert {"cross_model_agreement", "matched_compute", "dose_response"} <= names
+    assert {"cross_model_agreement", "matched_compute", "probe_dissection"} <= names
     for path in rep.tables:
         assert_file_matches(BY_KEY[path.stem], path)
     check_document(HEADLINES, json.loads((rep.out_dir / "headlines.json").read_text()))

@@ -68,9 +68,9 @@ def test_every_table_written_matches_its_declaration(written) -> None:
 
 def test_the_runs_write_every_table_of_the_pipeline(written) -> None:
     """The fixtures reach every declared table but those they cannot: cross-model agreement
-    needs two models (tests/test_output_schemas.py writes it from a fabricated run), the probe
-    dissection a `bt probe` output (tests/signals/test_probe_cli.py checks probe_table), and
-    the UoO frame is held in memory."""
+    needs two models and the probe dissection a `bt probe` output (tests/test_output_schemas.py
+    writes both from a fabricated run; tests/signals/test_probe_cli.py checks probe_table), and
+    the UoO frame is held in memory (checked there too)."""
     got = {t.name for t in written["files"].values()}
     unreached = {"study/cross_model_agreement", "study/probe_dissection", "probe_table"}
     assert got == {t.name for t in TABLES} - unreached - {"uoo_graded"}
