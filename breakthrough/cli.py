@@ -70,6 +70,7 @@ COMMAND_MODULES = [
     "breakthrough.commands.classify",
     "breakthrough.commands.grade",
     "breakthrough.commands.export",
+    "breakthrough.commands.schema",
     "breakthrough.commands.auroc",
     "breakthrough.commands.signals",
     "breakthrough.commands.probe",

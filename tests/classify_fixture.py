@@ -122,10 +122,13 @@ def frames(spec: dict | None = None, budget: int = 1024) -> tuple[pd.DataFrame, 
     return pd.DataFrame(rows), pd.DataFrame(cells)
 
 
-def write_store(run_dir: Path, spec: dict, protocol: Protocol | None = DEFAULT) -> Path:
+def write_store(
+    run_dir: Path, spec: dict, protocol: Protocol | None = DEFAULT, *, subject: str | None = None
+) -> Path:
     """A run store holding spec's cells and graded samples (probes at the protocol's B) and, in
     its manifest, what every run's holds: a model, a cohort digest and the protocol
-    (`protocol=None`: a manifest without one, refused as damaged)."""
+    (`protocol=None`: a manifest without one, refused as damaged). `subject`: every cohort
+    row's subject (none by default, as a family without subjects)."""
     budget = (protocol or DEFAULT).budget
     with RunStore(run_dir, create=True) as store:
         store.update_manifest(
@@ -145,6 +148,7 @@ def write_store(run_dir: Path, spec: dict, protocol: Protocol | None = DEFAULT) 
                         "stage": s["stage"],
                         "level": s["level"],
                         "answer": "1",
+                        **({"subject": subject} if subject else {}),
                     },
                     "prompt_ids": [1, 2, 3],
                 }

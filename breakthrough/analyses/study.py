@@ -32,11 +32,12 @@ import pandas as pd
 from breakthrough.analyses.classify_run import classify_runs, default_out_dir
 from breakthrough.classify.settings import DRAWS, SEED, ClassifySettings
 from breakthrough.errors import BtError
-from breakthrough.outputs import write_atomic, write_json
+from breakthrough.outputs import write_atomic
 from breakthrough.report import headlines as HL
-from breakthrough.report.classify_outputs import write_table
 from breakthrough.report.names import model_name
 from breakthrough.report.study import PROBE_FIGURE, PROBE_SUMMARY, Missing, write_page
+from breakthrough.schemas import study as schemas
+from breakthrough.schemas.write import write_document, write_frame
 from breakthrough.store import find_runs
 
 
@@ -336,7 +337,7 @@ def study_report(
     for h in heads:
         for name, frame in h.tables.items():
             if frame is not None and len(frame.columns):
-                tables += write_table(frame, out_dir / "tables" / name)
+                tables += write_frame(schemas.BY_KEY[name], frame, out_dir / "tables" / name)
     missing = _missing(
         labels,
         {**{k: 1 for k in found}},
@@ -361,7 +362,7 @@ def study_report(
         ],
         "missing": [m.__dict__ for m in missing],
     }
-    write_json(out_dir / "headlines.json", doc)
+    write_document(schemas.HEADLINES, doc, out_dir / "headlines.json")
 
     index = write_page(
         out_dir / "index.html",

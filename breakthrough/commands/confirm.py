@@ -1,7 +1,7 @@
 """`bt confirm RUN...`: protocol 9.5's confirmatory early-signal test (does the start of a base
 trajectory forecast the cell's outcome beyond the problem's difficulty?).
 
-Parses the options, calls `breakthrough.signals.confirm.run_confirm` and prints its results
+Parses the options, calls `breakthrough.analyses.confirm.run_confirm` and prints its results
 table. The labels are the ones `bt classify` wrote for the same runs (its default folder, or
 --labels); the summaries are `bt signals` tables (RUN/signals.parquet, or --signals)."""
 
@@ -19,7 +19,7 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
 
-def _print(report) -> None:  # report: signals.confirm.ConfirmReport
+def _print(report) -> None:  # report: analyses.confirm.ConfirmReport
     """The results table (9.5's layout), what was excluded and where the outputs are."""
     from rich.console import Console
     from rich.table import Table
@@ -75,7 +75,7 @@ def _print(report) -> None:  # report: signals.confirm.ConfirmReport
     )
 
 
-def _print_sweep(sweep) -> None:  # sweep: signals.confirm.SweepReport
+def _print_sweep(sweep) -> None:  # sweep: analyses.confirm.SweepReport
     """One row per forecast point (9.5's post-hoc table) and where the outputs are."""
     from rich.console import Console
     from rich.table import Table
@@ -172,7 +172,7 @@ def confirm(
         bad = next(p for p in signals if p.suffix != ".parquet")
         raise BtError(f"--signals: expected a .parquet file, got {bad}")
     if len(tokens) > 1:
-        from breakthrough.signals.confirm import run_confirm_sweep
+        from breakthrough.analyses.confirm import run_confirm_sweep
 
         _print_sweep(
             run_confirm_sweep(
@@ -186,7 +186,7 @@ def confirm(
             )
         )
         return
-    from breakthrough.signals.confirm import run_confirm
+    from breakthrough.analyses.confirm import run_confirm
 
     _print(
         run_confirm(

@@ -1,4 +1,4 @@
-"""`bt sample`: N independent seeded attempts per problem x model (issue 11), the within-problem
+"""`bt sample`: N independent seeded attempts per problem x model, the within-problem
 data an early-signal dissection needs; logic in breakthrough.pipeline.sample."""
 
 from __future__ import annotations

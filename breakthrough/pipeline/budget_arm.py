@@ -89,7 +89,7 @@ def refuse_never_continued(store: RunStore) -> None:
     grid until a continuation records its own, and refuse anchors the user never typed."""
     if store.run_kind() != "base":
         return  # a `bt sample` run: preflight_continue says what it is
-    if store.conn.execute("SELECT 1 FROM samples WHERE kind='probe' LIMIT 1").fetchone():
+    if store.has_probes():
         return
     holder = held_by(store.run_dir)
     now = f"; another bt is writing it now ({holder}): let it finish" if holder else ""

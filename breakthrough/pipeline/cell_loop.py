@@ -310,9 +310,9 @@ def continue_runs(
     `drive(run)` wraps `run(on_start, on_sample)` (the CLI's progress display). Every run's
     lock is held throughout (`runlock`): a second `bt continue` on one of them is refused,
     naming the holder, or waits `opts.lock_wait` seconds."""
-    for (
-        run_dir
-    ) in run_dirs:  # issue 12: every run is checked before any is written or a model loaded
+    # every run is checked before any is written or a model loaded: a mistake in the third run
+    # must not leave the first two half continued
+    for run_dir in run_dirs:
         with RunStore(run_dir, readonly=True) as store:
             preflight_continue(store, settings, opts.engine.backend, opts.topup)
             kv_bits = run_kv_bits(store.manifest(), opts.kv_bits, run_dir)

@@ -51,7 +51,7 @@ class CellPlan:
     def probe_row(self, protocol: Protocol) -> tuple[int, int]:
         """(tokens, shared tokens) of this cell's longest probe row: prompt + prefix at the
         deepest anchor + B + answer, of which prompt + base trace (as far as the deepest cut)
-        is the shared prefix the engine holds once (issue 28)."""
+        is the shared prefix the engine holds once for every branch."""
         shared = len(self.prompt) + self.max_cut()
         return shared + protocol.budget + protocol.answer_budget, shared
 

@@ -296,8 +296,9 @@ def memory_line(
     memory_bytes: int | None,
     kv_bits: int | None = None,
 ) -> str:
-    """What `--memory-gb` admits for these base traces (issue 28), from the model's config.json
-    and the engine's own rule (`engine.memory.admission`), without loading the model."""
+    """What `--memory-gb` admits for these base traces, from the model's config.json and the
+    engine's own rule (`engine.memory.admission`: rows are admitted by the bytes they add),
+    without loading the model."""
     import json
 
     from breakthrough.engine.contract import EnginePlan
@@ -347,7 +348,7 @@ def weights_dtype(folder: Path) -> str | None:
     activations, and so its KV cache, are in. A config's `torch_dtype` is often absent or
     says bfloat16 for float32 files (the offline default, the tiny test models); counting 2
     bytes a value for them, `--dry-run` admitted rows at half the bytes `bt continue` then
-    found it needed (issue 40). None when no header says."""
+    found it needed. None when no header says."""
     import json
     import struct
 

@@ -220,10 +220,7 @@ def preflight_continue(
     resolve_topup(store.run_dir, man, topup)
     store.check_where()  # every row the cell programs will read, up front
     check_writable(store.run_dir)
-    longest = store.conn.execute(
-        "SELECT max(c.reasoning_tokens) FROM cells c JOIN samples s USING(cell_id) "
-        "WHERE s.kind='base'"
-    ).fetchone()[0]
+    longest = store.longest_base_reasoning()
     if longest is not None and protocol.anchors[0] > longest:
         raise BtError(
             f"--anchors {','.join(map(str, protocol.anchors))}: beyond every base "

@@ -1,6 +1,6 @@
 """`bt sample` and the screen of `bt cohorts screen`: N independent from-scratch attempts per
-problem x model, the within-problem data an early-signal dissection needs (issue 11) and the
-measurement a screening rule (protocol 6.2) selects problems by.
+problem x model, the within-problem data an early-signal dissection needs (9.8: many attempts
+at one problem) and the measurement a screening rule (protocol 6.2) selects problems by.
 
 An attempt is a base trace in everything but its seed: the chat prompt, protocol sampling, up to
 `max_tokens` generated tokens, stop only at EOS, segmented and graded like `bt base`. Attempt b
@@ -103,8 +103,7 @@ def _refuse_other_seeds(store: RunStore, want: Callable[[str, int], int]) -> Non
 
 
 def _accepts_attempts(store: RunStore) -> None:
-    sql = store.conn.execute("SELECT sql FROM sqlite_master WHERE name='samples'").fetchone()
-    if sql and "'attempt'" not in sql[0]:
+    if not store.accepts_attempts():
         raise BtError(f"{store.run_dir}: this run's store predates attempts; use another --run")
 
 

@@ -11,7 +11,7 @@ stream for the whole run:
   * reasoning phases that unlock a decision (probes, bisection, probe top-ups) go before
     restarts, and restarts go longest first: restarts decide nothing until the cell's last one
     is in, so they fill the slots the probes leave, and the longest start early instead of
-    running alone at the end (issue 22: on one cell the four 1,024-token restarts did);
+    running alone at the end (as the four 1,024-token restarts of one cell once did);
   * cells are admitted while fewer than `lookahead` batches of deciding reasoning phases are
     queued (at least `max_active_cells` at a time), not only when a cell finishes: a cell whose
     last restarts are in flight holds no slot it does not use, so a batch no longer runs
@@ -32,7 +32,7 @@ Each sample is graded and committed as soon as its row finishes: a kill loses on
 flight. Seeds are functions of each sample's identity, so the sample set and every token equal
 a cell-by-cell run, and a rerun completes exactly the missing samples.
 
-Memory (issue 28): the MLX engine admits each row by the bytes it adds (its own tokens; a
+Memory: the MLX engine admits each row by the bytes it adds (its own tokens; a
 cell's prompt + base trace is held once, shared by all its branches) and holds back a request
 that does not fit until rows finish, so the scheduler offers it up to `--batch-size` requests
 (`EnginePlan.rows_cap`); an engine without that gets the rows its `plan` holds at the longest

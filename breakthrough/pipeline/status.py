@@ -1,7 +1,8 @@
 """What is done and what remains per cell of a run (`bt status`), under the run's own protocol
 and its recorded `--topup` rules.
 
-Read-only and meant to answer at once (issue 30: ≤ 0.5 s on an idle machine), so it never
+Read-only and meant to answer at once (≤ 0.5 s on an idle machine: it is what a user runs
+to see where a run stands), so it never
 imports pandas: it reads each sample's key and verdict from the store as plain tuples
 (`RunStore.outcomes`) and applies the very rules `bt classify` and the scheduler apply to
 their data frames, on the panels by cell (`classify.panels.probe_rows`, `plan.plan_rows`,

@@ -48,17 +48,15 @@ def verify_run(run_dir: Path) -> VerifyReport:
     by `RunStore` in one line (BtError); everything else found is listed in the report."""
     report = VerifyReport(run_dir=Path(run_dir))
     with RunStore(run_dir, readonly=True, check_manifest=False) as store:
-        conn = store.conn
-        for (line,) in conn.execute("PRAGMA integrity_check"):
-            if line != "ok":
-                report.problems.append(f"{store.path}: SQLite integrity: {line}")
-        for row in conn.execute("PRAGMA foreign_key_check"):
+        for line in store.integrity_problems():
+            report.problems.append(f"{store.path}: SQLite integrity: {line}")
+        for table, row, parent in store.foreign_key_problems():
             report.problems.append(
-                f"{store.path}: table {row[0]} row {row[1]} names a missing {row[2]} row"
+                f"{store.path}: table {table} row {row} names a missing {parent} row"
             )
         _check_manifest(store, report)
         report.schema = store.schema
-        report.samples = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+        report.samples = store.sample_count()
         damaged = _check_rows(store, report)
         _check_gone(store, report, skip=damaged)
         hidden = store.verify_hidden()
@@ -132,26 +130,20 @@ def _check_gone(store: RunStore, report: VerifyReport, skip: Collection[str] = (
         return
     by_cell: dict[str, list[tuple[str, int, int, int]]] = {}
     ids: list[int] = []
-    for sid, cid, kind, a, b, br in store.conn.execute(
-        "SELECT sample_id, cell_id, kind, anchor, budget, branch FROM samples ORDER BY sample_id"
-    ):
-        ids.append(int(sid))
-        by_cell.setdefault(str(cid), []).append((str(kind), int(a), int(b), int(br)))
+    for sid, cid, kind, a, b, br in store.sample_keys():
+        ids.append(sid)
+        by_cell.setdefault(cid, []).append((kind, a, b, br))
     gone = _gone_ids(ids)
-    segments = {
-        str(cid): seg
-        for cid, seg in store.conn.execute(
-            "SELECT cell_id, segments FROM samples WHERE kind='base'"
-        )
-    }
+    segments = store.stored_base_segments()
     for cell, rows in sorted(by_cell.items()):
         if cell in skip:
             continue
-        if cell not in segments or segments[cell] is None:  # no grid to hold probes against
+        seg = segments.get(cell)
+        if seg is None:  # no base trace, or one without segments: no grid to hold probes against
             continue
-        line = _probes_gone(cell, rows, bytes(segments[cell]), protocol)
+        line = _probes_gone(cell, rows, bytes(seg), protocol)
         if line is None and gone:
-            line = _owed_rows_gone(store, cell, rows, bytes(segments[cell]), protocol, gone)
+            line = _owed_rows_gone(store, cell, rows, bytes(seg), protocol, gone)
         if line is not None:
             report.problems.append(f"{store.path}: cell {cell}: {line}")
 

@@ -27,33 +27,28 @@ from breakthrough.classify.completeness import status_counts
 from breakthrough.classify.frames import ClassifyResult, extra_summary
 from breakthrough.classify.plan import PlanItem
 from breakthrough.classify.summary import summarize
-from breakthrough.outputs import make_folder, write_atomic, write_json
+from breakthrough.outputs import make_folder, write_json
 from breakthrough.report import figures as F
 from breakthrough.report import html as H
 from breakthrough.report.cell_details import CellDetail
 from breakthrough.report.cell_figure import cell_svg
+from breakthrough.schemas import classify as schemas
+from breakthrough.schemas.write import write_csv, write_frame
 
-TABLES = (
-    "labels",
-    "curves",
-    "probe_cells",
-    "restart_cells",
-    "label_hardening",
-    "topup_resolution",
-    "arms",
-    "a2",
-    "unfinished",
-)
+# Each table and its declaration (breakthrough/schemas/classify.py, docs/outputs.md).
+TABLES = {
+    "labels": schemas.LABELS,
+    "curves": schemas.CURVES,
+    "probe_cells": schemas.PROBE_CELLS,
+    "restart_cells": schemas.RESTART_CELLS,
+    "label_hardening": schemas.LABEL_HARDENING,
+    "topup_resolution": schemas.TOPUP_RESOLUTION,
+    "arms": schemas.ARMS,
+    "a2": schemas.A2,
+    "unfinished": schemas.UNFINISHED,
+}
 # written when a run holds a second probe arm, or a cell that has not run its protocol
 OPTIONAL_TABLES = ("arms", "a2", "unfinished")
-
-
-def write_table(frame: pd.DataFrame, stem: Path) -> list[Path]:
-    """The frame as STEM.parquet (for pandas) and STEM.csv (for everyone else)."""
-    pq, csv = stem.with_suffix(".parquet"), stem.with_suffix(".csv")
-    write_atomic(pq, lambda tmp: frame.to_parquet(tmp, index=False))
-    write_atomic(csv, lambda tmp: frame.to_csv(tmp, index=False))
-    return [pq, csv]
 
 
 def plan_frame(items: Sequence[PlanItem], run: str | None = None) -> pd.DataFrame:
@@ -182,10 +177,10 @@ def write_outputs(
         f
         for k in TABLES
         if k not in OPTIONAL_TABLES or len(combined[k])
-        for f in write_table(combined[k], out / k)
+        for f in write_frame(TABLES[k], combined[k], out / k)
     ]
     chosen = pd.concat([plan_frame(r.plan, run) for run, r in results.items()], ignore_index=True)
-    write_atomic(out / "plan.csv", lambda tmp: chosen.to_csv(tmp, index=False))
+    write_csv(schemas.PLAN, chosen, out / "plan.csv")
     write_json(
         out / "plan.json",
         {

@@ -1,20 +1,21 @@
 """`bt export`: a run's samples (joined with grades and cells) and cells as flat tables, plus
-its manifest, for pandas users who never open the store.
+its manifest, for pandas users who never open the store. The tables' columns are declared in
+breakthrough/schemas/export.py (docs/outputs.md).
 
-Per-token arrays become lists in parquet and JSON strings in CSV (CSV has no list type).
+Per-token arrays become lists in parquet and JSON arrays in CSV (CSV has no list type).
 """
 
 from __future__ import annotations
 
 import json
-from functools import partial
 from pathlib import Path
 
-from breakthrough.outputs import make_folder, write_atomic, write_text
+from breakthrough.outputs import make_folder, write_text
+from breakthrough.schemas import export as schemas
+from breakthrough.schemas.write import FORMATS, write_frame
 from breakthrough.store import RunStore
 
-FORMATS = ("parquet", "csv")
-ARRAY_COLUMNS = ("token_ids", "segments", "logprobs", "entropies")
+ARRAY_COLUMNS = ("token_ids", "segments", "logprobs", "entropies", "sampling_entropies")
 
 
 def export_run(
@@ -30,19 +31,11 @@ def export_run(
         cells = store.cells_frame()
         manifest = store.manifest()
     make_folder(out)
-    array_cols = [c for c in ARRAY_COLUMNS if c in samples]
-    for col in array_cols:
+    for col in (c for c in ARRAY_COLUMNS if c in samples):  # NumPy arrays -> Python lists
         samples[col] = [a.tolist() for a in samples[col]]
-    written = []
-    for name, frame in (("samples", samples), ("cells", cells)):
-        path = out / f"{name}.{format}"
-        if format == "parquet":
-            write_atomic(path, partial(frame.to_parquet, index=False))
-        else:
-            frame = frame.copy()
-            for col in array_cols if name == "samples" else []:
-                frame[col] = [json.dumps(v) for v in frame[col]]
-            write_atomic(path, partial(frame.to_csv, index=False))
-        written.append(path)
+    written = [
+        *write_frame(schemas.SAMPLES, samples, out / "samples", [format]),
+        *write_frame(schemas.CELLS, cells, out / "cells", [format]),
+    ]
     write_text(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
     return written

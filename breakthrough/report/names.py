@@ -197,3 +197,47 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
         "none of these.",
     ),
 )
+
+# The columns each glossary term is (tables' names and columns as docs/outputs.md declares
+# them), linked from the term to the column's declaration on the same page; τ, B and δ are the
+# run's settings (summary.json's `protocol`) and link to the columns they decide.
+GLOSSARY_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "τ": (("probe_cells", "p_ge_tau"),),
+    "B": (("curves", "x"),),
+    "p(t; B)": (("curves", "p"), ("labels", "final_rate")),
+    "T_F": (("labels", "t_f"), ("labels", "interval_upper")),
+    "R(C), R̂": (("labels", "R_{C}"), ("curves", "r_hat")),
+    "adv": (("curves", "adv"), ("labels", "max_advantage")),
+    "δ": (("labels", "t_v_d{δ}"),),
+    "T_V": (("labels", "t_v"), ("labels", "t_v_d{δ}")),
+    "regimes": (("labels", "regime"), ("labels", "regime_class")),
+}
+
+
+def column_anchor(table: str, column: str) -> str:
+    """The id of a column's declaration on a page: "col-labels-t_f" ("col-labels-R_C" for the
+    family R_{C}: what an id may hold of the name)."""
+    return "col-" + re.sub(r"[^A-Za-z0-9_-]", "", f"{table}-{column}")
+
+
+def glossary_columns() -> list[dict[str, str]]:
+    """Each column a glossary term links to, once, as the page lists it: its anchor, name,
+    type, unit, when it is empty and its meaning, from its declaration (breakthrough/schemas)."""
+    from breakthrough.schemas.registry import lookup
+
+    out: dict[str, dict[str, str]] = {}
+    for refs in GLOSSARY_COLUMNS.values():
+        for table, column in refs:
+            decl = lookup(table)
+            entry = next(c for c in getattr(decl, "columns", ()) if c.name == column)
+            out.setdefault(
+                column_anchor(table, column),
+                {
+                    "id": column_anchor(table, column),
+                    "name": f"{table}.{column}",
+                    "type": entry.type + (f", {entry.unit}" if entry.unit else ""),
+                    "empty": entry.null_when or "never",
+                    "meaning": entry.meaning,
+                },
+            )
+    return list(out.values())

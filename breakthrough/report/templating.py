@@ -19,7 +19,12 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from breakthrough.outputs import write_text
 from breakthrough.report.display import fmt, plural
-from breakthrough.report.names import GLOSSARY
+from breakthrough.report.names import (
+    GLOSSARY,
+    GLOSSARY_COLUMNS,
+    column_anchor,
+    glossary_columns,
+)
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -38,6 +43,11 @@ def environment() -> Environment:
     env.filters["count"] = plural  # "1 cell", "2 cells"
     env.filters["fmt"] = fmt  # a value as the pages show it
     env.globals["GLOSSARY"] = GLOSSARY
+    env.globals["GLOSSARY_LINKS"] = {
+        term: [(column_anchor(t, c), f"{t}.{c}") for t, c in refs]
+        for term, refs in GLOSSARY_COLUMNS.items()
+    }
+    env.globals["GLOSSARY_COLUMNS"] = glossary_columns()
     return env
 
 

@@ -27,6 +27,8 @@ import numpy as np
 
 from breakthrough.errors import BtError
 from breakthrough.outputs import make_folder, write_atomic, write_json
+from breakthrough.schemas.signals import PROBE_TABLE
+from breakthrough.schemas.write import write_csv, write_parquet
 from breakthrough.signals import probe
 from breakthrough.tasks.cohorts import jsonl_records
 
@@ -304,8 +306,8 @@ def _write(
 ) -> list[Path]:
     make_folder(out)
     paths = [out / name for name in OUTPUT_FILES]
-    write_atomic(paths[0], lambda tmp: result.table.to_csv(tmp, index=False))
-    write_atomic(paths[1], lambda tmp: result.table.to_parquet(tmp, index=False))
+    write_csv(PROBE_TABLE, result.table, paths[0])
+    write_parquet(PROBE_TABLE, result.table, paths[1])
     summary = {
         "source": src.kind,
         "model": src.model,

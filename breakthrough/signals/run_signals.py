@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from breakthrough.errors import BtError
-from breakthrough.outputs import write_atomic
+from breakthrough.schemas.signals import SIGNALS
+from breakthrough.schemas.write import write_parquet
 from breakthrough.signals.summaries import (
     DEFAULT_WINDOW,
     FROZEN_SUMMARIES,
@@ -70,8 +71,7 @@ def run_signals(
     table = pd.DataFrame(
         rows, columns=[*ID_COLUMNS, "window", *FROZEN_SUMMARIES, *STREAM_SUMMARIES]
     )
-    path = Path(out) if out else Path(run) / OUTPUT_NAME
-    write_atomic(path, lambda tmp: table.to_parquet(tmp, index=False))
+    path = write_parquet(SIGNALS, table, Path(out) if out else Path(run) / OUTPUT_NAME)
     return path, len(table)
 
 

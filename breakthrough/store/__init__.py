@@ -21,11 +21,12 @@ row names (an orphan): the next sample committed takes that id and replaces it, 
 Row checksums: every sample row holds a checksum of what it was written with, checked by every
 command that reads the row and by `bt verify`. What it covers is the store's schema version
 (the manifest's `schema_version`, recorded by the first write and kept for the store's life):
-2, a row's token ids, text, finish reason, seed and prefix length (stores made before issue
-29); 3, every stored field a label or signal is computed from (`CHECKED_FIELDS`: the row, its
-signals and hidden-vector index row, its grade, its cell's gold answer and cohort row), one
-digest per field, so a mismatch names the field. A schema-2 store keeps schema-2 checksums when
-this bt adds to it: each store verifies under the one rule it was written with.
+2, a row's token ids, text, finish reason, seed and prefix length (stores made before
+per-field digests); 3, every stored field a label or signal is computed from
+(`CHECKED_FIELDS`: the row, its signals and hidden-vector index row, its grade, its cell's gold
+answer and cohort row), one digest per field, so a mismatch names the field. A schema-2 store
+keeps schema-2 checksums when this bt adds to it: each store verifies under the one rule it was
+written with.
 
 Modules: `core` (the SQL: `RunStore`), `hidden` (the hidden-vector sidecar, part of
 `RunStore`), `frames` (pandas readers, part of `RunStore`), `identity` (identity fields, the

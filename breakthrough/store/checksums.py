@@ -130,8 +130,9 @@ def _field_digest(storage: str | None, data: bytes | None) -> str:
 
 def _checksum(values: Sequence[Any], schema: int) -> str:
     """A row's checksum under `schema` from its `_checked_sql` values (storage class, bytes per
-    field): 3, the field digests in order; 2, what stores made before issue 29 hold (a sha256
-    of token ids, text, finish reason, seed and prefix length; the same bytes as then)."""
+    field): 3, the field digests in order; 2, what stores made before per-field digests hold
+    (a sha256 of token ids, text, finish reason, seed and prefix length; the same bytes as
+    then)."""
     if schema >= 3:
         return "".join(
             _field_digest(values[2 * i], values[2 * i + 1]) for i in range(len(CHECKED_FIELDS))

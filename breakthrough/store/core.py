@@ -27,6 +27,7 @@ from breakthrough.store.identity import (
     check_identity,
     manifest_problems,
 )
+from breakthrough.store.queries import Queries
 from breakthrough.store.records import (
     HIDDEN_DIR,
     SCHEMA_VERSION,
@@ -118,7 +119,7 @@ CREATE TABLE IF NOT EXISTS errors (
 """
 
 
-class RunStore(HiddenVectors, Frames):
+class RunStore(HiddenVectors, Frames, Queries):
     """The store of one run directory. `RunStore(run_dir)` opens an existing store for writing,
     `create=True` makes a new one, `readonly=True` only reads (status, export, classify,
     reports): it never creates a schema or writes a byte, so a 0-byte or damaged file stays as

@@ -3,7 +3,7 @@ record a finished generation is stored from (`SampleRecord`), and how per-token 
 packed into its rows.
 
 NumPy is imported where an array is packed or unpacked, not with the store: `bt status` and
-`bt verify` read a store without it (issue 30: read-only commands answer at once)."""
+`bt verify` read a store without it (read-only commands answer at once)."""
 
 from __future__ import annotations
 

@@ -184,7 +184,8 @@ def test_forecast_token_sweep_in_one_call(run):
     """`--forecast-token 32,64`: one row per t, each t's results beside it, the figures; the
     summaries computed from the store at t = 64 give what `bt signals --window 64` gives."""
     from breakthrough.analyses.classify_run import classify_runs
-    from breakthrough.signals.confirm import base_signals, parse_forecast_tokens
+    from breakthrough.analyses.confirm import base_signals
+    from breakthrough.signals.confirm import parse_forecast_tokens
     from breakthrough.signals.run_signals import run_signals
 
     for bad, why in (("32,x", "integers"), ("64,64", "repeated"), ("1,64", "at least 2")):

@@ -10,6 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from bt_cli import assert_one_line_error, run_bt
+from schema_files import assert_file_matches
+
+from breakthrough.schemas.signals import PROBE_TABLE
 
 PROBLEMS, ATTEMPTS = 6, 6
 
@@ -65,6 +68,8 @@ def test_probe_on_a_jsonl_dump_writes_the_table(dump, tiny_model_dir, tmp_path):
         "probe_table.csv",
         "probe_table.parquet",
     ]
+    for name in ("probe_table.parquet", "probe_table.csv"):  # as declared (docs/outputs.md)
+        assert_file_matches(PROBE_TABLE, out / name)
     table = pd.read_parquet(out / "probe_table.parquet")
     assert list(table.arm) == ["hidden", "hidden", "stream", "stream", "loo"]
     assert list(table.score) == ["probe"] * 4 + ["loo"]

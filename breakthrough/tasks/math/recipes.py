@@ -6,8 +6,8 @@
   {1, 2}), so 19 rows are outcome-blind STAND-INS drawn from P minus dev with the paper's level
   mix 1/6/3/5/5; the one member named in the protocol (`math_02814_7fdbd1234d96`, level 2,
   protocol 15.1 gives its labels) is a KNOWN member of the study's supplement, so it is no
-  stand-in (`standin: false`): 21 known rows (20 dev + 1 supplement), 68 stand-ins (issue 14;
-  it overrides issue 2's "20 exact, 69 stand-ins").
+  stand-in (`standin: false`): 21 known rows (20 dev + 1 supplement), 68 stand-ins. An earlier
+  count, "20 exact, 69 stand-ins", treated that member as a stand-in too.
 * wave3 (49): the real rule used screen outcomes (1-5 of 6 successes), so all 49 are STAND-INS
   drawn from the exact 150-problem wave-3 screen bundle (15.3 step 6) with level mix
   10/10/10/10/9 (the paper does not state the real mix).
