@@ -7,16 +7,17 @@ layers bt does not share), or bt's `shared_kv.SharedRowCache` (rows pointing int
 one prefix copy) and `group_kv.GroupRowCache` (rows in their cell's group buffer). Each row
 layer type names its batch type by its `merge(rows)` classmethod: mlx-lm's `BatchKVCache`,
 `BatchRotatingKVCache`, `ArraysCache`; bt's `shared_kv.SharedBatchCache`. Those satisfy
-`BatchLayerCache`, which has two sides:
+`BatchLayerCache`: what bt's loop calls between forwards (`extend`, `filter`, `extract`,
+`nbytes`: rows join, leave and are taken out with their state).
 
-- what mlx-lm's model code calls during a forward (`update_and_fetch`, `make_mask`, `offset`,
-  through `mlx_lm.models.base.create_attention_mask` and each attention module): the model
-  classes are mlx-lm's, so their cache calls are too;
-- what bt's loop calls between forwards (`extend`, `filter`, `extract`, `nbytes`): rows join,
-  leave and are taken out with their state.
+During a forward the batch layers are called by mlx-lm's model code, by layer kind: an attention
+layer's `update_and_fetch`, `make_mask` and `offset` (through `mlx_lm.models.base.
+create_attention_mask` and each attention module), a recurrent layer's state slots. The model
+classes are mlx-lm's, so those calls are too; bt's `SharedBatchCache` answers the attention
+ones (its `update_and_fetch` may return a token that `row_attention` resolves).
 
 The decode loop (`decode_batch.DecodeBatch`) calls nothing else, so a new row layer type needs
-only a `merge` that returns a `BatchLayerCache`."""
+only a `merge` that returns a `BatchLayerCache` answering its model's calls."""
 
 from __future__ import annotations
 
@@ -25,18 +26,8 @@ from typing import Any, Protocol, runtime_checkable
 
 @runtime_checkable
 class BatchLayerCache(Protocol):
-    """One model layer's cache for the rows of a decode batch, in batch order."""
-
-    offset: Any  # positions held per row (an array, or an int where all rows agree)
-
-    def update_and_fetch(self, keys: Any, values: Any) -> tuple[Any, Any]:
-        """Append the step's keys and values [rows, heads, steps, dim]; return what the layer's
-        attention reads (bt's layers may return a token that `row_attention` resolves)."""
-        ...
-
-    def make_mask(self, N: int, return_array: bool = False, **kwargs: Any) -> Any:
-        """The attention mask of an N-position step over the rows' lengths."""
-        ...
+    """One model layer's cache for the rows of a decode batch, in batch order, as bt's decode
+    loop uses it."""
 
     def extend(self, other: Any) -> None:
         """Append the rows of `other` (a batch of the same type) after this batch's rows."""

@@ -138,3 +138,45 @@ def _stats_tokens(model, rows: list[NewRow]) -> dict[int, list[int]]:
             out[resp.uid].append(resp.token)
     batch.close()
     return out
+
+
+@pytest.mark.parametrize("arch", ["gemma4_text", "ministral3", "qwen3", "qwen3_5"])
+@pytest.mark.parametrize("attention", ["copies", "shared"])
+def test_every_row_the_engine_builds_joins_as_a_batch_layer_cache(
+    architecture_models, arch: str, attention: str
+) -> None:
+    """The decode loop calls only `BatchLayerCache` between forwards: the rows `MlxEngine._start`
+    builds for each study architecture (sliding-window, recurrent and plain attention layers,
+    as copies or pointing into a shared prefix) join as batch layers that have it, and two
+    joined batches run a step together."""
+    from breakthrough.engine.batch_cache import BatchLayerCache, join_rows
+    from breakthrough.engine.contract import GenRequest, SharedPrefix
+    from breakthrough.engine.mlx_backend import MlxEngine
+
+    loaded = architecture_models[arch]
+    engine = MlxEngine.from_loaded(loaded, attention=attention, batch_size=4)
+    trace = list(range(5, 45))
+    shared = SharedPrefix("cell", trace, starts=[8, 24])
+    rows = []
+    for i, cut in enumerate((24, 40)):
+        req = GenRequest(f"r{i}", trace[:cut], 4, seed=i, shared_prefix=shared)
+        cache, feed, _, _ = engine._start(req)
+        rows.append((cache, feed))
+    first, second = join_rows([rows[0][0]]), join_rows([rows[1][0]])
+    assert all(isinstance(layer, BatchLayerCache) for layer in first + second)
+    for layer, more in zip(first, second, strict=True):
+        layer.extend(more)
+    batch = DecodeBatch(loaded.model)
+    batch.cache = first  # the two rows, joined as the loop joins them
+    batch.specs = [RowSpec(0, Sampling()), RowSpec(1, Sampling())]
+    logits, _ = batch.sampler.forward(
+        batch.cache, mx_ids([feed[-1] for _, feed in rows]), with_hidden=False
+    )
+    assert logits.shape[0] == 2
+    assert [type(layer.extract(1)) for layer in first] == [type(layer) for layer in rows[1][0]]
+
+
+def mx_ids(ids: list[int]):
+    import mlx.core as mx
+
+    return mx.array(ids, dtype=mx.uint32)
