@@ -1,15 +1,15 @@
-"""Exact optimum and number of optima at any size, by solvers (issue 51): the ground truth of
-instances too large for `enumerator` (which stays the reference at small sizes; the tests
-check these against it).
+"""Exact optimum and number of optima at any size, by solvers: the ground truth of instances
+too large for `enumerator` (which stays the reference at small sizes; the tests check these
+against it), so the benchmark can ask its question at the sizes where it matters.
 
-Two independent counts: the primary one always, and CP-SAT's enumeration of the
-objective-fixed model (`cpsat`) whenever the count is at most `enum_cap`; they must agree or
-`CountDisagreement` is raised (a bug, never a result). The primary count is Ganak's projected
-model count (`modelcount`) for the binary kinds and, for assignment, the permanent of the
-optimal-edge matrix (`permanent`; Ganak needs over a minute on a 9x9 matrix with 3,466 optima,
-the permanent a millisecond), whose optimum must also equal CP-SAT's. The
-uniqueness claim is checked a third way, by a no-good cut and a re-solve. The solvers are the
-optional `uoo` extra: `require_solvers` turns their absence into one line naming it."""
+Two independent counts: the primary one always, and CP-SAT's enumeration of the model
+restricted to the optimum (`cpsat`) whenever the count is at most `enum_cap`; they must agree
+or `CountDisagreement` is raised (a bug, never a result). The primary count is Ganak's
+projected model count (`modelcount`) for the binary kinds and, for assignment, the permanent of
+the optimal-edge matrix (`permanent`; Ganak needs over a minute on a 9x9 matrix with 3,466
+optima, the permanent a millisecond), whose optimum must also equal CP-SAT's. The uniqueness
+claim is checked a third way, by a no-good cut and a re-solve. The solvers are the optional
+`uoo` extra: `require_solvers` turns their absence into one line naming it."""
 
 from __future__ import annotations
 
