@@ -1,4 +1,4 @@
-"""Issue 51: the solvers' optimum, count and example optimum equal the exact enumerator's, on
+"""The solvers' optimum, count and example optimum equal the exact enumerator's, on
 instances the enumerator can reach (a property test drawing new ones in every run; all 87
 committed instances in the heavy tier), and a missing solver extra is one line naming it."""
 

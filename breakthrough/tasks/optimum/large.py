@@ -1,4 +1,4 @@
-"""The real-size UoO cohort `uoo-large` (issue 51): the same five kinds at sizes enumeration
+"""The real-size UoO cohort `uoo-large`: the same five kinds at sizes enumeration
 cannot reach, counted exactly by solvers (`exact`), with each row's counting method and time.
 
 Design: for each kind and size of the dial (`SIZES`), attempts draw instances at levels in
