@@ -426,11 +426,13 @@ def test_hostile_text_on_a_cell_page_runs_nothing(browser, tmp_path):
 
 @pytest.fixture(scope="module")
 def uoo_server(tmp_path_factory):
-    """http://127.0.0.1:PORT serving `bt report uoo --out` over two runs of uoo-large answers
-    (thinking on: exact up to 50 optima, a quarter above; off: half the count from n = 40 on),
-    written as text and regraded by the real grader (tests/uoo_fake_runs.py)."""
-    from bt_cli import run_bt
+    """http://127.0.0.1:PORT serving the page `bt report uoo --out` writes over two runs of
+    uoo-large answers (thinking on: exact up to 50 optima, a quarter above; off: half the
+    count from n = 40 on), written as text and regraded by the real grader
+    (tests/uoo_fake_runs.py)."""
     from uoo_fake_runs import cohort_rows, write_uoo_run
+
+    from breakthrough.analyses.uoo import uoo_report
 
     root = tmp_path_factory.mktemp("uoo-browser")
     rows = cohort_rows("uoo-large")
@@ -443,8 +445,7 @@ def uoo_server(tmp_path_factory):
         lambda r: max(1, r["n_optima"] // 2) if r["size"] >= 40 else r["n_optima"],
         thinking="off",
     )
-    proc = run_bt("report", "uoo", on, off, "--cohort", "uoo-large", "--out", root / "page")
-    assert proc.returncode == 0, proc.stderr
+    uoo_report([on, off], cohort="uoo-large", out=root / "page")  # bt report uoo --out
     yield from _serve(root / "page")
 
 

@@ -128,10 +128,11 @@ def test_page_holds_every_table_the_figure_and_the_right_numbers(two_arms, tmp_p
 
 
 def test_no_claimed_count_is_one_line_not_an_empty_figure(tmp_path) -> None:
+    from breakthrough.analyses.uoo import uoo_report
+
     run = write_uoo_run(tmp_path / "mute", ROWS[:6], lambda it: None)
     out = tmp_path / "page"
-    proc = run_bt("report", "uoo", run, "--cohort", "uoo-large", "--out", out)
-    assert proc.returncode == 0, proc.stderr
+    uoo_report([run], cohort="uoo-large", out=out)
     page = _parse(out / "index.html")
     assert page.imgs == [] and not (out / "figures").exists()
     assert len(page.no_data) == 1 and "no data because none of the 6 answers" in page.no_data[0]
@@ -141,8 +142,9 @@ def test_run_names_are_escaped(tmp_path) -> None:
     name = "<img src=x onerror=alert(1)>"
     run = write_uoo_run(tmp_path / name, ROWS[:4], on_claims, model="<b>m</b>")
     out = tmp_path / "page"
-    proc = run_bt("report", "uoo", run, "--cohort", "uoo-large", "--out", out)
-    assert proc.returncode == 0, proc.stderr
+    from breakthrough.analyses.uoo import uoo_report
+
+    uoo_report([run], cohort="uoo-large", out=out)
     html = (out / "index.html").read_text(encoding="utf-8")
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     assert "<b>m</b>" not in html and "&lt;b&gt;m&lt;/b&gt;" in html
