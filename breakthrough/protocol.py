@@ -74,6 +74,11 @@ class Protocol:
     max_prompt_tokens: int = 2048
     prompt_version: str = "v1"
     sampling: Sampling = field(default_factory=Sampling)
+    # The chat template's thinking switch (`bt base --thinking`, Qwen3's `enable_thinking`):
+    # "" = not asked (the template as bt's family renders it, what every run before the switch
+    # did), "on" (the same prompt, for a template that has the switch), "off" (the template
+    # rendered with the switch off: another prompt, so another identity).
+    thinking: str = ""
 
     def validate(self, names: dict[str, str] | None = None) -> Protocol:
         """Refuse impossible constants before anything is written or loaded: one BtError naming
@@ -103,6 +108,7 @@ class Protocol:
             "posterior_band", len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1] <= 1, "0 <= lo < hi <= 1"
         )
         check("prior", self.prior in PRIORS, " or ".join(PRIORS))
+        check("thinking", self.thinking in ("", *THINKING), " or ".join(THINKING))
         for name in (
             "budget",
             "answer_budget",
@@ -190,6 +196,8 @@ class Protocol:
         names = {f.name for f in fields(cls)}
         if partial:
             data = {**DEFAULT.to_dict(), **{k: v for k, v in data.items() if k in names}}
+        else:  # a protocol stored before a later constant existed ran under its default
+            data = {**{k: getattr(DEFAULT, k) for k in ADDED_LATER}, **data}
         missing = sorted(names - set(data))
         unknown = sorted(set(data) - names)
         if missing or unknown:
@@ -221,6 +229,10 @@ class Protocol:
             "answer_budget": self.answer_budget,
             "max_prompt_tokens": self.max_prompt_tokens,
             "prompt_version": self.prompt_version,
+            # only "off" renders another prompt ("on" is refused where it would not be the
+            # template's default: models.families.thinking_family), and leaving the default
+            # out keeps the identity of every run made before the switch
+            **({"thinking": self.thinking} if self.thinking == "off" else {}),
         }
 
     def identity_digest(self) -> str:
@@ -237,6 +249,12 @@ class Protocol:
 DEFAULT = Protocol()
 
 PRIORS = ("jeffreys", "uniform")
+THINKING = ("on", "off")  # `--thinking` values ("" = not asked)
+# Constants added after runs were stored: a stored protocol without one ran under its default.
+ADDED_LATER = ("thinking",)
+# What an identity (`Protocol.identity`) that leaves a constant out means by it, for a refusal
+# that names both settings: no "thinking" is thinking on.
+IDENTITY_DEFAULTS: dict[str, Any] = {"thinking": "on"}
 
 # The command-line option that sets each constant (what a refusal names); constants without an
 # option are named as they are stored.
@@ -255,6 +273,7 @@ OPTION_NAMES: dict[str, str] = {
     "prior": "--prior",
     "posterior_band": "--band-lo/--band-hi",
     "max_prompt_tokens": "--max-prompt-tokens",
+    "thinking": "--thinking",
 }
 
 

@@ -21,7 +21,7 @@ from breakthrough.commands.options import (
     wait_option,
 )
 from breakthrough.errors import BtError
-from breakthrough.protocol import DEFAULT
+from breakthrough.protocol import DEFAULT, THINKING
 
 STUDY_MODELS = "gemma4-e4b,ministral3-3b"
 
@@ -62,6 +62,18 @@ def base(
     seed: int = typer.Option(
         DEFAULT.base_seed, help="Base seed (the protocol uses 11 for every cell)."
     ),
+    thinking: str | None = typer.Option(
+        None,
+        "--thinking",
+        metavar="on|off",
+        show_default=False,
+        help="The chat template's thinking switch, for models whose template has one (Qwen3's "
+        "enable_thinking): off renders the prompt with it off (Qwen3 pre-fills an empty "
+        "<think></think> block; the trace is all answer), on as bt renders it anyway. A run "
+        "made with thinking off never mixes with one made with it on (another run directory: "
+        "--run). Refused in one line for a model whose template has no switch. Default: the "
+        "template as bt's family renders it (thinking on for Qwen3 and Gemma 4).",
+    ),
     http: HttpOptions,  # --backend, --endpoint ... --api-key (with_http_options)
     hidden_stride: int | None = hidden_stride_option(),
     wait: float = wait_option(),
@@ -69,7 +81,8 @@ def base(
     """Generate, grade and store one base solution per problem x model cell.
 
     Resumable: rerunning the same command generates only the cells that are missing. A run
-    directory made with another model, protocol, cohort, prompt or --hidden-stride is refused.
+    directory made with another model, protocol, cohort, prompt, --thinking or --hidden-stride
+    is refused.
     Each trace also stores every 8th token's hidden vector (protocol 2.2; see --hidden-stride)."""
     from rich.console import Console
 
@@ -81,8 +94,13 @@ def base(
     check_engine_options(http.backend, batch_size)
     models = model_names(model, problems, run, cohort)
     http.check()
+    if thinking is not None and thinking not in THINKING:
+        raise BtError(f"--thinking: expected {' or '.join(THINKING)}, got {thinking!r}")
     protocol = DEFAULT.with_overrides(
-        base_max_tokens=max_tokens, base_seed=seed, max_prompt_tokens=max_prompt_tokens
+        base_max_tokens=max_tokens,
+        base_seed=seed,
+        max_prompt_tokens=max_prompt_tokens,
+        thinking=thinking,
     ).validate()
     if limit is not None and limit < 1:
         raise BtError(f"--limit: expected a positive integer, got {limit}")

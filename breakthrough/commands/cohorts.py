@@ -145,7 +145,7 @@ def _build_uoo(file_for: Callable[[str], Path], check: bool, console) -> bool:
 
 
 def _build_uoo_large(path: Path, out_dir: Path, check: bool, dry_run: bool, console) -> bool:
-    """uoo-large (issue 51): build by solver counting, recount with --check, or estimate."""
+    """uoo-large: build by solver counting, recount with --check, or estimate."""
     from breakthrough.errors import BtError
     from breakthrough.tasks.cohorts import load_cohort, render_cohort
     from breakthrough.tasks.optimum.large import NAME, check_rows, estimate_seconds, generate_large

@@ -51,9 +51,18 @@ def uoo(
         help="Also write the claimed-vs-true count figure (log axes, one colour per size) "
         "to this .png file.",
     ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Also write the report as a page: OUT/index.html with every table and the "
+        "claimed-vs-true figure (OUT/figures/). Nothing is written into the runs.",
+    ),
 ) -> None:
     """Uniqueness-of-Optimum report: leaderboard over the 29, count accuracy by bin, kind and
-    size, under/over-counts, Fisher / exact McNemar between runs, run-to-run count agreement."""
+    size, under/over-counts, the thinking arms (runs made with --thinking off against their
+    on runs, exact McNemar), Fisher / exact McNemar between runs, run-to-run count agreement.
+    With --out, the same as an HTML page with the figure."""
     from rich.console import Console
 
     from breakthrough.analyses.uoo import uoo_report  # imported when run, not at start-up
@@ -62,10 +71,14 @@ def uoo(
         raise BtError(f"--ci: expected wilson or exact, got {ci!r}")
     if figure is not None and figure.suffix.lower() != ".png":
         raise BtError(f"--figure: expected a .png file name, got {str(figure)!r}")
-    tables = uoo_report(runs, cohort=cohort, variant=variant, ci=ci, figure=figure)
+    if out is not None and out.exists() and not out.is_dir():
+        raise BtError(f"--out {out}: a file, not a folder")
+    tables = uoo_report(runs, cohort=cohort, variant=variant, ci=ci, figure=figure, out=out)
     _print(tables, Console(width=160))
     if figure is not None:
         Console(width=160).print(f"wrote {figure}")
+    if out is not None:
+        Console(width=160).print(f"wrote {out / 'index.html'}", highlight=False)
 
 
 def study(

@@ -10,7 +10,7 @@ encodes it once, so everything downstream works on token ids end to end.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from breakthrough.errors import BtError
@@ -81,7 +81,7 @@ FAMILIES: dict[str, Family] = {
 
 def detect_family(tokenizer: Any) -> Family:
     """The family from the chat template (then the vocabulary); BtError if it cannot be told."""
-    template = _chat_template(tokenizer)
+    template = template_of(tokenizer)
     if not template:
         raise BtError(
             "the tokenizer has no chat template, so its prompt format is unknown; "
@@ -108,7 +108,48 @@ def detect_family(tokenizer: Any) -> Family:
     return FAMILIES["plain"]
 
 
-def _chat_template(tokenizer: Any) -> str:
+THINKING_SWITCH = "enable_thinking"  # the chat-template variable Qwen3 and Gemma 4 read
+
+
+def has_thinking_switch(template: str) -> bool:
+    """Whether a chat template reads the thinking switch (Qwen3's `enable_thinking`)."""
+    return THINKING_SWITCH in template
+
+
+def thinking_family(family: Family, template: str, thinking: str, model: str) -> Family:
+    """The family a run renders prompts and segments traces with under `--thinking`.
+
+    "" (not asked): `family` as it is. "on": the same family, so the same prompt as not asking,
+    which is why a run's identity leaves "on" out (`Protocol.identity`); "off": the template
+    rendered with the switch off (Qwen3 then pre-fills an empty `<think>\n\n</think>` block) and
+    the trace segmented as a family without a thinking block (nothing it writes is thinking: a
+    qwen trace without an open marker would otherwise count as thinking from its first token).
+    Refused in one line naming `model` when its template has no switch, or when bt's family
+    does not already render it on (then "on" would be another prompt than not asking)."""
+    if not thinking:
+        return family
+    if not has_thinking_switch(template):
+        raise BtError(
+            f"--thinking {thinking}: the chat template of {model} has no thinking switch "
+            f"({THINKING_SWITCH}, as in Qwen3's); leave --thinking out for this model"
+        )
+    if family.template_kwargs.get(THINKING_SWITCH) is not True:
+        raise BtError(
+            f"--thinking {thinking}: {model} is prompted as bt's {family.name!r} family, which "
+            f"does not pass {THINKING_SWITCH} to its chat template; leave --thinking out"
+        )
+    if thinking == "on":
+        return family
+    return replace(
+        family,
+        template_kwargs={**family.template_kwargs, THINKING_SWITCH: False},
+        open_marker=None,
+        close_marker=None,
+        forced_close="",
+    )
+
+
+def template_of(tokenizer: Any) -> str:
     t = getattr(tokenizer, "chat_template", None)
     if isinstance(t, dict):  # named templates
         t = t.get("default") or next(iter(t.values()), None)

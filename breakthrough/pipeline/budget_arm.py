@@ -407,7 +407,11 @@ def _add_budget_locked(
         }
         if progress:
             progress(run_dir, man)
-        loaded = load_model(man["model_id"], family=man.get("family"))
+        loaded = load_model(
+            man["model_id"],
+            family=man.get("family"),
+            thinking=str(man["protocol"].get("thinking", "")),
+        )
 
         def run(
             on_start=None, on_sample=None, run_dir=run_dir, loaded=loaded, bound=plan.max_tokens

@@ -360,7 +360,9 @@ def _continue_locked(
                     record_topup(store, choice.rules)  # named now: later continues run them
                 reports.append(ContinueReport(run_dir=run_dir, nothing_to_do=True, topup=choice))
                 continue
-        loaded = load_model(man["model_id"], family=man.get("family"))
+        loaded = load_model(
+            man["model_id"], family=man.get("family"), thinking=protocols[run_dir].thinking
+        )
         run_opts = replace(run_opts, kv_bits=run_kv_bits(man, opts.kv_bits, run_dir))
 
         def run(on_start=None, on_sample=None, run_dir=run_dir, loaded=loaded, run_opts=run_opts):

@@ -177,7 +177,8 @@ def run_model(
     run's name for it, refuse a too-long prompt before any output, `say` the headline, and run
     (or hand `drive`) `run(on_start, on_sample)`."""
     with run_lock(job.run_dir, wait=job.lock_wait):
-        loaded = run_alias(job.run_dir, load_model(job.name))  # one model, one name per run
+        # one model, one name per run; the prompt under the run's thinking switch
+        loaded = run_alias(job.run_dir, load_model(job.name, thinking=job.protocol.thinking))
         cells = base_cells(loaded, job.rows, job.protocol, job.variant)
         for line in job.headline(loaded):
             say(line)

@@ -3,8 +3,9 @@
 A graded frame has one row per sample (see `GRADED_COLUMNS`): `run`, `variant`, `model`,
 `item_id`, `kind`, `bin`, `fixed29`, `seed`, `score` (0/1), `optimal`, `unique_ok`, `count_ok`,
 `label`, `parse_error`, `parsed` (bool), `claimed_count` (float; NaN when unparsed),
-`true_count`, `within_x2`, `count_direction`. `graded_frame` builds it from run-store samples by
-regrading their text with the `optimum` grader; tests build it by hand."""
+`true_count`, `within_x2`, `count_direction`, `size` (the instance's n) and `thinking` (the run's
+`--thinking`: "on", "off" or "" when not asked). `graded_frame` builds it from run-store samples
+by regrading their text with the `optimum` grader; tests build it by hand."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from breakthrough.tasks.optimum.grader import OptimumGrader
 GRADED_COLUMNS = (
     "run", "variant", "model", "item_id", "kind", "bin", "fixed29", "seed", "score", "optimal",
     "unique_ok", "count_ok", "label", "parse_error", "parsed", "claimed_count", "true_count",
-    "within_x2", "count_direction", "size",
+    "within_x2", "count_direction", "size", "thinking",
 )  # fmt: skip
 NO_CLAIM = "∅"  # an unparsed answer's claimed count in agreement statistics
 RESOLUTION_NOTE = (
@@ -75,9 +76,11 @@ def graded_frame(
     *,
     run: str,
     variant: str | None = None,
+    thinking: str = "",
 ) -> pd.DataFrame:
     """Regrade store samples (`problem_id`, `text`, `finish_reason`, optional `model`, `seed`,
-    `variant`) against their cohort items; samples of other items are dropped."""
+    `variant`) against their cohort items; samples of other items are dropped. `thinking`: the
+    run's thinking switch, recorded on every row."""
     grader = OptimumGrader()
     rows = []
     for rec in samples.to_dict("records"):
@@ -93,6 +96,7 @@ def graded_frame(
                 variant=rec.get("variant") or variant or "plain",
                 model=rec.get("model"),
                 seed=rec.get("seed"),
+                thinking=thinking,
             )
         )
     return pd.DataFrame(rows, columns=list(GRADED_COLUMNS))
@@ -190,11 +194,16 @@ def check_accuracy(
 
 
 def by_size(df: pd.DataFrame) -> pd.DataFrame:
-    """Per run, kind and problem size n (issue 51: does undercounting grow with size?): items,
-    accuracy (all three checks), exact-count rate, the share of wrong counts that are too low
-    (among parsed answers) and the within-2x rate."""
+    """Per run, kind and problem size n (the question real sizes ask: does undercounting grow
+    with size?): items, accuracy (all three checks), exact-count rate, the share of wrong
+    counts that are too low (among parsed answers) and the within-2x rate."""
     rows = []
-    for (run, kind, size), d in df.groupby(["run", "kind", "size"], sort=True):
+    runs = {r: i for i, r in enumerate(dict.fromkeys(df["run"]))}  # the report's run order
+    kinds = {k: i for i, k in enumerate(KINDS)}
+    groups = df.groupby(["run", "kind", "size"], sort=False)
+    order = sorted(groups.groups, key=lambda g: (runs[g[0]], kinds.get(g[1], len(kinds)), g[2]))
+    for run, kind, size in order:
+        d = groups.get_group((run, kind, size))
         parsed = d[d["parsed"].astype(bool)]
         wrong = parsed[~parsed["count_ok"].astype(bool)]
         under = int((wrong["claimed_count"].astype(float) < wrong["true_count"]).sum())

@@ -1,4 +1,4 @@
-"""The UoO figure of issue 51: each parsed answer's claimed number of optima against the true
+"""The UoO count figure: each parsed answer's claimed number of optima against the true
 number, both on log axes, one colour per problem size n, with the diagonal (exact) and the
 within-2x band. Points below the diagonal are undercounts: the figure shows at a glance whether
 they pile up as n grows, which the by-size table states in numbers."""

@@ -1,7 +1,8 @@
 """The tables of `bt report uoo`: `uoo_tables` turns a graded frame (`breakthrough.analyses.uoo`
 regrades the runs) into the report's tables (leaderboard, exact-count accuracy by bin and kind,
-count errors, run-vs-run tests, run-to-run agreement) as plain `TextTable`s, which the command
-prints. The metrics themselves are the pure functions of `breakthrough.report.uoo`.
+by size, count errors, thinking arms, run-vs-run tests, run-to-run agreement) as plain
+`TextTable`s, which the command prints and `report.uoo_page` draws as a page. The metrics
+themselves are the pure functions of `breakthrough.report.uoo`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class TextTable:
     rows: list[tuple[str, ...]] = field(default_factory=list)
     left: tuple[str, ...] = ()
     note: str | None = None  # printed after the table
+    key: str = ""  # the page's anchor for the table (report.uoo_page)
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -45,13 +47,21 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
+def _fixed29(df: pd.DataFrame) -> bool:
+    """Whether the published leaderboard's 29 items are among the answers: the leaderboard and
+    Fisher's test are over them; a cohort without them (uoo-large) is scored over every item."""
+    return bool(df["fixed29"].astype(bool).any())
+
+
 def _leaderboard(df: pd.DataFrame, run_names: list[str], meta: pd.DataFrame, ci: str) -> TextTable:
-    lb = leaderboard(df, by=("run",), method=ci)
+    over = "fixed29" if _fixed29(df) else "all items: the cohort has no fixed29 item"
+    lb = leaderboard(df if _fixed29(df) else df.assign(fixed29=True), by=("run",), method=ci)
     t = TextTable(
-        f"UoO leaderboard (fixed29; {CI_METHODS[ci]} 95% CI)",
+        f"UoO leaderboard ({over}; {CI_METHODS[ci]} 95% CI)",
         ("run", "model", "variant", "k/n", "score", "95% CI", "samples", "exact count (all)"),
         left=("run", "model", "variant"),
-        note=RESOLUTION_NOTE,
+        note=RESOLUTION_NOTE if _fixed29(df) else None,
+        key="leaderboard",
     )
     for r in lb.to_dict("records"):
         d = df[df["run"] == r["run"]]
@@ -75,7 +85,9 @@ def _accuracy(df: pd.DataFrame, run_names: list[str], by: str) -> TextTable:
         str(acc.loc[acc[by] == key, "bin_label"].iloc[0]) if by == "bin" else str(key)
         for key in keys
     ]
-    t = TextTable(f"Exact-count accuracy by {by}", ("run", *heads), left=("run",))
+    t = TextTable(
+        f"Exact-count accuracy by {by}", ("run", *heads), left=("run",), key=f"accuracy-by-{by}"
+    )
     for name in run_names:
         sub = acc[acc["run"] == name].set_index(by)
         t.rows.append((name, *[
@@ -87,7 +99,9 @@ def _accuracy(df: pd.DataFrame, run_names: list[str], by: str) -> TextTable:
 def _count_errors(df: pd.DataFrame, run_names: list[str]) -> TextTable:
     cols = ("parsed", "exact", "wrong", "under", "over", "sign p", "within x2 (all)",
             "within x2 (wrong)", "mean log2", "count acc | optimal", "labels")  # fmt: skip
-    t = TextTable("Count errors (parsed answers)", ("run", *cols), left=("run", "labels"))
+    t = TextTable(
+        "Count errors (parsed answers)", ("run", *cols), left=("run", "labels"), key="count-errors"
+    )
     for name in run_names:
         d = df[df["run"] == name]
         ce = count_errors(d)
@@ -102,8 +116,10 @@ def _count_errors(df: pd.DataFrame, run_names: list[str]) -> TextTable:
 
 
 def _run_vs_run(df: pd.DataFrame, run_names: list[str]) -> TextTable:
+    fixed = _fixed29(df)
     t = TextTable(
-        "Run vs run (Fisher exact on fixed29 score; exact McNemar on shared items)",
+        f"Run vs run (Fisher exact on {'fixed29' if fixed else 'every item'}'s score; exact "
+        "McNemar on shared items)",
         (
             "A",
             "B",
@@ -115,9 +131,10 @@ def _run_vs_run(df: pd.DataFrame, run_names: list[str]) -> TextTable:
             "p",
         ),
         left=("A", "B"),
+        key="run-vs-run",
     )
     for a, b in combinations(run_names, 2):
-        f = fisher_compare(df, a, b, by="run")
+        f = fisher_compare(df, a, b, by="run", fixed29_only=fixed)
         ms = mcnemar_compare(df, a, b, by="run", check="score")
         mc = mcnemar_compare(df, a, b, by="run", check="count_ok")
         t.rows.append((
@@ -147,6 +164,7 @@ def _agreement(df: pd.DataFrame) -> TextTable:
             "majority",
         ),
         left=("model", "variant"),
+        key="agreement",
     )
     for (model, var), names in groups.items():
         if len(names) < 2:
@@ -166,6 +184,7 @@ def _by_size(df: pd.DataFrame) -> TextTable:
         "By problem size n (accuracy, exact count, undercount share of wrong counts, within 2x)",
         ("run", "kind", "n", "items", "accuracy", "exact count", "undercount share", "within 2x"),
         left=("run", "kind"),
+        key="by-size",
     )
     for r in by_size(df).to_dict("records"):
         t.rows.append((
@@ -175,10 +194,60 @@ def _by_size(df: pd.DataFrame) -> TextTable:
     return t
 
 
+def _thinking_arms(df: pd.DataFrame) -> TextTable | None:
+    """Each run made with `--thinking off` against each run of the same model and prompt
+    variant made with it on (or not asked, which renders it on): the paired exact McNemar on
+    the items both answered, for the whole score and for the exact count. None when no run
+    turned thinking off."""
+    if "thinking" not in df.columns or not (df["thinking"] == "off").any():
+        return None
+    meta = df.groupby("run", sort=False).agg(
+        model=("model", "first"), variant=("variant", "first"), thinking=("thinking", "first")
+    )
+    t = TextTable(
+        "Thinking on vs off (exact McNemar on the items both arms answered)",
+        (
+            "model",
+            "variant",
+            "on",
+            "off",
+            "pairs",
+            "score on",
+            "score off",
+            "score b/c",
+            "p",
+            "count on",
+            "count off",
+            "count b/c",
+            "p",
+        ),  # fmt: skip
+        left=("model", "variant", "on", "off"),
+        note="b: right with thinking on and wrong with it off; c: the reverse. A run made "
+        "without --thinking is the on arm (bt renders thinking on wherever the switch exists).",
+        key="thinking",
+    )
+    for (model, variant), g in meta.groupby(["model", "variant"], sort=False, dropna=False):
+        ons = [r for r, th in g["thinking"].items() if th != "off"]
+        offs = [r for r, th in g["thinking"].items() if th == "off"]
+        for on in ons:
+            for off in offs:
+                ms = mcnemar_compare(df, on, off, by="run", check="score")
+                mc = mcnemar_compare(df, on, off, by="run", check="count_ok")
+                n = ms["n_pairs"]
+                t.rows.append((
+                    str(model), str(variant), str(on), str(off), str(n),
+                    f"{ms['k_a']}/{n}", f"{ms['k_b']}/{n}", f"{ms['b_n']}/{ms['c_n']}",
+                    _fmt(ms["p"]), f"{mc['k_a']}/{n}", f"{mc['k_b']}/{n}",
+                    f"{mc['b_n']}/{mc['c_n']}", _fmt(mc["p"]),
+                ))  # fmt: skip
+    return t
+
+
 def uoo_tables(df: pd.DataFrame, ci: str = "wilson") -> list[TextTable]:
     """The report's tables over a graded frame: leaderboard, exact-count accuracy by bin and by
-    kind, count errors and, with two or more runs, run-vs-run tests and (for repeated runs of
-    one model + variant) run-to-run agreement."""
+    kind, by size, count errors and, with two or more runs, the thinking arms (when a run
+    turned thinking off), run-vs-run tests and (for repeated runs of one model + variant)
+    run-to-run agreement."""
     if ci not in CI_METHODS:
         raise ValueError(f"ci must be one of {', '.join(CI_METHODS)}, got {ci!r}")
     df = df.assign(variant=df["variant"].fillna("plain"))
@@ -193,6 +262,9 @@ def uoo_tables(df: pd.DataFrame, ci: str = "wilson") -> list[TextTable]:
     if "size" in df.columns:
         tables.insert(3, _by_size(df))
     if len(run_names) >= 2:
+        arms = _thinking_arms(df)
+        if arms is not None and arms.rows:
+            tables.append(arms)
         tables.append(_run_vs_run(df, run_names))
         agreement = _agreement(df)
         if agreement.rows:

@@ -129,6 +129,14 @@ GRADED = Table(
             unit="items",
             section=SPEC + "4",
         ),
+        Column(
+            "thinking",
+            "str",
+            "The run's `bt base --thinking`: on, off, or empty when the run did not ask (the "
+            "chat template's default, which is on where a template has the switch); `bt report "
+            "uoo` compares off runs with their on runs of the same model and variant.",
+            "off",
+        ),
     ),
     section=SPEC + "9",
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from breakthrough.errors import BtError
-from breakthrough.protocol import OPTION_NAMES, Protocol
+from breakthrough.protocol import IDENTITY_DEFAULTS, OPTION_NAMES, Protocol
 from breakthrough.store.records import OLDEST_SCHEMA, SCHEMA_VERSION, _short
 
 # Manifest keys that define a run's identity; any difference means "another experiment".
@@ -198,7 +198,8 @@ def _protocol_difference(
     keys.sort(key=lambda k: k == "answer_budget")
     if not keys:
         return None
-    return _first_difference(f"protocol.{keys[0]}", was.get(keys[0]), now.get(keys[0]))
+    key, unset = keys[0], IDENTITY_DEFAULTS.get(keys[0])
+    return _first_difference(f"protocol.{key}", was.get(key, unset), now.get(key, unset))
 
 
 def _first_difference(name: str, was: Any, now: Any) -> tuple[str, Any, Any]:

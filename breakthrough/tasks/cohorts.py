@@ -24,10 +24,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from breakthrough.errors import BtError
 from breakthrough.outputs import write_text
+from breakthrough.tasks.canonical import canonical_json, render_cohort
+from breakthrough.tasks.optimum.instance import instance_problems
 
 ENV_DIR = "BT_COHORTS_DIR"
 ENV_FIX = f"point {ENV_DIR} at a folder of cohort .jsonl files, or unset it"
@@ -251,6 +252,9 @@ def validate_row(row: object, where: str) -> dict:
             faults.append(f"field 'optimum' must be finite, got {row['optimum']!r}")
         if ok["n_optima"] and row["n_optima"] < 1:
             faults.append(f"field 'n_optima' must be >= 1, got {row['n_optima']}")
+        if ok["kind"]:
+            named = f"row {row['id']!r}: " if isinstance(row.get("id"), str) else ""
+            faults += [named + p for p in instance_problems(row)]
     if isinstance(row.get("split"), str) and row["split"] not in SPLITS:
         faults.append(f"field 'split' must be one of {', '.join(SPLITS)}, got {row['split']!r}")
     if faults:
@@ -297,19 +301,9 @@ def load_cohort(name_or_path: str | Path) -> list[dict]:
     return parse_cohort_text(text, str(path))
 
 
-def canonical_json(obj: Any) -> str:
-    """Sorted keys, compact, UTF-8 kept: equal values give equal text (digests, dedupe keys)."""
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
 def cohort_digest(rows: list[dict]) -> str:
     """sha256 (hex) of the canonical JSON (sorted keys, compact, UTF-8) of the row list."""
     return hashlib.sha256(canonical_json(rows).encode("utf-8")).hexdigest()
-
-
-def render_cohort(rows: list[dict]) -> str:
-    """The byte-exact file text of a cohort: sorted keys, UTF-8 kept, `\\n` after every row."""
-    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows)
 
 
 def write_cohort(path: Path, rows: list[dict]) -> Path:

@@ -76,3 +76,12 @@ def test_batch_size_means_one_thing():
 def test_counts_agree_with_their_nouns():
     assert count(1, "problem") == "1 problem" and count(2, "problem") == "2 problems"
     assert count(0, "cell") == "0 cells" and count(1200, "sample") == "1,200 samples"
+
+
+def test_base_help_explains_the_thinking_switch() -> None:
+    from bt_cli import run_bt
+
+    proc = run_bt("base", "--help")
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "--thinking" in text and "enable_thinking" in text and "never mixes" in text

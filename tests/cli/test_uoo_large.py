@@ -1,7 +1,7 @@
-"""Issue 51 through the installed `bt`: `bt cohorts build uoo-large --dry-run` (the time a
-build and a recount take), `--check` (recounts; a tampered count or a malformed row is caught
-with one line naming the row, nothing written), and `bt base --cohort uoo-large` then
-`bt report uoo` end to end on the tiny model, with the by-size table and the figure."""
+"""The real-size cohort through the installed `bt`: `bt cohorts build uoo-large --dry-run`
+(the time a build and a recount take), `--check` (recounts; a tampered count or a malformed
+row is caught with one line naming the row, nothing written), and `bt base --cohort uoo-large`
+then `bt report uoo` end to end on the tiny model, with the by-size table and the figure."""
 
 from __future__ import annotations
 

@@ -422,3 +422,70 @@ def test_hostile_text_on_a_cell_page_runs_nothing(browser, tmp_path):
         assert problems == []
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def uoo_server(tmp_path_factory):
+    """http://127.0.0.1:PORT serving the page `bt report uoo --out` writes over two runs of
+    uoo-large answers (thinking on: exact up to 50 optima, a quarter above; off: half the
+    count from n = 40 on), written as text and regraded by the real grader
+    (tests/uoo_fake_runs.py)."""
+    from uoo_fake_runs import cohort_rows, write_uoo_run
+
+    from breakthrough.analyses.uoo import uoo_report
+
+    root = tmp_path_factory.mktemp("uoo-browser")
+    rows = cohort_rows("uoo-large")
+    on = write_uoo_run(
+        root / "on", rows, lambda r: r["n_optima"] if r["n_optima"] <= 50 else r["n_optima"] // 4
+    )
+    off = write_uoo_run(
+        root / "off",
+        rows,
+        lambda r: max(1, r["n_optima"] // 2) if r["size"] >= 40 else r["n_optima"],
+        thinking="off",
+    )
+    uoo_report([on, off], cohort="uoo-large", out=root / "page")  # bt report uoo --out
+    yield from _serve(root / "page")
+
+
+def test_uoo_page_shows_its_tables_and_figure(browser, uoo_server, tmp_path):
+    page, problems = _open(browser, f"{uoo_server}/index.html", (1400, 900))
+    assert page.title() == "UoO report: 2 runs"
+    assert page.locator("table").first.get_attribute("class") == "uoo leaderboard"
+    images = page.evaluate("""() => Array.from(document.images).map(i => ({
+        src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0,
+        w: i.getBoundingClientRect().width, h: i.getBoundingClientRect().height}))""")
+    assert [i["src"] for i in images] == ["figures/claimed_vs_true.png"]
+    assert images[0]["ok"] and images[0]["w"] > 400 and images[0]["h"] > 300, images
+    _no_empty_figure(page)
+    from uoo_fake_runs import cohort_rows
+
+    cells = {(r["kind"], r["size"]) for r in cohort_rows("uoo-large")}
+    by_size = page.locator("table.by-size")
+    assert by_size.is_visible() and by_size.locator("tr").count() == 1 + 2 * len(cells)
+    assert "n = 60" not in by_size.inner_text()  # a table, not the figure's legend
+    thinking = page.locator("section#thinking")
+    assert thinking.is_visible() and "McNemar" in thinking.locator("h2").inner_text()
+    glossary = page.locator("section.glossary")
+    assert glossary.is_visible()
+    for term in ("optimum", "undercount share", "within 2x", "b/c"):
+        assert term in glossary.inner_text(), term
+    _tables_fit(page)
+    _shot(page, tmp_path / "uoo.png")
+    assert problems == []
+
+
+def test_uoo_page_on_a_phone_leads_with_the_leaderboard(browser, uoo_server, tmp_path):
+    width, height = 390, 844
+    page, problems = _open(browser, f"{uoo_server}/index.html", (width, height))
+    first = page.locator("table.leaderboard td").first.bounding_box()
+    assert first["y"] + first["height"] <= height, first
+    glossary = page.locator("section.glossary").bounding_box()
+    assert glossary["y"] >= first["y"] + first["height"]
+    widths = page.evaluate("""() => Array.from(document.images).map(i => ({
+        ok: i.complete && i.naturalWidth > 0, w: i.getBoundingClientRect().width}))""")
+    assert widths and all(i["ok"] and i["w"] >= 0.9 * width for i in widths), widths
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    _shot(page, tmp_path / "uoo-390.png")
+    assert problems == []

@@ -277,7 +277,8 @@ def test_bt_report_uoo_cli(tmp_path) -> None:
 
 
 def test_by_size_reports_undercount_growth_per_size() -> None:
-    """Issue 51: accuracy, exact-count rate, undercount share and within-2x per run, kind, n."""
+    """Does undercounting grow with size: accuracy, exact-count rate, undercount share and
+    within-2x per run, kind and n."""
     from breakthrough.report.uoo import by_size
 
     def row(size: int, claimed: float, true: int, parsed: bool = True) -> dict:

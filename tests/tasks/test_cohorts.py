@@ -207,7 +207,7 @@ def test_optimum_family(tmp_path):
         "standin": False,
         "kind": "knapsack",
         "bin": "small",
-        "instance": {"w": [1]},
+        "instance": {"n": 1, "values": [4], "weights": [2], "capacity": 1},
         "optimum": 3.5,
         "n_optima": 1,
     }

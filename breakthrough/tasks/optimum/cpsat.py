@@ -1,6 +1,7 @@
 """CP-SAT (ortools) on a UoO linear model: the proven optimum, the optima counted by enumerating
-every solution of the objective-fixed model, uniqueness by one no-good cut and a re-solve, and
-the answer-format example optimum (the same point the enumerator reports).
+every solution of the model restricted to the optimum (`LinearModel.reaching`), uniqueness by
+one no-good cut and a re-solve, and the answer-format example optimum (the same point the
+enumerator reports).
 
 One search worker and a fixed seed: a count must not depend on thread timing, and the machine
 that counts is shared. Every call takes a time limit; running out of it is `SolverTimeout`,
@@ -23,10 +24,12 @@ class _Built:
     objective: cp_model.LinearExpr
 
 
-def _build(lm: LinearModel, fixed_objective: int | None = None) -> _Built:
+def _build(lm: LinearModel, optimum: int | None = None) -> _Built:
+    """The model in CP-SAT; with `optimum`, restricted to the points that reach it."""
     m = cp_model.CpModel()
     x = [m.new_bool_var(f"v{i}") for i in range(lm.n_vars)]
-    for c in lm.constraints + lm.product_constraints():
+    extra = () if optimum is None else (lm.reaching(optimum),)
+    for c in lm.constraints + lm.product_constraints() + extra:
         expr = sum(coef * x[v] for v, coef in c.terms)
         if not c.terms:
             expr = cp_model.LinearExpr.constant(0)
@@ -40,8 +43,6 @@ def _build(lm: LinearModel, fixed_objective: int | None = None) -> _Built:
     obj = cp_model.LinearExpr.weighted_sum(
         [x[v] for v, _ in lm.objective], [c for _, c in lm.objective]
     )
-    if fixed_objective is not None:
-        m.add(obj == fixed_objective)
     return _Built(m, x, obj)
 
 
@@ -78,7 +79,7 @@ def enumerate_optima(
     """Every optimal decision vector when there are at most `cap` of them; None when there are
     more (the search stops at cap + 1). Distinct decision vectors are counted (products are
     functions of them, so a solution is never counted twice through them)."""
-    b = _build(lm, fixed_objective=optimum)
+    b = _build(lm, optimum)
     col = _Collector(b.x, lm.n_decision, cap)
     s = _solver(time_limit, enumerate_all=True)
     status = s.solve(b.model, col)

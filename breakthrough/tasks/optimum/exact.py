@@ -1,15 +1,18 @@
-"""Exact optimum and number of optima at any size, by solvers (issue 51): the ground truth of
-instances too large for `enumerator` (which stays the reference at small sizes; the tests
-check these against it).
+"""Exact optimum and number of optima at any size, by solvers: the ground truth of instances
+too large for `enumerator` (which stays the reference at small sizes; the tests check these
+against it), so the benchmark can ask its question at the sizes where it matters.
 
-Two independent counts: the primary one always, and CP-SAT's enumeration of the
-objective-fixed model (`cpsat`) whenever the count is at most `enum_cap`; they must agree or
-`CountDisagreement` is raised (a bug, never a result). The primary count is Ganak's projected
-model count (`modelcount`) for the binary kinds and, for assignment, the permanent of the
-optimal-edge matrix (`permanent`; Ganak needs over a minute on a 9x9 matrix with 3,466 optima,
-the permanent a millisecond), whose optimum must also equal CP-SAT's. The
-uniqueness claim is checked a third way, by a no-good cut and a re-solve. The solvers are the
-optional `uoo` extra: `require_solvers` turns their absence into one line naming it."""
+Two independent counts: the primary one always, and CP-SAT's enumeration of the model
+restricted to the optimum (`cpsat`) whenever the count is at most `enum_cap`; they must agree
+or `CountDisagreement` is raised (a bug, never a result). The primary count is Ganak's
+projected model count (`modelcount`) for the binary kinds; for assignment, the permanent of
+the optimal-edge matrix (`permanent`; Ganak needs over a minute on a 9x9 matrix with 3,466
+optima, the permanent a millisecond); for knapsack, the dynamic-programming table of subsets by
+weight and value (`knapsack_dp`; Ganak ran past 20 s on every 60-item draw, the table takes a
+second), with Ganak as a further count wherever it finishes within ENUM_TIME_LIMIT. The
+permanent's and the table's optimum must also equal CP-SAT's. The uniqueness claim is checked
+a third way, by a no-good cut and a re-solve. The solvers are the optional
+`uoo` extra: `require_solvers` turns their absence into one line naming it."""
 
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ class ExactResult:
     optimum: int | None  # None: no feasible point
     n_optima: int
     example: list[int] | None  # answer format, the enumerator's choice of optimum
-    method: str  # how n_optima was established: "ganak" or "permanent", "+cpsat-enum" if both
+    method: str  # how n_optima was established: "ganak", "permanent" or "dp" (knapsack), then
+    # "+ganak" (knapsack) and "+cpsat-enum" for each further count that finished and agreed
     seconds: float  # wall time of the whole count on the machine that ran it
 
 
@@ -66,7 +70,7 @@ def solve_exact(
     (the enumeration only stops comparing at ENUM_TIME_LIMIT) and
     `CountDisagreement` when the methods disagree."""
     require_solvers()
-    from breakthrough.tasks.optimum import cpsat, modelcount, permanent
+    from breakthrough.tasks.optimum import cpsat, knapsack_dp, modelcount, permanent
 
     start = time.perf_counter()
     lm = build_model(kind, inst)
@@ -78,6 +82,19 @@ def solve_exact(
         if perm_opt != opt:
             raise CountDisagreement(f"assignment: CP-SAT optimum {opt}, Hungarian {perm_opt}")
         method = "permanent"
+    elif kind == "knapsack" and knapsack_dp.applies(inst):
+        dp_opt, count = knapsack_dp.count_knapsack_optima(inst)
+        if dp_opt != opt:
+            raise CountDisagreement(f"knapsack: CP-SAT optimum {opt}, the table's {dp_opt}")
+        method = "dp"
+        try:  # Ganak as the second count wherever it finishes
+            ganak = modelcount.count_optima(lm, opt, min(time_limit, ENUM_TIME_LIMIT))
+        except SolverTimeout:
+            ganak = None
+        if ganak is not None:
+            if ganak != count:
+                raise CountDisagreement(f"knapsack: the table counts {count} optima, Ganak {ganak}")
+            method += "+ganak"
     else:
         count = modelcount.count_optima(lm, opt, time_limit)
         method = "ganak"

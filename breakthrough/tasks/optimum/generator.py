@@ -39,7 +39,7 @@ BINS: tuple[tuple[str, str, int, int], ...] = (
     ("b11_50", "11-50", 11, 50),
     ("b51p", ">50", 51, 10_000),
 )
-# The real-size cohort's bins (issue 51): the spec's up to 50, then the >50 bin split where
+# The real-size cohort's bins: the spec's up to 50, then the >50 bin split where
 # counts reach far past the spec's 10,000 cap (no upper cap: solvers count exactly).
 LARGE_BINS: tuple[tuple[str, str, int, int], ...] = (
     *BINS[:5],
@@ -265,7 +265,7 @@ GENERATORS: dict[str, Callable[[Rng, int, int | None], dict[str, Any]]] = {
 def generate_instance(kind: str, seed: int, level: int, size: int | None = None) -> dict[str, Any]:
     """One instance of `kind` at `level` from a fresh Rng(seed).
 
-    `size` is the size dial (issue 51): None draws n as the spec does (16-20 binary, 8-9
+    `size` is the size dial (real sizes): None draws n as the spec does (16-20 binary, 8-9
     assignment; uoo-v1, so uoo87/uoo29 are unchanged), an integer fixes n and skips that one
     draw; every other draw, in the same order, is the spec's."""
     return GENERATORS[kind](Rng(seed), level, size)

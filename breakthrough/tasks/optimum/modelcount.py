@@ -1,5 +1,6 @@
 """The exact number of optima by projected model counting: the model's constraints plus
-`objective == optimum`, encoded as CNF (python-sat's pseudo-Boolean encoder, backed by
+the objective bounded by the optimum (`LinearModel.reaching`: no point is better, so exactly
+the optima meet it), encoded as CNF (python-sat's pseudo-Boolean encoder, backed by
 pindakaas), counted by Ganak (pyganak) projected on the decision variables.
 
 Why projected: the pseudo-Boolean encodings add auxiliary variables that need not be functions
@@ -69,7 +70,7 @@ def cnf_of(lm: LinearModel, optimum: int) -> tuple[list[list[int]], int]:
     for k, (i, j) in enumerate(lm.products):
         z = lm.n_decision + k + 1
         clauses += [[-z, i + 1], [-z, j + 1], [z, -(i + 1), -(j + 1)]]
-    for c in (*lm.constraints, Linear(lm.objective, optimum, optimum)):
+    for c in (*lm.constraints, lm.reaching(optimum)):
         more, top = _encode(c, top)
         clauses += more
     return clauses, top

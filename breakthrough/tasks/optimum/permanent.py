@@ -1,5 +1,5 @@
 """Optimal assignments counted as perfect matchings: the exact count for the assignment kind at
-sizes where model counting is slow (issue 51; a 9x9 instance with 3,466 optima takes Ganak over
+sizes where model counting is slow (a 9x9 instance with 3,466 optima takes Ganak over
 a minute, this a millisecond).
 
 Why it is exact: the optimal assignments are the vertices of the optimal face of the (integral)

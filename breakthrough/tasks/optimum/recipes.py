@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from breakthrough.errors import BtError
-from breakthrough.tasks.cohorts import canonical_json, render_cohort
+from breakthrough.tasks.canonical import canonical_json, render_cohort
 from breakthrough.tasks.optimum.enumerator import enumerate_instance
 from breakthrough.tasks.optimum.generator import (
     BIN_IDS,
@@ -101,5 +101,5 @@ def cohort_rows(master_seed: int = MASTER_SEED) -> dict[str, list[dict[str, Any]
 
 
 def render_jsonl(rows: list[dict[str, Any]]) -> bytes:
-    """File bytes in the repository's cohort format (breakthrough.tasks.cohorts.render_cohort)."""
+    """File bytes in the repository's cohort format (breakthrough.tasks.canonical.render_cohort)."""
     return render_cohort(rows).encode("utf-8")
