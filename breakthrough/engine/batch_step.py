@@ -92,6 +92,11 @@ class RowSpec:
         self.hidden_stride = max(0, int(hidden_stride))
         self.hidden_rows: list = []
 
+    def keeps_hidden(self) -> bool:
+        """Whether this step's hidden vector is kept for the row (its token index is a multiple
+        of `hidden_stride`)."""
+        return self.hidden_stride > 0 and self.step % self.hidden_stride == 0
+
 
 class _NormWatch:
     """Stands in for the inner model's final norm during one forward and keeps its output: the
@@ -229,7 +234,7 @@ class StepSampler:
         for rows `specs` in batch order: each row's token k drawn with the key of (seed, k),
         whatever batch it is in; every spec's token index then moves on by one."""
         instrument = any(s.instrument for s in specs)
-        keep_hidden = [s.hidden_stride > 0 and s.step % s.hidden_stride == 0 for s in specs]
+        keep_hidden = [s.keeps_hidden() for s in specs]
         keys = row_keys([s.seed for s in specs], [s.step for s in specs])
         kept = _keep_hidden_rows(specs, hidden, keep_hidden)
         for s in specs:
@@ -245,9 +250,7 @@ class StepSampler:
     def wants_hidden(specs: list[RowSpec]) -> bool:
         """Whether this step's forward must also give the hidden state: some row is
         instrumented or keeps this step's vector."""
-        return any(
-            s.instrument or (s.hidden_stride > 0 and s.step % s.hidden_stride == 0) for s in specs
-        )
+        return any(s.instrument or s.keeps_hidden() for s in specs)
 
     def _draw_cpu(
         self, logits, hidden, keys, specs: list[RowSpec], instrument: bool, top: int
