@@ -76,3 +76,25 @@ def test_base_then_report_on_uoo_large(large_run: Path, tmp_path: Path) -> None:
     assert snapshot(large_run) == before  # the report regrades; it writes nothing in the run
     bad = run_bt("report", "uoo", large_run, "--cohort", "uoo-large", "--figure", tmp_path / "x")
     assert_one_line_error(bad, 2, "--figure")
+
+
+def test_ctrl_c_during_a_recount_is_one_line_and_exit_130() -> None:
+    """CP-SAT takes SIGINT for itself unless told not to; Ctrl-C in the middle of
+    `--check`'s solving is bt's: one line and 130 (it died by the signal before)."""
+    import os
+    import signal
+
+    from bt_cli import start_bt
+
+    proc = start_bt("cohorts", "build", "uoo-large", "--check")
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # a row recounted: solving has started
+        assert first.startswith("same"), first
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "bt: interrupted, rerun to resume", err

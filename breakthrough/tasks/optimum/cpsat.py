@@ -50,6 +50,8 @@ def _solver(time_limit: float, enumerate_all: bool = False) -> cp_model.CpSolver
     s = cp_model.CpSolver()
     s.parameters.num_workers = 1
     s.parameters.random_seed = 0
+    # Ctrl-C belongs to bt (130 and one line); CP-SAT would otherwise take SIGINT for itself.
+    s.parameters.catch_sigint_signal = False
     s.parameters.max_time_in_seconds = time_limit
     if enumerate_all:
         s.parameters.enumerate_all_solutions = True
