@@ -14,7 +14,11 @@ flight; it yields its first token one step later.
 
 Stops are matched on generated tokens only (`StopMatcher`): an EOS id or any of the request's
 stop sequences ending at the new token; a row also stops at its `max_tokens`. A finished row
-leaves the batch at once, with its cache (`BatchLayerCache.extract`) for a state to keep."""
+leaves the batch at once; a row that asked for it (`NewRow.keeps_cache`) takes its cache along
+(`BatchLayerCache.extract`) for a state to keep. Only those: an extracted cache holds the row's
+buffers, and a shared-prefix row's prefix buffer, for as long as the caller keeps the
+`StepToken`, so a cache nobody keeps would hold a finished cell's memory through the next
+admission (the peak that the memory plan does not count)."""
 
 from __future__ import annotations
 
@@ -59,7 +63,8 @@ class StopMatcher:
 @dataclass
 class NewRow:
     """A row to join the batch: its cache (one layer each, prefilled up to `last_id`), the id
-    it feeds first, its `RowSpec`, its token cap and its stop matcher."""
+    it feeds first, its `RowSpec`, its token cap, its stop matcher, and whether its cache
+    comes back with its last token (`StepToken.cache`: a state the engine keeps)."""
 
     uid: int
     last_id: int
@@ -67,12 +72,13 @@ class NewRow:
     cache: list[Any]
     max_tokens: int
     stop: StopMatcher
+    keeps_cache: bool = False
 
 
 @dataclass
 class StepToken:
     """One row's token of one step: its statistics, and when the row finished with it, why
-    ("length" or "stop") and the row's cache."""
+    ("length" or "stop") and, for a row that `keeps_cache`, the row's cache (else None)."""
 
     uid: int
     token: int
@@ -92,6 +98,7 @@ class DecodeBatch:
         self.max_tokens: list[int] = []
         self.counts: list[int] = []
         self.stops: list[StopMatcher] = []
+        self.keeps_cache: list[bool] = []
         self.cache: list[BatchLayerCache] = []  # one batch layer per model layer
         self._next_tokens: mx.array | None = None  # [rows] drawn last step (or a prompt's id)
         self._next_stats: list = []  # per row: (bundle, index) of its drawn token, or None
@@ -122,6 +129,7 @@ class DecodeBatch:
             self.max_tokens.append(int(r.max_tokens))
             self.counts.append(0)
             self.stops.append(r.stop)
+            self.keeps_cache.append(bool(r.keeps_cache))
 
     def remove(self, uids: Sequence[int]) -> None:
         """Drop rows before their end (their caches go with them)."""
@@ -136,6 +144,7 @@ class DecodeBatch:
         self.max_tokens = [self.max_tokens[i] for i in keep]
         self.counts = [self.counts[i] for i in keep]
         self.stops = [self.stops[i] for i in keep]
+        self.keeps_cache = [self.keeps_cache[i] for i in keep]
         self._next_stats = [self._next_stats[i] for i in keep]
         if keep:
             for layer in self.cache:
@@ -175,7 +184,7 @@ class DecodeBatch:
             cache = None
             if reason is None:
                 keep.append(i)
-            else:
+            elif self.keeps_cache[i]:
                 cache = [layer.extract(i) for layer in self.cache]
             out.append(StepToken(self.uids[i], fed[i], row_stats, reason, cache))
         self._keep(keep)

@@ -513,6 +513,9 @@ class MlxEngine(GroupPath, MemoryPlan, PrefixReuse, Engine):
                 responses = batch.step()
                 if responses:
                     yield from self._record_step(rows, responses, time.perf_counter() - step_start)
+                # the finished rows' kept caches are stored by now; dropped here, not when the
+                # next step reassigns them, so their buffers are free before the next admission
+                del responses
         finally:
             self.last_elapsed_s = time.perf_counter() - t_start
             if self.groups is not None:
@@ -566,7 +569,10 @@ class MlxEngine(GroupPath, MemoryPlan, PrefixReuse, Engine):
         for (r, cache, ids, fed), spec in zip(new, specs, strict=True):
             self._uid += 1
             stop = self._stop(r)
-            joining.append(NewRow(self._uid, ids[-1], spec, cache, int(r.max_tokens), stop))
+            keeps = bool(r.keep_state and self.reuse_prefixes)
+            joining.append(
+                NewRow(self._uid, ids[-1], spec, cache, int(r.max_tokens), stop, keeps_cache=keeps)
+            )
             rows[self._uid] = _Row(r, spec, len(r.prompt) - fed)
         batch.add(joining)
         self.counters.admitted(len(rows))

@@ -2,10 +2,13 @@
 each row a `StepStats` per token: named fields, the instrumentation columns only when the batch
 is instrumented, the top ids only when asked; the same on the CPU branch (numpy) and the
 MLX-graph branch (run on this CPU). Rows stop at their cap or a stop sequence of generated
-tokens, and leave with their cache."""
+tokens, and leave with their cache when they keep it, and free of it when they do not."""
 
 from __future__ import annotations
 
+import gc
+
+import mlx.core as mx
 import pytest
 
 from breakthrough.engine import batch_step
@@ -19,11 +22,13 @@ from breakthrough.protocol import Sampling
 STEPS = 6
 
 
-def _row(model, uid: int, prompt: list[int], spec: RowSpec, cap: int, stop=()) -> NewRow:
+def _row(
+    model, uid: int, prompt: list[int], spec: RowSpec, cap: int, stop=(), keeps_cache=True
+) -> NewRow:
     """A row as the engine hands it over: prefilled at batch 1 up to its prompt's last id."""
     cache = make_prompt_cache(model)
     prefill(model, cache, prompt[:-1])
-    return NewRow(uid, prompt[-1], spec, cache, cap, StopMatcher(stop))
+    return NewRow(uid, prompt[-1], spec, cache, cap, StopMatcher(stop), keeps_cache=keeps_cache)
 
 
 def _stats(model, specs: list[RowSpec]) -> dict[int, list[StepStats]]:
@@ -111,6 +116,37 @@ def test_rows_stop_at_their_cap_or_a_generated_stop_sequence_and_leave_with_thei
     assert got[0] == tokens[: first + 1] and ended[0][0] == "stop"
     assert ended[1][0] == "length" and len(got[1]) == 3  # its prompt's ending never matched
     assert got[2] == tokens  # joined late, between steps: the tokens it gets alone
+
+
+@pytest.mark.parametrize("keeps_cache", [False, True])
+def test_a_finished_row_frees_its_cache_unless_it_keeps_it(tiny_model, keeps_cache) -> None:
+    """A finished row's `StepToken` carries its cache only when the row asked to keep it: a
+    cache handed back and held by the caller (the engine holds a step's tokens while it stores
+    them) keeps the row's buffers alive, which the engine's memory plan has already released
+    for the next rows it admits."""
+    model = tiny_model.model
+    gc.collect()
+    before = mx.get_active_memory()
+    greedy = Sampling(temperature=0.0)
+    prompt = [1 + (i % 50) for i in range(400)]
+    rows = [_row(model, i, prompt, RowSpec(i, greedy), 3, keeps_cache=keeps_cache) for i in (0, 1)]
+    held = sum(layer.nbytes for row in rows for layer in row.cache)
+    batch = DecodeBatch(model)
+    batch.add(rows)
+    del rows
+    ended = []
+    while len(batch):
+        ended += [resp for resp in batch.step() if resp.finish_reason is not None]
+    batch.close()
+    gc.collect()
+    left = mx.get_active_memory() - before
+    assert len(ended) == 2
+    if keeps_cache:
+        assert all(resp.cache is not None for resp in ended)
+        assert left >= held // 2  # the two rows' caches, still alive in the tokens held
+    else:
+        assert left < held // 8  # gone with the rows, though their last tokens are held
+        assert all(resp.cache is None for resp in ended)
 
 
 def test_a_removed_row_leaves_and_the_others_go_on(tiny_model) -> None:
