@@ -11,18 +11,28 @@ that failed to load is not a place to find a model.
 
 The index lives in the user cache (`offline.cache_root()`), never in a run. It only saves
 retyping a folder, so a cache that cannot be written never stops a command. Indexes written by
-an older bt (one folder per id, as a string) are read as a list of one."""
+an older bt (one folder per id, as a string) are read as a list of one.
+
+Concurrent bt processes: every change is a read-modify-write under an advisory lock
+(`fcntl.flock` on a file beside the index; the kernel drops it when its process ends, so it is
+never stale) and lands by an atomic rename, so readers see the old index or the new one and two
+`bt base` loading two copies at once both stay recorded (without the lock, the later write was
+made from a read before the earlier one and dropped its folder)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from breakthrough.models import offline
 from breakthrough.outputs import replace_atomic
 
 LOCAL_INDEX = "local-folders.json"
+LOCK_SUFFIX = ".lock"
 
 
 def index_path() -> Path:
@@ -47,6 +57,36 @@ def _read() -> dict[str, list[str]]:
     return index
 
 
+@contextmanager
+def _changing() -> Iterator[None]:
+    """Hold the index's lock while reading and rewriting it (module doc). A cache where the
+    lock file cannot be made is one the index cannot be written to either: the block runs
+    unlocked and `_write` ignores the failure, as it always did (the index only saves
+    retyping a folder)."""
+    lock = index_path().with_name(LOCAL_INDEX + LOCK_SUFFIX)
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd: int | None = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            _lock(fd)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def _lock(fd: int) -> None:
+    """Wait for the exclusive lock; a file system without locks (ENOLCK on some network
+    mounts) leaves the index unlocked, as before the lock existed, rather than stop bt."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        pass
+
+
 def _write(index: dict[str, list[str]]) -> None:
     """Replace the index atomically; an unwritable cache is ignored (module doc)."""
     path = index_path()
@@ -67,13 +107,15 @@ def folders_for(model_id: str) -> list[Path]:
 def remember(model_id: str, folder: Path) -> None:
     """Record that `folder` (which just loaded) holds `model_id`, first in its list; the other
     folders known for it stay."""
-    index = _read()
     where = str(Path(folder).resolve())
-    have = index.get(model_id, [])
-    if have[:1] == [where]:
-        return
-    index[model_id] = [where, *(f for f in have if f != where)]
-    _write(index)
+    if folders_for(model_id)[:1] == [Path(where)]:
+        return  # already first: no lock, no write
+    with _changing():
+        index = _read()
+        have = index.get(model_id, [])
+        if have[:1] != [where]:
+            index[model_id] = [where, *(f for f in have if f != where)]
+            _write(index)
 
 
 def forget(model_id: str, folders: Iterable[Path]) -> None:
@@ -81,9 +123,10 @@ def forget(model_id: str, folders: Iterable[Path]) -> None:
     drop = {str(f) for f in folders}
     if not drop:
         return
-    index = _read()
-    have = index.get(model_id, [])
-    left = [f for f in have if f not in drop]
-    if left != have:
-        index[model_id] = left
-        _write(index)
+    with _changing():
+        index = _read()
+        have = index.get(model_id, [])
+        left = [f for f in have if f not in drop]
+        if left != have:
+            index[model_id] = left
+            _write(index)

@@ -81,18 +81,19 @@ def load_model(
     HF_HUB_OFFLINE=1. Every failure a user can cause becomes a one-line BtError."""
     spec, folder, ident = _identify(name)
     try:
-        import mlx_lm
+        from mlx_lm.utils import load_config
+        from mlx_lm.utils import load_model as load_weights
 
         with hub.hub_offline():
-            # mlx_lm types load() as a 2- or 3-tuple; return_config=True gives the 3-tuple
-            model, tokenizer, config = mlx_lm.load(str(folder), return_config=True)  # type: ignore[misc]
+            # mlx_lm.load's two steps, tokenizer first: a folder whose tokenizer cannot be
+            # built is refused before its weights are read, and the refusal can name the file
+            tokenizer = _load_tokenizer(Path(folder), load_config(Path(folder)))
+            model, config = load_weights(Path(folder))
         evaluate_module_arrays(model)
     except BtError:
         raise
     except Exception as exc:
-        raise BtError(
-            f"cannot load model {name!r} from {folder}: {type(exc).__name__}: {exc}"
-        ) from None
+        raise BtError(f"cannot load model {name!r} from {folder}: {_one_line(exc)}") from None
     if ident.model_id.startswith(LOCAL_PREFIX):
         folder_index.remember(ident.model_id, Path(folder))  # only a folder that loaded
     if family is not None:
@@ -121,6 +122,40 @@ def load_model(
         config=dict(config),
         digest=ident.digest,
     )
+
+
+def _load_tokenizer(folder: Path, config: dict) -> Any:
+    """mlx-lm's tokenizer of `folder` (EOS ids from `config`, as `mlx_lm.load` passes them).
+    Without tokenizer.json, transformers tries to convert whatever slow-tokenizer files are
+    there and, when it cannot, says so in five lines that never name the missing file: that is
+    one line naming tokenizer.json (`_check_tokenizer_files` catches a folder with no tokenizer
+    file at all before the weights are hashed)."""
+    from mlx_lm.utils import load_tokenizer
+
+    try:
+        return load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
+    except Exception as exc:
+        if (folder / "tokenizer.json").is_file():
+            raise
+        others = [n for n in TOKENIZER_FILES[1:] if (folder / n).is_file()]
+        raise BtError(
+            f"{folder}: no tokenizer.json, and transformers cannot build the tokenizer from "
+            f"{' or '.join(others) or 'the other files there'} ({_first_line(exc)}); copy "
+            f"tokenizer.json from the checkpoint the weights came from"
+        ) from None
+
+
+def _first_line(exc: Exception) -> str:
+    """ "Type: first line of the message": the cause, without transformers' list of what it
+    tried."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0].rstrip(' :') if lines else ''}"
+
+
+def _one_line(exc: Exception) -> str:
+    """`exc` as "Type: message" on one line: transformers and mlx-lm raise messages of several
+    lines, and a refusal is one line (README, "Exit codes": code 2)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def evaluate_module_arrays(model: Any) -> None:

@@ -93,3 +93,24 @@ def test_a_folder_without_its_tokenizer_is_one_line_naming_the_file(tiny_model_d
     )  # fmt: skip
     assert_one_line_error(proc, 2, str(folder), "no tokenizer.json")
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_folder_with_only_slow_tokenizer_files_is_one_line_naming_tokenizer_json(
+    tiny_model_dir, tmp_path
+):
+    """vocab.json and merges.txt left where tokenizer.json should be: the file check passes,
+    transformers cannot build this tokenizer class from them and said so in five lines that
+    never name tokenizer.json; now one line names it, before the weights are read."""
+    folder = Path(shutil.copytree(tiny_model_dir, tmp_path / "M"))
+    bpe = json.loads((folder / "tokenizer.json").read_text())["model"]
+    (folder / "vocab.json").write_text(json.dumps(bpe["vocab"]))
+    merges = (m if isinstance(m, str) else " ".join(m) for m in bpe["merges"])
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    (folder / "tokenizer.json").unlink()
+    runs = tmp_path / "runs"
+    proc = run_bt(
+        "base", *ARITH_BASE, "--model", folder, "--runs-dir", runs,
+        BT_CACHE_DIR=str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert_one_line_error(proc, 2, str(folder), "no tokenizer.json", "vocab.json")
+    assert not runs.exists() or not any(runs.iterdir())
