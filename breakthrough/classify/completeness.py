@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 NOT_CONTINUED = "not continued"
 INCOMPLETE = "incomplete"
 STATUSES = (NOT_CONTINUED, INCOMPLETE)
+# what a cell whose base trace is gone lacks: `bt continue` cuts probes from a stored trace and
+# never makes one, so the line names the command that does (the run's `bt base`, same seed)
+BASE_GONE = "base trace (lost: rerun bt base)"
 COLUMNS = ["cell_id", "model", "problem_id", "status", "missing"]
 
 
@@ -193,7 +196,7 @@ def unfinished_rows(
                 continue
             status = INCOMPLETE
             missing = "; ".join(
-                (["base trace"] if no_base else [])
+                ([BASE_GONE] if no_base else [])
                 + ([f"restarts at {','.join(lack)}"] if lack else [])
                 + ([f"probes at {', '.join(short)}"] if short else [])
                 + partial

@@ -117,7 +117,9 @@ def _check_gone(store: RunStore, report: VerifyReport, skip: Collection[str] = (
         classify` use) is named with what it lacks. The last row written leaves no gap: its
         loss is the one this cannot tell from a run stopped before it.
 
-    A cell without a stored base trace has no grid to check. Skipped when the manifest holds no
+    A cell without a stored base trace has no grid to check; one whose stored work proves its
+    base trace was written (`RunStore.base_trace_gone`, the rule `bt status` and `bt classify`
+    use) is named for that. Skipped when the manifest holds no
     whole protocol (reported above), and for cells in `skip`, whose damaged rows (a changed
     anchor, a changed kind) are reported already: one line per damage. Rows deleted and then
     made again by `bt continue` (same keys, same seeds) leave their ids missing but no cell
@@ -146,6 +148,17 @@ def _check_gone(store: RunStore, report: VerifyReport, skip: Collection[str] = (
             line = _owed_rows_gone(store, cell, rows, bytes(seg), protocol, gone)
         if line is not None:
             report.problems.append(f"{store.path}: cell {cell}: {line}")
+    try:
+        base_gone = store.base_trace_gone()
+    except BtError:
+        return  # a damaged row: reported by `_check_rows`
+    for cell in sorted(base_gone - set(skip)):
+        report.problems.append(
+            f"{store.path}: cell {cell}: its base trace is gone: the cell holds continuations "
+            f"(probes or restarts), which bt continue makes only from a stored base trace; "
+            f"the row was deleted from the store (`bt base`, the run's own command, makes it "
+            f"again)"
+        )
 
 
 def _gone_ids(ids: list[int]) -> str:

@@ -706,18 +706,23 @@ class RunStore(HiddenVectors, Frames, Queries):
         ]
 
     def base_trace_gone(self) -> set[str]:
-        """Cells whose base trace the store proves was written and no longer holds: a probe of
-        the cell was cut from it (prefix_len > 0: its prefix is the trace's first tokens), and
-        no base row is left. Such a cell is unfinished (`classify.completeness`), never labelled
-        from its probes alone; `bt verify` names the deleted row."""
-        where, params = self._where(kind="probe")
-        self.check_where(where, params)
+        """Cells whose base trace the store proves was written and no longer holds (no base row
+        is left): a probe of the cell was cut from it (prefix_len > 0: its prefix is the
+        trace's first tokens), or, in a run `bt continue` continued (manifest `continuation`,
+        committed with its first sample), the cell holds any probe or restart, since `bt
+        continue` works only the cells whose base trace is stored (a trace shorter than every
+        anchor gets restarts alone, and no probe to prove it). Such a cell is unfinished
+        (`classify.completeness`), never labelled from what is left; `bt verify` names it."""
+        where = " WHERE s.kind IN ('probe', 'restart')"
+        self.check_where(where)
+        continued = "continuation" in self.manifest()
         return {
             str(cid)
             for (cid,) in self.conn.execute(
-                "SELECT DISTINCT s.cell_id FROM samples s WHERE s.kind='probe' AND s.prefix_len > 0"
-                " AND NOT EXISTS (SELECT 1 FROM samples b WHERE b.cell_id=s.cell_id"
-                " AND b.kind='base')"
+                "SELECT DISTINCT s.cell_id FROM samples s" + where + " AND (? OR (s.kind='probe'"
+                " AND s.prefix_len > 0)) AND NOT EXISTS (SELECT 1 FROM samples b"
+                " WHERE b.cell_id=s.cell_id AND b.kind='base')",
+                (continued,),
             )
         }
 

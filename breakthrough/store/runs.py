@@ -57,20 +57,43 @@ class FoundRuns:
     notes: list[str] = field(default_factory=list)
 
 
+def _in_the_making(run: Path) -> str | None:
+    """Why `run` is not a run yet when its first `bt base` has made the store and not yet
+    given it a manifest (the moment between the two), naming that bt as the folder before it
+    is named, never "the manifest is empty" (damage); None otherwise. The store is read only
+    when another bt holds the run."""
+    holder = held_by(run)
+    if holder is None:
+        return None
+    with RunStore(run, readonly=True, check_manifest=False) as store:
+        if store.raw_manifest():
+            return None
+    return f"{run}: not a run yet: another bt is making it ({holder}); let it finish, then rerun"
+
+
 def find_runs(paths: Sequence[str | Path], *, study: bool = False) -> FoundRuns:
     """Expand the paths a command was given (`runs/`, `runs/*`, run folders) into runs: a run
     folder (`is_run_dir`) is kept; a folder holding runs stands for them; any other folder
     (an analysis output such as `runs/classify`, an empty folder) is skipped with one note.
     With `study`, a `bt sample` / `bt cohorts screen` run (independent attempts: no probes, no
     restarts) is skipped too, with one note naming them; it is a run, but not of the study.
-    Refused (one line) when a path does not exist or no run is left."""
+    A run its first `bt base` is still making (`_in_the_making`) is refused naming that bt
+    when named, skipped with one note inside a folder. Refused (one line) when a path does
+    not exist or no run is left."""
     found: list[Path] = []
     notes: list[str] = []
     for p in map(Path, paths):
         if is_run_dir(p):
+            if making := _in_the_making(p):
+                raise BtError(making)
             found.append(p)
         elif p.is_dir():
-            inside = sorted(d for d in p.iterdir() if is_run_dir(d))
+            inside = []
+            for d in sorted(d for d in p.iterdir() if is_run_dir(d)):
+                if making := _in_the_making(d):  # the others are read as they are
+                    notes.append(f"skipped {making}")
+                else:
+                    inside.append(d)
             if inside:
                 found.extend(inside)
             elif holder := held_by(p):  # its first `bt base` has not made the store yet

@@ -72,3 +72,50 @@ def test_a_cell_whose_base_trace_is_gone_is_unfinished_in_status_and_classify(ru
     assert f"{cell},incomplete,base trace" in (out / "unfinished.csv").read_text().replace(
         f"{cell.split(':')[0]},{cell.split(':', 1)[1]},", ""
     )
+    proc = run_bt("verify", run)  # it named an orphan hidden-vector file, not the lost row
+    assert_one_line_error(proc, 1, "damaged")
+    assert f"cell {cell}: its base trace is gone" in proc.stdout, proc.stdout
+
+
+def test_a_restart_only_cell_whose_base_trace_is_gone_is_unfinished_and_named(
+    tiny_model_dir, tmp_path
+):
+    """A cell whose base trace is shorter than every anchor gets restarts alone: no probe was cut
+    from its trace to prove it was written. With its base row deleted, `bt status` said "done",
+    `bt classify` labelled it and `bt verify` said intact. `bt continue` works only cells with a
+    stored base trace, so in a continued run its restarts are the proof."""
+    from bt_cli import bt_in_process
+    from continue_fixture import make_run
+
+    run = tmp_path / "runs" / "r"
+    make_run(run, tiny_model_dir, {"long": (100, 20), "short": (4, 4)}).close()
+    bt_in_process(
+        "continue", run, "--anchors", "64", "--budget", "4", "--answer-budget", "4",
+        "--restarts", "4", "--samples", "2",
+    )  # fmt: skip
+    conn = sqlite3.connect(run / "store.sqlite")
+    kinds = dict(
+        conn.execute(
+            "SELECT cell_id, group_concat(DISTINCT kind) FROM samples WHERE kind != 'base' "
+            "GROUP BY cell_id"
+        ).fetchall()
+    )
+    conn.close()
+    (short,) = [cell for cell in kinds if cell.endswith(":short")]
+    assert kinds[short] == "restart", kinds  # restarts alone: its trace is below anchor 64
+    assert _delete_samples(run, f"kind='base' AND cell_id='{short}'")
+
+    proc = run_bt("status", run)
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if f"{short} " in line)
+    assert "incomplete: base trace" in row and "done" not in row, proc.stdout
+    out = tmp_path / "classify"
+    proc = run_bt("classify", run, "--draws", "2", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert short not in (out / "labels.csv").read_text()
+    assert f"{short},incomplete,base trace" in (out / "unfinished.csv").read_text().replace(
+        f"{short.split(':')[0]},{short.split(':', 1)[1]},", ""
+    )
+    proc = run_bt("verify", run)
+    assert_one_line_error(proc, 1, "damaged")
+    assert f"cell {short}: its base trace is gone" in proc.stdout, proc.stdout

@@ -51,6 +51,23 @@ def test_continue_on_a_run_its_first_bt_base_is_making_names_the_holder(tmp_path
     assert not run.exists()  # the lock's folder went with it; bt made nothing
 
 
+def test_a_run_whose_store_its_first_bt_base_just_made_names_the_holder(tmp_path):
+    """The moment after: its first `bt base` has made store.sqlite and not yet written the
+    manifest. `bt continue` and `bt status` said "the manifest is empty: ... damaged"; named,
+    such a run is refused naming the holder, and inside a folder it is skipped with a note."""
+    from breakthrough.store import RunStore
+
+    run = tmp_path / "runs" / "r"
+    with run_lock(run):
+        RunStore(run, create=True).close()  # as `bt base` makes it, before its manifest
+        for args in (("continue", run, "--budget", "4"), ("status", run)):
+            proc = run_bt(*args)
+            line = assert_one_line_error(proc, 2, f"{run}: not a run yet", f"pid {os.getpid()}")
+            assert "manifest" not in line
+        proc = run_bt("status", run.parent)
+        assert_one_line_error(proc, 2, "no run directories", f"skipped {run}: not a run yet")
+
+
 def test_a_request_beyond_a_servers_context_says_so_and_that_a_rerun_cannot_help(
     tiny_model_dir, tmp_path
 ):

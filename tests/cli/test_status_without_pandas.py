@@ -40,8 +40,12 @@ def pandas_status(run_dir: Path, tau: float | None = None) -> RunStatus:
     topup = resolve_topup(run_dir, man, None)
     probes, rests = probe_panel(df, protocol), restart_panel(df, protocol)
     plan = plan_next(probes, rests, protocol=protocol, topup=topup.rules)
-    # a cell whose probes were cut from a base trace the store no longer holds (issue 52)
-    cut = df[(df["kind"] == "probe") & (df["prefix_len"] > 0)]["cell_id"]
+    # a cell whose probes were cut from a base trace the store no longer holds, or, in a run
+    # `bt continue` continued, any cell holding a probe or restart without one (issue 52)
+    worked = df["kind"].isin(["probe", "restart"])
+    if "continuation" not in man:
+        worked &= (df["kind"] == "probe") & (df["prefix_len"] > 0)
+    cut = df[worked]["cell_id"]
     gone = set(cut) - set(df[df["kind"] == "base"]["cell_id"])
     unfinished = unfinished_cells(
         df, cells, probe_rows=rows_by_cell(probes, "anchor"), protocol=protocol, base_gone=gone
