@@ -227,8 +227,14 @@ class HttpEngine(Engine):
             limit = version.get("max_running_requests") if isinstance(version, dict) else None
             context = data[0].get("max_model_len")  # vLLM's and bt serve's context limit
         else:
-            context = None
             model = ep.get_json("/get_model_info")
+            try:  # SGLang's OpenAI routes list its context as vLLM's do
+                listed = ep.get_json("/v1/models")
+                data = listed.get("data") if isinstance(listed, dict) else None
+                first = data[0] if isinstance(data, list) and data else None
+                context = first.get("max_model_len") if isinstance(first, dict) else None
+            except (httpx.HTTPError, ValueError):
+                context = None  # not listed: the server's own 400 says it (refused_context)
             try:
                 server = ep.get_json("/get_server_info")
             except (httpx.HTTPError, ValueError):

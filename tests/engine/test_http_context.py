@@ -1,9 +1,9 @@
 """A request longer than a server's context is a refusal no rerun changes (issue 52): refused
-before it is sent when the server reports its max_model_len (tests/cli/
-test_refusals_name_the_cause.py, against `bt serve --max-model-len 256`), and, when it does not,
-recognised in the server's own HTTP 400 (vLLM's, SGLang's and bt serve's wordings): one line
-naming the endpoint and the limit, exit 2, the request not retried and not stored as a failure
-a rerun would retry (that was exit 3, "rerun to retry").
+before it is sent when the server lists its max_model_len in /v1/models (vLLM, bt serve: tests/
+cli/test_refusals_name_the_cause.py, against `bt serve --max-model-len 256`; SGLang, read there
+too now), and, where a server lists none, recognised in its own HTTP 400 (vLLM's, SGLang's and
+bt serve's wordings): one line naming the endpoint and the limit, exit 2, the request not
+retried and not stored as a failure a rerun would retry (that was exit 3, "rerun to retry").
 
 The server: tests/engine/fake_vllm.py (a stdlib HTTP server on 127.0.0.1 in a thread of the
 test, closed at the end) with a 256-token context it does not list in /v1/models."""
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
+import httpx
 import pytest
 from bt_cli import assert_one_line_error, run_bt
 from engine.fake_vllm import FakeVllm
@@ -173,3 +175,39 @@ def test_bt_base_beyond_an_unlisted_context_is_one_line_exit_2(
     )
     assert "rerun to" not in proc.stdout + proc.stderr
     assert not runs.exists() or not any(runs.iterdir())
+
+
+class _SglangAnswers:
+    """An endpoint's GETs answered from a table, as SGLang answers them (an exception raised)."""
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        self.answers = answers
+
+    def get_json(self, path: str) -> object:
+        answer = self.answers[path]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+@pytest.mark.parametrize(
+    "models, context",
+    [
+        ({"object": "list", "data": [{"id": "qwen", "max_model_len": 32768}]}, 32768),
+        ({"object": "list", "data": [{"id": "qwen"}]}, 0),  # not listed: its 400 says it
+        (httpx.HTTPStatusError("404", request=None, response=None), 0),
+    ],
+)
+def test_sglang_s_listed_context_is_read_at_startup(models: object, context: int) -> None:
+    """SGLang lists its context in /v1/models as vLLM does: the pre-check refuses a request
+    beyond it before anything is sent (the engine read none for SGLang)."""
+    ep = _SglangAnswers(
+        {
+            "/get_model_info": {"model_path": "Qwen/Qwen3-4B"},
+            "/get_server_info": {"version": "0.5.4", "max_running_requests": 8},
+            "/v1/models": models,
+        }
+    )
+    described = HttpEngine._describe(SimpleNamespace(backend="sglang"), ep)
+    assert described["context"] == context and described["limit"] == 8
+    assert described["identity"]["model"] == "Qwen/Qwen3-4B"
