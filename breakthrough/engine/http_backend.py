@@ -7,7 +7,10 @@ SGLang radix cache, bt serve's shared prefixes) does the reuse. Several endpoint
 routed by cell (engine/fleet.py); requests run on a thread pool, at most `max_inflight` per
 endpoint; retries and failures follow engine/http_client.py: a request that keeps failing
 yields a result with finish_reason "error" (and `error`), an endpoint that stops answering has
-its cells re-routed, and the run goes on.
+its cells re-routed, and the run goes on. A request longer than a server's context is no such
+failure (every rerun gets the same answer): refused before it is sent when the server reports
+its `max_model_len`, or at its HTTP 400 that says so (`refused_context`), the run stops on a
+one-line `BtError` (exit 2) naming the limit.
 
 Nothing a server answers is taken on faith: every answer's token ids must lie in the model's
 vocabulary, its log-probs be finite and <= 0 and its counts agree (wire.check_values); an answer
@@ -34,7 +37,9 @@ What is exact and what is not (recorded per run in `identity()`):
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -75,6 +80,71 @@ def probe_ids(vocab_size: int, n: int = 24) -> list[int]:
     """A fixed, model-independent sequence of valid ids for the startup log-prob check."""
     span = max(2, min(int(vocab_size), 32000))
     return [(7919 * i + 101) % span for i in range(1, n + 1)]
+
+
+# How servers word a refusal of a request beyond the context (HTTP 400), each with the limit:
+# vLLM ("This model's maximum context length is 256 tokens. However, you requested ...", and
+# since 0.10 "'max_tokens' ... is too large: 400. This model's maximum context length is 256
+# tokens and your request has ..."; a prompt alone too long: "The decoder prompt (length 300) is
+# longer than the maximum model length of 256"), SGLang ("The input (300 tokens) is longer than
+# the model's context length (256 tokens)", "Requested token count exceeds the model's maximum
+# context length of 256 tokens"), OpenAI's wording as vLLM's, and bt serve ("... exceed the
+# model's context of 256 tokens").
+CONTEXT_REFUSALS = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"maximum context length (?:is|of) (\d[\d,]*) tokens",
+        r"longer than the maximum model length of (\d[\d,]*)",
+        r"longer than the model's context length \((\d[\d,]*)",
+        r"(?:fit|exceeds?) the model's context of (\d[\d,]*) tokens",
+    )
+)
+
+
+def refused_context(status: int | None, body: str) -> int | None:
+    """The context limit a server's HTTP 400 answer names when it refuses a request as longer
+    than its context, else None: such a refusal is the same on every attempt and every rerun, so
+    it is a setting to change (exit 2), not a failure to retry (exit 3). Read from the error's
+    message (vLLM / bt serve `{"message"}`, OpenAI / newer vLLM `{"error": {"message"}}`, SGLang
+    `{"error": {"message"}}` or `{"detail"}`), or the whole body when it is not JSON."""
+    if status != 400:
+        return None
+    message = _error_message(body)
+    for pattern in CONTEXT_REFUSALS:
+        found = pattern.search(message)
+        if found:
+            limit = int(found.group(1).replace(",", ""))
+            return limit if limit > 0 else None
+    return None
+
+
+def _error_message(body: str) -> str:
+    """The message of an error body in any of the servers' shapes, else the body itself."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return body
+    if isinstance(answer, dict):
+        error = answer.get("error")
+        for said in (
+            answer.get("message"),
+            error.get("message") if isinstance(error, dict) else error,
+            answer.get("detail"),
+        ):
+            if isinstance(said, str) and said:
+                return said
+    return body
+
+
+def beyond_context(url: str, req: GenRequest, limit: int, source: str) -> BtError:
+    """The one line for a request that does not fit a server's context of `limit` tokens
+    (`source`: where the limit was read), whether bt saw it before sending or the server
+    refused it."""
+    return BtError(
+        f"{url}: a request of {len(req.prompt):,} prompt + {int(req.max_tokens):,} new tokens "
+        f"exceeds the server's context of {limit:,} tokens ({source}); a rerun cannot help: "
+        "lower --max-tokens (or the budgets), or serve a longer context"
+    )
 
 
 class HttpEngine(Engine):
@@ -157,8 +227,14 @@ class HttpEngine(Engine):
             limit = version.get("max_running_requests") if isinstance(version, dict) else None
             context = data[0].get("max_model_len")  # vLLM's and bt serve's context limit
         else:
-            context = None
             model = ep.get_json("/get_model_info")
+            try:  # SGLang's OpenAI routes list its context as vLLM's do
+                listed = ep.get_json("/v1/models")
+                data = listed.get("data") if isinstance(listed, dict) else None
+                first = data[0] if isinstance(data, list) and data else None
+                context = first.get("max_model_len") if isinstance(first, dict) else None
+            except (httpx.HTTPError, ValueError):
+                context = None  # not listed: the server's own 400 says it (refused_context)
             try:
                 server = ep.get_json("/get_server_info")
             except (httpx.HTTPError, ValueError):
@@ -378,14 +454,8 @@ class HttpEngine(Engine):
         before it is sent: the server would answer 400 every time, so it is a setting to change,
         not a failure a rerun retries (exit 2, not 3)."""
         limit, url = self._context
-        need = len(req.prompt) + int(req.max_tokens)
-        if limit and need > limit:
-            raise BtError(
-                f"{url}: a request of {len(req.prompt):,} prompt + {int(req.max_tokens):,} "
-                f"new tokens exceeds the server's context of {limit:,} tokens (max_model_len); "
-                f"a rerun cannot help: lower --max-tokens (or the budgets), or serve a longer "
-                f"context"
-            )
+        if limit and len(req.prompt) + int(req.max_tokens) > limit:
+            raise beyond_context(url, req, limit, "max_model_len")
 
     def _one(self, req: GenRequest) -> GenResult:
         t0 = time.perf_counter()
@@ -405,6 +475,11 @@ class HttpEngine(Engine):
                 down = str(exc)
                 continue
             except RequestFailed as exc:
+                limit = refused_context(exc.status, exc.body)
+                if limit:  # the same answer on every rerun: the run stops on it (exit 2)
+                    raise beyond_context(
+                        ep.url, req, limit, "the server refused it: HTTP 400"
+                    ) from None
                 return self._failed(req, str(exc), t0, ep.url)
             try:
                 return self._result(req, comp, ep.url, t0)

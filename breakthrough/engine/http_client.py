@@ -17,7 +17,8 @@ max_backoff_s, timeout_s)` (`--retries N` is attempts N + 1, `--request-timeout`
     cannot be true (`parse` decides: wire.check_values) is retried the same way; when every
     attempt failed the request fails (`RequestFailed`, which the engine turns into a result
     with finish_reason "error"); the endpoint stays in the fleet;
-  * any other 4xx answer is not retried (the request itself is wrong): `RequestFailed` at once.
+  * any other 4xx answer is not retried (the request itself is wrong): `RequestFailed` at once,
+    carrying the status and the body (the engine reads a context overflow from it).
 With an API key every request carries `Authorization: Bearer KEY` (the key is never logged or
 put in a message). Nothing here knows a wire format: `parse` turns a decoded body into the
 caller's value and raises ValueError (e.g. `wire.MalformedResponse`) for a malformed one."""
@@ -43,7 +44,17 @@ class EndpointDown(Exception):
 
 
 class RequestFailed(Exception):
-    """The endpoint answered, but never with a usable result for this request."""
+    """The endpoint answered, but never with a usable result for this request. A refusal that
+    is not retried (a 4xx) keeps its `status` and `body` (at most `REFUSAL_BODY_CHARS`), so the
+    caller can tell a refusal no rerun changes (a context overflow) from the others."""
+
+    def __init__(self, message: str, status: int | None = None, body: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+REFUSAL_BODY_CHARS = 4096
 
 
 RETRIED_4XX = (
@@ -183,7 +194,11 @@ class Endpoint:
                 wait_s = max(wait_s, min(_seconds(retry_after), policy.max_backoff_s))
                 continue
             if status >= 400:
-                raise RequestFailed(f"{self.url}{path}: HTTP {status}: {text}")
+                raise RequestFailed(
+                    f"{self.url}{path}: HTTP {status}: {text}",
+                    status,
+                    content[:REFUSAL_BODY_CHARS].decode("utf-8", "replace"),
+                )
             try:
                 return parse(json.loads(content))
             except ValueError as exc:  # JSONDecodeError and MalformedResponse are ValueErrors

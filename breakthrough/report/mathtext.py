@@ -12,14 +12,14 @@ answer that is bare LaTeX (`\\frac{1}{2}`, `x^2`). What is left as text: an uncl
 problem cut short, an answer cut off by the token budget), a `$` that reads as money ("$5 and
 $10": pandoc's rule, no space inside the delimiters and no digit right after the closing one,
 unless the span holds a LaTeX command), and anything the converter refuses; such text is shown
-escaped, never lost. The converter's MathML is rebuilt element by element (`_Sanitizer`): only
-MathML elements and presentation attributes pass and every text is escaped, so a problem holding
-`$\\text{<script>…}$` or `\\href{javascript:…}` shows that text and runs nothing; tags typed
-inside a text-mode argument reach the converter as character references (`_protect_text`), and
-the sanitiser keeps the elements well nested, so a typed `</math>` never closes the math. The
-results are `markupsafe.Markup`, which the page templates (autoescaped) insert as they are. An
-Asymptote figure (`[asy]…[/asy]`, which no browser draws) is folded into a closed <details>
-block: there on a click, not raw code in the reader's way.
+escaped, never lost. The converter's MathML is rebuilt from its element tree (`_sanitize`),
+never from its string: only MathML elements and presentation attributes pass and every text is
+escaped, so a problem holding `$\\text{<script>…}$` or `\\href{javascript:…}` shows that text
+and runs nothing, and a typed `</math>` (in `\\text`, `\\emph`, `\\tag`, any argument the
+converter copies) is text inside the math, never an end tag that closes it. The results are
+`markupsafe.Markup`, which the page templates (autoescaped) insert as they are. An Asymptote
+figure (`[asy]…[/asy]`, which no browser draws) is folded into a closed <details> block: there
+on a click, not raw code in the reader's way.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import html
 import re
 from functools import lru_cache
-from html.parser import HTMLParser
+from xml.etree.ElementTree import Element
 
 from markupsafe import Markup, escape
 
@@ -63,98 +63,51 @@ MATHML_ATTRIBUTES = frozenset(
 )
 
 
-class _Sanitizer(HTMLParser):
-    """MathML rebuilt from the converter's output with only `MATHML_ELEMENTS` and
-    `MATHML_ATTRIBUTES`; other tags (and all text) are escaped text. The elements stay well
-    nested: one `math` root, an end tag passes only when it closes the element open last, and
-    whatever is still open at the end is closed. The converter copies `\text{…}` verbatim, so a
-    problem's `\text{</math>…}` would otherwise close the math early and leave what follows
-    outside it (escaped, but no longer math)."""
+def _sanitize(math: Element) -> str:
+    """The converter's MathML tree written out again with only `MATHML_ELEMENTS` (`math` only
+    as the root) and `MATHML_ATTRIBUTES`, every text and attribute value escaped.
 
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.out: list[str] = []
-        self.open: list[str] = []  # the MathML elements open now, innermost last
-
-    def _allowed(self, tag: str) -> bool:
-        """A MathML element where it may stand: `math` only as the root, the others inside."""
-        return tag in MATHML_ELEMENTS and (tag == "math") == (not self.open)
-
-    def _tag(self, tag: str, attrs: list[tuple[str, str | None]], end: str) -> bool:
-        if not self._allowed(tag):
-            self.out.append(escape(self.get_starttag_text() or ""))
-            return False
-        kept = "".join(
-            f' {k}="{escape(v or "")}"' for k, v in attrs if k.lower() in MATHML_ATTRIBUTES
-        )
-        self.out.append(f"<{tag}{kept}{end}>")
-        return True
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self._tag(tag, attrs, ""):
-            self.open.append(tag)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._tag(tag, attrs, " /")
-
-    def handle_endtag(self, tag: str) -> None:
-        if self.open and self.open[-1] == tag:
-            self.open.pop()
-            self.out.append(f"</{tag}>")
-        else:  # a stray end tag (text that looks like one): shown, never obeyed
-            self.out.append(escape(f"</{tag}>"))
-
-    def handle_data(self, data: str) -> None:
-        self.out.append(escape(data))
-
-    def close(self) -> None:
-        super().close()
-        self.out.extend(f"</{tag}>" for tag in reversed(self.open))
-        self.open.clear()
+    Why from the tree and not from the converter's string: `latex2mathml` writes its string by
+    un-escaping the serialised tree (so that its own character references such as `&#x0222B;`
+    survive), which turns the text of `\\text{…}`, `\\emph{…}`, `\\tag{…}` and the like back
+    into raw markup; a typed `</mtext></mrow></math>` there then reads as the end tags that close
+    the math, whatever list of text commands a pre-pass knew. In the tree that text is still one
+    string inside its element, so no text of the problem can become a tag here: tags come only
+    from the tree's elements, text only from their text, and an element that is not MathML is
+    left out with its content kept as text."""
+    return _element(math, root=True)
 
 
-def _sanitize(mathml: str) -> str:
-    parser = _Sanitizer()
-    parser.feed(mathml)
-    parser.close()
-    return "".join(parser.out)
+def _element(node: Element, root: bool = False) -> str:
+    inner = _text(node.text) + "".join(_element(child) + _text(child.tail) for child in node)
+    tag = str(node.tag)
+    if tag not in MATHML_ELEMENTS or (tag == "math") != root:
+        return inner
+    kept = "".join(
+        f' {k}="{escape(html.unescape(str(v)))}"'
+        for k, v in node.attrib.items()
+        if str(k).lower() in MATHML_ATTRIBUTES
+    )
+    return f"<{tag}{kept}>{inner}</{tag}>"
 
 
-# Text-mode commands whose argument the converter copies into <mtext> character for character.
-_TEXT_MODE = re.compile(r"\\(?:text(?:rm|bf|it|tt|sf|normal)?|mbox|hbox)\s*\{")
-
-
-def _protect_text(latex: str) -> str:
-    """`latex` with `<` and `>` inside text-mode arguments (`\\text{…}`, `\\mbox{…}` …) written
-    as character references, which the converter copies as they are and the sanitiser reads
-    back as text: a tag typed there (`\\text{</mtext></mrow></math>}`) never reaches the
-    sanitiser as a tag, not even one that would close exactly the elements open at that point."""
-    out, pos = [], 0
-    for m in _TEXT_MODE.finditer(latex):
-        if m.start() < pos:
-            continue  # inside an argument already protected
-        depth, end = 1, m.end()
-        while end < len(latex) and depth:
-            depth += {"{": 1, "}": -1}.get(latex[end], 0)
-            end += 1
-        arg = latex[m.end() : end].replace("<", "&lt;").replace(">", "&gt;")
-        out += [latex[pos : m.end()], arg]
-        pos = end
-    out.append(latex[pos:])
-    return "".join(out)
+def _text(text: str | None) -> str:
+    """A text of the tree as HTML: the converter's character references (`&#x0222B;`) read as
+    the characters they name, then everything escaped."""
+    return str(escape(html.unescape(text))) if text else ""
 
 
 @lru_cache(maxsize=4096)
 def latex_to_mathml(latex: str, display: bool = False) -> str | None:
-    """MathML for one LaTeX expression (sanitized: `_Sanitizer`), or None when the converter
-    refuses it (unbalanced braces, an unknown construct)."""
-    from latex2mathml.converter import convert
+    """MathML for one LaTeX expression (rebuilt from the converter's tree: `_sanitize`), or None
+    when the converter refuses it (unbalanced braces, an unknown construct)."""
+    from latex2mathml.converter import convert_to_element
 
     try:
-        out = convert(_protect_text(latex.strip()), display="block" if display else "inline")
+        math = convert_to_element(latex.strip(), display="block" if display else "inline")
     except Exception:  # the converter raises several types on bad input; text is the fallback
         return None
-    return _sanitize(out) if "<math" in out else None
+    return _sanitize(math) if math.tag == "math" else None
 
 
 def math_html(text: str | None) -> Markup:

@@ -16,7 +16,9 @@ Modes (`fake.mode`, changeable while it runs):
 server). `corrupt` (a key of CORRUPTIONS, or None) alters every generation answer but the
 startup probe's (and that one too when `corrupt_probe`), as a tampering proxy would: a value
 that cannot be true of the model. `posts` counts generation POSTs; `auth` records each request's
-Authorization header."""
+Authorization header. `context` is the server's max_model_len, listed by /v1/models unless
+`reports_context` is False (as a proxy or an older server may); a generation POST whose prompt
++ max_tokens exceed it gets vLLM's HTTP 400 (`context_refusal`)."""
 
 from __future__ import annotations
 
@@ -94,11 +96,30 @@ def _one_token() -> dict:
     return {**COMPLETION, "choices": [first]}
 
 
+def context_refusal(prompt: int, max_tokens: int, context: int) -> dict | None:
+    """vLLM's (0.10 and later) HTTP 400 body for a request beyond its max_model_len, or None."""
+    if prompt + max_tokens <= context:
+        return None
+    message = (
+        f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
+        f"maximum context length is {context} tokens and your request has {prompt} input "
+        f"tokens ({max_tokens} > {context} - {prompt})."
+    )
+    return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+
+
 class FakeVllm:
     def __init__(
-        self, shift: float = 0.0, mode: str = "ok", hang_s: float = 1.5, corrupt: str | None = None
+        self,
+        shift: float = 0.0,
+        mode: str = "ok",
+        hang_s: float = 1.5,
+        corrupt: str | None = None,
+        context: int = 4096,
+        reports_context: bool = True,
     ) -> None:
         self.mode, self.shift, self.hang_s, self.posts = mode, shift, hang_s, 0
+        self.context, self.reports_context = context, reports_context
         self.corrupt, self.corrupt_probe = corrupt, False
         self.auth: list[str | None] = []
         self.closed = threading.Event()
@@ -124,12 +145,10 @@ class FakeVllm:
             def do_GET(self) -> None:
                 fake.auth.append(self.headers.get("Authorization"))
                 if self.path == "/v1/models":
-                    self._send(
-                        200,
-                        json.dumps(
-                            {"data": [{"id": "fake-model", "max_model_len": 4096}]}
-                        ).encode(),
-                    )
+                    model = {"id": "fake-model"}
+                    if fake.reports_context:
+                        model["max_model_len"] = fake.context
+                    self._send(200, json.dumps({"data": [model]}).encode())
                 elif self.path == "/version":
                     self._send(200, b'{"version": "0.32.0"}')
                 else:
@@ -147,6 +166,9 @@ class FakeVllm:
                 if body.get("prompt_logprobs"):
                     return self._send(200, json.dumps(_score_answer(fake.shift)).encode())
                 fake.posts += 1
+                refusal = context_refusal(len(body["prompt"]), body["max_tokens"], fake.context)
+                if refusal is not None:
+                    return self._send(400, json.dumps(refusal).encode())
                 if mode == "silent-after-probe":
                     return self._send(200, json.dumps(_one_token()).encode())
                 if mode == "flaky":

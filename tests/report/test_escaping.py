@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from markupsafe import escape
 
 from breakthrough.protocol import DEFAULT
@@ -19,7 +20,7 @@ from breakthrough.report import headlines as HL
 from breakthrough.report import html as H
 from breakthrough.report.cell_details import CellDetail
 from breakthrough.report.cell_figure import cell_svg
-from breakthrough.report.mathtext import answer_html, math_html
+from breakthrough.report.mathtext import answer_html, latex_to_mathml, math_html
 from breakthrough.report.study import Missing, write_page
 
 SCRIPT = "<script>alert(1)</script>"
@@ -70,6 +71,58 @@ def test_a_stray_math_end_tag_in_text_stays_inside_the_math():
     assert out.count("<math") == out.count("</math>") == 1 and out.endswith("</math> after")
     inner = answer_html(r"\text{</mtext></mrow></math>x}")
     assert inner.count("</math>") == 1 and inner.endswith("</mtext></mrow></math>")
+
+
+# End tags that close what the converter has open around a copied argument: the text element,
+# then a box or style element where the command makes one, then the row and the math.
+CLOSERS = (
+    "</mtext></mrow></math>",
+    "</mtext></menclose></mrow></math>",
+    "</mtext></mstyle></mrow></math>",
+    "</mtext></mrow></menclose></mrow></math>",
+)
+
+
+class _Nesting(HTMLParser):
+    """The page's elements as a stack: every end tag must close the element open last."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.open: list[str] = []
+        self.maths_closed = 0
+        self.text = text
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.open and self.open[-1] == tag, (tag, self.open, self.text)
+        self.open.pop()
+        self.maths_closed += tag == "math"
+
+
+@pytest.mark.parametrize("closer", CLOSERS)
+@pytest.mark.parametrize(
+    "command", [r"\text", r"\emph", r"\textup", r"\fbox", r"\tag", r"\mbox", r"\boxed{\text"]
+)
+def test_no_end_tag_typed_in_math_closes_the_math(command, closer) -> None:
+    """Issue 52: the sanitiser read the converter's string, where the text of any argument it
+    copies verbatim (`\\emph`, `\\textup`, `\\fbox`, `\\tag`, not only `\\text`) is raw markup
+    again, so `</mtext></mrow></math>` typed there closed the math early and left the rest of
+    the formula outside it. Now the one `</math>` is the last thing of the MathML and every
+    typed tag is text inside it."""
+    typed = closer + "<dfn>bt52</dfn>"  # no space: the converter makes spaces no-break ones
+    latex = command + "{" + typed + "}" + ("}" if command.endswith(r"{\text") else "")
+    mathml = latex_to_mathml(latex)
+    assert mathml is not None
+    assert mathml.count("</math>") == 1 and mathml.endswith("</math>"), mathml
+    assert str(escape(typed)) in mathml and "<dfn" not in mathml
+    nesting = _Nesting(mathml)
+    assert nesting.open == [] and nesting.maths_closed == 1
+    page = math_html(f"before ${latex}$ after")
+    assert page.startswith("before <math") and page.endswith("</math> after"), page
 
 
 def _labels() -> pd.DataFrame:

@@ -424,6 +424,37 @@ def test_hostile_text_on_a_cell_page_runs_nothing(browser, tmp_path):
         server.close()
 
 
+def test_an_end_tag_typed_in_math_stays_inside_the_drawn_math(browser, tmp_path):
+    """Issue 52: `\\emph{</mtext></mrow></math>…}` in a problem closed the math early in the
+    page (what followed was drawn outside it). In Chromium the typed tags are the text of the
+    one math element, which ends where the formula ends, and no element is made of them."""
+    import pandas as pd
+
+    from breakthrough.report.cell_details import CellDetail
+    from breakthrough.report.html import write_cell_page
+
+    typed = "</mtext></mrow></math><dfn>bt52</dfn>"
+    folder = tmp_path / "site"
+    write_cell_page(
+        folder / "cell.html",
+        row={"cell_id": "m:p1", "regime": "prefix_limited"},
+        curve=pd.DataFrame(),
+        svg="<svg class='cell-plot'></svg>",
+        detail=CellDetail(problem=rf"Before $\emph{{{typed}}} x^2$ after."),
+    )
+    server = _serve(folder)
+    url = next(server)
+    try:
+        page, problems = _open(browser, f"{url}/cell.html")
+        maths = page.evaluate("""() => Array.from(document.querySelectorAll('dl.facts math'))
+            .map(m => [m.previousSibling.textContent, m.textContent, m.nextSibling.textContent])""")
+        assert maths == [["Before ", typed + "x2", " after."]], maths
+        assert page.locator("dfn").count() == 0
+        assert problems == []
+    finally:
+        server.close()
+
+
 @pytest.fixture(scope="module")
 def uoo_server(tmp_path_factory):
     """http://127.0.0.1:PORT serving the page `bt report uoo --out` writes over two runs of
