@@ -7,7 +7,10 @@ only the last one loaded lost the model when that copy was deleted while the fir
 So the index keeps every folder known for an id, in the order they were last loaded (newest
 first); the caller checks them in turn (the weights, not the path, decide) and drops only the
 ones that are gone or hold other weights now. A folder is recorded only after it loaded: a folder
-that failed to load is not a place to find a model.
+that failed to load is not a place to find a model. An identical copy named beside the folder
+that loaded (`bt base --model M,C`, one model and one run) is recorded then too, after a digest
+match and without loading its weights a second time: every reader checks a folder's weights
+before use, so the copy is where a later command finds the model once M is gone.
 
 The index lives in the user cache (`offline.cache_root()`), never in a run. It only saves
 retyping a folder, so a cache that cannot be written never stops a command. Indexes written by
@@ -115,6 +118,22 @@ def remember(model_id: str, folder: Path) -> None:
         have = index.get(model_id, [])
         if have[:1] != [where]:
             index[model_id] = [where, *(f for f in have if f != where)]
+            _write(index)
+
+
+def remember_copies(model_id: str, folders: Iterable[Path]) -> None:
+    """Record `folders` (identical copies of a folder of `model_id` that just loaded) as more
+    places of it, after the folders known: they were not loaded themselves, so they never move
+    ahead of one that was; a folder known already keeps its place."""
+    wanted = list(dict.fromkeys(str(Path(f).resolve()) for f in folders))
+    if not wanted:
+        return  # no copy named: no lock, no write
+    with _changing():
+        index = _read()
+        have = index.get(model_id, [])
+        new = [f for f in wanted if f not in have]
+        if new:
+            index[model_id] = [*have, *new]
             _write(index)
 
 

@@ -9,6 +9,7 @@ that never load a model should not pay for it at start-up."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,33 @@ def evaluate_module_arrays(model: Any) -> None:
     lazy = [v for v in held if isinstance(v, mx.array)]
     if lazy:
         mx.eval(lazy)
+
+
+def remember_copies(name: str, others: Iterable[str]) -> None:
+    """Record, for the local model `name` that has loaded, every folder among `others` (the
+    other `--model` names of the request) that holds the same weights, so a later command finds
+    the model there when the folder it loaded from is gone (`bt base --model M,C` is one run).
+    The content digest decides, as it decides that the two names are one model; a copy's
+    weights are not loaded a second time, since every reader of the index checks a folder's
+    weights again before use (`_find_folder`). A hub model or the offline default is not found
+    through the index: nothing is recorded for it. Like the rest of the index, this only saves
+    retyping a folder, so it never stops a command: a model that cannot be identified again
+    now (its folder moved since it loaded) records nothing."""
+    try:
+        ident = model_identity(name)
+    except (BtError, OSError):
+        return
+    if not ident.model_id.startswith(LOCAL_PREFIX):
+        return
+    copies = []
+    for other in others:
+        folder = Path(other).expanduser()
+        try:
+            if folder.is_dir() and content_digest(folder) == ident.digest:
+                copies.append(folder)
+        except OSError:
+            continue  # unreadable now: not a place to find the model
+    folder_index.remember_copies(ident.model_id, copies)
 
 
 def _looks_like_hub_id(name: str) -> bool:

@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from breakthrough.errors import BtError
-from breakthrough.models.loading import check_thinking, fetch_hub_models, model_identity
+from breakthrough.models.loading import (
+    check_thinking,
+    fetch_hub_models,
+    model_identity,
+    remember_copies,
+)
 from breakthrough.pipeline.dry_run import (
     PhasePlan,
     RunPlan,
@@ -97,7 +102,11 @@ def base_runs(
     req.check_outputs()  # before a cohort is read or a hub model fetched
     if not req.models:
         raise BtError("--model: no model named")
+    named = req.models
     req, rows, digest, cohort_name = read_request(req, say)
+    # names dropped as another name of a model kept (`distinct_models`): the copies among them
+    # are recorded as that model's folders once it loads (`BaseRun.prepare`)
+    second_names = tuple(n for n in named if n not in req.models)
     for name in req.models:  # every model's --thinking refusal before any run is written
         check_thinking(name, req.protocol.thinking)
     reports = []
@@ -125,7 +134,16 @@ def base_runs(
         line = large_run_line(base_plan(run_dir, alias, rows, todo, req))
         if line:  # before a model loads: the bound and ETA of a large run
             say(line)
-        job = BaseRun.of(req, name, run_dir, rows, cohort_name, digest, prompt_variant=req.variant)
+        job = BaseRun.of(
+            req,
+            name,
+            run_dir,
+            rows,
+            cohort_name,
+            digest,
+            prompt_variant=req.variant,
+            second_names=second_names,
+        )
         reports.append(run_model(job, say, drive))
     return reports
 
@@ -140,10 +158,19 @@ class BaseRun(ModelRun):
     reasoning_tokens: ClassVar[bool] = True
 
     prompt_variant: str = "plain"
+    # the request's other `--model` names of its models (`distinct_models` dropped them)
+    second_names: tuple[str, ...] = ()
 
     @property
     def variant(self) -> str:
         return self.prompt_variant
+
+    def prepare(self, store: RunStore) -> None:
+        """The model has loaded and the run records it by its weights: the identical copies
+        named beside it (`--model M,C`, one run) are recorded as its folders too, so a later
+        `bt continue` of the run finds the model in C when M is gone (issue 52). Only now: a
+        model that did not load records no folder."""
+        remember_copies(self.name, self.second_names)
 
     def headline(self, loaded: Any) -> list[str]:
         lines = []

@@ -114,3 +114,50 @@ def test_a_folder_with_only_slow_tokenizer_files_is_one_line_naming_tokenizer_js
     )  # fmt: skip
     assert_one_line_error(proc, 2, str(folder), "no tokenizer.json", "vocab.json")
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_an_identical_copy_named_beside_its_folder_is_recorded_for_the_run(
+    tiny_model_dir, tmp_path
+):
+    """`bt base --model M,C,X` with C a copy of M: one run for M and C, and C recorded as a
+    folder of that model (it was not), so the run continues from C once M is gone; X, of the
+    same size but another config, is its own model and never recorded for M's id."""
+    cache = tmp_path / "cache"
+    first = Path(shutil.copytree(tiny_model_dir, tmp_path / "M"))
+    copy = Path(shutil.copytree(first, tmp_path / "C"))
+    other = Path(shutil.copytree(first, tmp_path / "X"))
+    text = (other / "config.json").read_text()
+    (other / "config.json").write_text(
+        text.replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e-06')
+    )
+    runs = tmp_path / "runs"
+    proc = run_bt(
+        "base", *ARITH_BASE, "--model", f"{first},{copy},{other}", "--runs-dir", runs,
+        "--run", "r", BT_CACHE_DIR=str(cache),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in runs.iterdir()) == ["r-m", "r-x"]
+    index = _index(cache)
+    assert sorted(index.values()) == [
+        [str(first.resolve()), str(copy.resolve())],  # the folder that loaded first
+        [str(other.resolve())],
+    ]
+
+    shutil.rmtree(first)
+    proc = run_bt("continue", runs / "r-m", *SMALL_CONTINUE, BT_CACHE_DIR=str(cache))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(_index(cache).values()) == [[str(copy.resolve())], [str(other.resolve())]]
+
+
+def test_a_copy_of_a_folder_that_failed_to_load_is_not_recorded(tiny_model_dir, tmp_path):
+    """The copies are recorded once their model has loaded, never before."""
+    cache = tmp_path / "cache"
+    broken = Path(shutil.copytree(tiny_model_dir, tmp_path / "broken"))
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    copy = Path(shutil.copytree(broken, tmp_path / "copy"))
+    proc = run_bt(
+        "base", *ARITH_BASE, "--model", f"{broken},{copy}", "--runs-dir", tmp_path / "runs",
+        BT_CACHE_DIR=str(cache),
+    )  # fmt: skip
+    assert_one_line_error(proc, 2, "cannot load model", str(broken))
+    assert _index(cache) == {}

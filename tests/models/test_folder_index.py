@@ -57,3 +57,13 @@ def test_two_processes_recording_one_model_at_once_both_stay(monkeypatch, tmp_pa
     folder_index.remember(MODEL, mine)
     other.join()
     assert sorted(folder_index.folders_for(MODEL)) == sorted([mine, theirs])
+
+
+def test_copies_are_recorded_after_the_folders_that_loaded(tmp_path):
+    """A copy recorded by digest (`remember_copies`, `bt base --model M,C`) never moves ahead of
+    a folder that loaded, and a folder known already keeps its place."""
+    loaded, known, copy = ((tmp_path / n).resolve() for n in ("M", "K", "C"))
+    folder_index.remember(MODEL, known)
+    folder_index.remember(MODEL, loaded)
+    folder_index.remember_copies(MODEL, [copy, known, copy])
+    assert folder_index.folders_for(MODEL) == [loaded, known, copy]
