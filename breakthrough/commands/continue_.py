@@ -139,7 +139,11 @@ def continue_(
 
     from rich.console import Console
 
-    from breakthrough.pipeline.cell_loop import ContinueOptions, continue_runs
+    from breakthrough.pipeline.cell_loop import (
+        ContinueOptions,
+        continue_runs,
+        plan_continue_runs,
+    )
     from breakthrough.pipeline.targets import continue_targets
 
     console = Console(stderr=True)
@@ -186,17 +190,8 @@ def continue_(
     for note in found.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
     dirs = found.runs
-    if dry_run:
-        from breakthrough.pipeline.dry_run import plan_continue
-
-        for plan in plan_continue(
-            dirs,
-            settings,
-            batch_size,
-            topup=rules,
-            memory_bytes=memory_budget(memory_gb),
-            kv_bits=kv_bits,
-        ):
+    if dry_run:  # refused as the real command refuses, before any plan is printed
+        for plan in plan_continue_runs(dirs, settings, opts):
             typer.echo("\n".join(plan.lines()))
         return
     failed = False

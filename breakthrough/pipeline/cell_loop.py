@@ -39,7 +39,7 @@ from breakthrough.errors import BtError
 from breakthrough.models.loading import load_model
 from breakthrough.pipeline.branches import close_tokens
 from breakthrough.pipeline.cells import CellPlan, plan_cell, similar_length_chunks
-from breakthrough.pipeline.dry_run import large_run_line, plan_continue
+from breakthrough.pipeline.dry_run import RunPlan, large_run_line, plan_continue
 from breakthrough.pipeline.manifest import (
     TopupChoice,
     check_engine,
@@ -61,9 +61,11 @@ __all__ = [
     "CellPlan",
     "ContinueOptions",
     "ContinueReport",
+    "check_continue_runs",
     "continue_run",
     "continue_runs",
     "plan_cell",
+    "plan_continue_runs",
     "similar_length_chunks",
 ]
 
@@ -293,6 +295,41 @@ def with_bound(
     return lambda totals, engine: on_start({**totals, "max_tokens": max_tokens}, engine)
 
 
+def check_continue_runs(
+    run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions
+) -> None:
+    """Every refusal `bt continue` makes from the stores and the request alone, before it
+    takes a lock or loads a model (`preflight_continue`: an empty manifest, a `bt sample` run,
+    settings that cannot run or differ from the run's, anchors beyond every base trace, ...;
+    then `--kv-bits` and `--instrument` against the run's continuations). Its `--dry-run`
+    (`plan_continue_runs`) calls this too, so it refuses what the real command refuses, in
+    the same line, instead of printing a plan the command would never run."""
+    for run_dir in run_dirs:
+        with RunStore(run_dir, readonly=True) as store:
+            preflight_continue(store, settings, opts.engine.backend, opts.topup)
+            kv_bits = run_kv_bits(store.manifest(), opts.kv_bits, run_dir)
+            store.check_identity({"continuation": continuation_identity(opts.instrument, kv_bits)})
+
+
+def plan_continue_runs(
+    run_dirs: Sequence[Path], settings: dict[str, Any], opts: ContinueOptions
+) -> list[RunPlan]:
+    """`bt continue --dry-run`: every run checked as `bt continue` checks it
+    (`check_continue_runs`), then what each would generate (`dry_run.plan_continue`) at the
+    engine's batch size and memory budget. Not checked: what needs the model loaded or a
+    server reached (the memory budget's one-row refusal, shown as the plan's memory line), nor
+    another bt holding a run (the dry run takes no lock)."""
+    check_continue_runs(run_dirs, settings, opts)
+    return plan_continue(
+        list(run_dirs),
+        settings,
+        opts.engine.batch_size,
+        topup=opts.topup,
+        memory_bytes=opts.engine.memory_budget_bytes,
+        kv_bits=opts.kv_bits,
+    )
+
+
 def continue_runs(
     run_dirs: Sequence[Path],
     settings: dict[str, Any],
@@ -312,11 +349,7 @@ def continue_runs(
     naming the holder, or waits `opts.lock_wait` seconds."""
     # every run is checked before any is written or a model loaded: a mistake in the third run
     # must not leave the first two half continued
-    for run_dir in run_dirs:
-        with RunStore(run_dir, readonly=True) as store:
-            preflight_continue(store, settings, opts.engine.backend, opts.topup)
-            kv_bits = run_kv_bits(store.manifest(), opts.kv_bits, run_dir)
-            store.check_identity({"continuation": continuation_identity(opts.instrument, kv_bits)})
+    check_continue_runs(run_dirs, settings, opts)
     with ExitStack() as locks:
         for run_dir in run_dirs:
             locks.enter_context(run_lock(run_dir, wait=opts.lock_wait))

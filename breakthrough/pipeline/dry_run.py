@@ -3,6 +3,10 @@
 machine, without loading a model or writing a byte; and the one line a command about to
 generate more than `LARGE_RUN_TOKENS` says before it starts (`large_run_line`).
 
+`bt continue --dry-run` is `cell_loop.plan_continue_runs`: the run checked first by the checks
+`bt continue` itself runs before it locks a run or loads a model (`cell_loop.check_continue_runs`),
+so it never prints a plan for a run the real command refuses; then `plan_continue` here.
+
 Counts come from the run's store (read-only) and the protocol the command would run under;
 token counts are upper bounds (every sample running to its budget). The ETA divides them by
 the generated tokens/s an earlier call measured for the same model on this machine, stored in

@@ -100,17 +100,19 @@ def test_status_of_a_run_loads_no_heavy_library(tmp_path, json_flag):
 def test_continue_reads_its_runs_without_pandas(tmp_path, tiny_model_dir):
     """`bt continue` (and its --dry-run) read base traces and panels from the store as tuples:
     pandas, which only the analyses need, cost it a good part of a second before its first
-    sample. The dry run loads no model library either."""
+    sample. The dry run loads no model library either. It refuses what `bt continue`
+    refuses, a run whose model is not on this machine too, so it plans the tiny model's run;
+    with a fixed --memory-gb (`auto` asks MLX what the device offers)."""
     from continue_fixture import two_cell_run
-
-    run = write_run(tmp_path / "runs" / "small")
-    proc = run_bt("continue", run, "--dry-run", PYTHONPROFILEIMPORTTIME="1")
-    assert proc.returncode == 0 and "restarts   2 samples" in proc.stdout, proc.stderr
-    heavy = _top_level(_imported(proc.stderr)) & set(HEAVY)
-    assert not heavy - {"numpy"}, f"bt continue --dry-run imported {sorted(heavy)}"
 
     run = two_cell_run(tmp_path / "tiny", tiny_model_dir)
     small = ("--anchors", "64,128", "--budget", "4", "--answer-budget", "4", "--restarts", "4")
+    dry = ("--dry-run", "--memory-gb", "1")
+    proc = run_bt("continue", run, *small, *dry, PYTHONPROFILEIMPORTTIME="1")
+    assert proc.returncode == 0 and "probes     16 samples" in proc.stdout, proc.stderr
+    heavy = _top_level(_imported(proc.stderr)) & set(HEAVY)
+    assert not heavy - {"numpy"}, f"bt continue --dry-run imported {sorted(heavy)}"
+
     proc = run_bt("continue", run, *small, "--topup", "none", PYTHONPROFILEIMPORTTIME="1")
     assert proc.returncode == 0, proc.stderr
     assert "pandas" not in _top_level(_imported(proc.stderr))
