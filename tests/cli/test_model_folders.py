@@ -86,13 +86,7 @@ def test_a_folder_without_its_tokenizer_is_one_line_naming_the_file(tiny_model_d
     """It was transformers' five-line error from inside `from_pretrained`."""
     folder = Path(shutil.copytree(tiny_model_dir, tmp_path / "M"))
     (folder / "tokenizer.json").unlink()
-    runs = tmp_path / "runs"
-    proc = run_bt(
-        "base", *ARITH_BASE, "--model", folder, "--runs-dir", runs,
-        BT_CACHE_DIR=str(tmp_path / "cache"),
-    )  # fmt: skip
-    assert_one_line_error(proc, 2, str(folder), "no tokenizer.json")
-    assert not runs.exists() or not any(runs.iterdir())
+    _refused_naming_tokenizer_json(folder, tmp_path)
 
 
 def test_a_folder_with_only_slow_tokenizer_files_is_one_line_naming_tokenizer_json(
@@ -107,13 +101,7 @@ def test_a_folder_with_only_slow_tokenizer_files_is_one_line_naming_tokenizer_js
     merges = (m if isinstance(m, str) else " ".join(m) for m in bpe["merges"])
     (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
     (folder / "tokenizer.json").unlink()
-    runs = tmp_path / "runs"
-    proc = run_bt(
-        "base", *ARITH_BASE, "--model", folder, "--runs-dir", runs,
-        BT_CACHE_DIR=str(tmp_path / "cache"),
-    )  # fmt: skip
-    assert_one_line_error(proc, 2, str(folder), "no tokenizer.json", "vocab.json")
-    assert not runs.exists() or not any(runs.iterdir())
+    _refused_naming_tokenizer_json(folder, tmp_path, "vocab.json")
 
 
 def test_an_identical_copy_named_beside_its_folder_is_recorded_for_the_run(
@@ -161,3 +149,15 @@ def test_a_copy_of_a_folder_that_failed_to_load_is_not_recorded(tiny_model_dir, 
     )  # fmt: skip
     assert_one_line_error(proc, 2, "cannot load model", str(broken))
     assert _index(cache) == {}
+
+
+def _refused_naming_tokenizer_json(folder: Path, tmp_path, *also: str) -> None:
+    """`bt base` of `folder` is one line, exit 2, naming the folder and the missing
+    tokenizer.json (and `also`), and no run is written."""
+    runs = tmp_path / "runs"
+    proc = run_bt(
+        "base", *ARITH_BASE, "--model", folder, "--runs-dir", runs,
+        BT_CACHE_DIR=str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert_one_line_error(proc, 2, str(folder), "no tokenizer.json", *also)
+    assert not runs.exists() or not any(runs.iterdir())

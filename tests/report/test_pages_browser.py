@@ -274,26 +274,32 @@ def test_study_page_renders_every_image_without_errors(browser, study_server, tm
     assert problems == []
 
 
-def test_math_is_drawn_as_mathml_without_raw_latex(browser, tmp_path):
-    """A cell page whose problem and answer are LaTeX (as MATH problems are): Chromium draws
-    every formula (MathML, no script, no network) and no LaTeX command is left in view."""
+def _cell_page(tmp_path, **detail: str):
+    """A folder holding one cell page (`cell.html`, no curve) of a problem text and answer."""
     import pandas as pd
 
     from breakthrough.report.cell_details import CellDetail
     from breakthrough.report.html import write_cell_page
 
-    problem = (
-        r"If $f(x) = \frac{3x-2}{x-2}$, what is $f(-2) + f(0)$? Give "
-        r"\(\sqrt{2}^2\) and \[\sum_{i=1}^{n} i.\]"
-    )
     folder = tmp_path / "site"
     write_cell_page(
         folder / "cell.html",
         row={"cell_id": "m:p1", "regime": "prefix_limited"},
         curve=pd.DataFrame(),
         svg="<svg class='cell-plot'></svg>",
-        detail=CellDetail(problem=problem, answer=r"\frac{14}{3}"),
+        detail=CellDetail(**detail),
     )
+    return folder
+
+
+def test_math_is_drawn_as_mathml_without_raw_latex(browser, tmp_path):
+    """A cell page whose problem and answer are LaTeX (as MATH problems are): Chromium draws
+    every formula (MathML, no script, no network) and no LaTeX command is left in view."""
+    problem = (
+        r"If $f(x) = \frac{3x-2}{x-2}$, what is $f(-2) + f(0)$? Give "
+        r"\(\sqrt{2}^2\) and \[\sum_{i=1}^{n} i.\]"
+    )
+    folder = _cell_page(tmp_path, problem=problem, answer=r"\frac{14}{3}")
     server = _serve(folder)
     url = next(server)
     try:
@@ -428,20 +434,8 @@ def test_an_end_tag_typed_in_math_stays_inside_the_drawn_math(browser, tmp_path)
     """Issue 52: `\\emph{</mtext></mrow></math>…}` in a problem closed the math early in the
     page (what followed was drawn outside it). In Chromium the typed tags are the text of the
     one math element, which ends where the formula ends, and no element is made of them."""
-    import pandas as pd
-
-    from breakthrough.report.cell_details import CellDetail
-    from breakthrough.report.html import write_cell_page
-
     typed = "</mtext></mrow></math><dfn>bt52</dfn>"
-    folder = tmp_path / "site"
-    write_cell_page(
-        folder / "cell.html",
-        row={"cell_id": "m:p1", "regime": "prefix_limited"},
-        curve=pd.DataFrame(),
-        svg="<svg class='cell-plot'></svg>",
-        detail=CellDetail(problem=rf"Before $\emph{{{typed}}} x^2$ after."),
-    )
+    folder = _cell_page(tmp_path, problem=rf"Before $\emph{{{typed}}} x^2$ after.")
     server = _serve(folder)
     url = next(server)
     try:
