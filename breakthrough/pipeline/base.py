@@ -21,12 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from breakthrough.errors import BtError
-from breakthrough.models.loading import (
-    check_thinking,
-    fetch_hub_models,
-    model_identity,
-    remember_copies,
-)
+from breakthrough.models.loading import check_thinking, fetch_hub_models, model_identity
 from breakthrough.pipeline.dry_run import (
     PhasePlan,
     RunPlan,
@@ -83,6 +78,13 @@ class BaseRequest(ModelsRequest):
     hidden_stride: int = HIDDEN_STRIDE  # protocol 2.2: every 8th token's hidden vector; 0 none
 
 
+def dropped_names(named: Sequence[str], kept: Sequence[str]) -> tuple[str, ...]:
+    """The `--model` names `distinct_models` dropped as another name of a model kept: the
+    identical copies among them are recorded as that model's folders once it has loaded
+    (`ModelRun.second_names`)."""
+    return tuple(n for n in named if n not in kept)
+
+
 def base_runs(
     req: BaseRequest,
     *,
@@ -104,9 +106,7 @@ def base_runs(
         raise BtError("--model: no model named")
     named = req.models
     req, rows, digest, cohort_name = read_request(req, say)
-    # names dropped as another name of a model kept (`distinct_models`): the copies among them
-    # are recorded as that model's folders once it loads (`BaseRun.prepare`)
-    second_names = tuple(n for n in named if n not in req.models)
+    second_names = dropped_names(named, req.models)
     for name in req.models:  # every model's --thinking refusal before any run is written
         check_thinking(name, req.protocol.thinking)
     reports = []
@@ -158,19 +158,10 @@ class BaseRun(ModelRun):
     reasoning_tokens: ClassVar[bool] = True
 
     prompt_variant: str = "plain"
-    # the request's other `--model` names of its models (`distinct_models` dropped them)
-    second_names: tuple[str, ...] = ()
 
     @property
     def variant(self) -> str:
         return self.prompt_variant
-
-    def prepare(self, store: RunStore) -> None:
-        """The model has loaded and the run records it by its weights: the identical copies
-        named beside it (`--model M,C`, one run) are recorded as its folders too, so a later
-        `bt continue` of the run finds the model in C when M is gone (issue 52). Only now: a
-        model that did not load records no folder."""
-        remember_copies(self.name, self.second_names)
 
     def headline(self, loaded: Any) -> list[str]:
         lines = []

@@ -29,7 +29,13 @@ from typing import Any, ClassVar
 
 from breakthrough.errors import BtError
 from breakthrough.models.loading import model_identity
-from breakthrough.pipeline.base import distinct_models, read_request, select_rows, weights_key
+from breakthrough.pipeline.base import (
+    distinct_models,
+    dropped_names,
+    read_request,
+    select_rows,
+    weights_key,
+)
 from breakthrough.pipeline.dry_run import PhasePlan, RunPlan, large_run_line, rate_for, sibling_runs
 from breakthrough.pipeline.manifest import (
     refuse_changed_run,
@@ -118,7 +124,9 @@ def sample_runs(
     (`trajectories.run_model`)."""
     say = announce or (lambda line: None)
     check_request(req)
+    named = req.models
     req, rows, digest, cohort_name = read_request(req, say)
+    second_names = dropped_names(named, req.models)
     planned, aliases = [], []
     for name in req.models:  # every model checked before any is loaded or written
         ident = model_identity(name)
@@ -137,7 +145,15 @@ def sample_runs(
         if large:  # said before the model loads
             say(large)
         job = AttemptRun.of(
-            req, name, run_dir, rows, cohort_name, digest, attempts=req.attempts, seeds=req.seeds
+            req,
+            name,
+            run_dir,
+            rows,
+            cohort_name,
+            digest,
+            attempts=req.attempts,
+            seeds=req.seeds,
+            second_names=second_names,
         )
         reports.append(run_model(job, say, drive))
     return reports

@@ -24,7 +24,7 @@ from breakthrough.engine import HTTP_BACKENDS, EngineSpec, make_engine
 from breakthrough.engine.contract import GenRequest, GenResult
 from breakthrough.errors import BtError
 from breakthrough.models.families import build_prompt_ids
-from breakthrough.models.loading import load_model
+from breakthrough.models.loading import load_model, remember_copies
 from breakthrough.models.segments import reasoning_length, segment_ids
 from breakthrough.models.tokens import decode
 from breakthrough.pipeline.branches import request_facts
@@ -117,6 +117,10 @@ class ModelRun:
     engine: EngineSpec
     hidden_stride: int
     lock_wait: float
+    # the request's other `--model` names of this model (`base.distinct_models` dropped them as
+    # another name of it): the identical copies among them are recorded as its folders once it
+    # has loaded (`models.loading.remember_copies`), so the run is found in a copy later
+    second_names: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -226,6 +230,7 @@ def generate(
             raise
         store.remove_orphan_hidden()  # files a kill left between their rename and their commit
         job.prepare(store)
+        remember_copies(job.name, job.second_names)  # the model loaded: a copy is a folder of it
         store.add_cells(cells)
         todo, total = job.trajectories(store, cells)
         report = ModelReport(

@@ -137,6 +137,22 @@ def test_an_identical_copy_named_beside_its_folder_is_recorded_for_the_run(
     assert sorted(_index(cache).values()) == [[str(copy.resolve())], [str(other.resolve())]]
 
 
+def test_bt_sample_records_an_identical_copy_named_beside_its_folder(tiny_model_dir, tmp_path):
+    """`bt sample --model M,C` (one run, as for `bt base`) records the copy C as a folder of the
+    model once M has loaded; it recorded M alone."""
+    cache = tmp_path / "cache"
+    first = Path(shutil.copytree(tiny_model_dir, tmp_path / "M"))
+    copy = Path(shutil.copytree(first, tmp_path / "C"))
+    runs = tmp_path / "runs"
+    proc = run_bt(
+        "sample", *ARITH_BASE, "--attempts", "1", "--model", f"{first},{copy}",
+        "--runs-dir", runs, "--run", "s", BT_CACHE_DIR=str(cache),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in (runs / "attempts").iterdir()] == ["s"]
+    assert list(_index(cache).values()) == [[str(first.resolve()), str(copy.resolve())]]
+
+
 def test_a_copy_of_a_folder_that_failed_to_load_is_not_recorded(tiny_model_dir, tmp_path):
     """The copies are recorded once their model has loaded, never before."""
     cache = tmp_path / "cache"
