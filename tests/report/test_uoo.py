@@ -177,87 +177,16 @@ def test_graded_frame_regrades_text() -> None:
     assert math.isnan(gf["claimed_count"].iloc[1])
 
 
-def _fake_run(run_dir, items, answers, variant=None):
-    """A run store holding one base sample per item (answer text from `answers(item)`)."""
-    from breakthrough.protocol import DEFAULT
-    from breakthrough.store import RunStore, SampleRecord
-
-    store = RunStore(run_dir, create=True)
-    try:
-        if variant:
-            store.ensure_manifest(
-                {
-                    "prompt_version": f"v1/{variant}",
-                    "model_id": "fake",
-                    "cohort_digest": "fake",
-                    "protocol": DEFAULT.to_dict(),
-                }
-            )
-        store.add_cells(
-            [
-                {"cell_id": f"fake:{it['id']}", "model": "fake", "item": it, "prompt_ids": [1]}
-                for it in items
-            ]  # fmt: skip
-        )
-        store.add_samples(
-            [
-                SampleRecord(
-                    cell_id=f"fake:{it['id']}",
-                    kind="base",
-                    anchor=-1,
-                    budget=0,
-                    branch=0,
-                    seed=11,
-                    prefix_len=0,
-                    token_ids=np.array([1, 2], np.int32),
-                    text=answers(it),
-                    finish_reason="stop",
-                )  # fmt: skip
-                for it in items
-            ]
-        )
-    finally:
-        store.close()
-
-
 def test_bt_report_uoo_cli(tmp_path) -> None:
-    import json as _json
-    from pathlib import Path
-
     from typer.testing import CliRunner
+    from uoo_fake_runs import cohort_rows, write_uoo_run
 
     from breakthrough.cli import app
 
-    rows = [
-        _json.loads(line)
-        for line in (Path(__file__).resolve().parents[2] / "cohorts" / "uoo29.jsonl")
-        .read_text()
-        .splitlines()
-    ]
-
-    def right(it):
-        return "ok\n" + _json.dumps(
-            {
-                "solution": it["example_optimum"],
-                "objective": it["optimum"],
-                "unique": it["n_optima"] == 1,
-                "num_optima": it["n_optima"],
-            }
-        )
-
-    def one(it):
-        return _json.dumps(
-            {
-                "solution": it["example_optimum"],
-                "objective": it["optimum"],
-                "unique": True,
-                "num_optima": 1,
-            }
-        )
-
-    _fake_run(tmp_path / "runA", rows, right)
-    _fake_run(tmp_path / "runB", rows, one, variant="explicit")
-    _fake_run(tmp_path / "runC", rows[:5], one, variant="explicit")
+    rows = cohort_rows("uoo29")
+    write_uoo_run(tmp_path / "runA", rows, lambda it: it["n_optima"])  # every count right
+    write_uoo_run(tmp_path / "runB", rows, lambda it: 1, variant="explicit")  # "unique" always
+    write_uoo_run(tmp_path / "runC", rows[:5], lambda it: 1, variant="explicit")
     res = CliRunner().invoke(
         app,
         [
